@@ -1,0 +1,424 @@
+//! The deterministic core of the engine: one protocol over one link, stepped at a time the
+//! caller supplies.
+
+use std::collections::VecDeque;
+
+use bulkwire_link::{Link, Rank, RxBatch, Tx};
+use bulkwire_protocol::wire::{self, DropCounts, Filter, HEADER_LEN, Header, Kind};
+use bulkwire_protocol::{MsgId, PeerStats, Protocol, SEC, Time, Transmit};
+use bytes::Bytes;
+
+use crate::Error;
+
+/// Settings of an [`Endpoint`].
+#[derive(Clone, Debug)]
+pub struct EndpointConfig {
+    /// The job's cookie: packets carrying another are foreign and dropped.
+    pub cookie: u32,
+    /// A peer we wait on (or have unacknowledged data for) that stays silent this long is
+    /// declared dead.
+    pub dead_after: Time,
+    /// How often a silent peer we wait on is pinged; default `dead_after / 10`, bounded.
+    pub ping_interval: Time,
+    /// Receive batch: datagrams per `recv` call.
+    pub rx_slots: usize,
+    /// Most packets taken from the protocol per step.
+    pub tx_batch: usize,
+    /// Most receive batches drained per step, so transmitting is never starved.
+    pub rx_rounds: usize,
+}
+
+impl EndpointConfig {
+    pub fn new(cookie: u32) -> EndpointConfig {
+        EndpointConfig::with_deadline(cookie, 30 * SEC)
+    }
+
+    /// Settings with a dead-peer deadline of `dead_after` nanoseconds.
+    pub fn with_deadline(cookie: u32, dead_after: Time) -> EndpointConfig {
+        EndpointConfig {
+            cookie,
+            dead_after,
+            ping_interval: (dead_after / 10).clamp(SEC / 100, SEC),
+            rx_slots: 32,
+            tx_batch: 64,
+            rx_rounds: 8,
+        }
+    }
+}
+
+/// What the engine hands to the layers above.
+#[derive(Debug)]
+pub enum Event {
+    /// A whole message, exactly once, in per-pair order.
+    Message {
+        from: Rank,
+        id: MsgId,
+        data: Vec<u8>,
+    },
+    /// A message sent with `notify` is acknowledged.
+    Sent { to: Rank, id: MsgId },
+    /// RMPP: a message waits to be accepted.
+    Announce {
+        from: Rank,
+        id: MsgId,
+        total: u64,
+        head: Vec<u8>,
+    },
+    /// A peer stayed silent past the deadline while we depended on it.
+    PeerDead { peer: Rank, silent_for: Time },
+}
+
+impl From<bulkwire_protocol::Event> for Event {
+    fn from(e: bulkwire_protocol::Event) -> Event {
+        use bulkwire_protocol::Event as P;
+        match e {
+            P::Message { from, id, data } => Event::Message { from, id, data },
+            P::Sent { to, id } => Event::Sent { to, id },
+            P::Announce {
+                from,
+                id,
+                total,
+                head,
+            } => Event::Announce {
+                from,
+                id,
+                total,
+                head,
+            },
+        }
+    }
+}
+
+/// A packet ready for the link: header encoded (CRC included) once, payload borrowed.
+struct Encoded {
+    dst: Rank,
+    head: [u8; HEADER_LEN],
+    payload: Bytes,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Live {
+    last_heard: Time,
+    /// When we started depending on the peer (silence is counted from the later of this
+    /// and `last_heard`).
+    interest_since: Option<Time>,
+    last_ping: Time,
+    waiting: bool,
+    dead: bool,
+}
+
+/// What one [`Endpoint::step`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    pub received: usize,
+    pub sent: usize,
+}
+
+impl Progress {
+    /// Whether anything moved.
+    pub fn any(&self) -> bool {
+        self.received + self.sent > 0
+    }
+}
+
+/// One protocol over one link, for all peers of this process.
+pub struct Endpoint {
+    link: Box<dyn Link>,
+    proto: Box<dyn Protocol>,
+    cfg: EndpointConfig,
+    filter: Filter,
+    rx: RxBatch,
+    /// Packets taken from the protocol, encoded, that the link has not accepted yet.
+    pending: VecDeque<Encoded>,
+    scratch: Vec<Transmit>,
+    /// Engine-level control packets (pings and pongs), sent before protocol traffic.
+    control: VecDeque<(Rank, Header)>,
+    events: VecDeque<Event>,
+    live: Vec<Live>,
+    next_live_check: Time,
+    drops: DropCounts,
+    pings_sent: u64,
+}
+
+impl Endpoint {
+    /// Joins `proto` to `link`. The protocol must have been built for the link's rank and
+    /// job size.
+    pub fn new(link: Box<dyn Link>, proto: Box<dyn Protocol>, cfg: EndpointConfig) -> Endpoint {
+        let rank = link.rank();
+        let nprocs = link.nprocs();
+        let slot = (0..nprocs)
+            .map(|p| link.max_datagram(p))
+            .max()
+            .unwrap_or(HEADER_LEN)
+            .max(HEADER_LEN);
+        Endpoint {
+            filter: Filter {
+                cookie: cfg.cookie,
+                me: rank,
+                nprocs,
+            },
+            rx: RxBatch::new(cfg.rx_slots, slot),
+            pending: VecDeque::new(),
+            scratch: Vec::new(),
+            control: VecDeque::new(),
+            events: VecDeque::new(),
+            live: vec![Live::default(); nprocs as usize],
+            next_live_check: 0,
+            drops: DropCounts::default(),
+            pings_sent: 0,
+            link,
+            proto,
+            cfg,
+        }
+    }
+
+    pub fn rank(&self) -> Rank {
+        self.filter.me
+    }
+
+    pub fn nprocs(&self) -> u32 {
+        self.filter.nprocs
+    }
+
+    /// The protocol's name.
+    pub fn protocol_name(&self) -> &'static str {
+        self.proto.name()
+    }
+
+    /// The protocol, for its per-protocol hooks.
+    pub fn protocol(&mut self) -> &mut dyn Protocol {
+        &mut *self.proto
+    }
+
+    /// The link (to wait on it).
+    pub fn link(&mut self) -> &mut dyn Link {
+        &mut *self.link
+    }
+
+    /// Queues a message for `to`.
+    pub fn send(&mut self, now: Time, to: Rank, data: Bytes, notify: bool) -> Result<MsgId, Error> {
+        if let Some(l) = self.live.get(to as usize)
+            && l.dead
+        {
+            return Err(Error::PeerDead {
+                peer: to,
+                silent_for: now.saturating_sub(l.last_heard),
+            });
+        }
+        Ok(self.proto.send(now, to, data, notify)?)
+    }
+
+    /// Tells the engine (and the protocol) that the caller is, or no longer is, waiting
+    /// for data from `peer`: silence from a peer one waits on counts toward its death.
+    pub fn expect(&mut self, now: Time, peer: Rank, waiting: bool) {
+        let l = &mut self.live[peer as usize];
+        if l.waiting != waiting {
+            l.waiting = waiting;
+            if waiting && l.interest_since.is_none() {
+                l.interest_since = Some(now);
+            }
+            self.proto.expect(now, peer, waiting);
+        }
+    }
+
+    /// The next event, if any.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Whether an event is waiting.
+    pub fn has_event(&self) -> bool {
+        !self.events.is_empty()
+    }
+
+    /// Whether `peer` has been declared dead.
+    pub fn is_dead(&self, peer: Rank) -> bool {
+        self.live[peer as usize].dead
+    }
+
+    /// Whether anything sent to `peer` is still unacknowledged, queued or unsent.
+    pub fn outstanding(&self, peer: Rank) -> bool {
+        self.proto.outstanding(peer) || self.pending.iter().any(|t| t.dst == peer)
+    }
+
+    /// Whether packets are waiting for room in the link.
+    pub fn has_unsent(&self) -> bool {
+        !self.pending.is_empty() || !self.control.is_empty()
+    }
+
+    /// Whether anything at all remains to be sent or acknowledged.
+    pub fn busy(&self) -> bool {
+        !self.pending.is_empty() || (0..self.nprocs()).any(|p| self.proto.outstanding(p))
+    }
+
+    /// Protocol statistics for `peer`.
+    pub fn peer_stats(&self, peer: Rank) -> PeerStats {
+        self.proto.peer_stats(peer)
+    }
+
+    /// Datagrams dropped before reaching the protocol, by reason.
+    pub fn drops(&self) -> DropCounts {
+        self.drops
+    }
+
+    /// Liveness pings sent.
+    pub fn pings_sent(&self) -> u64 {
+        self.pings_sent
+    }
+
+    /// The earliest time at which [`Endpoint::step`] has timer work.
+    pub fn next_deadline(&mut self) -> Option<Time> {
+        let p = self.proto.poll_timeout();
+        let l = if self
+            .live
+            .iter()
+            .any(|l| l.waiting || l.interest_since.is_some())
+        {
+            Some(self.next_live_check)
+        } else {
+            None
+        };
+        match (p, l) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Does all the work that can be done at `now` without waiting.
+    pub fn step(&mut self, now: Time) -> Result<Progress, Error> {
+        let mut prog = Progress::default();
+        for _ in 0..self.cfg.rx_rounds {
+            let n = self.link.recv(&mut self.rx)?;
+            if n == 0 {
+                break;
+            }
+            prog.received += n;
+            self.absorb(now);
+            if n < self.rx.slots() {
+                break;
+            }
+        }
+        if self.proto.poll_timeout().is_some_and(|t| t <= now) {
+            self.proto.handle_timeout(now);
+        }
+        if now >= self.next_live_check {
+            self.check_liveness(now);
+        }
+        prog.sent = self.transmit(now)?;
+        while let Some(e) = self.proto.poll_event() {
+            self.events.push_back(e.into());
+        }
+        Ok(prog)
+    }
+
+    fn absorb(&mut self, now: Time) {
+        for i in 0..self.rx.len() {
+            let d = self.rx.get(i);
+            match wire::decode(d, &self.filter) {
+                Err(r) => self.drops.count(r),
+                Ok((hdr, payload)) => {
+                    let l = &mut self.live[hdr.src as usize];
+                    l.last_heard = now;
+                    match hdr.kind {
+                        Kind::Ping => {
+                            let mut h = Header::new(Kind::Pong);
+                            h.seq = hdr.seq;
+                            self.control.push_back((hdr.src, h));
+                        }
+                        Kind::Pong => {}
+                        _ => self.proto.handle(now, &hdr, payload),
+                    }
+                }
+            }
+        }
+    }
+
+    fn check_liveness(&mut self, now: Time) {
+        self.next_live_check = now + self.cfg.ping_interval / 2;
+        for peer in 0..self.nprocs() {
+            if peer == self.rank() {
+                continue;
+            }
+            let interested = {
+                let l = &self.live[peer as usize];
+                !l.dead && (l.waiting || self.proto.outstanding(peer))
+            };
+            let l = &mut self.live[peer as usize];
+            if !interested {
+                l.interest_since = None;
+                continue;
+            }
+            let since = *l.interest_since.get_or_insert(now);
+            let silent_from = since.max(l.last_heard);
+            let silent = now.saturating_sub(silent_from);
+            if silent >= self.cfg.dead_after {
+                l.dead = true;
+                self.proto.close_peer(peer);
+                self.pending.retain(|t| t.dst != peer);
+                self.events.push_back(Event::PeerDead {
+                    peer,
+                    silent_for: silent,
+                });
+            } else if silent >= self.cfg.ping_interval
+                && now.saturating_sub(l.last_ping) >= self.cfg.ping_interval
+            {
+                l.last_ping = now;
+                let mut h = Header::new(Kind::Ping);
+                h.seq = (now / 1000) as u32;
+                self.control.push_back((peer, h));
+                self.pings_sent += 1;
+            }
+        }
+    }
+
+    /// Encodes and hands packets to the link until it is full or nothing is left.
+    fn transmit(&mut self, now: Time) -> Result<usize, Error> {
+        let mut sent = 0;
+        while let Some((dst, mut hdr)) = self.control.pop_back() {
+            hdr.dst = dst;
+            self.pending.push_front(self.encode(hdr, Bytes::new()));
+        }
+        loop {
+            if self.pending.len() < self.cfg.tx_batch {
+                let want = self.cfg.tx_batch - self.pending.len();
+                let mut got = std::mem::take(&mut self.scratch);
+                self.proto.poll_transmit(now, &mut got, want);
+                for t in got.drain(..) {
+                    let e = self.encode(t.hdr, t.payload);
+                    self.pending.push_back(e);
+                }
+                self.scratch = got;
+            }
+            if self.pending.is_empty() {
+                return Ok(sent);
+            }
+            let batch: Vec<Tx<'_>> = self
+                .pending
+                .iter()
+                .map(|e| Tx {
+                    dst: e.dst,
+                    head: &e.head,
+                    body: &e.payload,
+                })
+                .collect();
+            let n = self.link.send(&batch)?;
+            drop(batch);
+            self.pending.drain(..n);
+            sent += n;
+            if !self.pending.is_empty() {
+                return Ok(sent);
+            }
+        }
+    }
+
+    #[inline]
+    fn encode(&self, mut hdr: Header, payload: Bytes) -> Encoded {
+        hdr.cookie = self.filter.cookie;
+        hdr.src = self.filter.me;
+        Encoded {
+            dst: hdr.dst,
+            head: hdr.encode(&payload),
+            payload,
+        }
+    }
+}

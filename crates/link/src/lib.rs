@@ -1,0 +1,90 @@
+//! The link layer ("packet module" of seed 000): unreliable datagrams between the ranks of
+//! a job. Every transport is one type behind the [`Link`] trait:
+//!
+//! - [`inproc`]: in-process queues, for unit tests;
+//! - `udp`: UDP sockets with `sendmmsg`/`recvmmsg` batching and GSO/GRO;
+//! - `sim`: a deterministic simulated network with virtual time;
+//! - `faults`: a wrapper over any link that loses, corrupts, duplicates, reorders and delays.
+//!
+//! Links carry opaque bytes; the wire format and everything above live in
+//! `bulkwire-protocol` and `bulkwire-engine`.
+
+pub mod batch;
+pub mod inproc;
+
+pub use batch::{RxBatch, Tx};
+
+use std::io;
+use std::time::Duration;
+
+/// A process's index in its job, 0..nprocs.
+pub type Rank = u32;
+
+/// Unreliable datagrams between ranks: what a protocol needs from the network.
+///
+/// All calls are non-blocking except [`Link::wait`]. A datagram may be lost, duplicated,
+/// reordered or corrupted; it is never split (a datagram arrives whole or not at all, though
+/// its bytes may be damaged).
+pub trait Link: Send {
+    /// This endpoint's rank.
+    fn rank(&self) -> Rank;
+
+    /// Number of ranks reachable (the job size).
+    fn nprocs(&self) -> u32;
+
+    /// Largest datagram, in bytes, that may be sent to `peer` in one piece.
+    fn max_datagram(&self, peer: Rank) -> usize;
+
+    /// Sends as many of `batch` as the link accepts now, in order, and returns how many.
+    /// A return smaller than `batch.len()` means the link is momentarily full (the caller
+    /// retries the rest later); a datagram that cannot be delivered at all (peer gone) is
+    /// counted as sent and lost, as the network would.
+    fn send(&mut self, batch: &[Tx<'_>]) -> io::Result<usize>;
+
+    /// Receives whatever has arrived, up to the batch's capacity, without blocking.
+    /// Returns the number of datagrams now in `batch` (it is cleared first).
+    fn recv(&mut self, batch: &mut RxBatch) -> io::Result<usize>;
+
+    /// Blocks until a datagram may be ready or `timeout` passes (`None`: no limit).
+    /// Spurious wake-ups are allowed.
+    fn wait(&mut self, timeout: Option<Duration>) -> io::Result<()>;
+
+    /// True when the link itself never loses, corrupts or reorders (in-process, shared
+    /// memory without faults). Protocols still work over it; this is a hint.
+    fn reliable(&self) -> bool {
+        false
+    }
+
+    /// File descriptor to poll for readability, if the link has one (lets an engine
+    /// sleep on several links, or a progress thread on this one).
+    fn poll_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+}
+
+impl<L: Link + ?Sized> Link for Box<L> {
+    fn rank(&self) -> Rank {
+        (**self).rank()
+    }
+    fn nprocs(&self) -> u32 {
+        (**self).nprocs()
+    }
+    fn max_datagram(&self, peer: Rank) -> usize {
+        (**self).max_datagram(peer)
+    }
+    fn send(&mut self, batch: &[Tx<'_>]) -> io::Result<usize> {
+        (**self).send(batch)
+    }
+    fn recv(&mut self, batch: &mut RxBatch) -> io::Result<usize> {
+        (**self).recv(batch)
+    }
+    fn wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        (**self).wait(timeout)
+    }
+    fn reliable(&self) -> bool {
+        (**self).reliable()
+    }
+    fn poll_fd(&self) -> Option<std::os::fd::RawFd> {
+        (**self).poll_fd()
+    }
+}

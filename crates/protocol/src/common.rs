@@ -1,0 +1,540 @@
+//! Pieces every protocol needs, written once: sequence arithmetic, cutting messages into
+//! fragments, reassembling them, round-trip estimation, per-peer timers and a fair
+//! ready-list of peers with work.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+
+use bytes::Bytes;
+
+use crate::{MsgId, Rank, Time};
+
+/// Sequence numbers of `bits` bits (1..=32), compared modulo 2^bits. Two sequence numbers
+/// are comparable when they are less than half the space apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SeqSpace {
+    mask: u32,
+}
+
+impl SeqSpace {
+    /// A space of `bits` bits.
+    pub fn new(bits: u32) -> SeqSpace {
+        assert!(
+            (1..=32).contains(&bits),
+            "sequence width {bits} not in 1..=32"
+        );
+        SeqSpace {
+            mask: if bits == 32 {
+                u32::MAX
+            } else {
+                (1 << bits) - 1
+            },
+        }
+    }
+
+    /// Number of distinct sequence numbers.
+    pub fn size(self) -> u64 {
+        self.mask as u64 + 1
+    }
+
+    /// `a + n`, wrapped.
+    #[inline]
+    pub fn add(self, a: u32, n: u32) -> u32 {
+        a.wrapping_add(n) & self.mask
+    }
+
+    /// `a - b` as a distance forward from `b` to `a`, in 0..size.
+    #[inline]
+    pub fn dist(self, b: u32, a: u32) -> u32 {
+        a.wrapping_sub(b) & self.mask
+    }
+
+    /// `a < b` in the circular order.
+    #[inline]
+    pub fn lt(self, a: u32, b: u32) -> bool {
+        let d = self.dist(a, b);
+        d != 0 && (d as u64) < self.size() / 2
+    }
+
+    /// Whether `x` lies in `[lo, lo + n)`.
+    #[inline]
+    pub fn in_window(self, x: u32, lo: u32, n: u32) -> bool {
+        self.dist(lo, x) < n
+    }
+}
+
+/// One fragment cut from a queued message.
+#[derive(Clone, Debug)]
+pub struct Fragment {
+    pub msg: MsgId,
+    pub offset: u64,
+    pub total: u64,
+    pub payload: Bytes,
+    pub first: bool,
+    pub last: bool,
+    /// The sender asked to be told when this message is acknowledged.
+    pub notify: bool,
+}
+
+struct Queued {
+    id: MsgId,
+    data: Bytes,
+    sent: usize,
+    notify: bool,
+}
+
+/// Messages waiting to be cut into packets for one peer, in order.
+#[derive(Default)]
+pub struct OutQueue {
+    q: VecDeque<Queued>,
+    next_id: MsgId,
+    bytes: u64,
+}
+
+impl OutQueue {
+    /// Queues a message and returns its id.
+    pub fn push(&mut self, data: Bytes, notify: bool) -> MsgId {
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1);
+        self.bytes += data.len() as u64;
+        self.q.push_back(Queued {
+            id,
+            data,
+            sent: 0,
+            notify,
+        });
+        id
+    }
+
+    /// Whether no fragment remains to be cut.
+    pub fn is_empty(&self) -> bool {
+        self.q.is_empty()
+    }
+
+    /// Bytes not yet cut into fragments.
+    pub fn pending_bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Number of packets still to cut at `max_payload` bytes each.
+    pub fn pending_packets(&self, max_payload: usize) -> u64 {
+        self.q
+            .iter()
+            .map(|m| {
+                let left = m.data.len() - m.sent;
+                if m.sent > 0 && left == 0 {
+                    0
+                } else {
+                    (left.max(1)).div_ceil(max_payload) as u64
+                }
+            })
+            .sum()
+    }
+
+    /// Id of the last message queued, if any is still queued.
+    pub fn last_id(&self) -> Option<MsgId> {
+        self.q.back().map(|m| m.id)
+    }
+
+    /// Cuts the next fragment of at most `max_payload` bytes (a 0-byte message yields one
+    /// empty fragment).
+    pub fn next_fragment(&mut self, max_payload: usize) -> Option<Fragment> {
+        assert!(max_payload > 0);
+        let m = self.q.front_mut()?;
+        let total = m.data.len();
+        let start = m.sent;
+        let n = (total - start).min(max_payload);
+        m.sent += n;
+        self.bytes -= n as u64;
+        let last = m.sent == total;
+        let f = Fragment {
+            msg: m.id,
+            offset: start as u64,
+            total: total as u64,
+            payload: m.data.slice(start..start + n),
+            first: start == 0,
+            last,
+            notify: m.notify,
+        };
+        if last {
+            self.q.pop_front();
+        }
+        Some(f)
+    }
+
+    /// Drops everything queued.
+    pub fn clear(&mut self) {
+        self.q.clear();
+        self.bytes = 0;
+    }
+}
+
+struct Partial {
+    buf: Vec<u8>,
+    got: u64,
+}
+
+/// What [`Reassembler::add`] made of a fragment.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Added {
+    /// Stored; its message is not complete (or an earlier one is not).
+    Stored,
+    /// Messages are ready in [`Reassembler::pop`].
+    Ready,
+    /// Inconsistent with what was seen of its message, or over the size limit; ignored.
+    Rejected,
+}
+
+/// Rebuilds messages from fragments that arrive in any order, each exactly once (the
+/// protocol discards duplicates first), and releases them in message order.
+pub struct Reassembler {
+    next: MsgId,
+    partial: BTreeMap<MsgId, Partial>,
+    done: VecDeque<(MsgId, Vec<u8>)>,
+    max_message: u64,
+    /// Messages released so far.
+    pub delivered: u64,
+}
+
+impl Reassembler {
+    pub fn new(max_message: u64) -> Reassembler {
+        Reassembler {
+            next: 0,
+            partial: BTreeMap::new(),
+            done: VecDeque::new(),
+            max_message,
+            delivered: 0,
+        }
+    }
+
+    /// Id of the next message to release.
+    pub fn next_id(&self) -> MsgId {
+        self.next
+    }
+
+    /// Bytes held in partly received messages (their full allocated size).
+    pub fn held_bytes(&self) -> u64 {
+        self.partial.values().map(|p| p.buf.len() as u64).sum()
+    }
+
+    /// Adds one fragment.
+    pub fn add(&mut self, msg: MsgId, offset: u64, total: u64, payload: &[u8]) -> Added {
+        let end = offset + payload.len() as u64;
+        if total > self.max_message || end > total {
+            return Added::Rejected;
+        }
+        // Message ids more than half the space behind are stale: already delivered.
+        if (msg.wrapping_sub(self.next) as i32) < 0 {
+            return Added::Rejected;
+        }
+        if msg == self.next && offset == 0 && end == total && !self.partial.contains_key(&msg) {
+            // Whole message in one fragment, in order: the common small-message path.
+            self.done.push_back((msg, payload.to_vec()));
+            self.advance();
+            return Added::Ready;
+        }
+        let p = self.partial.entry(msg).or_insert_with(|| Partial {
+            buf: vec![0; total as usize],
+            got: 0,
+        });
+        if p.buf.len() as u64 != total {
+            return Added::Rejected;
+        }
+        p.buf[offset as usize..end as usize].copy_from_slice(payload);
+        p.got += payload.len() as u64;
+        if msg == self.next && p.got >= total {
+            self.advance();
+        }
+        if self.done.is_empty() {
+            Added::Stored
+        } else {
+            Added::Ready
+        }
+    }
+
+    /// Releases, in order, every message that is complete.
+    fn advance(&mut self) {
+        loop {
+            if self.done.back().is_some_and(|(id, _)| *id == self.next) {
+                self.next = self.next.wrapping_add(1);
+                self.delivered += 1;
+                continue;
+            }
+            match self.partial.first_key_value() {
+                Some((&id, p)) if id == self.next && p.got >= p.buf.len() as u64 => {
+                    let p = self.partial.remove(&id).unwrap();
+                    self.done.push_back((id, p.buf));
+                }
+                _ => break,
+            }
+        }
+    }
+
+    /// The next complete message, in order.
+    pub fn pop(&mut self) -> Option<(MsgId, Vec<u8>)> {
+        self.done.pop_front()
+    }
+}
+
+/// Round-trip estimation and retransmission timeout, after RFC 6298 (Jacobson/Karels),
+/// with exponential back-off. Samples come only from packets sent once (Karn's rule).
+#[derive(Clone, Debug)]
+pub struct Rtt {
+    srtt: Time,
+    rttvar: Time,
+    rto: Time,
+    backoff: u32,
+    min: Time,
+    max: Time,
+}
+
+impl Rtt {
+    pub fn new(initial: Time, min: Time, max: Time) -> Rtt {
+        Rtt {
+            srtt: 0,
+            rttvar: 0,
+            rto: initial.clamp(min, max),
+            backoff: 0,
+            min,
+            max,
+        }
+    }
+
+    /// Smoothed round trip (0 before any sample).
+    pub fn srtt(&self) -> Time {
+        self.srtt
+    }
+
+    /// A round-trip estimate for pacing decisions: the smoothed value, or the initial
+    /// timeout before any sample.
+    pub fn estimate(&self) -> Time {
+        if self.srtt == 0 { self.rto } else { self.srtt }
+    }
+
+    /// Records one measured round trip and clears the back-off.
+    pub fn sample(&mut self, rtt: Time) {
+        let rtt = rtt.max(1);
+        if self.srtt == 0 {
+            self.srtt = rtt;
+            self.rttvar = rtt / 2;
+        } else {
+            let err = self.srtt.abs_diff(rtt);
+            self.rttvar = (3 * self.rttvar + err) / 4;
+            self.srtt = (7 * self.srtt + rtt) / 8;
+        }
+        self.rto = (self.srtt + 4 * self.rttvar).clamp(self.min, self.max);
+        self.backoff = 0;
+    }
+
+    /// The current timeout, back-off included.
+    pub fn rto(&self) -> Time {
+        (self.rto << self.backoff.min(20)).min(self.max)
+    }
+
+    /// Doubles the timeout after a timeout fired.
+    pub fn back_off(&mut self) {
+        self.backoff = (self.backoff + 1).min(20);
+    }
+
+    /// Clears the back-off (progress was made).
+    pub fn reset_backoff(&mut self) {
+        self.backoff = 0;
+    }
+}
+
+/// One deadline per peer, with the earliest found in O(log n). Stale heap entries are
+/// skipped lazily.
+pub struct Timers {
+    at: Vec<Option<Time>>,
+    heap: BinaryHeap<Reverse<(Time, Rank)>>,
+}
+
+impl Timers {
+    pub fn new(nprocs: u32) -> Timers {
+        Timers {
+            at: vec![None; nprocs as usize],
+            heap: BinaryHeap::new(),
+        }
+    }
+
+    /// Sets `peer`'s deadline (replacing any earlier one).
+    pub fn set(&mut self, peer: Rank, t: Time) {
+        if self.at[peer as usize] != Some(t) {
+            self.at[peer as usize] = Some(t);
+            self.heap.push(Reverse((t, peer)));
+        }
+    }
+
+    /// Sets `peer`'s deadline unless an earlier one is already set.
+    pub fn set_earlier(&mut self, peer: Rank, t: Time) {
+        match self.at[peer as usize] {
+            Some(old) if old <= t => {}
+            _ => self.set(peer, t),
+        }
+    }
+
+    /// Removes `peer`'s deadline.
+    pub fn clear(&mut self, peer: Rank) {
+        self.at[peer as usize] = None;
+    }
+
+    /// `peer`'s deadline.
+    pub fn get(&self, peer: Rank) -> Option<Time> {
+        self.at[peer as usize]
+    }
+
+    /// The earliest deadline.
+    pub fn earliest(&mut self) -> Option<Time> {
+        while let Some(&Reverse((t, p))) = self.heap.peek() {
+            if self.at[p as usize] == Some(t) {
+                return Some(t);
+            }
+            self.heap.pop();
+        }
+        None
+    }
+
+    /// Removes and returns a peer whose deadline is at or before `now`.
+    pub fn pop_expired(&mut self, now: Time) -> Option<Rank> {
+        while let Some(&Reverse((t, p))) = self.heap.peek() {
+            if self.at[p as usize] != Some(t) {
+                self.heap.pop();
+                continue;
+            }
+            if t > now {
+                return None;
+            }
+            self.heap.pop();
+            self.at[p as usize] = None;
+            return Some(p);
+        }
+        None
+    }
+}
+
+/// Peers with something to transmit, served round-robin so that no peer starves.
+pub struct ReadySet {
+    q: VecDeque<Rank>,
+    queued: Vec<bool>,
+}
+
+impl ReadySet {
+    pub fn new(nprocs: u32) -> ReadySet {
+        ReadySet {
+            q: VecDeque::new(),
+            queued: vec![false; nprocs as usize],
+        }
+    }
+
+    /// Marks `peer` as having work (no effect if already marked).
+    pub fn insert(&mut self, peer: Rank) {
+        if !self.queued[peer as usize] {
+            self.queued[peer as usize] = true;
+            self.q.push_back(peer);
+        }
+    }
+
+    /// Takes the next peer with work.
+    pub fn pop(&mut self) -> Option<Rank> {
+        let p = self.q.pop_front()?;
+        self.queued[p as usize] = false;
+        Some(p)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.q.is_empty()
+    }
+
+    pub fn contains(&self, peer: Rank) -> bool {
+        self.queued[peer as usize]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seq_space_wraps() {
+        let s = SeqSpace::new(8);
+        assert_eq!(s.add(255, 1), 0);
+        assert!(s.lt(250, 3));
+        assert!(!s.lt(3, 250));
+        assert!(!s.lt(7, 7));
+        assert_eq!(s.dist(250, 3), 9);
+        assert!(s.in_window(2, 250, 9));
+        assert!(!s.in_window(3, 250, 9));
+        let w = SeqSpace::new(32);
+        assert!(w.lt(u32::MAX, 0));
+        assert_eq!(w.add(u32::MAX, 2), 1);
+    }
+
+    #[test]
+    fn fragments_and_reassembles_out_of_order() {
+        let mut q = OutQueue::default();
+        let a: Bytes = (0..1000u32).map(|i| i as u8).collect::<Vec<_>>().into();
+        q.push(a.clone(), false);
+        q.push(Bytes::new(), true);
+        q.push(Bytes::from_static(b"xyz"), false);
+        assert_eq!(q.pending_packets(300), 4 + 1 + 1);
+        let mut frags = Vec::new();
+        while let Some(f) = q.next_fragment(300) {
+            frags.push(f);
+        }
+        assert_eq!(frags.len(), 6);
+        assert!(frags[4].first && frags[4].last && frags[4].notify);
+        frags.reverse();
+        let mut r = Reassembler::new(1 << 20);
+        let mut out = Vec::new();
+        for f in &frags {
+            r.add(f.msg, f.offset, f.total, &f.payload);
+            while let Some(m) = r.pop() {
+                out.push(m);
+            }
+        }
+        assert_eq!(out.len(), 3);
+        assert_eq!(out[0], (0, a.to_vec()));
+        assert_eq!(out[1], (1, vec![]));
+        assert_eq!(out[2], (2, b"xyz".to_vec()));
+        assert_eq!(r.held_bytes(), 0);
+    }
+
+    #[test]
+    fn reassembler_rejects_nonsense() {
+        let mut r = Reassembler::new(100);
+        assert_eq!(r.add(0, 0, 101, &[]), Added::Rejected);
+        assert_eq!(r.add(0, 90, 95, &[0; 10]), Added::Rejected);
+        assert_eq!(r.add(0, 0, 20, &[1; 10]), Added::Stored);
+        assert_eq!(r.add(0, 10, 30, &[1; 10]), Added::Rejected);
+        assert_eq!(r.add(0, 10, 20, &[2; 10]), Added::Ready);
+        assert_eq!(r.pop().unwrap().1.len(), 20);
+        assert_eq!(r.add(0, 0, 5, &[0; 5]), Added::Rejected, "stale id");
+    }
+
+    #[test]
+    fn rtt_converges_and_backs_off() {
+        let mut r = Rtt::new(10_000, 100, 1_000_000);
+        assert_eq!(r.rto(), 10_000);
+        for _ in 0..50 {
+            r.sample(1_000);
+        }
+        assert!(r.srtt() >= 990 && r.srtt() <= 1_010);
+        let base = r.rto();
+        r.back_off();
+        r.back_off();
+        assert_eq!(r.rto(), (base * 4).min(1_000_000));
+    }
+
+    #[test]
+    fn timers_give_earliest() {
+        let mut t = Timers::new(4);
+        t.set(1, 50);
+        t.set(2, 20);
+        t.set(1, 10);
+        assert_eq!(t.earliest(), Some(10));
+        assert_eq!(t.pop_expired(15), Some(1));
+        assert_eq!(t.pop_expired(15), None);
+        t.clear(2);
+        assert_eq!(t.earliest(), None);
+    }
+}

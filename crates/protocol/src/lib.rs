@@ -1,0 +1,196 @@
+//! bulkwire protocols: each turns unreliable datagrams into reliable, per-pair ordered
+//! message delivery, as a sans-IO state machine (DESIGN.md section 2). A protocol never
+//! touches a socket, a thread or a clock: the engine hands it decoded packets and the
+//! current time, and takes back packets to transmit, delivered messages and its next
+//! timer deadline. That is what lets the same code run over UDP, shared memory and a
+//! simulated network of thousands of nodes, deterministically.
+//!
+//! - [`wire`]: the packet format shared by all protocols;
+//! - [`utopia`]: no recovery at all (seed 000's ceiling);
+//! - `gbn`: ParaStation2's ACK/NACK go-back-N (seed 004);
+//! - `holefill`: BSPlib's hole-filling selective retransmission (seed 003);
+//! - [`common`]: what they share: fragmenting, reassembly, round-trip estimation.
+
+pub mod common;
+pub mod stats;
+pub mod utopia;
+pub mod wire;
+
+pub use stats::{PeerStats, Stats};
+pub use wire::{Header, Kind};
+
+use bytes::Bytes;
+
+/// A process's index in its job.
+pub type Rank = u32;
+
+/// Time in nanoseconds on the engine's clock (monotonic, or virtual in simulation).
+pub type Time = u64;
+
+/// Nanoseconds per microsecond / millisecond / second.
+pub const US: Time = 1_000;
+pub const MS: Time = 1_000_000;
+pub const SEC: Time = 1_000_000_000;
+
+/// Identifies a message within its ordered (sender, receiver) pair.
+pub type MsgId = u32;
+
+/// A packet for the engine to transmit. The engine fills in cookie and source, encodes the
+/// header with its CRC and hands header and payload to the link as one gathered datagram.
+#[derive(Clone, Debug)]
+pub struct Transmit {
+    pub hdr: Header,
+    /// The payload: a cheap slice of the message being sent (no copy).
+    pub payload: Bytes,
+}
+
+/// What a protocol reports to the layer above.
+#[derive(Debug)]
+pub enum Event {
+    /// A whole message from `from`, delivered exactly once and in per-pair order.
+    Message {
+        from: Rank,
+        id: MsgId,
+        data: Vec<u8>,
+    },
+    /// A message sent with `notify` has been acknowledged by its receiver.
+    Sent { to: Rank, id: MsgId },
+    /// RMPP only: a message from `from` waits for the receiver to [`Protocol::accept`] it.
+    /// `head` holds its first bytes (the upper layer's envelope).
+    Announce {
+        from: Rank,
+        id: MsgId,
+        total: u64,
+        head: Vec<u8>,
+    },
+}
+
+/// Errors a protocol reports to its caller.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum ProtoError {
+    #[error("rank {peer} is not in this job of {nprocs} processes")]
+    NoSuchPeer { peer: Rank, nprocs: u32 },
+    #[error("rank {peer} is this process; a protocol does not send to itself")]
+    SelfSend { peer: Rank },
+    #[error("message of {len} bytes exceeds the limit of {max} bytes")]
+    TooLarge { len: u64, max: u64 },
+    #[error("rank {peer} was declared dead; nothing more can be sent to it")]
+    PeerDead { peer: Rank },
+}
+
+/// Settings every protocol shares.
+#[derive(Clone, Debug)]
+pub struct Common {
+    pub rank: Rank,
+    pub nprocs: u32,
+    /// Largest payload per packet, for each peer (link datagram size minus the header).
+    pub max_payload: Vec<usize>,
+    /// Largest message accepted, sent or received.
+    pub max_message: u64,
+    /// First retransmission timeout, before any round trip has been measured.
+    pub rto_initial: Time,
+    /// Bounds of the retransmission timeout.
+    pub rto_min: Time,
+    pub rto_max: Time,
+}
+
+impl Common {
+    /// Defaults for a job of `nprocs` with the same payload size to every peer.
+    pub fn new(rank: Rank, nprocs: u32, max_payload: usize) -> Common {
+        Common {
+            rank,
+            nprocs,
+            max_payload: vec![max_payload; nprocs as usize],
+            max_message: 1 << 40,
+            rto_initial: 20 * MS,
+            rto_min: MS,
+            rto_max: SEC,
+        }
+    }
+
+    /// Checks that `peer` may be sent to.
+    pub fn check_peer(&self, peer: Rank) -> Result<(), ProtoError> {
+        if peer >= self.nprocs {
+            Err(ProtoError::NoSuchPeer {
+                peer,
+                nprocs: self.nprocs,
+            })
+        } else if peer == self.rank {
+            Err(ProtoError::SelfSend { peer })
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// A reliable-delivery protocol as a sans-IO state machine, for all the peers of one
+/// endpoint. The engine calls, in a loop: [`Protocol::handle`] for each packet received,
+/// [`Protocol::handle_timeout`] when [`Protocol::poll_timeout`] has passed,
+/// [`Protocol::poll_transmit`] to collect packets, [`Protocol::poll_event`] to collect
+/// deliveries.
+pub trait Protocol: Send {
+    /// Name as chosen by `BULKWIRE_PROTOCOL`.
+    fn name(&self) -> &'static str;
+
+    /// Queues `data` for `to`. With `notify`, an [`Event::Sent`] follows once the receiver
+    /// has acknowledged the whole message (the caller may then reuse what `data` borrowed).
+    fn send(&mut self, now: Time, to: Rank, data: Bytes, notify: bool)
+    -> Result<MsgId, ProtoError>;
+
+    /// Takes in one verified packet (the engine has checked CRC, cookie and addressing).
+    fn handle(&mut self, now: Time, hdr: &Header, payload: &[u8]);
+
+    /// Appends packets to transmit now to `out`, at most `max`. Piggybacked state (acks,
+    /// end of hole) is filled in here, at the last moment, so it is never stale.
+    fn poll_transmit(&mut self, now: Time, out: &mut Vec<Transmit>, max: usize);
+
+    /// The next event for the layer above, if any.
+    fn poll_event(&mut self) -> Option<Event>;
+
+    /// The earliest time at which [`Protocol::handle_timeout`] has work to do.
+    fn poll_timeout(&mut self) -> Option<Time>;
+
+    /// Runs the timers that are due at `now`.
+    fn handle_timeout(&mut self, now: Time);
+
+    /// Whether anything sent to `peer` is still unacknowledged (or queued).
+    fn outstanding(&self, peer: Rank) -> bool;
+
+    /// Statistics for `peer`.
+    fn peer_stats(&self, peer: Rank) -> PeerStats;
+
+    /// Forgets `peer` (declared dead): drops its queues and stops its timers.
+    fn close_peer(&mut self, peer: Rank);
+
+    /// The upper layer is waiting for data from `peer` (or has stopped waiting). A
+    /// protocol may use this to prod a silent sender (holefill) or to keep it alive.
+    fn expect(&mut self, _now: Time, _peer: Rank, _waiting: bool) {}
+
+    /// BSP: outgoing packets carry `colour` (the count of barriers passed, mod 256), and a
+    /// packet received with a later colour acknowledges implicitly everything sent under
+    /// earlier ones (seed 003 section 4.4). Protocols without the scheme ignore it.
+    fn set_colour(&mut self, _colour: u8) {}
+
+    /// BSP: the message most recently queued for `peer` ends this phase; its last packet
+    /// asks for an acknowledgement.
+    fn end_phase(&mut self, _peer: Rank) {}
+
+    /// RMPP: the upper layer has a receive posted for the announced message.
+    fn accept(&mut self, _now: Time, _from: Rank, _id: MsgId) {}
+}
+
+/// Builds a protocol by name, for `BULKWIRE_PROTOCOL`.
+pub fn by_name(name: &str, common: Common) -> Result<Box<dyn Protocol>, UnknownProtocol> {
+    match name {
+        "utopia" => Ok(Box::new(utopia::Utopia::new(common))),
+        other => Err(UnknownProtocol(other.to_string())),
+    }
+}
+
+/// The names [`by_name`] knows.
+pub const PROTOCOLS: &[&str] = &["utopia"];
+
+/// A protocol name that [`by_name`] does not know.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown protocol {0:?}; known: {list}", list = PROTOCOLS.join(", "))]
+pub struct UnknownProtocol(pub String);

@@ -1,0 +1,417 @@
+//! The bulkwire wire format: one fixed 64-byte header shared by every protocol,
+//! followed by the payload. See DESIGN.md section 3 and seed 003 section 4.3.
+//!
+//! ```text
+//!  0 magic u16 "BW"   2 version u8   3 kind u8   4 flags u8   5 colour u8   6 credit u16
+//!  8 cookie u32      12 src u32     16 dst u32
+//! 20 seq u32         24 ack u32     28 eoh u32
+//! 32 msg u32         36 len u32     40 offset u64   48 total u64
+//! 56 aux u32         60 crc32c u32 (over bytes 0..60 and the payload)
+//! ```
+//!
+//! All fields are little-endian. Decoding is total: every byte string yields either a
+//! header and its payload or a [`DropReason`]; nothing here allocates or panics.
+
+use std::fmt;
+
+/// Size of the fixed header in bytes.
+pub const HEADER_LEN: usize = 64;
+/// "BW" in little-endian.
+pub const MAGIC: u16 = u16::from_le_bytes(*b"BW");
+/// Wire version; bumped on any incompatible change.
+pub const VERSION: u8 = 1;
+
+const CRC_AT: usize = 60;
+
+/// What a packet is. Protocols use the subset they need.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Kind {
+    /// Sequenced data (a fragment of a message).
+    Data = 1,
+    /// Explicit acknowledgement (no payload).
+    Ack = 2,
+    /// Negative acknowledgement (gbn: reject; holefill: unused).
+    Nack = 3,
+    /// Holefill: "tell me where you are" from a receiver waiting for data.
+    Prod = 4,
+    /// RMPP: request to send (first packet of a message, carries its first bytes).
+    Rts = 5,
+    /// RMPP: clear to send (a matching receive is posted).
+    Cts = 6,
+    /// RMPP: request for missing packets.
+    Resend = 7,
+    /// RMPP: whole-message acknowledgement.
+    Fin = 8,
+    /// RMPP: close of the connection (acknowledges the Fin).
+    Close = 9,
+    /// Keep-alive / liveness probe, so silence can be told from death.
+    Ping = 10,
+    /// Answer to a [`Kind::Ping`].
+    Pong = 11,
+}
+
+impl Kind {
+    /// Decodes a kind byte; `None` for an unknown value.
+    pub fn from_u8(v: u8) -> Option<Kind> {
+        Some(match v {
+            1 => Kind::Data,
+            2 => Kind::Ack,
+            3 => Kind::Nack,
+            4 => Kind::Prod,
+            5 => Kind::Rts,
+            6 => Kind::Cts,
+            7 => Kind::Resend,
+            8 => Kind::Fin,
+            9 => Kind::Close,
+            10 => Kind::Ping,
+            11 => Kind::Pong,
+            _ => return None,
+        })
+    }
+}
+
+/// Header flag bits.
+pub mod flags {
+    /// The receiver should acknowledge this packet explicitly (seed 003 section 4.4).
+    pub const ACK_REQ: u8 = 1 << 0;
+    /// Last packet of a phase (superstep) to this peer.
+    pub const LAST_OF_PHASE: u8 = 1 << 1;
+    /// First fragment of a message.
+    pub const FIRST: u8 = 1 << 2;
+    /// Last fragment of a message.
+    pub const LAST: u8 = 1 << 3;
+    /// This packet is a retransmission.
+    pub const RETRANSMIT: u8 = 1 << 4;
+    /// Every flag bit this version knows; others make the packet malformed.
+    pub const KNOWN: u8 = ACK_REQ | LAST_OF_PHASE | FIRST | LAST | RETRANSMIT;
+}
+
+/// The decoded fixed header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub kind: Kind,
+    pub flags: u8,
+    /// Superstep colour (seed 003 section 4.4: alternating colours mark barriers).
+    pub colour: u8,
+    /// Protocol-specific credit (e.g. free receive buffers advertised).
+    pub credit: u16,
+    pub cookie: u32,
+    pub src: u32,
+    pub dst: u32,
+    pub seq: u32,
+    /// Piggybacked acknowledgement: highest in-order sequence received + 1 (next expected).
+    pub ack: u32,
+    /// End of hole: one past the last sequence held beyond the first gap (holefill).
+    pub eoh: u32,
+    /// Message number within the ordered pair.
+    pub msg: u32,
+    /// Payload length.
+    pub len: u32,
+    /// Byte offset of this payload within its message.
+    pub offset: u64,
+    /// Total length of the message this payload belongs to.
+    pub total: u64,
+    /// Protocol-specific word.
+    pub aux: u32,
+}
+
+impl Header {
+    /// A header of `kind` with every other field zero.
+    pub fn new(kind: Kind) -> Header {
+        Header {
+            kind,
+            flags: 0,
+            colour: 0,
+            credit: 0,
+            cookie: 0,
+            src: 0,
+            dst: 0,
+            seq: 0,
+            ack: 0,
+            eoh: 0,
+            msg: 0,
+            len: 0,
+            offset: 0,
+            total: 0,
+            aux: 0,
+        }
+    }
+
+    /// Whether `flag` is set.
+    #[inline]
+    pub fn has(&self, flag: u8) -> bool {
+        self.flags & flag != 0
+    }
+
+    /// Encodes the header for `payload`, computing the CRC over both. `self.len` is
+    /// overwritten with the payload length.
+    #[inline]
+    pub fn encode(&self, payload: &[u8]) -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
+        b[0..2].copy_from_slice(&MAGIC.to_le_bytes());
+        b[2] = VERSION;
+        b[3] = self.kind as u8;
+        b[4] = self.flags;
+        b[5] = self.colour;
+        b[6..8].copy_from_slice(&self.credit.to_le_bytes());
+        b[8..12].copy_from_slice(&self.cookie.to_le_bytes());
+        b[12..16].copy_from_slice(&self.src.to_le_bytes());
+        b[16..20].copy_from_slice(&self.dst.to_le_bytes());
+        b[20..24].copy_from_slice(&self.seq.to_le_bytes());
+        b[24..28].copy_from_slice(&self.ack.to_le_bytes());
+        b[28..32].copy_from_slice(&self.eoh.to_le_bytes());
+        b[32..36].copy_from_slice(&self.msg.to_le_bytes());
+        b[36..40].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        b[40..48].copy_from_slice(&self.offset.to_le_bytes());
+        b[48..56].copy_from_slice(&self.total.to_le_bytes());
+        b[56..60].copy_from_slice(&self.aux.to_le_bytes());
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&b[..CRC_AT]), payload);
+        b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Encodes header and payload into one contiguous datagram.
+    pub fn encode_to_vec(&self, payload: &[u8]) -> Vec<u8> {
+        let mut v = Vec::with_capacity(HEADER_LEN + payload.len());
+        v.extend_from_slice(&self.encode(payload));
+        v.extend_from_slice(payload);
+        v
+    }
+}
+
+/// Why a datagram was dropped before reaching a protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DropReason {
+    /// Shorter than a header.
+    Short,
+    /// Not a bulkwire packet at all.
+    BadMagic,
+    /// A bulkwire packet of another wire version.
+    BadVersion,
+    /// Unknown kind or flag bits.
+    Malformed,
+    /// Payload length field disagrees with the datagram.
+    BadLength,
+    /// CRC32C mismatch: corrupted on the way.
+    Crc,
+    /// Another job's packet (cookie mismatch).
+    Foreign,
+    /// Addressed to another rank, or from a rank outside the job.
+    Misaddressed,
+}
+
+impl DropReason {
+    /// Every reason, for reports.
+    pub const ALL: [DropReason; 8] = [
+        DropReason::Short,
+        DropReason::BadMagic,
+        DropReason::BadVersion,
+        DropReason::Malformed,
+        DropReason::BadLength,
+        DropReason::Crc,
+        DropReason::Foreign,
+        DropReason::Misaddressed,
+    ];
+
+    /// Stable index into counters.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for DropReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DropReason::Short => "short",
+            DropReason::BadMagic => "bad-magic",
+            DropReason::BadVersion => "bad-version",
+            DropReason::Malformed => "malformed",
+            DropReason::BadLength => "bad-length",
+            DropReason::Crc => "crc",
+            DropReason::Foreign => "foreign",
+            DropReason::Misaddressed => "misaddressed",
+        })
+    }
+}
+
+/// Counters of datagrams dropped by [`decode`], by reason.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DropCounts(pub [u64; 8]);
+
+impl DropCounts {
+    pub fn count(&mut self, r: DropReason) {
+        self.0[r.index()] += 1;
+    }
+    pub fn get(&self, r: DropReason) -> u64 {
+        self.0[r.index()]
+    }
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+    pub fn add(&mut self, o: &DropCounts) {
+        for (a, b) in self.0.iter_mut().zip(o.0.iter()) {
+            *a += b;
+        }
+    }
+}
+
+/// Who may legitimately send to us: our job's cookie, our rank, and the job size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Filter {
+    pub cookie: u32,
+    pub me: u32,
+    pub nprocs: u32,
+}
+
+#[inline]
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+#[inline]
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut x = [0u8; 8];
+    x.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(x)
+}
+
+/// Decodes and verifies one datagram. Checks, in order: length, magic, version, kind and
+/// flags, payload length, CRC, cookie, addressing. The CRC is checked before the cookie so
+/// that a corrupted packet of our own job counts as corruption, not as foreign.
+pub fn decode<'a>(dgram: &'a [u8], filter: &Filter) -> Result<(Header, &'a [u8]), DropReason> {
+    if dgram.len() < HEADER_LEN {
+        return Err(DropReason::Short);
+    }
+    if u16::from_le_bytes([dgram[0], dgram[1]]) != MAGIC {
+        return Err(DropReason::BadMagic);
+    }
+    if dgram[2] != VERSION {
+        return Err(DropReason::BadVersion);
+    }
+    let kind = Kind::from_u8(dgram[3]).ok_or(DropReason::Malformed)?;
+    let fl = dgram[4];
+    if fl & !flags::KNOWN != 0 {
+        return Err(DropReason::Malformed);
+    }
+    let len = u32_at(dgram, 36);
+    if len as usize != dgram.len() - HEADER_LEN {
+        return Err(DropReason::BadLength);
+    }
+    let payload = &dgram[HEADER_LEN..];
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&dgram[..CRC_AT]), payload);
+    if crc != u32_at(dgram, CRC_AT) {
+        return Err(DropReason::Crc);
+    }
+    let hdr = Header {
+        kind,
+        flags: fl,
+        colour: dgram[5],
+        credit: u16::from_le_bytes([dgram[6], dgram[7]]),
+        cookie: u32_at(dgram, 8),
+        src: u32_at(dgram, 12),
+        dst: u32_at(dgram, 16),
+        seq: u32_at(dgram, 20),
+        ack: u32_at(dgram, 24),
+        eoh: u32_at(dgram, 28),
+        msg: u32_at(dgram, 32),
+        len,
+        offset: u64_at(dgram, 40),
+        total: u64_at(dgram, 48),
+        aux: u32_at(dgram, 56),
+    };
+    if hdr.cookie != filter.cookie {
+        return Err(DropReason::Foreign);
+    }
+    if hdr.dst != filter.me || hdr.src >= filter.nprocs || hdr.src == filter.me {
+        return Err(DropReason::Misaddressed);
+    }
+    // A fragment must lie inside its message.
+    if hdr
+        .offset
+        .checked_add(len as u64)
+        .is_none_or(|end| end > hdr.total)
+        && kind == Kind::Data
+    {
+        return Err(DropReason::Malformed);
+    }
+    Ok((hdr, payload))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Header {
+        Header {
+            kind: Kind::Data,
+            flags: flags::FIRST | flags::ACK_REQ,
+            colour: 1,
+            credit: 77,
+            cookie: 0xdead_beef,
+            src: 3,
+            dst: 1,
+            seq: 42,
+            ack: 17,
+            eoh: 19,
+            msg: 9,
+            len: 0,
+            offset: 1000,
+            total: 1005,
+            aux: 5,
+        }
+    }
+
+    const F: Filter = Filter {
+        cookie: 0xdead_beef,
+        me: 1,
+        nprocs: 4,
+    };
+
+    #[test]
+    fn roundtrip() {
+        let h = sample();
+        let d = h.encode_to_vec(b"hello");
+        let (g, p) = decode(&d, &F).unwrap();
+        assert_eq!(p, b"hello");
+        assert_eq!(g, Header { len: 5, ..h });
+    }
+
+    #[test]
+    fn every_single_bit_flip_is_caught() {
+        let d = sample().encode_to_vec(b"hello");
+        for i in 0..d.len() * 8 {
+            let mut c = d.clone();
+            c[i / 8] ^= 1 << (i % 8);
+            assert!(decode(&c, &F).is_err(), "bit {i} flip accepted");
+        }
+    }
+
+    #[test]
+    fn reasons() {
+        let d = sample().encode_to_vec(b"hello");
+        assert_eq!(decode(&d[..10], &F), Err(DropReason::Short));
+        assert_eq!(decode(&d[..d.len() - 1], &F), Err(DropReason::BadLength));
+        let mut c = d.clone();
+        c[0] = 0;
+        assert_eq!(decode(&c, &F), Err(DropReason::BadMagic));
+        let mut c = d.clone();
+        c[2] = 9;
+        assert_eq!(decode(&c, &F), Err(DropReason::BadVersion));
+        let mut c = d.clone();
+        c[66] ^= 4;
+        assert_eq!(decode(&c, &F), Err(DropReason::Crc));
+        let other = Filter { cookie: 1, ..F };
+        assert_eq!(decode(&d, &other), Err(DropReason::Foreign));
+        let not_me = Filter { me: 2, ..F };
+        assert_eq!(decode(&d, &not_me), Err(DropReason::Misaddressed));
+        let small = Filter { nprocs: 3, ..F };
+        assert_eq!(decode(&d, &small), Err(DropReason::Misaddressed));
+        let mut h = sample();
+        h.offset = 1001; // 1001 + 5 > 1005
+        assert_eq!(
+            decode(&h.encode_to_vec(b"hello"), &F),
+            Err(DropReason::Malformed)
+        );
+    }
+}

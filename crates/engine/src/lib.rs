@@ -8,6 +8,7 @@
 
 pub mod endpoint;
 pub mod engine;
+pub mod sim;
 
 pub use endpoint::{Endpoint, EndpointConfig, Event};
 pub use engine::{Engine, WaitPolicy};

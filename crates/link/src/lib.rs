@@ -11,6 +11,7 @@
 
 pub mod batch;
 pub mod inproc;
+pub mod sim;
 
 pub use batch::{RxBatch, Tx};
 

@@ -1,0 +1,252 @@
+//! Deterministic simulation: many [`Endpoint`]s over a [`SimNet`], stepped in virtual time.
+//!
+//! The runner keeps an agenda of when each node next has work (a datagram in its buffer,
+//! a protocol timer, room again on a full uplink, or a call made by the test) and always
+//! advances to the earliest, so a run is a pure function of the configuration and seed.
+//! Nodes pay CPU time for what they process (see [`SimConfig`]), so a node flooded faster
+//! than it can read really overflows its receive buffer.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use bulkwire_link::sim::{SimConfig, SimNet};
+use bulkwire_link::{Link, Rank};
+use bulkwire_protocol::wire::HEADER_LEN;
+use bulkwire_protocol::{Common, MsgId, Protocol, Time};
+use bytes::Bytes;
+
+use crate::Error;
+use crate::endpoint::{Endpoint, EndpointConfig, Event};
+
+/// Why a simulation run stopped before its goal.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SimError {
+    #[error("nothing left to happen at {now} ns but the goal is not reached")]
+    Stalled { now: Time },
+    #[error("virtual time limit of {limit} ns reached")]
+    TimeLimit { limit: Time },
+    #[error("node {rank} failed: {msg}")]
+    Node { rank: Rank, msg: String },
+}
+
+struct Node {
+    ep: Endpoint,
+    busy_until: Time,
+    /// The time this node is scheduled for in the agenda, if any.
+    wake: Option<Time>,
+    inbox: Vec<Event>,
+}
+
+/// A simulated cluster: one endpoint per node of a [`SimNet`].
+pub struct SimCluster {
+    net: SimNet,
+    nodes: Vec<Node>,
+    agenda: BinaryHeap<Reverse<(Time, Rank)>>,
+    now: Time,
+    steps: u64,
+}
+
+impl SimCluster {
+    /// A cluster on `cfg` whose nodes run the protocol built by `make` from each node's
+    /// [`Common`] settings (payload size derived from the MTU).
+    pub fn new(
+        cfg: SimConfig,
+        ep_cfg: EndpointConfig,
+        mut make: impl FnMut(Common) -> Box<dyn Protocol>,
+    ) -> SimCluster {
+        let net = SimNet::new(cfg.clone());
+        let nodes = (0..cfg.nodes)
+            .map(|r| {
+                let link = net.link(r);
+                let common = Common::new(r, cfg.nodes, link.max_datagram(0) - HEADER_LEN);
+                Node {
+                    ep: Endpoint::new(Box::new(link), make(common), ep_cfg.clone()),
+                    busy_until: 0,
+                    wake: None,
+                    inbox: Vec::new(),
+                }
+            })
+            .collect();
+        SimCluster {
+            net,
+            nodes,
+            agenda: BinaryHeap::new(),
+            now: 0,
+            steps: 0,
+        }
+    }
+
+    /// A cluster running the protocol registered under `name`.
+    pub fn with_protocol(cfg: SimConfig, ep_cfg: EndpointConfig, name: &str) -> SimCluster {
+        SimCluster::new(cfg, ep_cfg, |c| {
+            bulkwire_protocol::by_name(name, c).expect("known protocol")
+        })
+    }
+
+    /// Current virtual time.
+    pub fn now(&self) -> Time {
+        self.now
+    }
+
+    /// Number of node steps taken so far.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// The network (statistics, faults).
+    pub fn net(&self) -> &SimNet {
+        &self.net
+    }
+
+    pub fn nodes(&self) -> u32 {
+        self.nodes.len() as u32
+    }
+
+    /// Node `rank`'s endpoint.
+    pub fn endpoint(&mut self, rank: Rank) -> &mut Endpoint {
+        &mut self.nodes[rank as usize].ep
+    }
+
+    /// Queues a message from `from` to `to` at the current time.
+    pub fn send(&mut self, from: Rank, to: Rank, data: Bytes) -> Result<MsgId, Error> {
+        let now = self.now;
+        let id = self.nodes[from as usize].ep.send(now, to, data, false)?;
+        self.wake(from, now);
+        Ok(id)
+    }
+
+    /// `rank` starts or stops waiting for data from `peer`.
+    pub fn expect(&mut self, rank: Rank, peer: Rank, waiting: bool) {
+        let now = self.now;
+        self.nodes[rank as usize].ep.expect(now, peer, waiting);
+        self.wake(rank, now);
+    }
+
+    /// Events delivered to `rank` so far, taken out.
+    pub fn take_events(&mut self, rank: Rank) -> Vec<Event> {
+        std::mem::take(&mut self.nodes[rank as usize].inbox)
+    }
+
+    /// Events delivered to `rank` so far, left in place.
+    pub fn events(&self, rank: Rank) -> &[Event] {
+        &self.nodes[rank as usize].inbox
+    }
+
+    /// Kills `rank`: it stops running and the network drops its traffic.
+    pub fn kill(&mut self, rank: Rank) {
+        self.net.kill(rank);
+        self.nodes[rank as usize].wake = None;
+    }
+
+    fn wake(&mut self, rank: Rank, at: Time) {
+        let n = &mut self.nodes[rank as usize];
+        let at = at.max(n.busy_until);
+        if n.wake.is_none_or(|w| at < w) {
+            n.wake = Some(at);
+            self.agenda.push(Reverse((at, rank)));
+        }
+    }
+
+    fn step_node(&mut self, rank: Rank) -> Result<(), SimError> {
+        if self.net.is_dead(rank) {
+            return Ok(());
+        }
+        let now = self.now;
+        let node = &mut self.nodes[rank as usize];
+        node.wake = None;
+        let prog = node.ep.step(now).map_err(|e| SimError::Node {
+            rank,
+            msg: e.to_string(),
+        })?;
+        self.steps += 1;
+        while let Some(e) = node.ep.poll_event() {
+            node.inbox.push(e);
+        }
+        node.busy_until = now + self.net.cpu_cost(prog.received, prog.sent);
+        let mut next = node.ep.next_deadline();
+        if node.ep.has_unsent() {
+            let ready = self.net.uplink_ready(rank).max(now + 1);
+            next = Some(next.map_or(ready, |t| t.min(ready)));
+        }
+        if self.net.has_input(rank) {
+            next = Some(node.busy_until.max(now + 1));
+        }
+        if let Some(t) = next {
+            self.wake(rank, t.max(now));
+        }
+        Ok(())
+    }
+
+    /// Runs until `done` holds (checked after every instant), the network and all nodes
+    /// fall idle, or virtual time passes `limit`. Returns the time the goal was reached.
+    pub fn run_until(
+        &mut self,
+        limit: Time,
+        mut done: impl FnMut(&mut SimCluster) -> bool,
+    ) -> Result<Time, SimError> {
+        loop {
+            if done(self) {
+                return Ok(self.now);
+            }
+            let Some(t) = self.next_time() else {
+                return Err(SimError::Stalled { now: self.now });
+            };
+            if t > limit {
+                return Err(SimError::TimeLimit { limit });
+            }
+            self.now = t.max(self.now);
+            for r in self.net.advance(self.now) {
+                let busy = self.nodes[r as usize].busy_until;
+                self.wake(r, busy.max(self.now));
+            }
+            while let Some(&Reverse((at, r))) = self.agenda.peek() {
+                if at > self.now {
+                    break;
+                }
+                self.agenda.pop();
+                if self.nodes[r as usize].wake == Some(at) {
+                    self.step_node(r)?;
+                }
+            }
+        }
+    }
+
+    /// Runs everything due up to time `t`, then sets the clock to `t` (even if nothing was
+    /// due), so that calls made next happen at `t`.
+    pub fn advance_to(&mut self, t: Time) -> Result<(), SimError> {
+        match self.run_until(t, |c| c.next_time().is_none_or(|n| n > t)) {
+            Ok(_) | Err(SimError::Stalled { .. }) => {
+                self.now = self.now.max(t);
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// When the next thing happens, if anything is scheduled.
+    pub fn next_time(&mut self) -> Option<Time> {
+        let node_next = loop {
+            match self.agenda.peek() {
+                Some(&Reverse((t, r))) if self.nodes[r as usize].wake != Some(t) => {
+                    self.agenda.pop();
+                }
+                Some(&Reverse((t, _))) => break Some(t),
+                None => break None,
+            }
+        };
+        match (self.net.next_event(), node_next) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Runs until nothing is left to happen (every message delivered and acknowledged,
+    /// or given up on), or `limit`.
+    pub fn run_to_quiescence(&mut self, limit: Time) -> Result<Time, SimError> {
+        match self.run_until(limit, |_| false) {
+            Err(SimError::Stalled { now }) => Ok(now),
+            Ok(t) => Ok(t),
+            Err(e) => Err(e),
+        }
+    }
+}

@@ -414,4 +414,27 @@ mod tests {
             Err(DropReason::Malformed)
         );
     }
+
+    proptest::proptest! {
+        /// Decoding is total: arbitrary bytes, and valid packets with arbitrary damage,
+        /// give a packet or a drop reason; never a panic. Whatever decodes re-encodes to
+        /// the same bytes.
+        #[test]
+        fn decode_is_total(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+                           flips in proptest::collection::vec((0usize..200, 0u8..8), 0..4),
+                           payload in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..100)) {
+            let _ = decode(&bytes, &F);
+            let mut h = sample();
+            h.total = h.offset + payload.len() as u64;
+            let mut d = h.encode_to_vec(&payload);
+            for (at, bit) in &flips {
+                let n = d.len();
+                d[at % n] ^= 1 << bit;
+            }
+            match decode(&d, &F) {
+                Ok((g, p)) => proptest::prop_assert_eq!(g.encode_to_vec(p), d),
+                Err(_) => proptest::prop_assert!(!flips.is_empty()),
+            }
+        }
+    }
 }

@@ -4,14 +4,18 @@
 //! a budget; when processes outnumber cores it yields the CPU while spinning, so the peer
 //! it waits for can run.
 
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bulkwire_link::Rank;
-use bulkwire_protocol::{MsgId, Time};
+use bulkwire_protocol::wire::DropCounts;
+use bulkwire_protocol::{MsgId, PeerStats, Time};
 use bytes::Bytes;
 
 use crate::Error;
 use crate::endpoint::{Endpoint, Event, Progress};
+use crate::transport::{Transport, Waker};
 
 /// How a waiting caller spends its time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,11 +51,41 @@ impl Default for WaitPolicy {
     }
 }
 
-/// An [`Endpoint`] driven on the monotonic clock.
+/// An `eventfd` that another thread writes to end a `poll` early.
+struct WakeFd(OwnedFd);
+
+impl WakeFd {
+    fn new() -> std::io::Result<WakeFd> {
+        // SAFETY: eventfd has no memory-safety preconditions; the result is checked.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: fd is a fresh descriptor we own.
+        Ok(WakeFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    fn wake(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a valid u64 to our own eventfd. A full counter
+        // (EAGAIN) already means "woken", so the result is irrelevant.
+        unsafe { libc::write(self.0.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    fn drain(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reads 8 bytes into a valid u64 from our own non-blocking eventfd.
+        unsafe { libc::read(self.0.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+    }
+}
+
+/// An [`Endpoint`] driven on the monotonic clock: the [`Transport`] of a protocol over a
+/// link.
 pub struct Engine {
     ep: Endpoint,
     epoch: Instant,
     policy: WaitPolicy,
+    wake: Arc<WakeFd>,
 }
 
 impl Engine {
@@ -60,25 +94,8 @@ impl Engine {
             ep,
             epoch: Instant::now(),
             policy,
+            wake: Arc::new(WakeFd::new().expect("eventfd")),
         }
-    }
-
-    /// Nanoseconds since the engine started.
-    #[inline]
-    pub fn now(&self) -> Time {
-        self.epoch.elapsed().as_nanos() as Time
-    }
-
-    pub fn rank(&self) -> Rank {
-        self.ep.rank()
-    }
-
-    pub fn nprocs(&self) -> u32 {
-        self.ep.nprocs()
-    }
-
-    pub fn policy(&self) -> WaitPolicy {
-        self.policy
     }
 
     /// The endpoint, for statistics and protocol hooks.
@@ -86,89 +103,142 @@ impl Engine {
         &mut self.ep
     }
 
-    /// Queues a message and pushes out what the link takes now.
-    pub fn send(&mut self, to: Rank, data: Bytes, notify: bool) -> Result<MsgId, Error> {
-        let now = self.now();
-        let id = self.ep.send(now, to, data, notify)?;
-        self.ep.step(now)?;
-        Ok(id)
-    }
-
-    /// One step of progress without waiting.
-    pub fn progress(&mut self) -> Result<Progress, Error> {
-        let now = self.now();
-        self.ep.step(now)
-    }
-
-    /// Drives the endpoint until `f` returns `Some`, spinning then blocking, for at most
-    /// `timeout` (`None`: no limit; dead peers still end the wait through `f` seeing
-    /// [`Event::PeerDead`]).
-    pub fn wait_for<T>(
-        &mut self,
-        timeout: Option<Duration>,
-        mut f: impl FnMut(&mut Endpoint) -> Option<T>,
-    ) -> Result<T, Error> {
-        let start = self.now();
-        let limit = timeout.map(|t| start + t.as_nanos() as Time);
-        let spin = self.policy.spin.as_nanos() as Time;
-        let mut idle_since = start;
-        loop {
-            if let Some(x) = f(&mut self.ep) {
-                return Ok(x);
-            }
-            let now = self.now();
-            let prog = self.ep.step(now)?;
-            if let Some(x) = f(&mut self.ep) {
-                return Ok(x);
-            }
-            if let Some(l) = limit
-                && now >= l
-            {
-                return Err(Error::Timeout(timeout.unwrap()));
-            }
-            if prog.any() {
-                idle_since = now;
-                continue;
-            }
-            if now - idle_since < spin || self.ep.has_unsent() {
-                if self.policy.yield_cpu {
-                    std::thread::yield_now();
-                } else {
-                    std::hint::spin_loop();
-                }
-                continue;
-            }
-            let until = match (self.ep.next_deadline(), limit) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-            let wait = until.map(|t| Duration::from_nanos(t.saturating_sub(now)));
-            self.ep.link().wait(wait)?;
-            idle_since = self.now();
-        }
-    }
-
-    /// The next event, waiting for it.
-    pub fn next_event(&mut self, timeout: Option<Duration>) -> Result<Event, Error> {
-        self.wait_for(timeout, |ep| ep.poll_event())
-    }
-
-    /// The next message from `from`, waiting for it; other events are returned in order
-    /// before it. A death of `from` ends the wait with an error.
+    /// The next message from `from`, waiting for it; other events that come first are
+    /// returned first. A death of `from` ends the wait with an error.
     pub fn recv_from(&mut self, from: Rank, timeout: Option<Duration>) -> Result<Event, Error> {
-        let now = self.now();
-        self.ep.expect(now, from, true);
+        self.expect(from, true);
         let r = self.next_event(timeout);
-        let now = self.now();
-        self.ep.expect(now, from, false);
+        self.expect(from, false);
         match r? {
             Event::PeerDead { peer, silent_for } => Err(Error::PeerDead { peer, silent_for }),
             e => Ok(e),
         }
     }
+}
 
-    /// Waits until everything sent has been acknowledged (or its peer declared dead).
-    pub fn flush(&mut self, timeout: Option<Duration>) -> Result<(), Error> {
-        self.wait_for(timeout, |ep| (!ep.busy()).then_some(()))
+impl Transport for Engine {
+    fn rank(&self) -> Rank {
+        self.ep.rank()
+    }
+
+    fn nprocs(&self) -> u32 {
+        self.ep.nprocs()
+    }
+
+    fn protocol_name(&self) -> &'static str {
+        self.ep.protocol_name()
+    }
+
+    #[inline]
+    fn now(&self) -> Time {
+        self.epoch.elapsed().as_nanos() as Time
+    }
+
+    fn send(&mut self, to: Rank, data: Bytes, notify: bool) -> Result<MsgId, Error> {
+        let now = self.now();
+        let id = self.ep.send(now, to, data, notify)?;
+        // Push it out at once: the caller may compute for a long time before coming back.
+        self.ep.step(now)?;
+        Ok(id)
+    }
+
+    fn step(&mut self) -> Result<Progress, Error> {
+        let now = self.now();
+        self.ep.step(now)
+    }
+
+    fn poll_event(&mut self) -> Option<Event> {
+        self.ep.poll_event()
+    }
+
+    fn block(&mut self, timeout: Option<Duration>) -> Result<(), Error> {
+        let now = self.now();
+        let mut until = self.ep.next_deadline();
+        if let Some(t) = timeout {
+            let l = now + t.as_nanos() as Time;
+            until = Some(until.map_or(l, |u| u.min(l)));
+        }
+        let wait = until.map(|t| Duration::from_nanos(t.saturating_sub(now)));
+        match self.ep.link().poll_fd() {
+            Some(fd) => {
+                let mut fds = [
+                    libc::pollfd {
+                        fd,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    },
+                    libc::pollfd {
+                        fd: self.wake.0.as_raw_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    },
+                ];
+                let ms = wait.map_or(-1, |w| {
+                    w.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
+                });
+                // SAFETY: fds is a valid array of two pollfd structures.
+                let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+                if r < 0 {
+                    let e = std::io::Error::last_os_error();
+                    if e.kind() != std::io::ErrorKind::Interrupted {
+                        return Err(e.into());
+                    }
+                }
+                if fds[1].revents != 0 {
+                    self.wake.drain();
+                }
+            }
+            // Links without a descriptor wait in short slices so a waker is noticed soon.
+            None => {
+                let slice = Duration::from_millis(1);
+                self.ep
+                    .link()
+                    .wait(Some(wait.map_or(slice, |w| w.min(slice))))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn waker(&self) -> Waker {
+        let w = self.wake.clone();
+        Arc::new(move || w.wake())
+    }
+
+    fn has_unsent(&self) -> bool {
+        self.ep.has_unsent()
+    }
+
+    fn busy(&self) -> bool {
+        self.ep.busy()
+    }
+
+    fn expect(&mut self, peer: Rank, waiting: bool) {
+        let now = self.now();
+        self.ep.expect(now, peer, waiting);
+    }
+
+    fn set_colour(&mut self, colour: u8) {
+        self.ep.protocol().set_colour(colour);
+    }
+
+    fn end_phase(&mut self, peer: Rank) {
+        self.ep.protocol().end_phase(peer);
+    }
+
+    fn accept(&mut self, from: Rank, id: MsgId) {
+        let now = self.now();
+        self.ep.protocol().accept(now, from, id);
+    }
+
+    fn peer_stats(&self, peer: Rank) -> PeerStats {
+        self.ep.peer_stats(peer)
+    }
+
+    fn drops(&self) -> DropCounts {
+        self.ep.drops()
+    }
+
+    fn policy(&self) -> WaitPolicy {
+        self.policy
     }
 }

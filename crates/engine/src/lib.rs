@@ -8,10 +8,13 @@
 
 pub mod endpoint;
 pub mod engine;
+pub mod progress;
 pub mod sim;
+pub mod transport;
 
 pub use endpoint::{Endpoint, EndpointConfig, Event};
 pub use engine::{Engine, WaitPolicy};
+pub use transport::{Transport, Waker};
 
 use bulkwire_link::Rank;
 

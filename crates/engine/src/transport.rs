@@ -1,0 +1,191 @@
+//! Where the engine meets the layers above: reliable, per-pair ordered messages between
+//! the ranks of a job. A protocol over a link ([`crate::Engine`]) is one implementation;
+//! kernel TCP is another. Point-to-point messaging, BSP and collectives see only this.
+
+use std::time::Duration;
+
+use bulkwire_link::Rank;
+use bulkwire_protocol::wire::DropCounts;
+use bulkwire_protocol::{MsgId, PeerStats, Time};
+use bytes::Bytes;
+
+use crate::endpoint::{Event, Progress};
+use crate::{Error, WaitPolicy};
+
+/// Reliable messages between the ranks of a job.
+pub trait Transport: Send {
+    fn rank(&self) -> Rank;
+    fn nprocs(&self) -> u32;
+
+    /// Name of the protocol (for reports).
+    fn protocol_name(&self) -> &'static str;
+
+    /// Nanoseconds on the transport's clock.
+    fn now(&self) -> Time;
+
+    /// Queues `data` for `to`; with `notify`, an [`Event::Sent`] follows its acknowledgement.
+    fn send(&mut self, to: Rank, data: Bytes, notify: bool) -> Result<MsgId, Error>;
+
+    /// Does what can be done now without waiting.
+    fn step(&mut self) -> Result<Progress, Error>;
+
+    /// The next event, if one is ready.
+    fn poll_event(&mut self) -> Option<Event>;
+
+    /// Sleeps until input may be ready, a timer is due, or `timeout` passes; returns early
+    /// when [`Transport::waker`]'s function is called from another thread.
+    fn block(&mut self, timeout: Option<Duration>) -> Result<(), Error>;
+
+    /// A function any thread may call to end a concurrent [`Transport::block`] early.
+    fn waker(&self) -> Waker;
+
+    /// Whether packets wait for room in the network (then blocking would stall them).
+    fn has_unsent(&self) -> bool;
+
+    /// Whether anything sent is still unacknowledged or unsent.
+    fn busy(&self) -> bool;
+
+    /// The caller waits (or stops waiting) for data from `peer`.
+    fn expect(&mut self, peer: Rank, waiting: bool);
+
+    /// BSP hooks, see [`bulkwire_protocol::Protocol::set_colour`] and `end_phase`.
+    fn set_colour(&mut self, _colour: u8) {}
+    fn end_phase(&mut self, _peer: Rank) {}
+
+    /// RMPP: accept an announced message.
+    fn accept(&mut self, _from: Rank, _id: MsgId) {}
+
+    /// Statistics for `peer`.
+    fn peer_stats(&self, peer: Rank) -> PeerStats;
+
+    /// Datagrams dropped before reaching the protocol (corrupt, foreign...).
+    fn drops(&self) -> DropCounts {
+        DropCounts::default()
+    }
+
+    /// How waiting callers spend their time.
+    fn policy(&self) -> WaitPolicy;
+
+    /// Drives the transport until `f` returns `Some`, spinning then blocking (see
+    /// [`WaitPolicy`]), for at most `timeout`.
+    fn wait_for<T>(
+        &mut self,
+        timeout: Option<Duration>,
+        mut f: impl FnMut(&mut Self) -> Option<T>,
+    ) -> Result<T, Error>
+    where
+        Self: Sized,
+    {
+        let policy = self.policy();
+        let start = self.now();
+        let limit = timeout.map(|t| start + t.as_nanos() as Time);
+        let spin = policy.spin.as_nanos() as Time;
+        let mut idle_since = start;
+        loop {
+            if let Some(x) = f(self) {
+                return Ok(x);
+            }
+            let prog = self.step()?;
+            if let Some(x) = f(self) {
+                return Ok(x);
+            }
+            let now = self.now();
+            if let Some(l) = limit
+                && now >= l
+            {
+                return Err(Error::Timeout(timeout.unwrap_or_default()));
+            }
+            if prog.any() {
+                idle_since = now;
+                continue;
+            }
+            if now - idle_since < spin || self.has_unsent() {
+                if policy.yield_cpu {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+                continue;
+            }
+            let wait = limit.map(|l| Duration::from_nanos(l.saturating_sub(now)));
+            self.block(wait)?;
+            idle_since = self.now();
+        }
+    }
+
+    /// The next event, waiting for it.
+    fn next_event(&mut self, timeout: Option<Duration>) -> Result<Event, Error>
+    where
+        Self: Sized,
+    {
+        self.wait_for(timeout, |t| t.poll_event())
+    }
+
+    /// Waits until everything sent has been acknowledged.
+    fn flush(&mut self, timeout: Option<Duration>) -> Result<(), Error>
+    where
+        Self: Sized,
+    {
+        self.wait_for(timeout, |t| (!t.busy()).then_some(()))
+    }
+}
+
+/// Ends a concurrent [`Transport::block`]; cheap to clone and call from any thread.
+pub type Waker = std::sync::Arc<dyn Fn() + Send + Sync>;
+
+impl<T: Transport + ?Sized> Transport for Box<T> {
+    fn rank(&self) -> Rank {
+        (**self).rank()
+    }
+    fn nprocs(&self) -> u32 {
+        (**self).nprocs()
+    }
+    fn protocol_name(&self) -> &'static str {
+        (**self).protocol_name()
+    }
+    fn now(&self) -> Time {
+        (**self).now()
+    }
+    fn send(&mut self, to: Rank, data: Bytes, notify: bool) -> Result<MsgId, Error> {
+        (**self).send(to, data, notify)
+    }
+    fn step(&mut self) -> Result<Progress, Error> {
+        (**self).step()
+    }
+    fn poll_event(&mut self) -> Option<Event> {
+        (**self).poll_event()
+    }
+    fn block(&mut self, timeout: Option<Duration>) -> Result<(), Error> {
+        (**self).block(timeout)
+    }
+    fn waker(&self) -> Waker {
+        (**self).waker()
+    }
+    fn has_unsent(&self) -> bool {
+        (**self).has_unsent()
+    }
+    fn busy(&self) -> bool {
+        (**self).busy()
+    }
+    fn expect(&mut self, peer: Rank, waiting: bool) {
+        (**self).expect(peer, waiting)
+    }
+    fn set_colour(&mut self, colour: u8) {
+        (**self).set_colour(colour)
+    }
+    fn end_phase(&mut self, peer: Rank) {
+        (**self).end_phase(peer)
+    }
+    fn accept(&mut self, from: Rank, id: MsgId) {
+        (**self).accept(from, id)
+    }
+    fn peer_stats(&self, peer: Rank) -> PeerStats {
+        (**self).peer_stats(peer)
+    }
+    fn drops(&self) -> DropCounts {
+        (**self).drops()
+    }
+    fn policy(&self) -> WaitPolicy {
+        (**self).policy()
+    }
+}

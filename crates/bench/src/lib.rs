@@ -1,0 +1,6 @@
+//! Measurement kernels (ping-pong, streaming) and the statistics the reports print:
+//! OSU methodology (warm-up, iterations, a window of 64 for bandwidth, powers of two) and
+//! the Hockney fit t(n) = t0 + n / r_inf with n_1/2 = t0 * r_inf.
+
+pub mod kernels;
+pub mod stats;

@@ -1,0 +1,132 @@
+//! Summary statistics and fits.
+
+/// Summary of a sample.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Summary {
+    pub n: usize,
+    pub min: f64,
+    pub max: f64,
+    pub mean: f64,
+    pub median: f64,
+    /// Sample standard deviation.
+    pub std_dev: f64,
+}
+
+impl Summary {
+    /// Summarises `xs` (which must not be empty).
+    pub fn of(xs: &[f64]) -> Summary {
+        assert!(!xs.is_empty(), "summary of nothing");
+        let mut v = xs.to_vec();
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let mean = v.iter().sum::<f64>() / n as f64;
+        let var = if n > 1 {
+            v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (n - 1) as f64
+        } else {
+            0.0
+        };
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
+        Summary {
+            n,
+            min: v[0],
+            max: v[n - 1],
+            mean,
+            median,
+            std_dev: var.sqrt(),
+        }
+    }
+}
+
+/// A least-squares line y = a + b x.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Line {
+    pub a: f64,
+    pub b: f64,
+    /// Coefficient of determination.
+    pub r2: f64,
+}
+
+/// Fits y = a + b x by ordinary least squares. `None` with fewer than two distinct x.
+pub fn fit_line(pts: &[(f64, f64)]) -> Option<Line> {
+    let n = pts.len() as f64;
+    if pts.len() < 2 {
+        return None;
+    }
+    let mx = pts.iter().map(|p| p.0).sum::<f64>() / n;
+    let my = pts.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxx: f64 = pts.iter().map(|p| (p.0 - mx) * (p.0 - mx)).sum();
+    if sxx == 0.0 {
+        return None;
+    }
+    let sxy: f64 = pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    let b = sxy / sxx;
+    let a = my - b * mx;
+    let ss_tot: f64 = pts.iter().map(|p| (p.1 - my) * (p.1 - my)).sum();
+    let ss_res: f64 = pts.iter().map(|p| (p.1 - a - b * p.0).powi(2)).sum();
+    let r2 = if ss_tot == 0.0 {
+        1.0
+    } else {
+        1.0 - ss_res / ss_tot
+    };
+    Some(Line { a, b, r2 })
+}
+
+/// Hockney's model of a message transfer: t(n) = t0 + n / r_inf.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Hockney {
+    /// Start-up time, seconds.
+    pub t0: f64,
+    /// Asymptotic bandwidth, bytes per second.
+    pub r_inf: f64,
+    /// Message size reaching half of r_inf, bytes: t0 * r_inf.
+    pub n_half: f64,
+}
+
+/// Fits Hockney's model to (bytes, seconds) points: time against size by least squares.
+/// `None` when the fit is degenerate (no positive slope).
+pub fn hockney(pts: &[(f64, f64)]) -> Option<Hockney> {
+    let l = fit_line(pts)?;
+    if l.b <= 0.0 {
+        return None;
+    }
+    let t0 = l.a.max(0.0);
+    let r_inf = 1.0 / l.b;
+    Some(Hockney {
+        t0,
+        r_inf,
+        n_half: t0 * r_inf,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_of_known_sample() {
+        let s = Summary::of(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]);
+        assert_eq!((s.min, s.max, s.mean, s.median), (2.0, 9.0, 5.0, 4.5));
+        assert!((s.std_dev - 2.138).abs() < 1e-3);
+    }
+
+    #[test]
+    fn hockney_recovers_its_parameters() {
+        // t0 = 10 us, r_inf = 1 GB/s.
+        let pts: Vec<(f64, f64)> = (0..12)
+            .map(|k| {
+                let n = (1u64 << k) as f64 * 1024.0;
+                (n, 10e-6 + n / 1e9)
+            })
+            .collect();
+        let h = hockney(&pts).unwrap();
+        assert!((h.t0 - 10e-6).abs() < 1e-9);
+        assert!((h.r_inf - 1e9).abs() / 1e9 < 1e-9);
+        assert!((h.n_half - 10_000.0).abs() < 1e-3);
+        assert!(hockney(&[(1.0, 1.0)]).is_none());
+        assert!(hockney(&[(1.0, 2.0), (2.0, 1.0)]).is_none());
+    }
+}

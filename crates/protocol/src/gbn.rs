@@ -7,8 +7,8 @@
 //!
 //! # Send buffers (the paper's Figure 3)
 //!
-//! Each peer has a ring of `window` send slots, one per sequence number in flight, in
-//! one of the states of [`SlotState`]:
+//! Each peer has `window` send slots, one per sequence number in flight, in one of the
+//! states of [`SlotState`]:
 //!
 //! ```text
 //!   IDLE --store packet (host)--> READY --send--> INTRANSIT --ACK--> IDLE
@@ -18,9 +18,10 @@
 //! ```
 //!
 //! "Store packet" is the host cutting the next fragment of a queued message
-//! ([`OutQueue`], a `Bytes` slice, no copy) into an idle slot. Slots are transmitted in
-//! sequence order, so after a go-back the RETRANSMIT slots (all of them older) leave
-//! before any READY one.
+//! ([`OutQueue`], a `Bytes` slice, no copy) into an idle slot. Only non-idle slots are
+//! stored, oldest first, so memory follows what is in flight, not the configured window.
+//! Slots are transmitted in sequence order, so after a go-back the RETRANSMIT slots (all
+//! of them older) leave before any READY one.
 //!
 //! # Receive rule (the paper's Table 1)
 //!
@@ -217,7 +218,7 @@ pub enum SlotState {
     Retransmit,
 }
 
-/// One send slot: a fragment and its transmission record.
+/// One non-idle send slot: a fragment and its transmission record.
 struct Slot {
     state: SlotState,
     msg: MsgId,
@@ -233,35 +234,16 @@ struct Slot {
     sent_at: Time,
 }
 
-impl Slot {
-    const IDLE: Slot = Slot {
-        state: SlotState::Idle,
-        msg: 0,
-        offset: 0,
-        total: 0,
-        payload: Bytes::new(),
-        first: false,
-        last: false,
-        notify: false,
-        attempts: 0,
-        sent_at: 0,
-    };
-}
-
 /// Everything kept per peer: its send ring and its receive position.
 struct Peer {
     out: OutQueue,
-    /// `window` slots once anything was sent to the peer (allocated lazily so a large job
-    /// costs nothing for peers never addressed).
-    ring: Vec<Slot>,
-    /// Ring index of the oldest unacknowledged slot (sequence `una`).
-    head: usize,
-    /// Non-idle slots, from `head` on.
-    len: usize,
-    /// Offset from `head` of the next slot to transmit. Slots before it are INTRANSIT;
-    /// slots from it to `len` are RETRANSMIT (older) or READY (newer).
+    /// The non-idle send slots, at most `window`, oldest (sequence `una`) first; the
+    /// window's other slots are IDLE.
+    slots: VecDeque<Slot>,
+    /// Index in `slots` of the next one to transmit. Slots before it are INTRANSIT; slots
+    /// from it on are RETRANSMIT (older) or READY (newer).
     cursor: usize,
-    /// Sequence number of the slot at `head`.
+    /// Sequence number of `slots[0]`.
     una: u32,
     rtt: Rtt,
     /// Receiver: next expected sequence number and the position it must carry.
@@ -311,9 +293,7 @@ impl Gbn {
         let peers = (0..c.nprocs)
             .map(|_| Peer {
                 out: OutQueue::default(),
-                ring: Vec::new(),
-                head: 0,
-                len: 0,
+                slots: VecDeque::new(),
                 cursor: 0,
                 una: 0,
                 rtt: Rtt::new(c.rto_initial, c.rto_min, c.rto_max),
@@ -350,11 +330,16 @@ impl Gbn {
         &self.cfg
     }
 
-    /// States of `peer`'s send slots, oldest sequence number first (diagnostics, tests).
+    /// States of `peer`'s `window` send slots, oldest sequence number first
+    /// (diagnostics and tests: it allocates).
     pub fn send_slots(&self, peer: Rank) -> Vec<SlotState> {
         let p = &self.peers[peer as usize];
-        let w = p.ring.len();
-        (0..w).map(|i| p.ring[(p.head + i) % w].state).collect()
+        let idle = self.cfg.window as usize - p.slots.len();
+        p.slots
+            .iter()
+            .map(|s| s.state)
+            .chain(std::iter::repeat_n(SlotState::Idle, idle))
+            .collect()
     }
 
     /// Receive slots free now.
@@ -376,19 +361,11 @@ impl Gbn {
         let mp = self.c.max_payload[to as usize].max(1);
         let w = self.cfg.window as usize;
         let p = &mut self.peers[to as usize];
-        if p.ring.is_empty() {
-            if p.out.is_empty() {
-                return;
-            }
-            p.ring = (0..w).map(|_| Slot::IDLE).collect();
-        }
-        while p.len < w {
+        while p.slots.len() < w {
             let Some(f) = p.out.next_fragment(mp) else {
                 break;
             };
-            let s = &mut p.ring[(p.head + p.len) % w];
-            debug_assert_eq!(s.state, SlotState::Idle);
-            *s = Slot {
+            p.slots.push_back(Slot {
                 state: SlotState::Ready,
                 msg: f.msg,
                 offset: f.offset,
@@ -399,15 +376,15 @@ impl Gbn {
                 notify: f.notify,
                 attempts: 0,
                 sent_at: 0,
-            };
-            p.len += 1;
+            });
         }
     }
 
     /// Puts `to` on the ready list if it has a slot to transmit or one to fill.
     fn wake(&mut self, to: Rank) {
         let p = &self.peers[to as usize];
-        if p.cursor < p.len || (!p.out.is_empty() && p.len < self.cfg.window as usize) {
+        let n = p.slots.len();
+        if p.cursor < n || (!p.out.is_empty() && n < self.cfg.window as usize) {
             self.ready.insert(to);
         }
     }
@@ -416,9 +393,7 @@ impl Gbn {
     /// first unacknowledged one.
     fn go_back(&mut self, to: Rank) {
         let p = &mut self.peers[to as usize];
-        let w = p.ring.len();
-        for i in 0..p.cursor {
-            let s = &mut p.ring[(p.head + i) % w];
+        for s in p.slots.iter_mut().take(p.cursor) {
             debug_assert_eq!(s.state, SlotState::InTransit);
             s.state = SlotState::Retransmit;
         }
@@ -429,18 +404,14 @@ impl Gbn {
     /// Releases the `n` oldest slots (ACK: -> IDLE), reporting messages fully sent.
     fn release(&mut self, now: Time, to: Rank, n: usize) {
         let p = &mut self.peers[to as usize];
-        let w = p.ring.len();
-        for _ in 0..n {
-            let s = &mut p.ring[p.head];
+        for s in p.slots.drain(..n) {
+            // INTRANSIT (or RETRANSMIT) -> IDLE: the slot and its payload reference go.
             if s.last && s.notify {
                 self.events.push_back(Event::Sent { to, id: s.msg });
             }
-            *s = Slot::IDLE;
-            p.head = (p.head + 1) % w;
-            p.len -= 1;
-            p.una = self.space.add(p.una, 1);
             p.stats.acked += 1;
         }
+        p.una = self.space.add(p.una, n as u32);
         p.cursor = p.cursor.saturating_sub(n);
         // The timer covers the oldest packet in transit; RETRANSMIT and READY slots re-arm
         // it when they are sent.
@@ -547,7 +518,7 @@ impl Gbn {
         p.stats.control_received += 1;
         p.stats.acks_received += 1;
         let i = self.space.dist(p.una, hdr.seq) as usize;
-        if !in_space || i >= p.len {
+        if !in_space || i >= p.slots.len() {
             // "<": a duplicate ACK for a slot already released (or an ACK for nothing).
             return;
         }
@@ -556,7 +527,7 @@ impl Gbn {
             // older slot times out, is resent, and both get acknowledged again.
             return;
         }
-        let s = &p.ring[(p.head + i) % p.ring.len()];
+        let s = &p.slots[i];
         if s.state == SlotState::Ready || s.msg != hdr.msg || s.offset != hdr.offset {
             // Not what this slot holds: a stale ACK from an earlier lap of the space.
             return;
@@ -574,10 +545,10 @@ impl Gbn {
         p.stats.control_received += 1;
         p.stats.nacks_received += 1;
         let i = self.space.dist(p.una, hdr.seq) as usize;
-        if !in_space || i >= p.len {
+        if !in_space || i >= p.slots.len() {
             return;
         }
-        let s = &p.ring[(p.head + i) % p.ring.len()];
+        let s = &p.slots[i];
         if s.state == SlotState::InTransit
             && s.attempts == hdr.aux
             && s.msg == hdr.msg
@@ -593,14 +564,13 @@ impl Gbn {
     fn next_data(&mut self, now: Time, to: Rank) -> Option<Transmit> {
         self.fill(to);
         let p = &mut self.peers[to as usize];
-        if p.closed || p.cursor >= p.len {
+        if p.closed || p.cursor >= p.slots.len() {
             return None;
         }
-        let w = p.ring.len();
         let k = p.cursor;
         let seq = self.space.add(p.una, k as u32);
         let rto = p.rtt.rto();
-        let s = &mut p.ring[(p.head + k) % w];
+        let s = &mut p.slots[k];
         debug_assert!(matches!(s.state, SlotState::Ready | SlotState::Retransmit));
         s.attempts = s.attempts.saturating_add(1);
         s.state = SlotState::InTransit;
@@ -732,7 +702,7 @@ impl Protocol for Gbn {
 
     fn outstanding(&self, peer: Rank) -> bool {
         let p = &self.peers[peer as usize];
-        p.len > 0 || !p.out.is_empty()
+        !p.slots.is_empty() || !p.out.is_empty()
     }
 
     fn peer_stats(&self, peer: Rank) -> PeerStats {
@@ -747,9 +717,7 @@ impl Protocol for Gbn {
         let p = &mut self.peers[peer as usize];
         p.closed = true;
         p.out.clear();
-        p.ring = Vec::new();
-        p.head = 0;
-        p.len = 0;
+        p.slots = VecDeque::new();
         p.cursor = 0;
         // Half-received messages can never complete; completed ones stay queued.
         p.reasm = Reassembler::new(self.c.max_message);
@@ -1085,7 +1053,7 @@ mod tests {
     #[test]
     fn send_slots_follow_figure_3() {
         let (mut a, mut b) = pair(cfg(4, 8, 16), MP);
-        assert_eq!(a.send_slots(1), vec![], "no ring before the first send");
+        assert_eq!(a.send_slots(1), [Idle; 4]);
         for i in 0..3 {
             a.send(0, 1, pattern(10, i), i == 2).unwrap();
         }
@@ -1526,6 +1494,18 @@ mod tests {
         assert_eq!(a.poll_timeout().unwrap() - now, 80 * MS);
     }
 
+    /// A huge window is legal with 32-bit sequence numbers; memory follows the packets
+    /// actually in flight, not the window.
+    #[test]
+    fn huge_window_costs_only_what_is_in_flight() {
+        let mut net = Net::new(cfg(1 << 30, 32, 1 << 20), MP, 6);
+        net.send(0, pattern(300 * MP, 1), true);
+        assert_eq!(net.g[0].peers[1].slots.len(), 300);
+        net.run(crate::SEC);
+        net.check();
+        assert_eq!(net.g[0].peer_stats(1).data_sent, 300);
+    }
+
     #[test]
     fn sent_only_once_every_fragment_is_acknowledged() {
         let (mut a, mut b) = pair(GbnConfig::default(), MP);
@@ -1611,7 +1591,7 @@ mod tests {
         let s = b.peer_stats(0);
         assert_eq!(s.messages_delivered, 0);
         assert!(s.drop_out_of_window >= 5, "{s:?}");
-        assert!(!a.outstanding(1) && a.send_slots(1).is_empty());
+        assert!(!a.outstanding(1) && a.send_slots(1) == [Idle; 4]);
         // None of it was accepted or answered, and the protocol still works.
         let (ta, tb) = (tx(&mut a, 0), tx(&mut b, 0));
         assert!(
@@ -1920,12 +1900,13 @@ mod tests {
                 }
                 for (g, peer) in [(&a, 1), (&b, 0)] {
                     let p = &g.peers[peer];
-                    prop_assert!(p.cursor <= p.len && p.len <= p.ring.len());
+                    let n = p.slots.len();
+                    prop_assert!(p.cursor <= n && n <= g.cfg.window as usize);
                     let st = g.send_slots(peer as Rank);
                     for (i, s) in st.iter().enumerate() {
                         let want = if i < p.cursor {
                             *s == InTransit
-                        } else if i < p.len {
+                        } else if i < n {
                             matches!(s, Ready | Retransmit)
                         } else {
                             *s == Idle

@@ -7,11 +7,12 @@
 //!
 //! - [`wire`]: the packet format shared by all protocols;
 //! - [`utopia`]: no recovery at all (seed 000's ceiling);
-//! - `gbn`: ParaStation2's ACK/NACK go-back-N (seed 004);
+//! - [`gbn`]: ParaStation2's ACK/NACK go-back-N (seed 004);
 //! - `holefill`: BSPlib's hole-filling selective retransmission (seed 003);
 //! - [`common`]: what they share: fragmenting, reassembly, round-trip estimation.
 
 pub mod common;
+pub mod gbn;
 pub mod stats;
 pub mod utopia;
 pub mod wire;
@@ -183,12 +184,17 @@ pub trait Protocol: Send {
 pub fn by_name(name: &str, common: Common) -> Result<Box<dyn Protocol>, UnknownProtocol> {
     match name {
         "utopia" => Ok(Box::new(utopia::Utopia::new(common))),
+        // Settings come from BULKWIRE_GBN_* (defaults: the paper's). A malformed override
+        // is a start-up configuration error that this function's error type cannot carry.
+        "gbn" => Ok(Box::new(
+            gbn::Gbn::from_env(common).unwrap_or_else(|e| panic!("{e}")),
+        )),
         other => Err(UnknownProtocol(other.to_string())),
     }
 }
 
 /// The names [`by_name`] knows.
-pub const PROTOCOLS: &[&str] = &["utopia"];
+pub const PROTOCOLS: &[&str] = &["utopia", "gbn"];
 
 /// A protocol name that [`by_name`] does not know.
 #[derive(Debug, thiserror::Error)]

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use bulkwire_engine::{Endpoint, EndpointConfig, Engine, Event, WaitPolicy};
+use bulkwire_engine::{Endpoint, EndpointConfig, Engine, Event, Transport, WaitPolicy};
 use bulkwire_link::inproc;
 use bulkwire_protocol::{Common, wire::HEADER_LEN};
 use bytes::Bytes;

@@ -16,6 +16,8 @@ struct Faults {
     ber: f64,
     dup: f64,
     reorder: f64,
+    /// Small switch and receive buffers, so bursts overflow them.
+    tight: bool,
 }
 
 const CLEAN: Faults = Faults {
@@ -23,6 +25,7 @@ const CLEAN: Faults = Faults {
     ber: 0.0,
     dup: 0.0,
     reorder: 0.0,
+    tight: false,
 };
 
 struct Outcome {
@@ -40,6 +43,10 @@ fn run(protocol: &str, p: u32, f: Faults, seed: u64, count: usize, budget: usize
     cfg.dup = f.dup;
     cfg.reorder = f.reorder;
     cfg.seed = seed;
+    if f.tight {
+        cfg.switch_buffer = 48 << 10;
+        cfg.recv_buffer = 64 << 10;
+    }
     if protocol == "utopia" {
         // Utopia cannot recover from anything, overflow included.
         cfg.switch_buffer = usize::MAX / 4;
@@ -83,6 +90,25 @@ fn run(protocol: &str, p: u32, f: Faults, seed: u64, count: usize, budget: usize
             }
         }
     }
+    let net = sim.net().total_stats();
+    let retrans: u64 = (0..p)
+        .flat_map(|r| (0..p).filter(move |&q| q != r).map(move |q| (r, q)))
+        .map(|(r, q)| sim.endpoint(r).peer_stats(q).retransmits)
+        .sum();
+    eprintln!(
+        "{protocol:8} p={p:3} loss={:.2} tight={} msgs={} bytes={} virt={:.3}s data={data_sent} ctl={control_sent} \
+         retrans={retrans} lost={} ovf_sw={} ovf_rx={} corrupt={} steps={}",
+        f.loss,
+        f.tight,
+        chk.delivered,
+        chk.bytes,
+        finished_at as f64 / 1e9,
+        net.lost,
+        net.switch_overflow,
+        net.recv_overflow,
+        net.corrupted,
+        sim.steps()
+    );
     Outcome {
         finished_at,
         delivered: chk.delivered,
@@ -111,4 +137,48 @@ fn utopia_delivers_without_faults() {
         assert!(o.data_sent as usize >= n);
         assert!(o.finished_at > 0);
     }
+}
+
+/// The matrix a reliable protocol must pass: every p at loss 0, 1, 5 and 20 %, then loss
+/// with corruption, duplication and reordering together, then buffers so small that
+/// bursts overflow them.
+fn reliable(protocol: &str) {
+    let mut configs: Vec<Faults> = [0.0, 0.01, 0.05, 0.20]
+        .iter()
+        .map(|&loss| Faults { loss, ..CLEAN })
+        .collect();
+    configs.push(Faults {
+        loss: 0.05,
+        ber: 1e-6,
+        dup: 0.02,
+        reorder: 0.05,
+        tight: false,
+    });
+    configs.push(Faults {
+        tight: true,
+        ..CLEAN
+    });
+    for p in [2, 4, 16, 256] {
+        let (n, budget) = sizes_for(p);
+        // The biggest cluster carries less under heavy loss, to keep CI quick.
+        for (i, f) in configs.iter().enumerate() {
+            let (n, budget) = if p == 256 && f.loss >= 0.05 {
+                (n / 3, budget / 4)
+            } else {
+                (n, budget)
+            };
+            let seed = 1000 * p as u64 + i as u64;
+            let o = run(protocol, p, *f, seed, n, budget);
+            assert_eq!(o.delivered, n);
+            assert!(o.data_sent as usize >= n);
+            if f.loss > 0.0 || f.tight {
+                assert!(o.control_sent > 0);
+            }
+        }
+    }
+}
+
+#[test]
+fn gbn_delivers_under_faults() {
+    reliable("gbn");
 }

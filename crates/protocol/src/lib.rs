@@ -181,22 +181,34 @@ pub trait Protocol: Send {
 }
 
 /// Builds a protocol by name, for `BULKWIRE_PROTOCOL`.
-pub fn by_name(name: &str, common: Common) -> Result<Box<dyn Protocol>, UnknownProtocol> {
+/// Per-protocol settings come from `BULKWIRE_<PROTOCOL>_*` variables.
+pub fn by_name(name: &str, common: Common) -> Result<Box<dyn Protocol>, ConfigError> {
     match name {
         "utopia" => Ok(Box::new(utopia::Utopia::new(common))),
-        // Settings come from BULKWIRE_GBN_* (defaults: the paper's). A malformed override
-        // is a start-up configuration error that this function's error type cannot carry.
         "gbn" => Ok(Box::new(
-            gbn::Gbn::from_env(common).unwrap_or_else(|e| panic!("{e}")),
+            gbn::Gbn::from_env(common).map_err(|e| ConfigError::invalid("gbn", e))?,
         )),
-        other => Err(UnknownProtocol(other.to_string())),
+        other => Err(ConfigError::Unknown(other.to_string())),
     }
 }
 
 /// The names [`by_name`] knows.
 pub const PROTOCOLS: &[&str] = &["utopia", "gbn"];
 
-/// A protocol name that [`by_name`] does not know.
+/// Why [`by_name`] could not build a protocol.
 #[derive(Debug, thiserror::Error)]
-#[error("unknown protocol {0:?}; known: {list}", list = PROTOCOLS.join(", "))]
-pub struct UnknownProtocol(pub String);
+pub enum ConfigError {
+    #[error("unknown protocol {0:?}; known: {list}", list = PROTOCOLS.join(", "))]
+    Unknown(String),
+    #[error("bad {protocol} setting: {msg}")]
+    Invalid { protocol: &'static str, msg: String },
+}
+
+impl ConfigError {
+    fn invalid(protocol: &'static str, e: impl std::fmt::Display) -> ConfigError {
+        ConfigError::Invalid {
+            protocol,
+            msg: e.to_string(),
+        }
+    }
+}

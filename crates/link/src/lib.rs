@@ -2,17 +2,21 @@
 //! a job. Every transport is one type behind the [`Link`] trait:
 //!
 //! - [`inproc`]: in-process queues, for unit tests;
-//! - `udp`: UDP sockets with `sendmmsg`/`recvmmsg` batching and GSO/GRO;
+//! - [`udp`]: UDP sockets with `sendmmsg`/`recvmmsg` batching and GSO/GRO;
 //! - `sim`: a deterministic simulated network with virtual time;
-//! - `faults`: a wrapper over any link that loses, corrupts, duplicates, reorders and delays.
+//! - [`faults`]: a wrapper over any link that loses, corrupts, duplicates, reorders and delays.
 //!
 //! Links carry opaque bytes; the wire format and everything above live in
 //! `bulkwire-protocol` and `bulkwire-engine`.
 
 pub mod batch;
+pub mod faults;
 pub mod inproc;
+pub mod udp;
 
 pub use batch::{RxBatch, Tx};
+pub use faults::{FaultConfig, FaultStats, Faulty};
+pub use udp::{UdpBinding, UdpConfig, UdpLink, UdpStats};
 
 use std::io;
 use std::time::Duration;

@@ -637,6 +637,12 @@ impl UdpLink {
     }
 
     /// Sets the socket's `UDP_GRO` to suit receive slots of `slot` bytes.
+    ///
+    /// Switching off is not clean if coalesced buffers are already queued: the kernel then
+    /// hands them over without the segment-size cmsg, so one that fits the slot arrives as
+    /// one datagram with the others appended (the wire CRC rejects it) and a larger one is
+    /// dropped as truncated. Only a caller that shrinks its slots mid-stream sees this; the
+    /// engine sizes its slots once, from `max_datagram`, which `into_link` anticipates.
     fn tune_gro(&mut self, slot: usize) {
         let want = self.gro_supported && slot >= self.gro_min_slot;
         if want != self.gro_on {

@@ -108,8 +108,11 @@ pub struct UdpConfig {
 impl Default for UdpConfig {
     fn default() -> UdpConfig {
         UdpConfig {
-            // Both measured to help on loopback at 1472-byte datagrams and to cost nothing at
-            // 64 KiB ones; see the crate's `udp_stream` example and the commit message.
+            // Measured on loopback with the `udp_stream` example (2 vCPUs): at 1472-byte
+            // datagrams GSO+GRO cut CPU per datagram from ~1.7 us (send) / ~0.7 us (receive)
+            // to ~0.35 / ~0.22 us, GSO alone to ~0.9 / ~0.75; GRO alone changes nothing
+            // (loopback coalesces only GSO sends). At 64 KiB nothing can be grouped under the
+            // 64 KiB IP limit, and on or off measured the same. So both default on.
             gso: true,
             gro: true,
             sockbuf: DEFAULT_SOCKBUF,
@@ -329,6 +332,7 @@ impl UdpBinding {
         let mut raw = Vec::with_capacity(peers.len());
         let mut max_dgram = Vec::with_capacity(peers.len());
         let mut gso_limit = Vec::with_capacity(peers.len());
+        let mut gso_seg = Vec::with_capacity(peers.len());
         let mut mtu_cache: HashMap<IpAddr, usize> = HashMap::new();
         let mut gro_min_slot = 0;
         for (r, &peer) in peers.iter().enumerate() {
@@ -361,23 +365,24 @@ impl UdpBinding {
             } else {
                 (HEADERS_V6, MAX_UDP_PAYLOAD_V6)
             };
-            let m = match self.cfg.mtu {
-                Some(mtu) => mtu.saturating_sub(hdrs).min(max),
-                None => {
-                    let ip = peer.ip();
-                    let pmtu = *mtu_cache
-                        .entry(ip)
-                        .or_insert_with(|| path_mtu(peer).unwrap_or(FALLBACK_MTU));
-                    // A path that takes whole 64 KiB IP packets is local (loopback, or our
-                    // own address): any UDP datagram fits.
-                    if pmtu >= 65535 {
-                        max
-                    } else {
-                        pmtu.saturating_sub(hdrs).min(max)
-                    }
-                }
+            let pmtu = match self.cfg.mtu {
+                Some(mtu) => mtu,
+                None => *mtu_cache
+                    .entry(peer.ip())
+                    .or_insert_with(|| path_mtu(peer).unwrap_or(FALLBACK_MTU)),
+            };
+            // What fits the path unfragmented; also the largest GSO segment the kernel
+            // accepts (segment + headers must not exceed the path MTU).
+            let unfragmented = pmtu.saturating_sub(hdrs).min(max);
+            // A path that takes whole 64 KiB IP packets is local (loopback, or our own
+            // address): any UDP datagram fits, IPv6 ones fragmented by the kernel.
+            let m = if self.cfg.mtu.is_none() && pmtu >= 65535 {
+                max
+            } else {
+                unfragmented
             };
             max_dgram.push(m);
+            gso_seg.push(unfragmented);
             gso_limit.push(max);
             gro_min_slot = gro_min_slot.max(max);
         }
@@ -419,6 +424,7 @@ impl UdpBinding {
             raw,
             max_dgram,
             gso_limit,
+            gso_seg,
             gso,
             gro_supported,
             gro_on,
@@ -443,6 +449,8 @@ pub struct UdpLink {
     max_dgram: Vec<usize>,
     /// Per peer: most payload bytes in one GSO send; 0 once the kernel refused GSO to it.
     gso_limit: Vec<usize>,
+    /// Per peer: largest datagram that may lead a GSO send.
+    gso_seg: Vec<usize>,
     /// GSO in use (configured, supported, and not given up on).
     gso: bool,
     gro_supported: bool,
@@ -566,7 +574,7 @@ impl UdpLink {
             let first = &batch[i];
             let dst = first.dst as usize;
             let seg = first.len();
-            let limit = if self.gso && seg > 0 {
+            let limit = if self.gso && seg > 0 && seg <= self.gso_seg[dst] {
                 self.gso_limit[dst]
             } else {
                 0

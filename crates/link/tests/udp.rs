@@ -649,6 +649,33 @@ fn unreachable_peers_count_as_sent_and_lost() {
 }
 
 #[test]
+fn ipv6_segments_above_path_mtu_are_not_grouped() {
+    // On IPv6 loopback a 65500-byte datagram exceeds the 65536-byte MTU once headers are
+    // added (the kernel fragments it), so it cannot lead a GSO send; grouping it would
+    // make the kernel refuse GSO to that peer.
+    let mut l = job("[::1]", &[cfg(true, false), cfg(false, false)]);
+    let big = datagram(1, 65500);
+    let small = datagram(2, 27);
+    let runs: Vec<_> = (3..10).map(|i| datagram(i, 1472)).collect();
+    let mut all = vec![&big, &small];
+    all.extend(runs.iter());
+    let txs: Vec<Tx> = all
+        .iter()
+        .map(|(h, b)| Tx {
+            dst: 1,
+            head: h,
+            body: b,
+        })
+        .collect();
+    send_all(&mut l[0], &txs);
+    assert_eq!(l[0].stats().gso_sends, 1, "{:?}", l[0].stats());
+    assert_eq!(l[0].stats().gso_datagrams, 7);
+    let mut rx = RxBatch::new(16, 65536);
+    let want: Vec<Vec<u8>> = all.iter().map(|(h, b)| joined(h, b)).collect();
+    assert!(recv_n(&mut l[1], &mut rx, want.len()) == want);
+}
+
+#[test]
 fn gso_refused_falls_back_for_good() {
     let mut l = job("127.0.0.1", &[cfg(true, false), cfg(false, false)]);
     // Without UDP checksums the kernel refuses GSO (EINVAL), as it does (EIO) on devices

@@ -438,7 +438,12 @@ impl<L: Link> Link for Faulty<L> {
             self.drain_ready(batch);
         }
         self.scratch = Some(fresh);
-        r.map(|_| batch.len())
+        match r {
+            // Datagrams already moved out of the held queue must not be lost with the
+            // error; a lasting error comes back on the next call.
+            Err(e) if batch.is_empty() => Err(e),
+            _ => Ok(batch.len()),
+        }
     }
 
     fn wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {

@@ -367,9 +367,19 @@ impl UdpBinding {
             };
             let pmtu = match self.cfg.mtu {
                 Some(mtu) => mtu,
-                None => *mtu_cache
-                    .entry(peer.ip())
-                    .or_insert_with(|| path_mtu(peer).unwrap_or(FALLBACK_MTU)),
+                None => {
+                    // Probe IPv4 paths (mapped addresses included) with IP_MTU.
+                    let probe = match peer {
+                        SocketAddr::V6(a) => match a.ip().to_ipv4_mapped() {
+                            Some(v4) => SocketAddr::new(IpAddr::V4(v4), a.port()),
+                            None => peer,
+                        },
+                        SocketAddr::V4(_) => peer,
+                    };
+                    *mtu_cache
+                        .entry(probe.ip())
+                        .or_insert_with(|| path_mtu(probe).unwrap_or(FALLBACK_MTU))
+                }
             };
             // What fits the path unfragmented; also the largest GSO segment the kernel
             // accepts (segment + headers must not exceed the path MTU).

@@ -416,9 +416,17 @@ fn dual_stack_socket_reaches_ipv4_peers() {
         format!("127.0.0.1:{a_port}").parse().unwrap(),
         b.local_addr(),
     ];
-    let mut a = a.into_link(0, table.clone()).unwrap();
+    // Rank 0 names rank 1 by its IPv4-mapped IPv6 form; the path is still IPv4's.
+    let table_a = vec![
+        table[0],
+        format!("[::ffff:127.0.0.1]:{}", b.local_addr().port())
+            .parse()
+            .unwrap(),
+    ];
+    let mut a = a.into_link(0, table_a).unwrap();
     let mut b = b.into_link(1, table).unwrap();
     assert_eq!(a.max_datagram(1), MAX_UDP_PAYLOAD_V4);
+    assert_eq!(a.max_datagram(0), MAX_UDP_PAYLOAD_V4);
     let msgs: Vec<_> = (0..20).map(|i| datagram(i, 1400)).collect();
     let txs: Vec<Tx> = msgs
         .iter()

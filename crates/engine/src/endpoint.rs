@@ -131,6 +131,8 @@ pub struct Endpoint {
     /// Packets taken from the protocol, encoded, that the link has not accepted yet.
     pending: VecDeque<Encoded>,
     scratch: Vec<Transmit>,
+    /// The allocation of the batch handed to the link, kept between steps.
+    txbuf: Vec<Tx<'static>>,
     /// Engine-level control packets (pings and pongs), sent before protocol traffic.
     control: VecDeque<(Rank, Header)>,
     events: VecDeque<Event>,
@@ -146,11 +148,7 @@ impl Endpoint {
     pub fn new(link: Box<dyn Link>, proto: Box<dyn Protocol>, cfg: EndpointConfig) -> Endpoint {
         let rank = link.rank();
         let nprocs = link.nprocs();
-        let slot = (0..nprocs)
-            .map(|p| link.max_datagram(p))
-            .max()
-            .unwrap_or(HEADER_LEN)
-            .max(HEADER_LEN);
+        let slot = link.recv_slot_size().max(HEADER_LEN);
         Endpoint {
             filter: Filter {
                 cookie: cfg.cookie,
@@ -160,6 +158,7 @@ impl Endpoint {
             rx: RxBatch::new(cfg.rx_slots, slot),
             pending: VecDeque::new(),
             scratch: Vec::new(),
+            txbuf: Vec::new(),
             control: VecDeque::new(),
             events: VecDeque::new(),
             live: vec![Live::default(); nprocs as usize],
@@ -392,17 +391,15 @@ impl Endpoint {
             if self.pending.is_empty() {
                 return Ok(sent);
             }
-            let batch: Vec<Tx<'_>> = self
-                .pending
-                .iter()
-                .map(|e| Tx {
-                    dst: e.dst,
-                    head: &e.head,
-                    body: &e.payload,
-                })
-                .collect();
-            let n = self.link.send(&batch)?;
-            drop(batch);
+            let mut batch = recycle(std::mem::take(&mut self.txbuf));
+            batch.extend(self.pending.iter().map(|e| Tx {
+                dst: e.dst,
+                head: &e.head,
+                body: &e.payload,
+            }));
+            let r = self.link.send(&batch);
+            self.txbuf = recycle(batch);
+            let n = r?;
             self.pending.drain(..n);
             sent += n;
             if !self.pending.is_empty() {
@@ -421,4 +418,12 @@ impl Endpoint {
             payload,
         }
     }
+}
+
+/// Empties a vector and gives its allocation back with another lifetime for its elements,
+/// so that the per-step batch of borrowed datagrams costs no allocation (the in-place
+/// `collect` of an empty vector keeps the buffer).
+fn recycle<'b>(mut v: Vec<Tx<'_>>) -> Vec<Tx<'b>> {
+    v.clear();
+    v.into_iter().map(|_| unreachable!("the vector is empty")).collect()
 }

@@ -2,18 +2,22 @@
 //! a job. Every transport is one type behind the [`Link`] trait:
 //!
 //! - [`inproc`]: in-process queues, for unit tests;
-//! - `udp`: UDP sockets with `sendmmsg`/`recvmmsg` batching and GSO/GRO;
-//! - `sim`: a deterministic simulated network with virtual time;
-//! - `faults`: a wrapper over any link that loses, corrupts, duplicates, reorders and delays.
+//! - [`udp`]: UDP sockets with `sendmmsg`/`recvmmsg` batching and GSO/GRO;
+//! - [`sim`]: a deterministic simulated network with virtual time;
+//! - [`faults`]: a wrapper over any link that loses, corrupts, duplicates, reorders and delays.
 //!
 //! Links carry opaque bytes; the wire format and everything above live in
 //! `bulkwire-protocol` and `bulkwire-engine`.
 
 pub mod batch;
+pub mod faults;
 pub mod inproc;
 pub mod sim;
+pub mod udp;
 
 pub use batch::{RxBatch, Tx};
+pub use faults::{FaultConfig, FaultStats, Faulty};
+pub use udp::{UdpBinding, UdpConfig, UdpLink, UdpStats};
 
 use std::io;
 use std::time::Duration;
@@ -50,6 +54,15 @@ pub trait Link: Send {
     /// Spurious wake-ups are allowed.
     fn wait(&mut self, timeout: Option<Duration>) -> io::Result<()>;
 
+    /// Size of receive slots a caller should give [`Link::recv`]: the largest datagram by
+    /// default; larger where the link coalesces datagrams (UDP GRO needs 64 KiB slots).
+    fn recv_slot_size(&self) -> usize {
+        (0..self.nprocs())
+            .map(|p| self.max_datagram(p))
+            .max()
+            .unwrap_or(0)
+    }
+
     /// True when the link itself never loses, corrupts or reorders (in-process, shared
     /// memory without faults). Protocols still work over it; this is a hint.
     fn reliable(&self) -> bool {
@@ -72,6 +85,9 @@ impl<L: Link + ?Sized> Link for Box<L> {
     }
     fn max_datagram(&self, peer: Rank) -> usize {
         (**self).max_datagram(peer)
+    }
+    fn recv_slot_size(&self) -> usize {
+        (**self).recv_slot_size()
     }
     fn send(&mut self, batch: &[Tx<'_>]) -> io::Result<usize> {
         (**self).send(batch)

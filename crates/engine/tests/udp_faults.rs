@@ -1,0 +1,107 @@
+//! The delivery test over real UDP sockets on loopback, made lossy by the fault wrapper:
+//! four ranks as threads, random traffic of 0 B to 4 MiB, every message exactly once,
+//! intact and in per-pair order, within a time bound.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bulkwire_engine::{Endpoint, EndpointConfig, Engine, Transport, WaitPolicy};
+use bulkwire_link::{FaultConfig, Faulty, Link, UdpConfig, UdpLink};
+use bulkwire_protocol::{Common, SEC, wire::HEADER_LEN};
+use common::{Checker, bytes_of, plan};
+
+const P: u32 = 4;
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn engines(protocol: &str, faults: &str) -> Vec<Engine> {
+    let cfg = UdpConfig::default();
+    let bound: Vec<_> = (0..P)
+        .map(|_| UdpLink::bind("127.0.0.1:0".parse().unwrap(), &cfg).unwrap())
+        .collect();
+    let addrs: Vec<_> = bound.iter().map(|b| b.local_addr()).collect();
+    bound
+        .into_iter()
+        .enumerate()
+        .map(|(r, b)| {
+            let udp = b.into_link(r as u32, addrs.clone()).unwrap();
+            let mut fc = FaultConfig::parse(faults).unwrap();
+            fc.seed += r as u64;
+            let link = Faulty::new(udp, fc);
+            let common = Common::new(r as u32, P, link.max_datagram((r as u32 + 1) % P) - HEADER_LEN);
+            let proto = bulkwire_protocol::by_name(protocol, common).unwrap();
+            let ep = Endpoint::new(
+                Box::new(link),
+                proto,
+                EndpointConfig::with_deadline(0xFEED, 60 * SEC),
+            );
+            Engine::new(
+                ep,
+                WaitPolicy {
+                    spin: Duration::from_micros(50),
+                    yield_cpu: true,
+                },
+            )
+        })
+        .collect()
+}
+
+fn run(protocol: &str, faults: &str, seed: u64) {
+    let msgs = plan(seed, P, 240, 4 << 20, 40 << 20, 0);
+    let checker = Arc::new(Mutex::new(Checker::new(P, &msgs)));
+    let done = Arc::new(AtomicUsize::new(0));
+    let start = Instant::now();
+    let threads: Vec<_> = engines(protocol, faults)
+        .into_iter()
+        .enumerate()
+        .map(|(r, mut e)| {
+            let r = r as u32;
+            let mine: Vec<_> = msgs.iter().filter(|m| m.src == r).cloned().collect();
+            let expected = msgs.iter().filter(|m| m.dst == r).count();
+            let (checker, done) = (checker.clone(), done.clone());
+            std::thread::spawn(move || {
+                for m in &mine {
+                    e.send(m.dst, bytes_of(m), false).unwrap();
+                }
+                let mut got = 0;
+                let mut finished = false;
+                // Keep serving (acknowledging, retransmitting) until every rank is done.
+                loop {
+                    assert!(start.elapsed() < LIMIT, "rank {r}: time limit, got {got}/{expected}");
+                    let ev = e.wait_for(Some(Duration::from_millis(20)), |t| t.poll_event());
+                    if let Ok(ev) = ev {
+                        checker.lock().unwrap().check(r, &ev);
+                        got += 1;
+                    }
+                    if got == expected && !e.busy() && !finished {
+                        finished = true;
+                        done.fetch_add(1, Ordering::SeqCst);
+                    }
+                    if finished && done.load(Ordering::SeqCst) == P as usize {
+                        return e.endpoint().drops().total();
+                    }
+                }
+            })
+        })
+        .collect();
+    let corrupt_drops: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    let c = checker.lock().unwrap();
+    assert!(c.complete(), "{protocol}: missing {}", c.missing());
+    if faults.contains("corrupt") {
+        assert!(corrupt_drops > 0, "{protocol}: corrupted datagrams were caught and counted");
+    }
+}
+
+#[test]
+fn reliable_protocols_over_lossy_udp() {
+    for protocol in bulkwire_protocol::PROTOCOLS.iter().filter(|p| **p != "utopia") {
+        run(protocol, "loss=0.05,corrupt=0.01,dup=0.01,reorder=0.01,seed=3", 3);
+    }
+}
+
+#[test]
+fn utopia_over_clean_udp() {
+    run("utopia", "", 4);
+}

@@ -8,10 +8,11 @@
 //! - [`wire`]: the packet format shared by all protocols;
 //! - [`utopia`]: no recovery at all (seed 000's ceiling);
 //! - `gbn`: ParaStation2's ACK/NACK go-back-N (seed 004);
-//! - `holefill`: BSPlib's hole-filling selective retransmission (seed 003);
+//! - [`holefill`]: BSPlib's hole-filling selective retransmission (seed 003);
 //! - [`common`]: what they share: fragmenting, reassembly, round-trip estimation.
 
 pub mod common;
+pub mod holefill;
 pub mod stats;
 pub mod utopia;
 pub mod wire;
@@ -183,12 +184,16 @@ pub trait Protocol: Send {
 pub fn by_name(name: &str, common: Common) -> Result<Box<dyn Protocol>, UnknownProtocol> {
     match name {
         "utopia" => Ok(Box::new(utopia::Utopia::new(common))),
+        "holefill" => Ok(Box::new(holefill::Holefill::with_config(
+            common,
+            holefill::HolefillConfig::default().from_env(),
+        ))),
         other => Err(UnknownProtocol(other.to_string())),
     }
 }
 
 /// The names [`by_name`] knows.
-pub const PROTOCOLS: &[&str] = &["utopia"];
+pub const PROTOCOLS: &[&str] = &["utopia", "holefill"];
 
 /// A protocol name that [`by_name`] does not know.
 #[derive(Debug, thiserror::Error)]

@@ -78,8 +78,9 @@ pub struct HolefillConfig {
     /// (`BULKWIRE_HOLEFILL_BUFFERS`).
     pub buffers: u32,
     /// Most unacknowledged packets per peer, and how far beyond the next expected packet
-    /// the receiver accepts. Both sides must agree. Clamped to the send pool and to less
-    /// than half the sequence space. Default 256 (`BULKWIRE_HOLEFILL_WINDOW`).
+    /// the receiver accepts; both sides must agree. At most the send pool (`buffers/2`)
+    /// and under half the sequence space. Default 256, or the send pool if smaller and
+    /// only `buffers` is set (`BULKWIRE_HOLEFILL_WINDOW`).
     pub window: u32,
     /// Width of sequence numbers in bits, 2..=32. Default 32 (`BULKWIRE_HOLEFILL_SEQ_BITS`).
     pub seq_bits: u32,
@@ -107,31 +108,104 @@ impl Default for HolefillConfig {
     }
 }
 
+/// Why a [`HolefillConfig`] was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HolefillConfigError {
+    #[error("{var}={value:?} is not a non-negative integer")]
+    Env { var: &'static str, value: String },
+    #[error("seq_bits {0} is not in 2..=32")]
+    SeqBits(u32),
+    #[error("buffers {0}: at least 2 are needed (one to send, one to receive)")]
+    Buffers(u32),
+    #[error(
+        "window {window} is not in 1..={max} (the send pool, buffers/2, and under half \
+         the sequence space)"
+    )]
+    Window { window: u32, max: u32 },
+    #[error("burst must be at least 1")]
+    Burst,
+    #[error("prod_min {min} ns must be positive and at most prod_max {max} ns")]
+    Prod { min: Time, max: Time },
+}
+
 impl HolefillConfig {
-    /// `self` with any `BULKWIRE_HOLEFILL_*` environment overrides applied.
-    pub fn from_env(mut self) -> Self {
-        fn var(name: &str) -> Option<u64> {
-            std::env::var(name).ok()?.trim().parse().ok()
+    /// The largest window these buffers and sequence numbers allow.
+    pub fn max_window(&self) -> u32 {
+        let half = if (2..=32).contains(&self.seq_bits) {
+            ((1u64 << (self.seq_bits - 1)) - 1) as u32
+        } else {
+            0
+        };
+        (self.buffers / 2).min(half)
+    }
+
+    /// Checks that the settings can work.
+    pub fn validate(&self) -> Result<(), HolefillConfigError> {
+        if !(2..=32).contains(&self.seq_bits) {
+            return Err(HolefillConfigError::SeqBits(self.seq_bits));
         }
-        if let Some(v) = var("BULKWIRE_HOLEFILL_BUFFERS") {
-            self.buffers = v.min(u32::MAX as u64) as u32;
+        if self.buffers < 2 {
+            return Err(HolefillConfigError::Buffers(self.buffers));
         }
-        if let Some(v) = var("BULKWIRE_HOLEFILL_WINDOW") {
-            self.window = v.min(u32::MAX as u64) as u32;
+        let max = self.max_window();
+        if self.window == 0 || self.window > max {
+            return Err(HolefillConfigError::Window {
+                window: self.window,
+                max,
+            });
         }
-        if let Some(v) = var("BULKWIRE_HOLEFILL_SEQ_BITS") {
-            self.seq_bits = v.min(32) as u32;
+        if self.burst == 0 {
+            return Err(HolefillConfigError::Burst);
         }
-        if let Some(v) = var("BULKWIRE_HOLEFILL_BURST") {
-            self.burst = v as usize;
+        if self.prod_min == 0 || self.prod_min > self.prod_max {
+            return Err(HolefillConfigError::Prod {
+                min: self.prod_min,
+                max: self.prod_max,
+            });
         }
-        if let Some(v) = var("BULKWIRE_HOLEFILL_PROD_MIN_US") {
-            self.prod_min = v.saturating_mul(US);
-        }
-        if let Some(v) = var("BULKWIRE_HOLEFILL_PROD_MAX_US") {
-            self.prod_max = v.saturating_mul(US);
-        }
-        self
+        Ok(())
+    }
+
+    /// The defaults with the `BULKWIRE_HOLEFILL_*` overrides of the process environment,
+    /// validated.
+    pub fn from_env() -> Result<HolefillConfig, HolefillConfigError> {
+        HolefillConfig::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// [`HolefillConfig::from_env`] over any variable lookup (testable without touching
+    /// the process environment).
+    pub fn from_lookup(
+        get: impl Fn(&str) -> Option<String>,
+    ) -> Result<HolefillConfig, HolefillConfigError> {
+        let num = |var: &'static str| -> Result<Option<u64>, HolefillConfigError> {
+            match get(var) {
+                None => Ok(None),
+                Some(v) => v
+                    .trim()
+                    .parse::<u64>()
+                    .map(Some)
+                    .map_err(|_| HolefillConfigError::Env { var, value: v }),
+            }
+        };
+        let d = HolefillConfig::default();
+        let u32_of = |v: u64| v.min(u32::MAX as u64) as u32;
+        let mut cfg = HolefillConfig {
+            buffers: num("BULKWIRE_HOLEFILL_BUFFERS")?.map_or(d.buffers, u32_of),
+            seq_bits: num("BULKWIRE_HOLEFILL_SEQ_BITS")?.map_or(d.seq_bits, u32_of),
+            burst: num("BULKWIRE_HOLEFILL_BURST")?.map_or(d.burst, |v| v as usize),
+            prod_min: num("BULKWIRE_HOLEFILL_PROD_MIN_US")?
+                .map_or(d.prod_min, |v| v.saturating_mul(US)),
+            prod_max: num("BULKWIRE_HOLEFILL_PROD_MAX_US")?
+                .map_or(d.prod_max, |v| v.saturating_mul(US)),
+            window: d.window,
+        };
+        cfg.window = match num("BULKWIRE_HOLEFILL_WINDOW")? {
+            Some(w) => u32_of(w),
+            // Fewer buffers alone shrink the default window to fit them.
+            None => d.window.min(cfg.max_window()).max(1),
+        };
+        cfg.validate()?;
+        Ok(cfg)
     }
 }
 
@@ -327,28 +401,17 @@ pub struct Holefill {
 }
 
 impl Holefill {
-    /// Holefill with the default [`HolefillConfig`].
-    pub fn new(c: Common) -> Holefill {
-        Holefill::with_config(c, HolefillConfig::default())
-    }
-
-    /// Holefill with `cfg`, its values clamped to what can work (see the field docs).
-    pub fn with_config(c: Common, cfg: HolefillConfig) -> Holefill {
-        let seq = SeqSpace::new(cfg.seq_bits.clamp(2, 32));
-        let buffers = cfg.buffers.max(2);
-        let send_pool = buffers / 2;
-        let recv_pool = buffers - send_pool;
-        let half = (seq.size() / 2 - 1).min(u32::MAX as u64) as u32;
-        let window = cfg.window.clamp(1, send_pool.min(half));
-        let ack_every = (buffers / (2 * c.nprocs.max(1))).clamp(1, (window / 2).max(1));
-        let cfg = HolefillConfig {
-            buffers,
-            window,
-            seq_bits: cfg.seq_bits.clamp(2, 32),
-            burst: cfg.burst.max(1),
-            prod_min: cfg.prod_min.max(1),
-            prod_max: cfg.prod_max.max(cfg.prod_min.max(1)),
-        };
+    /// A holefill endpoint for `c` with `cfg`, validated.
+    pub fn new(c: Common, cfg: HolefillConfig) -> Result<Holefill, HolefillConfigError> {
+        cfg.validate()?;
+        let seq = SeqSpace::new(cfg.seq_bits);
+        let send_pool = cfg.buffers / 2;
+        let recv_pool = cfg.buffers - send_pool;
+        let window = cfg.window;
+        // n/(2p), capped at half the window so that a lone sender is never left waiting
+        // out a round trip per window.
+        let per_link = cfg.buffers as u64 / (2 * c.nprocs.max(1) as u64);
+        let ack_every = (per_link as u32).clamp(1, (window / 2).max(1));
         let peers = (0..c.nprocs)
             .map(|_| Peer {
                 out: OutQueue::default(),
@@ -383,7 +446,7 @@ impl Holefill {
                 stats: PeerStats::default(),
             })
             .collect();
-        Holefill {
+        Ok(Holefill {
             ready: ReadySet::new(c.nprocs),
             timers: Timers::new(c.nprocs),
             events: VecDeque::new(),
@@ -398,10 +461,15 @@ impl Holefill {
             ack_every,
             cfg,
             c,
-        }
+        })
     }
 
-    /// The configuration in force (after clamping).
+    /// A holefill endpoint with the settings of [`HolefillConfig::from_env`].
+    pub fn from_env(c: Common) -> Result<Holefill, HolefillConfigError> {
+        Holefill::new(c, HolefillConfig::from_env()?)
+    }
+
+    /// The configuration in force.
     pub fn config(&self) -> &HolefillConfig {
         &self.cfg
     }
@@ -1132,7 +1200,7 @@ mod tests {
     type Packet = (Header, Bytes);
 
     fn node(rank: Rank, nprocs: u32, max_payload: usize, cfg: HolefillConfig) -> Holefill {
-        Holefill::with_config(Common::new(rank, nprocs, max_payload), cfg)
+        Holefill::new(Common::new(rank, nprocs, max_payload), cfg).unwrap()
     }
 
     fn pair() -> (Holefill, Holefill) {
@@ -1188,6 +1256,87 @@ mod tests {
         h.len = 1;
         h.flags = flags::FIRST | flags::LAST | fl;
         (h, Bytes::from(vec![seq as u8]))
+    }
+
+    #[test]
+    fn config_from_environment_and_validation() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert_eq!(
+            HolefillConfig::from_lookup(env(&[])).unwrap(),
+            HolefillConfig::default()
+        );
+        let c = HolefillConfig::from_lookup(env(&[
+            ("BULKWIRE_HOLEFILL_BUFFERS", "4096"),
+            ("BULKWIRE_HOLEFILL_WINDOW", " 1024 "),
+            ("BULKWIRE_HOLEFILL_SEQ_BITS", "16"),
+            ("BULKWIRE_HOLEFILL_BURST", "8"),
+            ("BULKWIRE_HOLEFILL_PROD_MIN_US", "50"),
+            ("BULKWIRE_HOLEFILL_PROD_MAX_US", "20000"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            c,
+            HolefillConfig {
+                buffers: 4096,
+                window: 1024,
+                seq_bits: 16,
+                burst: 8,
+                prod_min: 50 * US,
+                prod_max: 20 * MS,
+            }
+        );
+        // Fewer buffers alone shrink the default window with them.
+        let c = HolefillConfig::from_lookup(env(&[("BULKWIRE_HOLEFILL_BUFFERS", "64")]));
+        assert_eq!(c.unwrap().window, 32);
+        assert!(matches!(
+            HolefillConfig::from_lookup(env(&[("BULKWIRE_HOLEFILL_WINDOW", "many")])),
+            Err(HolefillConfigError::Env { .. })
+        ));
+        assert!(matches!(
+            HolefillConfig::from_lookup(env(&[("BULKWIRE_HOLEFILL_WINDOW", "600")])),
+            Err(HolefillConfigError::Window { max: 512, .. })
+        ));
+        let bad = |f: fn(&mut HolefillConfig)| {
+            let mut c = HolefillConfig::default();
+            f(&mut c);
+            Holefill::new(Common::new(0, 2, 100), c).err().unwrap()
+        };
+        assert_eq!(
+            bad(|c| (c.seq_bits, c.window) = (8, 128)),
+            HolefillConfigError::Window {
+                window: 128,
+                max: 127
+            }
+        );
+        assert_eq!(bad(|c| c.seq_bits = 33), HolefillConfigError::SeqBits(33));
+        assert_eq!(bad(|c| c.buffers = 1), HolefillConfigError::Buffers(1));
+        assert_eq!(bad(|c| c.burst = 0), HolefillConfigError::Burst);
+        assert!(matches!(
+            bad(|c| c.prod_min = 2 * c.prod_max),
+            HolefillConfigError::Prod { .. }
+        ));
+        // n/(2p), at most half the window.
+        let ack_every = |n: u32, w: u32, p: u32| {
+            let cfg = HolefillConfig {
+                buffers: n,
+                window: w,
+                ..HolefillConfig::default()
+            };
+            Holefill::new(Common::new(0, p, 100), cfg)
+                .unwrap()
+                .ack_every()
+        };
+        assert_eq!(ack_every(1024, 256, 2), 128);
+        assert_eq!(ack_every(1024, 256, 16), 32);
+        assert_eq!(ack_every(1024, 256, 4096), 1);
+        assert!(crate::by_name("holefill", Common::new(0, 2, 100)).is_ok());
     }
 
     #[test]
@@ -1510,6 +1659,7 @@ mod tests {
         // n = 64, p = 4: a requested ack waits for 8 new packets.
         let cfg = HolefillConfig {
             buffers: 64,
+            window: 32,
             ..HolefillConfig::default()
         };
         let mut b = node(1, 4, 1000, cfg);
@@ -1565,6 +1715,7 @@ mod tests {
     fn asks_for_acks_when_send_buffers_run_low() {
         let cfg = HolefillConfig {
             buffers: 32,
+            window: 16,
             ..HolefillConfig::default()
         };
         let mut a = node(0, 2, 1000, cfg.clone());
@@ -1795,12 +1946,11 @@ mod tests {
     fn sequence_numbers_wrap() {
         let cfg = HolefillConfig {
             seq_bits: 8,
-            window: 200,
+            window: 127,
             ..HolefillConfig::default()
         };
         let a = node(0, 2, 64, cfg.clone());
         let b = node(1, 2, 64, cfg);
-        assert_eq!(a.config().window, 127, "under half the 8-bit space");
         let mut rng = ChaCha8Rng::seed_from_u64(5);
         let fate: FateFn = Box::new(move |_, _| {
             if rng.random_bool(0.05) {
@@ -1879,6 +2029,7 @@ mod tests {
         // n = 8: 4 receive buffers shared by three senders, window 4.
         let cfg = HolefillConfig {
             buffers: 8,
+            window: 4,
             ..HolefillConfig::default()
         };
         let mut b = node(1, 4, 1000, cfg);
@@ -1911,7 +2062,7 @@ mod tests {
         let cfg = HolefillConfig::default();
         let mut c = Common::new(1, 3, 1000);
         c.max_message = 1 << 20;
-        let mut b = Holefill::with_config(c, cfg.clone());
+        let mut b = Holefill::new(c, cfg.clone()).unwrap();
         let mut rng = ChaCha8Rng::seed_from_u64(9);
         let kinds = [
             Kind::Data,
@@ -1953,10 +2104,8 @@ mod tests {
         }
         assert!(b.peer_stats(2).bogus > 1000);
         // The endpoint still works with its other peer.
-        let mut a = Holefill::with_config(Common::new(0, 3, 1000), cfg);
+        let a = node(0, 3, 1000, cfg);
         let mut net = Net::clean(vec![a, b]);
-        a = node(0, 3, 1000, HolefillConfig::default());
-        net.nodes[0] = a;
         net.nodes[0]
             .send(0, 1, Bytes::from_static(b"still fine"), false)
             .unwrap();

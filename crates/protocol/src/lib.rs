@@ -184,10 +184,11 @@ pub trait Protocol: Send {
 pub fn by_name(name: &str, common: Common) -> Result<Box<dyn Protocol>, UnknownProtocol> {
     match name {
         "utopia" => Ok(Box::new(utopia::Utopia::new(common))),
-        "holefill" => Ok(Box::new(holefill::Holefill::with_config(
-            common,
-            holefill::HolefillConfig::default().from_env(),
-        ))),
+        // This error type can only name the protocol; the reason rides in its text.
+        "holefill" => match holefill::Holefill::from_env(common) {
+            Ok(p) => Ok(Box::new(p)),
+            Err(e) => Err(UnknownProtocol(format!("holefill ({e})"))),
+        },
         other => Err(UnknownProtocol(other.to_string())),
     }
 }

@@ -47,6 +47,8 @@
 //! unacknowledged packet is resent with `ACK_REQ`, which the receiver answers at once. So
 //! a lost tail, a lost ack, a lost prod or last-of-phase packet, a full receive window or
 //! a silent peer all end in at most one timeout, with no reverse traffic and no `expect`.
+//! An explicit ack showing that the peer holds nothing beyond `ack` while more was sent
+//! makes the sender resend, at once, whatever left a whole timeout ago.
 //!
 //! **Buffers.** `n = buffers` is split evenly into a send pool and a receive pool, both
 //! shared by all peers. A sent packet holds a send buffer (a cheap `Bytes` slice of the
@@ -83,6 +85,9 @@ pub struct HolefillConfig {
     /// only `buffers` is set (`BULKWIRE_HOLEFILL_WINDOW`).
     pub window: u32,
     /// Width of sequence numbers in bits, 2..=32. Default 32 (`BULKWIRE_HOLEFILL_SEQ_BITS`).
+    /// Narrow widths exist to exercise wrap-around: as with any sliding window, the
+    /// network must not hold a packet across half a sequence cycle (the message-id check
+    /// on arrival catches most such ghosts, not a stale fragment of the same message).
     pub seq_bits: u32,
     /// Most packets sent to one peer before the next peer's turn in one
     /// [`Protocol::poll_transmit`]. Default 32 (`BULKWIRE_HOLEFILL_BURST`).
@@ -493,7 +498,8 @@ impl Holefill {
 
     fn prod_interval(&self, p: &Peer) -> Time {
         let base = p.rtt.estimate().max(self.cfg.prod_min);
-        (base << p.prod_backoff.min(MAX_PROD_BACKOFF)).min(self.cfg.prod_max)
+        base.saturating_mul(1 << p.prod_backoff.min(MAX_PROD_BACKOFF))
+            .min(self.cfg.prod_max)
     }
 
     /// When `p` should prod next, if it is waiting. With a hole known, only the interval
@@ -707,8 +713,9 @@ impl Holefill {
                 p.stats.drop_no_buffer += 1;
             } else {
                 // The packet at `rcv_nxt + d` belongs to a message at most `d` after the
-                // next one to release: anything else is nonsense (and could make the
-                // reassembler allocate for a message that will never come).
+                // next one to release: anything else is nonsense, or a ghost from a past
+                // sequence cycle (and could make the reassembler allocate for a message
+                // that will never come).
                 if hdr.msg.wrapping_sub(p.reasm.next_id()) > d {
                     p.stats.bogus += 1;
                     return;
@@ -2111,6 +2118,68 @@ mod tests {
             .unwrap();
         net.now = 20_000 * US;
         assert!(net.run(30 * SEC, |n| n.got[1].len() == 1 && n.quiet()));
+    }
+
+    #[test]
+    fn acks_of_nothing_sent_and_inverted_holes_are_ignored() {
+        let (mut a, mut b) = pair();
+        let ack = |ack: u32, eoh: u32| {
+            let mut h = Header::new(Kind::Ack);
+            (h.src, h.dst, h.ack, h.eoh) = (1, 0, ack, eoh);
+            h
+        };
+        a.handle(0, &ack(5, 5), &[]);
+        assert_eq!(a.peer_stats(1).bogus, 1, "ack for nothing sent");
+        for i in 0..4u8 {
+            a.send(0, 1, Bytes::from(vec![i]), false).unwrap();
+        }
+        let pk = out(&mut a, 0);
+        for (k, e) in [(2, 1), (1, 4), (1, 9), (1 << 31, 2)] {
+            a.handle(US, &ack(k, e), &[]);
+        }
+        assert_eq!(a.peer_stats(1).bogus, 5);
+        assert!(out(&mut a, US).is_empty(), "nothing resent on nonsense");
+        assert_eq!(a.peer_stats(1).acked, 0);
+        // A valid report still works afterwards.
+        give(&mut b, 2 * US, &pk[0]);
+        give(&mut b, 2 * US, &pk[3]);
+        b.send(2 * US, 0, Bytes::new(), false).unwrap();
+        let r = out(&mut b, 2 * US);
+        give(&mut a, 3 * US, &r[0]);
+        assert_eq!(seqs(&out(&mut a, 3 * US)), [1, 2]);
+        // An old report (ack behind what is known) is stale, not bogus.
+        a.handle(4 * US, &ack(0, 3), &[]);
+        assert_eq!(a.peer_stats(1).bogus, 5);
+        assert!(out(&mut a, 4 * US).is_empty());
+    }
+
+    #[test]
+    fn a_full_receive_window_drains_without_reverse_traffic() {
+        let cfg = HolefillConfig {
+            buffers: 8,
+            window: 4,
+            ..HolefillConfig::default()
+        };
+        let (a, b) = (node(0, 2, 100, cfg.clone()), node(1, 2, 100, cfg));
+        // The first packet's first transmission is lost: the receiver then holds a full
+        // window behind a hole, and the sender's window is full too.
+        let fate: FateFn = Box::new(|_, h| {
+            if h.kind == Kind::Data && h.seq == 0 && !h.has(flags::RETRANSMIT) {
+                Fate::Drop
+            } else {
+                Fate::Deliver
+            }
+        });
+        let mut net = Net::new(vec![a, b], fate);
+        for i in 0..20u8 {
+            net.nodes[0]
+                .send(0, 1, Bytes::from(vec![i; 150]), false)
+                .unwrap();
+        }
+        assert!(net.run(SEC, |n| n.got[1].len() == 20 && n.quiet()));
+        assert_eq!(ids(&net.got[1]), (0..20).collect::<Vec<_>>());
+        let s = net.stats(0, 1);
+        assert_eq!(s.timeouts, 0, "the requested ack revealed the hole: {s:?}");
     }
 
     #[test]

@@ -425,5 +425,7 @@ impl Endpoint {
 /// `collect` of an empty vector keeps the buffer).
 fn recycle<'b>(mut v: Vec<Tx<'_>>) -> Vec<Tx<'b>> {
     v.clear();
-    v.into_iter().map(|_| unreachable!("the vector is empty")).collect()
+    v.into_iter()
+        .map(|_| unreachable!("the vector is empty"))
+        .collect()
 }

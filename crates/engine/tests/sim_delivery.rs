@@ -182,3 +182,29 @@ fn reliable(protocol: &str) {
 fn gbn_delivers_under_faults() {
     reliable("gbn");
 }
+
+#[test]
+fn holefill_delivers_under_faults() {
+    reliable("holefill");
+}
+
+/// Seed 003's point against seed 004's protocol: acknowledging every packet costs a
+/// control packet per data packet; piggybacking and acks only on demand cost far fewer.
+#[test]
+fn holefill_sends_far_fewer_control_packets_than_gbn() {
+    for (p, loss) in [(2, 0.0), (4, 0.01), (16, 0.05)] {
+        let f = Faults { loss, ..CLEAN };
+        let (n, budget) = sizes_for(p);
+        let seed = 77 + p as u64;
+        let g = run("gbn", p, f, seed, n, budget);
+        let h = run("holefill", p, f, seed, n, budget);
+        assert!(
+            h.control_sent * 5 < g.control_sent,
+            "p={p} loss={loss}: holefill {} control packets, gbn {}",
+            h.control_sent,
+            g.control_sent
+        );
+        // gbn acknowledges every data packet it accepts.
+        assert!(g.control_sent * 10 >= g.data_sent * 9);
+    }
+}

@@ -30,7 +30,11 @@ fn engines(protocol: &str, faults: &str) -> Vec<Engine> {
             let mut fc = FaultConfig::parse(faults).unwrap();
             fc.seed += r as u64;
             let link = Faulty::new(udp, fc);
-            let common = Common::new(r as u32, P, link.max_datagram((r as u32 + 1) % P) - HEADER_LEN);
+            let common = Common::new(
+                r as u32,
+                P,
+                link.max_datagram((r as u32 + 1) % P) - HEADER_LEN,
+            );
             let proto = bulkwire_protocol::by_name(protocol, common).unwrap();
             let ep = Endpoint::new(
                 Box::new(link),
@@ -69,7 +73,10 @@ fn run(protocol: &str, faults: &str, seed: u64) {
                 let mut finished = false;
                 // Keep serving (acknowledging, retransmitting) until every rank is done.
                 loop {
-                    assert!(start.elapsed() < LIMIT, "rank {r}: time limit, got {got}/{expected}");
+                    assert!(
+                        start.elapsed() < LIMIT,
+                        "rank {r}: time limit, got {got}/{expected}"
+                    );
                     let ev = e.wait_for(Some(Duration::from_millis(20)), |t| t.poll_event());
                     if let Ok(ev) = ev {
                         checker.lock().unwrap().check(r, &ev);
@@ -90,14 +97,24 @@ fn run(protocol: &str, faults: &str, seed: u64) {
     let c = checker.lock().unwrap();
     assert!(c.complete(), "{protocol}: missing {}", c.missing());
     if faults.contains("corrupt") {
-        assert!(corrupt_drops > 0, "{protocol}: corrupted datagrams were caught and counted");
+        assert!(
+            corrupt_drops > 0,
+            "{protocol}: corrupted datagrams were caught and counted"
+        );
     }
 }
 
 #[test]
 fn reliable_protocols_over_lossy_udp() {
-    for protocol in bulkwire_protocol::PROTOCOLS.iter().filter(|p| **p != "utopia") {
-        run(protocol, "loss=0.05,corrupt=0.01,dup=0.01,reorder=0.01,seed=3", 3);
+    for protocol in bulkwire_protocol::PROTOCOLS
+        .iter()
+        .filter(|p| **p != "utopia")
+    {
+        run(
+            protocol,
+            "loss=0.05,corrupt=0.01,dup=0.01,reorder=0.01,seed=3",
+            3,
+        );
     }
 }
 

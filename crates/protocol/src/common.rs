@@ -305,6 +305,11 @@ impl Rtt {
         self.srtt
     }
 
+    /// Mean deviation of the round trip (0 before any sample).
+    pub fn rttvar(&self) -> Time {
+        self.rttvar
+    }
+
     /// A round-trip estimate for pacing decisions: the smoothed value, or the initial
     /// timeout before any sample.
     pub fn estimate(&self) -> Time {

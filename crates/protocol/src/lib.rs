@@ -8,11 +8,12 @@
 //! - [`wire`]: the packet format shared by all protocols;
 //! - [`utopia`]: no recovery at all (seed 000's ceiling);
 //! - [`gbn`]: ParaStation2's ACK/NACK go-back-N (seed 004);
-//! - `holefill`: BSPlib's hole-filling selective retransmission (seed 003);
+//! - [`holefill`]: BSPlib's hole-filling selective retransmission (seed 003);
 //! - [`common`]: what they share: fragmenting, reassembly, round-trip estimation.
 
 pub mod common;
 pub mod gbn;
+pub mod holefill;
 pub mod stats;
 pub mod utopia;
 pub mod wire;
@@ -188,12 +189,16 @@ pub fn by_name(name: &str, common: Common) -> Result<Box<dyn Protocol>, ConfigEr
         "gbn" => Ok(Box::new(
             gbn::Gbn::from_env(common).map_err(|e| ConfigError::invalid("gbn", e))?,
         )),
+        "holefill" => Ok(Box::new(
+            holefill::Holefill::from_env(common)
+                .map_err(|e| ConfigError::invalid("holefill", e))?,
+        )),
         other => Err(ConfigError::Unknown(other.to_string())),
     }
 }
 
 /// The names [`by_name`] knows.
-pub const PROTOCOLS: &[&str] = &["utopia", "gbn"];
+pub const PROTOCOLS: &[&str] = &["utopia", "gbn", "holefill"];
 
 /// Why [`by_name`] could not build a protocol.
 #[derive(Debug, thiserror::Error)]

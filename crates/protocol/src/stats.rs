@@ -41,6 +41,9 @@ pub struct PeerStats {
     pub drop_out_of_window: u64,
     /// Data packets dropped: no receive buffer free.
     pub drop_no_buffer: u64,
+    /// Packets ignored as nonsense that passed the CRC: acknowledgements of nothing sent,
+    /// inverted holes, sequence numbers outside the space, kinds the protocol does not use.
+    pub bogus: u64,
     /// Messages queued to / delivered from this peer.
     pub messages_sent: u64,
     pub messages_delivered: u64,
@@ -77,6 +80,7 @@ impl AddAssign<&PeerStats> for PeerStats {
         self.drop_duplicate += o.drop_duplicate;
         self.drop_out_of_window += o.drop_out_of_window;
         self.drop_no_buffer += o.drop_no_buffer;
+        self.bogus += o.bogus;
         self.messages_sent += o.messages_sent;
         self.messages_delivered += o.messages_delivered;
         // A sum of round trips means nothing; keep the larger.

@@ -148,10 +148,7 @@ impl JobEnv {
                     .map(|j| format!("ompi:{j}")),
             },
         };
-        let job_id = job_name.as_deref().map(|j| {
-            let j = j.trim();
-            j.parse::<u64>().unwrap_or_else(|_| fnv1a64(j))
-        });
+        let job_id = job_name.as_deref().map(job_id_from_name);
         let cookie = match get(ENV_COOKIE) {
             Some(c) => Some(parse_cookie(&c)?),
             None => job_id.map(cookie_from_job),
@@ -197,6 +194,12 @@ pub fn available_processors() -> u32 {
         return n;
     }
     std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
+}
+
+/// The job id of a job name: the number itself if it is one, else a stable hash of it.
+pub fn job_id_from_name(name: &str) -> u64 {
+    let j = name.trim();
+    j.parse::<u64>().unwrap_or_else(|_| fnv1a64(j))
 }
 
 /// The cookie every rank derives from a job id when the launcher gave none.

@@ -46,7 +46,7 @@ mod wire;
 pub use control::{CONNECT_TIMEOUT, Control};
 pub use env::{
     ENV_COOKIE, ENV_HOST_ID, ENV_JOB, ENV_NPROCS, ENV_RANK, ENV_RENDEZVOUS, JobEnv, Launcher,
-    available_processors, cookie_from_job, job_env,
+    available_processors, cookie_from_job, job_env, job_id_from_name,
 };
 pub use host::{Card, host_id, hostname};
 pub use launch::{LaunchOpts, launch, self_spawn};

@@ -246,9 +246,12 @@ pub fn text(p: &[u8]) -> String {
     String::from_utf8_lossy(&p[..p.len().min(MAX_TEXT)]).into_owned()
 }
 
+/// A frame found in a buffer: type, payload, bytes it takes in the buffer.
+pub type Frame<'a> = (u8, &'a [u8], usize);
+
 /// The first complete frame in `buf`: `Ok(Some((type, payload, bytes used)))`, `Ok(None)`
 /// when more bytes are needed, `Err` on an impossible length.
-pub fn split_frame(buf: &[u8]) -> Result<Option<(u8, &[u8], usize)>, String> {
+pub fn split_frame(buf: &[u8]) -> Result<Option<Frame<'_>>, String> {
     if buf.len() < 4 {
         return Ok(None);
     }

@@ -252,6 +252,8 @@ impl Control {
         self.shared.wait(None, false, |mb| mb.complete.take())
     }
 
+    /// std's TcpStream writes with MSG_NOSIGNAL, so a launcher that has gone away gives
+    /// EPIPE here, not a SIGPIPE that would kill a C program hosting this library.
     fn write(&self, frame: &[u8]) -> Result<(), LaunchError> {
         let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         w.write_all(frame).map_err(|e| {

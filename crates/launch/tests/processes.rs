@@ -478,6 +478,10 @@ fn ranks_learn_when_the_launcher_dies() {
             Duration::from_nanos(dt as u64)
         );
         assert!(dt < 1_000_000_000);
+        // It then tried to finish over the dead connection and lived to tell.
+        l.expect(LIMIT, |l| {
+            l.starts_with("finish rank=") && l.ends_with(" ok=false")
+        });
     }
     drop(ranks);
     drop(server);

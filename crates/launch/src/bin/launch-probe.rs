@@ -45,6 +45,9 @@ fn ms(v: Option<&String>) -> Option<Duration> {
 }
 
 fn main() {
+    // Behave like a C program, where SIGPIPE kills: no write of the library may raise it.
+    // SAFETY: setting a signal disposition before any thread exists.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("run") => run(&args[1..]),
@@ -224,7 +227,18 @@ fn rank(args: &[String]) {
                 c.rank(),
                 std::process::id()
             ));
-            wait_failure(&c, Duration::from_secs(60))
+            let Some(f) = c.state().wait(Some(Duration::from_secs(60))) else {
+                die("no failure notice in 60 s")
+            };
+            let r = c.rank();
+            say(format!("notified rank={r} t={} failure={f}", now_ns()));
+            // Writing on a control connection whose other end is gone: an error, not SIGPIPE
+            // (the first write draws the peer's RST, the second would raise the signal).
+            let first = c.notify_abort("late");
+            std::thread::sleep(Duration::from_millis(50));
+            let res = c.finish(0).and(first);
+            say(format!("finish rank={r} ok={}", res.is_ok()));
+            exit(1)
         }
         Some("chatter") => {
             let lines: u32 = args.get(1).map_or(20, |v| v.parse().unwrap_or(20));

@@ -221,7 +221,10 @@ impl Server {
     /// Kills and reaps every child at once (a launch that could not start them all).
     pub fn kill_children_now(&mut self) {
         for c in &self.children {
-            sys::kill_tree(c.pid, c.own_group, libc::SIGKILL);
+            if c.own_group {
+                sys::kill_group(c.pid, libc::SIGKILL);
+            }
+            sys::pidfd_kill(&c.pidfd, libc::SIGKILL);
         }
         let deadline = Instant::now() + Duration::from_secs(5);
         for c in &mut self.children {
@@ -312,6 +315,17 @@ impl Server {
     }
 
     fn finish(mut self) -> JobOutcome {
+        if !self.failures.is_empty() {
+            // A failed job leaves nothing behind: what a rank started in the background
+            // (still in its process group) goes too, though the rank itself has exited.
+            // The leaders are reaped, but a group id stays reserved while it has members,
+            // so this reaches only what is left of our ranks' groups.
+            for c in &self.children {
+                if c.own_group {
+                    sys::kill_group(c.pid, libc::SIGKILL);
+                }
+            }
+        }
         // Best effort: let queued notices and acks out before the sockets close.
         let until = Instant::now() + Duration::from_millis(200);
         for i in 0..self.conns.len() {
@@ -839,11 +853,12 @@ impl Server {
     fn signal_children(&self, sig: i32) {
         for c in &self.children {
             if c.exit.is_none() {
+                // The group for what the rank started; the pidfd for the rank itself, in
+                // case it left the group.
                 if c.own_group {
-                    sys::kill_tree(c.pid, true, sig);
-                } else {
-                    sys::pidfd_kill(&c.pidfd, sig);
+                    sys::kill_group(c.pid, sig);
                 }
+                sys::pidfd_kill(&c.pidfd, sig);
             }
         }
     }

@@ -122,15 +122,11 @@ pub fn pidfd_try_reap(pidfd: &OwnedFd) -> io::Result<Option<ExitKind>> {
     }))
 }
 
-/// Sends `sig` to the process group `pgid` and to `pid` itself (in case it left the group).
-/// Errors (already gone) are ignored: this is best effort by nature.
-pub fn kill_tree(pid: u32, own_group: bool, sig: i32) {
-    // SAFETY: kill/killpg with integer arguments have no memory-safety preconditions.
+/// Sends `sig` to the process group `pgid` (best effort: an empty group is not an error).
+pub fn kill_group(pgid: u32, sig: i32) {
+    // SAFETY: killpg with integer arguments has no memory-safety preconditions.
     unsafe {
-        if own_group {
-            libc::killpg(pid as libc::pid_t, sig);
-        }
-        libc::kill(pid as libc::pid_t, sig);
+        libc::killpg(pgid as libc::pid_t, sig);
     }
 }
 

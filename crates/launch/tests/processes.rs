@@ -38,7 +38,11 @@ fn allgather_at_1_2_4_8() {
             let done = format!("[{r}] done rank={r} rounds=3");
             assert!(out.lines().contains(&done.as_str()), "{out:?}");
         }
-        assert_eq!(out.lines().len(), 2 * n, "{out:?}");
+        for r in 0..n {
+            let udp = format!("[{r}] udp rank={r} heard={}", n - 1);
+            assert!(out.lines().contains(&udp.as_str()), "{out:?}");
+        }
+        assert_eq!(out.lines().len(), 3 * n, "{out:?}");
         assert_no_leftovers(&m);
     }
 }
@@ -295,6 +299,31 @@ fn timeout_ends_the_job() {
         out.stderr.contains("the job timed out after 0.5 s"),
         "{out:?}"
     );
+    assert!(out.elapsed < Duration::from_secs(10), "{:?}", out.elapsed);
+    assert_no_leftovers(&m);
+}
+
+#[test]
+fn a_failed_job_takes_what_its_ranks_started_along() {
+    // Each rank leaves a `sleep` in the background (same process group); rank 1 then fails.
+    let m = mark();
+    let out = run(
+        probe(
+            &[
+                "run",
+                "-n",
+                "2",
+                "--",
+                "sh",
+                "-c",
+                "sleep 30 & if [ $BULKWIRE_RANK = 1 ]; then exit 3; fi; wait",
+            ],
+            &m,
+        ),
+        LIMIT,
+    );
+    assert_eq!(out.code, Some(3), "{out:?}");
+    // The sleeps hold the output pipe: had they survived, the run would last 30 s.
     assert!(out.elapsed < Duration::from_secs(10), "{:?}", out.elapsed);
     assert_no_leftovers(&m);
 }

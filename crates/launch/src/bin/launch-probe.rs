@@ -15,7 +15,7 @@
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, UdpSocket};
 use std::process::exit;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -135,27 +135,48 @@ fn join() -> Control {
     }
 }
 
-/// Exchanges cards and checks them; returns the control connection.
-fn cards(c: &mut Control) {
-    let sock = std::net::UdpSocket::bind((c.local_ip(), 0)).unwrap_or_else(|e| die(e));
+/// Exchanges cards and checks them; returns the data socket and the cards.
+fn cards(c: &mut Control) -> (UdpSocket, Vec<Card>) {
+    let sock = UdpSocket::bind((c.local_ip(), 0)).unwrap_or_else(|e| die(e));
     let mine = Card::local(c.rank(), vec![sock.local_addr().unwrap_or_else(|e| die(e))]);
     let all = c.allgather(&mine.to_bytes()).unwrap_or_else(|e| die(e));
     assert_eq!(all.len(), c.nprocs() as usize);
-    let same = all
+    let cards: Vec<Card> = all
         .iter()
-        .enumerate()
-        .filter(|(r, b)| {
-            let card = Card::from_bytes(b).unwrap_or_else(|| die("bad card"));
-            assert_eq!(card.rank as usize, *r, "cards in rank order");
-            card.same_host(&mine)
-        })
-        .count();
+        .map(|b| Card::from_bytes(b).unwrap_or_else(|| die("bad card")))
+        .collect();
+    for (r, card) in cards.iter().enumerate() {
+        assert_eq!(card.rank as usize, r, "cards in rank order");
+    }
+    let same = cards.iter().filter(|k| k.same_host(&mine)).count();
     say(format!(
         "cards rank={} n={} same_host={same} local_ip={}",
         c.rank(),
         c.nprocs(),
         c.local_ip()
     ));
+    (sock, cards)
+}
+
+/// Proves the cards usable: a datagram to every peer's card address, one from each back.
+fn ping_all(me: u32, sock: &UdpSocket, cards: &[Card]) {
+    for k in cards.iter().filter(|k| k.rank != me) {
+        sock.send_to(&me.to_le_bytes(), k.addrs[0])
+            .unwrap_or_else(|e| die(e));
+    }
+    sock.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap_or_else(|e| die(e));
+    let mut heard = vec![false; cards.len()];
+    heard[me as usize] = true;
+    let mut buf = [0u8; 16];
+    while heard.iter().any(|h| !h) {
+        let (n, _) = sock.recv_from(&mut buf).unwrap_or_else(|e| die(e));
+        let from = u32::from_le_bytes(buf[..4.min(n)].try_into().unwrap_or([0xff; 4]));
+        if let Some(h) = heard.get_mut(from as usize) {
+            *h = true;
+        }
+    }
+    say(format!("udp rank={me} heard={}", cards.len() - 1));
 }
 
 fn wait_failure(c: &Control, wait: Duration) -> ! {
@@ -196,7 +217,8 @@ fn rank(args: &[String]) {
         Some("allgather") => {
             let rounds: u32 = args.get(1).map_or(0, |v| v.parse().unwrap_or(0));
             let mut c = join();
-            cards(&mut c);
+            let (sock, cards) = cards(&mut c);
+            ping_all(c.rank(), &sock, &cards);
             for round in 0..rounds {
                 let blob = format!("round{round}-rank{}", c.rank()).repeat((round as usize) + 1);
                 let all = c.allgather(blob.as_bytes()).unwrap_or_else(|e| die(e));

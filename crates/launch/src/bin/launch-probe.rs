@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! launch-probe run [-n N] [--tag] [--timeout-ms T] [--term-delay-ms D] [--kill-grace-ms G] -- PROG ARGS..
-//! launch-probe serve -n N [--timeout-ms T]        standalone rendezvous server (srun/mpirun jobs)
+//! launch-probe serve -n N [--timeout-ms T] [--bind ADDR]   standalone rendezvous server
 //! launch-probe rank allgather [ROUNDS]            join, exchange cards and ROUNDS blobs, finish
 //! launch-probe rank fail KIND VICTIM [WAIT_MS]    KIND: abort | kill | segv | exit | drop
 //! launch-probe rank hang                          join, then wait to be told of a failure
@@ -120,8 +120,11 @@ fn serve(args: &[String]) {
     let mut cfg = ServerConfig::new(n);
     cfg.report = Some("launch-probe serve".into());
     cfg.timeout = ms(o.get("--timeout-ms"));
-    let server =
-        Server::bind(SocketAddr::from(([127, 0, 0, 1], 0)), cfg).unwrap_or_else(|e| die(e));
+    let bind: SocketAddr = o
+        .get("--bind")
+        .map_or(Ok(SocketAddr::from(([127, 0, 0, 1], 0))), |b| b.parse())
+        .unwrap_or_else(|e| die(e));
+    let server = Server::bind(bind, cfg).unwrap_or_else(|e| die(e));
     say(format!("listening {}", server.local_addr()));
     let out = server.run();
     exit(out.exit_code())

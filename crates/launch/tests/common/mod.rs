@@ -29,13 +29,19 @@ pub fn mark() -> String {
 /// The probe with `args`, a clean job environment (whatever the test runner has), and `mark`.
 pub fn probe(args: &[&str], mark: &str) -> Command {
     let mut c = Command::new(PROBE);
-    c.args(args).env("BWL_TEST_MARK", mark);
+    c.args(args);
+    clean(&mut c, mark);
+    c
+}
+
+/// Removes job variables the test runner may have, and marks the command's processes.
+pub fn clean(c: &mut Command, mark: &str) {
+    c.env("BWL_TEST_MARK", mark);
     for (k, _) in std::env::vars() {
         if k.starts_with("BULKWIRE_") || k.starts_with("SLURM_") || k.starts_with("OMPI_") {
             c.env_remove(k);
         }
     }
-    c
 }
 
 /// A finished command.

@@ -407,6 +407,28 @@ fn slurm_and_mpirun_environments_join_a_served_job() {
 }
 
 #[test]
+fn available_processors_before_begin() {
+    let m = mark();
+    let out = run(
+        probe(&["rank", "nprocs"], &m).env("BULKWIRE_NPROCS", "6"),
+        LIMIT,
+    );
+    assert_eq!(out.stdout.trim(), "nprocs 6", "{out:?}");
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    let out = run(probe(&["rank", "nprocs"], &m), LIMIT);
+    assert_eq!(out.stdout.trim(), format!("nprocs {cpus}"), "{out:?}");
+    let out = run(
+        probe(&["rank", "nprocs"], &m)
+            .env("SLURM_PROCID", "0")
+            .env("SLURM_NTASKS", "3")
+            .env("SLURM_JOB_ID", "5")
+            .env("BULKWIRE_RENDEZVOUS", "127.0.0.1:9"),
+        LIMIT,
+    );
+    assert_eq!(out.stdout.trim(), "nprocs 3", "{out:?}");
+}
+
+#[test]
 fn env_errors_are_clear() {
     let m = mark();
     let out = run(

@@ -264,3 +264,10 @@ fn oversized_blob_is_refused_locally() {
     c.finish(0).unwrap();
     assert!(srv.join().unwrap().success());
 }
+
+#[test]
+fn control_can_be_shared_across_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Control>();
+    send_sync::<bulkwire_launch::JobState>();
+}

@@ -8,6 +8,7 @@
 //! launch-probe rank hang                          join, then wait to be told of a failure
 //! launch-probe rank chatter LINES                 write lines in pieces (no job needed)
 //! launch-probe rank env                           print the parsed job environment
+//! launch-probe rank nprocs                        print available_processors()
 //! launch-probe selfspawn N [KIND VICTIM]          self-spawn mode (like ./program)
 //! ```
 //!
@@ -20,7 +21,8 @@ use std::process::exit;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bulkwire_launch::{
-    Card, Control, LaunchOpts, Server, ServerConfig, job_env, launch, self_spawn,
+    Card, Control, LaunchOpts, Server, ServerConfig, available_processors, job_env, launch,
+    self_spawn,
 };
 
 fn now_ns() -> u128 {
@@ -285,6 +287,7 @@ fn rank(args: &[String]) {
             print!("chatter {me} tail");
             let _ = std::io::stdout().flush();
         }
+        Some("nprocs") => say(format!("nprocs {}", available_processors())),
         Some("env") => match job_env() {
             Ok(Some(e)) => say(format!(
                 "env rank={} nprocs={} cookie={:#x} job={} launcher={:?} rendezvous={}",

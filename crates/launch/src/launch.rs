@@ -1,0 +1,559 @@
+//! Starting the processes of a job on this host: [`launch`] (what `bsprun` does) and
+//! [`self_spawn`] (what `./program` does when its rank 0 begins a parallel part).
+
+use std::ffi::{OsStr, OsString};
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use crate::LaunchError;
+use crate::control::Control;
+use crate::env::{JobEnv, Launcher, job_env};
+use crate::server::{JobOutcome, Server, ServerConfig};
+use crate::sys;
+
+/// How [`launch`] runs a job.
+#[derive(Clone, Debug)]
+pub struct LaunchOpts {
+    /// Prefix every line a process prints with its rank, `[3] ...`.
+    pub tag_output: bool,
+    /// Limit on the whole job; past it the job fails (exit status 124).
+    pub timeout: Option<Duration>,
+    /// After a failure notice, how long processes get to exit on their own before SIGTERM.
+    pub term_delay: Duration,
+    /// After SIGTERM, how long before SIGKILL.
+    pub kill_grace: Duration,
+    /// Prefix of the failure lines printed to stderr (`"bsprun"`); `None`: print nothing.
+    pub report: Option<String>,
+    /// Where the rendezvous server listens. Loopback suits one host; a multi-host launcher
+    /// binds an address the other hosts reach.
+    pub bind: SocketAddr,
+    /// Extra environment for the processes (on top of the launcher's own, which they
+    /// inherit, and the `BULKWIRE_*` job variables).
+    pub env: Vec<(OsString, OsString)>,
+    /// Give rank 0 the launcher's standard input (the others get /dev/null), as mpirun
+    /// does. A terminal is relayed through a pipe, since the processes are not in the
+    /// terminal's foreground process group.
+    pub stdin_to_rank0: bool,
+    /// Catch SIGINT, SIGTERM and SIGHUP while the job runs and pass them to the processes
+    /// (a second one kills them). For a launcher program; a library caller may not want
+    /// its handlers replaced.
+    pub forward_signals: bool,
+}
+
+impl Default for LaunchOpts {
+    fn default() -> Self {
+        LaunchOpts {
+            tag_output: false,
+            timeout: None,
+            term_delay: Duration::from_millis(250),
+            kill_grace: Duration::from_secs(2),
+            report: None,
+            bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+            env: Vec::new(),
+            stdin_to_rank0: false,
+            forward_signals: false,
+        }
+    }
+}
+
+/// Starts `n` processes of `program args` as one job, runs its rendezvous server, and waits
+/// for the job to end. The processes inherit this process's environment plus `opts.env`
+/// and the job variables (`BULKWIRE_RANK`...), each in its own process group and killed if
+/// this launcher dies (`PR_SET_PDEATHSIG`). When one fails, the failure is printed once
+/// (with `opts.report`), the others are notified, then terminated.
+///
+/// Runs the server on the calling thread: the processes' death signal is tied to it.
+pub fn launch(
+    n: u32,
+    program: impl AsRef<OsStr>,
+    args: &[OsString],
+    opts: &LaunchOpts,
+) -> Result<JobOutcome, LaunchError> {
+    let program = program.as_ref();
+    if n == 0 {
+        return Err(LaunchError::Usage(
+            "a job needs at least one process".into(),
+        ));
+    }
+    let cfg = ServerConfig {
+        nprocs: n,
+        job: None,
+        report: opts.report.clone(),
+        timeout: opts.timeout,
+        term_delay: opts.term_delay,
+        kill_grace: opts.kill_grace,
+    };
+    let (job, env) = new_job(n, opts.bind, cfg)?;
+    let mut server = job;
+    let signals = if opts.forward_signals {
+        let g = SignalGuard::install()?;
+        server.set_signal_fd(g.read_end()?);
+        Some(g)
+    } else {
+        None
+    };
+    let mut output = opts.tag_output.then(OutputForwarder::default);
+
+    for rank in 0..n {
+        let mut cmd = Command::new(program);
+        cmd.args(args)
+            .envs(opts.env.iter().map(|(k, v)| (k, v)))
+            .envs(env.vars_for(rank))
+            // Its own group, so terminating a rank also ends what it started (a wrapper
+            // script's program, a pipeline).
+            .process_group(0);
+        die_with_parent(&mut cmd);
+        cmd.stdin(if rank == 0 && opts.stdin_to_rank0 {
+            rank0_stdin()?
+        } else {
+            Stdio::null()
+        });
+        if output.is_some() {
+            cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        }
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                server.kill_children_now();
+                return Err(LaunchError::Spawn {
+                    rank,
+                    program: program.to_string_lossy().into_owned(),
+                    source: e,
+                });
+            }
+        };
+        if let Some(out) = output.as_mut() {
+            if let Some(o) = child.stdout.take() {
+                out.add(rank, OwnedFd::from(o), false);
+            }
+            if let Some(e) = child.stderr.take() {
+                out.add(rank, OwnedFd::from(e), true);
+            }
+        }
+        if let Err(e) = server.add_child(rank, child.id(), true) {
+            let _ = child.kill();
+            let _ = child.wait();
+            server.kill_children_now();
+            return Err(LaunchError::Io(e));
+        }
+        // `child` is dropped without waiting: the server reaps it through its pidfd.
+    }
+    let forwarder = output.map(OutputForwarder::start).transpose()?;
+    let outcome = server.run();
+    if let Some(f) = forwarder {
+        // Processes are gone; a grandchild holding a pipe open mustn't hold us.
+        f.finish(Duration::from_secs(1));
+    }
+    drop(signals);
+    Ok(outcome)
+}
+
+/// A server for a new job with a fresh random id and cookie, and the job's environment.
+fn new_job(
+    n: u32,
+    bind: SocketAddr,
+    mut cfg: ServerConfig,
+) -> Result<(Server, JobEnv), LaunchError> {
+    let job_id = sys::random_u64();
+    let cookie = (sys::random_u64() >> 32) as u32;
+    cfg.job = Some((cookie, job_id));
+    let server = Server::bind(bind, cfg)?;
+    let env = JobEnv {
+        rank: 0,
+        nprocs: n,
+        cookie,
+        job_id,
+        rendezvous: server.local_addr(),
+        launcher: Launcher::Bulkwire,
+    };
+    Ok((server, env))
+}
+
+/// The child gets SIGKILL when the thread that spawned it ends (this launcher dies), so a
+/// killed launcher leaves no orphans on this host.
+fn die_with_parent(cmd: &mut Command) {
+    let parent = std::process::id();
+    // SAFETY: the closure runs between fork and exec and calls only async-signal-safe
+    // functions (prctl, getppid).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            // The parent may have died before prctl: then nothing would ever kill us.
+            if libc::getppid() as u32 != parent {
+                return Err(io::Error::other("the launcher died during spawn"));
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Rank 0's standard input: ours, or for a terminal a pipe fed by a relay thread. The
+/// relay is detached: it ends when rank 0 closes the pipe (write error) or at our exit.
+fn rank0_stdin() -> Result<Stdio, LaunchError> {
+    if !sys::isatty(0) {
+        return Ok(Stdio::inherit());
+    }
+    let (r, w) = sys::pipe()?;
+    std::thread::Builder::new()
+        .name("bulkwire-stdin".into())
+        .spawn(move || {
+            let mut w = std::fs::File::from(w);
+            let mut buf = [0u8; 8192];
+            let mut stdin = io::stdin().lock();
+            while let Ok(n) = stdin.read(&mut buf) {
+                if n == 0 || w.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+        })?;
+    Ok(Stdio::from(r))
+}
+
+static SELF_SPAWNED: AtomicBool = AtomicBool::new(false);
+
+/// Joins the job this process belongs to or, if it belongs to none, starts one of `n`
+/// processes with itself as rank 0. This is what `bsp_begin(P)` calls, so that running
+/// `./program` behaves like `bsprun -n P ./program`:
+///
+/// - started by a launcher (`BULKWIRE_RANK`... or Slurm/mpirun with
+///   `BULKWIRE_RENDEZVOUS`): joins that job (`n` is not checked against the job's size:
+///   the caller decides what a mismatch means);
+/// - otherwise: runs the rendezvous server on a background thread, re-executes
+///   `/proc/self/exe` with this process's arguments as ranks 1..n-1 (they find the job
+///   variables and join instead of spawning again), and joins as rank 0.
+///
+/// The spawned processes share this process's process group (a Ctrl-C reaches them all),
+/// stdout and stderr; they die if rank 0 does. Rank 0 must call [`Control::finish`], which
+/// waits for the others to end. A second self-spawn in one process is an error.
+pub fn self_spawn(n: u32) -> Result<Control, LaunchError> {
+    if let Some(env) = job_env()? {
+        return Control::join(&env);
+    }
+    if SELF_SPAWNED.swap(true, Ordering::SeqCst) {
+        return Err(LaunchError::Usage(
+            "this process has already started a job (self-spawn happens once)".into(),
+        ));
+    }
+    let n = n.max(1);
+    let mut cfg = ServerConfig::new(n);
+    cfg.report = Some(program_name());
+    let (mut server, env) = new_job(n, SocketAddr::from(([127, 0, 0, 1], 0)), cfg)?;
+    let mut argv = std::env::args_os();
+    let arg0 = argv
+        .next()
+        .unwrap_or_else(|| OsString::from("bulkwire-rank"));
+    let rest: Vec<OsString> = argv.collect();
+    let (tx, rx) = mpsc::channel::<Result<(), LaunchError>>();
+    let env_c = env.clone();
+    // The processes are spawned on the server thread: PR_SET_PDEATHSIG follows the thread
+    // that spawned a child, and this one lives until every process has ended.
+    let server_thread = std::thread::Builder::new()
+        .name("bulkwire-rendezvous".into())
+        .spawn(move || {
+            for rank in 1..n {
+                let mut cmd = Command::new("/proc/self/exe");
+                cmd.arg0(&arg0)
+                    .args(&rest)
+                    .envs(env_c.vars_for(rank))
+                    .stdin(Stdio::null());
+                die_with_parent(&mut cmd);
+                let started = cmd.spawn().map_err(|e| LaunchError::Spawn {
+                    rank,
+                    program: "/proc/self/exe".into(),
+                    source: e,
+                });
+                let added = started.and_then(|c| {
+                    server
+                        .add_child(rank, c.id(), false)
+                        .map_err(LaunchError::Io)
+                });
+                if let Err(e) = added {
+                    server.kill_children_now();
+                    let _ = tx.send(Err(e));
+                    return JobOutcome::default();
+                }
+            }
+            let _ = tx.send(Ok(()));
+            server.run()
+        })?;
+    match rx.recv() {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(e),
+        Err(_) => {
+            return Err(LaunchError::Protocol(
+                "the rendezvous server thread ended while starting the processes".into(),
+            ));
+        }
+    }
+    let mut c = Control::join(&env)?;
+    c.set_server(server_thread);
+    Ok(c)
+}
+
+fn program_name() -> String {
+    std::env::args_os()
+        .next()
+        .map(|a| {
+            std::path::Path::new(&a)
+                .file_name()
+                .unwrap_or(&a)
+                .to_string_lossy()
+                .into_owned()
+        })
+        .unwrap_or_else(|| "bulkwire".into())
+}
+
+/// Catches SIGINT, SIGTERM and SIGHUP into a self-pipe for the server loop, and restores
+/// the previous handlers when dropped.
+struct SignalGuard {
+    read: OwnedFd,
+    /// Kept open for the handler (SIGNAL_PIPE holds its number).
+    _write: OwnedFd,
+    old: Vec<(i32, libc::sigaction)>,
+}
+
+/// The write end for the handler (a handler can't reach anything but a static).
+static SIGNAL_PIPE: AtomicI32 = AtomicI32::new(-1);
+const FORWARDED: [i32; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    let fd = SIGNAL_PIPE.load(Ordering::Relaxed);
+    if fd >= 0 {
+        let b = sig as u8;
+        // SAFETY: write(2) is async-signal-safe; the pipe is non-blocking.
+        unsafe {
+            libc::write(fd, (&b as *const u8).cast(), 1);
+        }
+    }
+}
+
+impl SignalGuard {
+    fn install() -> Result<SignalGuard, LaunchError> {
+        let (read, write) = sys::pipe()?;
+        sys::set_nonblocking(read.as_raw_fd())?;
+        sys::set_nonblocking(write.as_raw_fd())?;
+        if SIGNAL_PIPE
+            .compare_exchange(-1, write.as_raw_fd(), Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            return Err(LaunchError::Usage(
+                "another launch in this process already forwards signals".into(),
+            ));
+        }
+        let mut old = Vec::new();
+        for sig in FORWARDED {
+            // SAFETY: sigaction structs are plain data; the handler is an extern "C" fn
+            // that only does async-signal-safe work.
+            unsafe {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = on_signal as *const () as libc::sighandler_t;
+                sa.sa_flags = libc::SA_RESTART;
+                libc::sigemptyset(&mut sa.sa_mask);
+                let mut prev: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(sig, &sa, &mut prev) == 0 {
+                    old.push((sig, prev));
+                }
+            }
+        }
+        Ok(SignalGuard {
+            read,
+            _write: write,
+            old,
+        })
+    }
+
+    fn read_end(&self) -> Result<OwnedFd, LaunchError> {
+        Ok(self.read.try_clone()?)
+    }
+}
+
+impl Drop for SignalGuard {
+    fn drop(&mut self) {
+        for (sig, prev) in &self.old {
+            // SAFETY: restores a disposition sigaction gave us.
+            unsafe {
+                libc::sigaction(*sig, prev, std::ptr::null_mut());
+            }
+        }
+        SIGNAL_PIPE.store(-1, Ordering::SeqCst);
+    }
+}
+
+/// Relays the processes' stdout and stderr line by line with a `[rank] ` prefix. Only whole
+/// lines are written, each batch in one write, so lines of different ranks never mix.
+#[derive(Default)]
+struct OutputForwarder {
+    streams: Vec<Stream>,
+}
+
+struct Stream {
+    fd: OwnedFd,
+    prefix: Vec<u8>,
+    to_stderr: bool,
+    buf: Vec<u8>,
+    open: bool,
+}
+
+/// A line longer than this is cut (and continued on the next tagged line) to bound memory.
+const MAX_LINE: usize = 64 * 1024;
+
+struct ForwarderHandle {
+    stop: OwnedFd,
+    done: mpsc::Receiver<()>,
+}
+
+impl OutputForwarder {
+    fn add(&mut self, rank: u32, fd: OwnedFd, to_stderr: bool) {
+        self.streams.push(Stream {
+            fd,
+            prefix: format!("[{rank}] ").into_bytes(),
+            to_stderr,
+            buf: Vec::new(),
+            open: true,
+        });
+    }
+
+    fn start(mut self) -> Result<ForwarderHandle, LaunchError> {
+        let (stop_r, stop_w) = sys::pipe()?;
+        for s in &self.streams {
+            sys::set_nonblocking(s.fd.as_raw_fd())?;
+        }
+        let (tx, rx) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("bulkwire-output".into())
+            .spawn(move || {
+                self.run(&stop_r);
+                let _ = tx.send(());
+            })?;
+        Ok(ForwarderHandle {
+            stop: stop_w,
+            done: rx,
+        })
+    }
+
+    fn run(&mut self, stop: &OwnedFd) {
+        let mut chunk = vec![0u8; 64 * 1024];
+        loop {
+            let mut pfds: Vec<libc::pollfd> = self
+                .streams
+                .iter()
+                .filter(|s| s.open)
+                .map(|s| libc::pollfd {
+                    fd: s.fd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                })
+                .collect();
+            if pfds.is_empty() {
+                return;
+            }
+            pfds.push(libc::pollfd {
+                fd: stop.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+            if sys::poll(&mut pfds, None).is_err() {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+            if pfds.last().is_some_and(|p| p.revents != 0) {
+                for s in &mut self.streams {
+                    if s.open {
+                        s.open = false;
+                        emit(s, true);
+                    }
+                }
+                return;
+            }
+            let ready: Vec<i32> = pfds
+                .iter()
+                .filter(|p| p.revents != 0)
+                .map(|p| p.fd)
+                .collect();
+            for s in self
+                .streams
+                .iter_mut()
+                .filter(|s| ready.contains(&s.fd.as_raw_fd()))
+            {
+                loop {
+                    // SAFETY: reads into a valid buffer from a non-blocking pipe we own.
+                    let n = unsafe {
+                        libc::read(s.fd.as_raw_fd(), chunk.as_mut_ptr().cast(), chunk.len())
+                    };
+                    if n > 0 {
+                        s.buf.extend_from_slice(&chunk[..n as usize]);
+                        emit(s, false);
+                        continue;
+                    }
+                    let e = io::Error::last_os_error();
+                    if n < 0 && e.kind() == io::ErrorKind::Interrupted {
+                        continue;
+                    }
+                    if n == 0 || e.kind() != io::ErrorKind::WouldBlock {
+                        s.open = false;
+                        emit(s, true);
+                    }
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Writes the complete lines of `s.buf` (all of it when `all`), tagged, in one write.
+fn emit(s: &mut Stream, all: bool) {
+    let mut out = Vec::new();
+    let mut start = 0;
+    while let Some(nl) = s.buf[start..].iter().position(|&b| b == b'\n') {
+        out.extend_from_slice(&s.prefix);
+        out.extend_from_slice(&s.buf[start..start + nl + 1]);
+        start += nl + 1;
+    }
+    let rest = s.buf.len() - start;
+    if rest > 0 && (all || rest >= MAX_LINE) {
+        out.extend_from_slice(&s.prefix);
+        out.extend_from_slice(&s.buf[start..]);
+        out.push(b'\n');
+        start = s.buf.len();
+    }
+    s.buf.drain(..start);
+    if out.is_empty() {
+        return;
+    }
+    let _ = if s.to_stderr {
+        io::stderr().lock().write_all(&out)
+    } else {
+        let mut o = io::stdout().lock();
+        o.write_all(&out).and_then(|()| o.flush())
+    };
+}
+
+impl ForwarderHandle {
+    /// Waits for the relay to drain (every pipe closed), at most `wait`; then stops it.
+    fn finish(self, wait: Duration) {
+        if self.done.recv_timeout(wait).is_ok() {
+            return;
+        }
+        let b = 1u8;
+        // SAFETY: one byte from a valid local to a pipe we own.
+        unsafe {
+            libc::write(self.stop.as_raw_fd(), (&b as *const u8).cast(), 1);
+        }
+        let _ = self.done.recv_timeout(wait);
+    }
+}

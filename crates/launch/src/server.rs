@@ -1,0 +1,893 @@
+//! The rendezvous server: one poll loop over the listening socket, every process's control
+//! connection, and (when the server's process started them) the processes' pidfds.
+//!
+//! It admits processes (checking rank, size and cookie), runs exchange rounds (allgathers of
+//! opaque blobs; the first is the business cards), and watches the job's health: an abort,
+//! a control connection closing before its process finished, or a child's abnormal exit is
+//! a failure, which is printed once, sent to every process, and (for children) followed by
+//! SIGTERM and then SIGKILL. It knows nothing of hosts: a process anywhere that can reach
+//! its address may join, which is what multi-host launching needs.
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::state::Failure;
+use crate::sys::{self, ExitKind};
+use crate::wire::{self, Hello};
+
+/// After a process's connection closes before it finished, how long to wait for its exit
+/// status (which names the signal) before reporting a bare disconnection. The kernel closes
+/// a dying process's sockets just before it becomes a zombie, so this is normally microseconds.
+const EXIT_STATUS_WAIT: Duration = Duration::from_millis(300);
+/// A connection that hasn't said who it is by then is dropped (a port scan, a stuck process).
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How a server runs a job.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    pub nprocs: u32,
+    /// The job's cookie and id. `None`: adopt those of the first process that joins (a
+    /// server started apart from the processes, e.g. for `srun`).
+    pub job: Option<(u32, u64)>,
+    /// Prefix of the lines printed to stderr about failures (`"bsprun"`); `None`: silent.
+    pub report: Option<String>,
+    /// Limit on the whole job.
+    pub timeout: Option<Duration>,
+    /// After a failure notice, how long processes get to exit on their own before SIGTERM.
+    pub term_delay: Duration,
+    /// After SIGTERM, how long before SIGKILL.
+    pub kill_grace: Duration,
+}
+
+impl ServerConfig {
+    pub fn new(nprocs: u32) -> ServerConfig {
+        ServerConfig {
+            nprocs,
+            job: None,
+            report: None,
+            timeout: None,
+            term_delay: Duration::from_millis(250),
+            kill_grace: Duration::from_secs(2),
+        }
+    }
+}
+
+/// What became of one rank.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RankOutcome {
+    /// It connected and was admitted.
+    pub joined: bool,
+    /// It said it finished, with this status.
+    pub finished: Option<i32>,
+    /// How its process ended (known for processes the server's process started).
+    pub exit: Option<ExitKind>,
+}
+
+/// How a job ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JobOutcome {
+    /// Everything that went wrong, the cause first. Exits that followed a failure (the
+    /// processes the launcher terminated) are not listed.
+    pub failures: Vec<Failure>,
+    pub ranks: Vec<RankOutcome>,
+}
+
+impl JobOutcome {
+    pub fn success(&self) -> bool {
+        self.failures.is_empty()
+    }
+
+    /// The exit status for a launcher: 0, or the first failure's (see
+    /// [`Failure::exit_code`]).
+    pub fn exit_code(&self) -> i32 {
+        self.failures.first().map_or(0, |f| f.exit_code())
+    }
+}
+
+struct Conn {
+    stream: TcpStream,
+    peer: SocketAddr,
+    rank: Option<u32>,
+    opened: Instant,
+    rbuf: Vec<u8>,
+    out: VecDeque<Bytes>,
+    out_pos: usize,
+    /// Broken or to be dropped: closed at the end of this loop iteration.
+    dead: bool,
+    /// Close once `out` is flushed (after a rejection).
+    close_when_flushed: bool,
+}
+
+#[derive(Default)]
+struct Slot {
+    conn: Option<usize>,
+    joined: bool,
+    finished: Option<i32>,
+    closed: bool,
+    /// Its connection closed before it finished; waiting for its exit status until then.
+    lost_at: Option<Instant>,
+    child: Option<usize>,
+    host: String,
+    pid: u32,
+    /// A started process exited 0 without ever joining: fine unless others joined.
+    exited_unjoined: bool,
+}
+
+struct Child {
+    rank: u32,
+    pid: u32,
+    pidfd: OwnedFd,
+    own_group: bool,
+    exit: Option<ExitKind>,
+}
+
+/// The rendezvous server of one job.
+pub struct Server {
+    cfg: ServerConfig,
+    listener: TcpListener,
+    addr: SocketAddr,
+    conns: Vec<Option<Conn>>,
+    slots: Vec<Slot>,
+    children: Vec<Child>,
+    signal_fd: Option<OwnedFd>,
+    job: Option<(u32, u64)>,
+    round: u32,
+    contrib: Vec<Option<Vec<u8>>>,
+    ncontrib: u32,
+    ever_joined: bool,
+    /// The failure that ended the job (notices sent, terminations scheduled).
+    fatal: Option<Failure>,
+    failures: Vec<Failure>,
+    started: Instant,
+    terminate_at: Option<Instant>,
+    kill_at: Option<Instant>,
+    /// Serve mode: after a failure, stop waiting for processes we can't kill.
+    give_up_at: Option<Instant>,
+    signals_seen: u32,
+}
+
+impl Server {
+    /// Binds the listening socket (port 0: any free port).
+    pub fn bind(addr: SocketAddr, cfg: ServerConfig) -> io::Result<Server> {
+        if cfg.nprocs == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a job has at least one process",
+            ));
+        }
+        let listener = TcpListener::bind(addr)?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let n = cfg.nprocs as usize;
+        Ok(Server {
+            job: cfg.job,
+            cfg,
+            listener,
+            addr,
+            conns: Vec::new(),
+            slots: (0..n).map(|_| Slot::default()).collect(),
+            children: Vec::new(),
+            signal_fd: None,
+            round: 0,
+            contrib: vec![None; n],
+            ncontrib: 0,
+            ever_joined: false,
+            fatal: None,
+            failures: Vec::new(),
+            started: Instant::now(),
+            terminate_at: None,
+            kill_at: None,
+            give_up_at: None,
+            signals_seen: 0,
+        })
+    }
+
+    /// The address processes connect to (`BULKWIRE_RENDEZVOUS`).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Watches a process started as `rank`: its exit status names the failure when it dies,
+    /// and it is terminated when the job fails. `own_group`: it leads its own process group,
+    /// which is signalled as a whole.
+    pub fn add_child(&mut self, rank: u32, pid: u32, own_group: bool) -> io::Result<()> {
+        let slot = self
+            .slots
+            .get_mut(rank as usize)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "rank out of range"))?;
+        let pidfd = sys::pidfd_open(pid)?;
+        slot.child = Some(self.children.len());
+        self.children.push(Child {
+            rank,
+            pid,
+            pidfd,
+            own_group,
+            exit: None,
+        });
+        Ok(())
+    }
+
+    /// A pipe whose bytes are signal numbers the launcher received: the first interrupts
+    /// the job (the signal is passed on to the processes), the second kills them.
+    pub fn set_signal_fd(&mut self, fd: OwnedFd) {
+        self.signal_fd = Some(fd);
+    }
+
+    /// Kills and reaps every child at once (a launch that could not start them all).
+    pub fn kill_children_now(&mut self) {
+        for c in &self.children {
+            if c.own_group {
+                sys::kill_group(c.pid, libc::SIGKILL);
+            }
+            sys::pidfd_kill(&c.pidfd, libc::SIGKILL);
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for c in &mut self.children {
+            while c.exit.is_none() && Instant::now() < deadline {
+                match sys::pidfd_try_reap(&c.pidfd) {
+                    Ok(Some(e)) => c.exit = Some(e),
+                    Ok(None) => std::thread::sleep(Duration::from_millis(2)),
+                    Err(_) => break,
+                }
+            }
+        }
+    }
+
+    /// Runs the job to its end: every process finished, failed, or was terminated.
+    pub fn run(mut self) -> JobOutcome {
+        let mut pfds: Vec<libc::pollfd> = Vec::new();
+        // What each pollfd is: the listener, the signal pipe, a child, a connection.
+        #[derive(Clone, Copy)]
+        enum Src {
+            Listener,
+            Signal,
+            Child(usize),
+            Conn(usize),
+        }
+        let mut srcs: Vec<Src> = Vec::new();
+        while !self.settled() {
+            pfds.clear();
+            srcs.clear();
+            let pfd = |fd: RawFd, events: i16| libc::pollfd {
+                fd,
+                events,
+                revents: 0,
+            };
+            pfds.push(pfd(self.listener.as_raw_fd(), libc::POLLIN));
+            srcs.push(Src::Listener);
+            if let Some(s) = &self.signal_fd {
+                pfds.push(pfd(s.as_raw_fd(), libc::POLLIN));
+                srcs.push(Src::Signal);
+            }
+            for (i, c) in self.children.iter().enumerate() {
+                if c.exit.is_none() {
+                    pfds.push(pfd(c.pidfd.as_raw_fd(), libc::POLLIN));
+                    srcs.push(Src::Child(i));
+                }
+            }
+            for (i, c) in self.conns.iter().enumerate() {
+                if let Some(c) = c {
+                    let ev = if c.out.is_empty() {
+                        libc::POLLIN
+                    } else {
+                        libc::POLLIN | libc::POLLOUT
+                    };
+                    pfds.push(pfd(c.stream.as_raw_fd(), ev));
+                    srcs.push(Src::Conn(i));
+                }
+            }
+            let timeout = self
+                .next_deadline()
+                .map(|d| d.saturating_duration_since(Instant::now()));
+            if let Err(e) = sys::poll(&mut pfds, timeout) {
+                // poll only fails on resource exhaustion; don't spin on it.
+                self.say(&format!("poll failed: {e}"));
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            for (p, src) in pfds.iter().zip(srcs.iter()) {
+                if p.revents == 0 {
+                    continue;
+                }
+                match *src {
+                    Src::Listener => self.accept(),
+                    Src::Signal => self.on_signal(),
+                    Src::Child(i) => self.reap(i),
+                    Src::Conn(i) => {
+                        if p.revents & libc::POLLOUT != 0 {
+                            self.flush(i);
+                        }
+                        if p.revents & !libc::POLLOUT != 0 {
+                            self.read(i);
+                        }
+                    }
+                }
+            }
+            self.close_dead();
+            self.timers();
+            self.close_dead();
+        }
+        self.finish()
+    }
+
+    fn finish(mut self) -> JobOutcome {
+        if !self.failures.is_empty() {
+            // A failed job leaves nothing behind: what a rank started in the background
+            // (still in its process group) goes too, though the rank itself has exited.
+            // The leaders are reaped, but a group id stays reserved while it has members,
+            // so this reaches only what is left of our ranks' groups.
+            for c in &self.children {
+                if c.own_group {
+                    sys::kill_group(c.pid, libc::SIGKILL);
+                }
+            }
+        }
+        // Best effort: let queued notices and acks out before the sockets close.
+        let until = Instant::now() + Duration::from_millis(200);
+        for i in 0..self.conns.len() {
+            while self.conns[i]
+                .as_ref()
+                .is_some_and(|c| !c.out.is_empty() && !c.dead)
+                && Instant::now() < until
+            {
+                self.flush(i);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        let ranks = self
+            .slots
+            .iter()
+            .map(|s| RankOutcome {
+                joined: s.joined,
+                finished: s.finished,
+                exit: s.child.and_then(|c| self.children[c].exit),
+            })
+            .collect();
+        JobOutcome {
+            failures: self.failures,
+            ranks,
+        }
+    }
+
+    /// True when nothing more can happen: every rank's process is gone.
+    fn settled(&self) -> bool {
+        self.slots.iter().all(|s| match s.child {
+            Some(c) => self.children[c].exit.is_some(),
+            None => {
+                (s.joined && s.closed)
+                    || (self.fatal.is_some() && (!s.joined || self.give_up_at.is_none()))
+            }
+        })
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        let mut d: Option<Instant> = None;
+        let mut add = |t: Option<Instant>| {
+            if let Some(t) = t {
+                d = Some(d.map_or(t, |x| x.min(t)));
+            }
+        };
+        add(self.cfg.timeout.map(|t| self.started + t));
+        add(self.terminate_at);
+        add(self.kill_at);
+        add(self.give_up_at);
+        for s in &self.slots {
+            add(s.lost_at.map(|t| t + EXIT_STATUS_WAIT));
+        }
+        for c in self.conns.iter().flatten() {
+            if c.rank.is_none() {
+                add(Some(c.opened + HELLO_TIMEOUT));
+            }
+        }
+        d
+    }
+
+    fn say(&self, msg: &str) {
+        if let Some(p) = &self.cfg.report {
+            // One write per line, so it doesn't interleave with forwarded output.
+            let line = format!("{p}: {msg}\n");
+            let _ = io::stderr().lock().write_all(line.as_bytes());
+        }
+    }
+
+    fn accept(&mut self) {
+        loop {
+            match self.listener.accept() {
+                Ok((stream, peer)) => {
+                    if self.conns.iter().flatten().count() > 2 * self.slots.len() + 64 {
+                        continue; // far more connections than processes: drop the surplus
+                    }
+                    if stream.set_nonblocking(true).is_err() {
+                        continue;
+                    }
+                    let _ = stream.set_nodelay(true);
+                    crate::control::keepalive(&stream);
+                    let conn = Conn {
+                        stream,
+                        peer,
+                        rank: None,
+                        opened: Instant::now(),
+                        rbuf: Vec::new(),
+                        out: VecDeque::new(),
+                        out_pos: 0,
+                        dead: false,
+                        close_when_flushed: false,
+                    };
+                    match self.conns.iter().position(Option::is_none) {
+                        Some(i) => self.conns[i] = Some(conn),
+                        None => self.conns.push(Some(conn)),
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // ECONNABORTED, EMFILE...: try again at the next readiness.
+                Err(_) => return,
+            }
+        }
+    }
+
+    fn read(&mut self, i: usize) {
+        let mut tmp = [0u8; 64 * 1024];
+        let mut eof = false;
+        {
+            let Some(c) = self.conns[i].as_mut() else {
+                return;
+            };
+            loop {
+                match c.stream.read(&mut tmp) {
+                    Ok(0) => {
+                        eof = true;
+                        break;
+                    }
+                    Ok(n) => {
+                        c.rbuf.extend_from_slice(&tmp[..n]);
+                        if c.rbuf.len() > wire::MAX_FRAME + 4 {
+                            break; // parse what we have before reading more
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => {
+                        eof = true;
+                        break;
+                    }
+                }
+            }
+        }
+        // Frames first: a FINISH just before the EOF counts.
+        let mut frames = Vec::new();
+        let mut bad = None;
+        if let Some(c) = self.conns[i].as_mut() {
+            let mut used = 0;
+            loop {
+                match wire::split_frame(&c.rbuf[used..]) {
+                    Ok(Some((t, p, n))) => {
+                        frames.push((t, p.to_vec()));
+                        used += n;
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        bad = Some(e);
+                        break;
+                    }
+                }
+            }
+            c.rbuf.drain(..used);
+        }
+        for (t, p) in frames {
+            if self.conns[i].as_ref().is_none_or(|c| c.dead) {
+                return;
+            }
+            self.on_frame(i, t, &p);
+        }
+        if let Some(e) = bad {
+            return self.protocol_error(i, &e);
+        }
+        if eof && let Some(c) = self.conns[i].as_mut() {
+            c.dead = true;
+        }
+    }
+
+    fn protocol_error(&mut self, i: usize, what: &str) {
+        let Some(c) = self.conns[i].as_mut() else {
+            return;
+        };
+        c.dead = true;
+        let (rank, peer) = (c.rank, c.peer);
+        match rank {
+            Some(r) => self.fail(Failure::Other {
+                rank: Some(r),
+                message: format!("broke the control protocol: {what}"),
+            }),
+            None => self.say(&format!("dropped a connection from {peer}: {what}")),
+        }
+    }
+
+    fn send(&mut self, i: usize, frame: Bytes) {
+        if let Some(c) = self.conns[i].as_mut()
+            && !c.dead
+        {
+            c.out.push_back(frame);
+            self.flush(i);
+        }
+    }
+
+    fn flush(&mut self, i: usize) {
+        let Some(c) = self.conns[i].as_mut() else {
+            return;
+        };
+        while let Some(f) = c.out.front() {
+            match c.stream.write(&f[c.out_pos..]) {
+                Ok(n) => {
+                    c.out_pos += n;
+                    if c.out_pos == f.len() {
+                        c.out.pop_front();
+                        c.out_pos = 0;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    c.dead = true;
+                    return;
+                }
+            }
+        }
+        if c.close_when_flushed {
+            c.dead = true;
+        }
+    }
+
+    fn reject(&mut self, i: usize, why: String) {
+        if let Some(c) = self.conns[i].as_ref() {
+            self.say(&format!(
+                "rejected a process connecting from {}: {why}",
+                c.peer
+            ));
+        }
+        self.send(i, Bytes::from(wire::text_frame(wire::T_REJECT, &why)));
+        if let Some(c) = self.conns[i].as_mut() {
+            c.close_when_flushed = true;
+            if c.out.is_empty() {
+                c.dead = true;
+            }
+        }
+    }
+
+    fn on_frame(&mut self, i: usize, t: u8, p: &[u8]) {
+        let Some(rank) = self.conns[i].as_ref().and_then(|c| c.rank) else {
+            if t != wire::T_HELLO {
+                return self.protocol_error(i, &format!("message type {t:#x} before hello"));
+            }
+            return self.on_hello(i, p);
+        };
+        match t {
+            wire::T_EXCHANGE => self.on_exchange(i, rank, p),
+            wire::T_ABORT => {
+                let msg = wire::text(p);
+                self.fail(Failure::Aborted { rank, message: msg });
+                self.send(i, Bytes::from(wire::ack(wire::ACK_ABORT)));
+            }
+            wire::T_FINISH => {
+                let Some(status) = wire::Reader::new(p).i32() else {
+                    return self.protocol_error(i, "malformed finish");
+                };
+                let slot = &mut self.slots[rank as usize];
+                slot.finished = Some(status);
+                let has_child = slot.child.is_some();
+                self.send(i, Bytes::from(wire::ack(wire::ACK_FINISH)));
+                if status != 0 && !has_child && self.fatal.is_none() {
+                    // A remote process: its finish status is all we will learn of its exit.
+                    self.nonfatal(Failure::Exited {
+                        rank,
+                        code: status,
+                        joined: true,
+                        finished: true,
+                    });
+                }
+                if self.ncontrib > 0 && self.contrib[rank as usize].is_none() {
+                    self.fail(self.round_stuck(rank));
+                }
+            }
+            _ => self.protocol_error(i, &format!("unknown message type {t:#x}")),
+        }
+    }
+
+    fn round_stuck(&self, finished: u32) -> Failure {
+        Failure::Other {
+            rank: Some(finished),
+            message: format!(
+                "finished while other ranks wait in exchange round {} (allgather) for it",
+                self.round
+            ),
+        }
+    }
+
+    fn on_hello(&mut self, i: usize, p: &[u8]) {
+        let h = match Hello::decode(p) {
+            Ok(h) => h,
+            Err(why) => return self.reject(i, why),
+        };
+        let n = self.cfg.nprocs;
+        if h.nprocs != n {
+            return self.reject(
+                i,
+                format!(
+                    "rank {} thinks the job has {} processes, it has {n}",
+                    h.rank, h.nprocs
+                ),
+            );
+        }
+        if h.rank >= n {
+            return self.reject(i, format!("rank {} is out of range 0..{n}", h.rank));
+        }
+        match self.job {
+            Some((cookie, _)) if cookie != h.cookie => {
+                return self.reject(
+                    i,
+                    format!(
+                        "rank {} has cookie {:#010x} but this job's cookie is {cookie:#010x} \
+                         (a process of another job, or a stale BULKWIRE_COOKIE?)",
+                        h.rank, h.cookie
+                    ),
+                );
+            }
+            Some(_) => {}
+            None => self.job = Some((h.cookie, h.job_id)),
+        }
+        let slot = &self.slots[h.rank as usize];
+        if slot.joined {
+            let why = format!(
+                "rank {} has already joined (pid {} on {})",
+                h.rank, slot.pid, slot.host
+            );
+            return self.reject(i, why);
+        }
+        if let Some(f) = &self.fatal {
+            let why = format!("the job has already failed: {f}");
+            return self.reject(i, why);
+        }
+        let slot = &mut self.slots[h.rank as usize];
+        slot.joined = true;
+        slot.conn = Some(i);
+        slot.host = h.host;
+        slot.pid = h.pid;
+        self.conns[i].as_mut().expect("present").rank = Some(h.rank);
+        self.ever_joined = true;
+        self.send(i, Bytes::from(wire::welcome()));
+        if let Some(r) = self.slots.iter().position(|s| s.exited_unjoined) {
+            self.fail(Failure::Exited {
+                rank: r as u32,
+                code: 0,
+                joined: false,
+                finished: false,
+            });
+        }
+    }
+
+    fn on_exchange(&mut self, i: usize, rank: u32, p: &[u8]) {
+        if self.fatal.is_some() {
+            return; // everyone has been told; the round will never complete
+        }
+        if p.len() < 4 {
+            return self.protocol_error(i, "malformed exchange");
+        }
+        let round = u32::from_le_bytes(p[..4].try_into().expect("4 bytes"));
+        if round != self.round {
+            return self.protocol_error(
+                i,
+                &format!("exchange round {round}, the job is at round {}", self.round),
+            );
+        }
+        let r = rank as usize;
+        if self.contrib[r].is_some() || self.slots[r].finished.is_some() {
+            return self.protocol_error(i, &format!("second contribution to round {round}"));
+        }
+        self.contrib[r] = Some(p[4..].to_vec());
+        self.ncontrib += 1;
+        if let Some(k) = self.slots.iter().position(|s| s.finished.is_some()) {
+            return self.fail(self.round_stuck(k as u32));
+        }
+        if self.ncontrib < self.cfg.nprocs {
+            return;
+        }
+        // Complete: each part encoded once and shared by every connection's queue.
+        let parts: Vec<Bytes> = std::mem::replace(&mut self.contrib, vec![None; self.slots.len()])
+            .into_iter()
+            .enumerate()
+            .map(|(k, b)| Bytes::from(wire::part(round, k as u32, &b.unwrap_or_default())))
+            .collect();
+        self.ncontrib = 0;
+        self.round += 1;
+        for s in 0..self.slots.len() {
+            if let Some(ci) = self.slots[s].conn {
+                for part in &parts {
+                    self.send(ci, part.clone());
+                }
+            }
+        }
+    }
+
+    /// A failure that ends the job: printed, sent to every process, terminations scheduled.
+    fn fail(&mut self, f: Failure) {
+        if self.fatal.is_some() {
+            return;
+        }
+        self.say(&f.to_string());
+        let frame = Bytes::from(wire::failed(&f));
+        for s in 0..self.slots.len() {
+            if let Some(ci) = self.slots[s].conn
+                && self.slots[s].finished.is_none()
+            {
+                self.send(ci, frame.clone());
+            }
+        }
+        let now = Instant::now();
+        let urgent = matches!(f, Failure::TimedOut { .. });
+        if self.children.iter().any(|c| c.exit.is_none()) {
+            self.terminate_at = Some(if urgent {
+                now
+            } else {
+                now + self.cfg.term_delay
+            });
+        }
+        // Processes we can't signal get the same time to hang up before we stop waiting.
+        self.give_up_at = Some(now + self.cfg.term_delay + self.cfg.kill_grace);
+        self.fatal = Some(f.clone());
+        self.failures.push(f);
+    }
+
+    /// A failure that doesn't stop the others (a non-zero exit after finishing).
+    fn nonfatal(&mut self, f: Failure) {
+        self.say(&f.to_string());
+        self.failures.push(f);
+    }
+
+    fn reap(&mut self, ci: usize) {
+        let exit = match sys::pidfd_try_reap(&self.children[ci].pidfd) {
+            Ok(Some(e)) => e,
+            Ok(None) => return,
+            // ECHILD: someone else reaped it (SIGCHLD ignored, or a waitpid(-1) elsewhere).
+            Err(_) => ExitKind::Code(-1),
+        };
+        let c = &mut self.children[ci];
+        c.exit = Some(exit);
+        let rank = c.rank;
+        let slot = &mut self.slots[rank as usize];
+        slot.lost_at = None;
+        let (joined, finished) = (slot.joined, slot.finished.is_some());
+        if let Some(conn) = slot.conn {
+            // A forked grandchild may still hold the socket: the rank is gone all the same.
+            if let Some(c) = self.conns[conn].as_mut() {
+                c.dead = true;
+            }
+        }
+        if self.fatal.is_some() {
+            return; // a consequence of the failure (we probably terminated it)
+        }
+        if finished {
+            if !exit.success() {
+                self.nonfatal(Failure::from_exit(rank, exit, true, true));
+            }
+        } else if joined || !exit.success() {
+            self.fail(Failure::from_exit(rank, exit, joined, false));
+        } else if self.ever_joined {
+            self.fail(Failure::from_exit(rank, exit, false, false));
+        } else {
+            // A program that doesn't use bulkwire at all (`bsprun -n 4 hostname`) is fine,
+            // as long as nobody waits for it.
+            self.slots[rank as usize].exited_unjoined = true;
+        }
+    }
+
+    fn close_dead(&mut self) {
+        for i in 0..self.conns.len() {
+            if !self.conns[i].as_ref().is_some_and(|c| c.dead) {
+                continue;
+            }
+            let c = self.conns[i].take().expect("present");
+            let Some(rank) = c.rank else {
+                continue;
+            };
+            let slot = &mut self.slots[rank as usize];
+            if slot.conn != Some(i) {
+                continue;
+            }
+            slot.conn = None;
+            slot.closed = true;
+            if slot.finished.is_some() || self.fatal.is_some() {
+                continue;
+            }
+            match slot.child {
+                Some(ch) if self.children[ch].exit.is_none() => {
+                    slot.lost_at = Some(Instant::now());
+                }
+                Some(_) => {} // reaped: already judged
+                None => self.fail(Failure::Disconnected { rank }),
+            }
+        }
+    }
+
+    fn timers(&mut self) {
+        let now = Instant::now();
+        if let Some(t) = self.cfg.timeout
+            && now >= self.started + t
+            && self.fatal.is_none()
+        {
+            self.fail(Failure::TimedOut { after: t });
+        }
+        for r in 0..self.slots.len() {
+            if let Some(t) = self.slots[r].lost_at
+                && now >= t + EXIT_STATUS_WAIT
+            {
+                self.slots[r].lost_at = None;
+                self.fail(Failure::Disconnected { rank: r as u32 });
+            }
+        }
+        if self.terminate_at.is_some_and(|t| now >= t) {
+            self.terminate_at = None;
+            self.signal_children(libc::SIGTERM);
+            self.kill_at = Some(now + self.cfg.kill_grace);
+        }
+        if self.kill_at.is_some_and(|t| now >= t) {
+            self.kill_at = None;
+            self.signal_children(libc::SIGKILL);
+        }
+        if self.give_up_at.is_some_and(|t| now >= t) && self.terminate_at.is_none() {
+            self.give_up_at = None;
+            for c in self.conns.iter_mut().flatten() {
+                c.dead = true;
+            }
+        }
+        for c in self.conns.iter_mut().flatten() {
+            if c.rank.is_none() && now >= c.opened + HELLO_TIMEOUT {
+                c.dead = true;
+            }
+        }
+    }
+
+    fn signal_children(&self, sig: i32) {
+        for c in &self.children {
+            if c.exit.is_none() {
+                // The group for what the rank started; the pidfd for the rank itself, in
+                // case it left the group.
+                if c.own_group {
+                    sys::kill_group(c.pid, sig);
+                }
+                sys::pidfd_kill(&c.pidfd, sig);
+            }
+        }
+    }
+
+    fn on_signal(&mut self) {
+        let mut buf = [0u8; 16];
+        let n = match &self.signal_fd {
+            Some(fd) => {
+                // SAFETY: reads into a valid local buffer from a (non-blocking) pipe we own.
+                unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) }
+            }
+            None => return,
+        };
+        for &sig in buf.iter().take(n.max(0) as usize) {
+            let sig = i32::from(sig);
+            self.signals_seen += 1;
+            if self.signals_seen == 1 {
+                if self.fatal.is_none() {
+                    self.fail(Failure::Interrupted { signal: sig });
+                }
+                // Pass the signal on now (the processes are in their own groups, so the
+                // terminal's Ctrl-C reached only us), and SIGKILL after the grace period.
+                self.terminate_at = None;
+                self.signal_children(sig);
+                self.kill_at = Some(Instant::now() + self.cfg.kill_grace);
+            } else {
+                self.say("second signal: killing the job");
+                self.signal_children(libc::SIGKILL);
+            }
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! `bsprun` end to end, with shell one-liners as the job's program.
+
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BSPRUN: &str = env!("CARGO_BIN_EXE_bsprun");
+
+struct Out {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs bsprun with `args`, feeding `stdin`, killed after 30 s so nothing can hang CI.
+fn bsprun(args: &[&str], env: &[(&str, &str)], stdin: &str) -> Out {
+    let mut c = Command::new(BSPRUN);
+    c.args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("BULKWIRE_") {
+            c.env_remove(k);
+        }
+    }
+    let mut child = c.spawn().unwrap();
+    let mut i = child.stdin.take().unwrap();
+    i.write_all(stdin.as_bytes()).unwrap();
+    drop(i);
+    let mut so = child.stdout.take().unwrap();
+    let mut se = child.stderr.take().unwrap();
+    let to = std::thread::spawn(move || {
+        let mut s = String::new();
+        so.read_to_string(&mut s).unwrap();
+        s
+    });
+    let te = std::thread::spawn(move || {
+        let mut s = String::new();
+        se.read_to_string(&mut s).unwrap();
+        s
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            child.kill().unwrap();
+            panic!("bsprun {args:?} hung");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    Out {
+        code: status.code(),
+        stdout: to.join().unwrap(),
+        stderr: te.join().unwrap(),
+    }
+}
+
+#[test]
+fn environment_reaches_every_rank_tagged() {
+    let o = bsprun(
+        &[
+            "-n",
+            "3",
+            "--tag-output",
+            "sh",
+            "-c",
+            "echo rank=$BULKWIRE_RANK n=$BULKWIRE_NPROCS proto=$BULKWIRE_PROTOCOL cookie=$BULKWIRE_COOKIE",
+        ],
+        &[("BULKWIRE_PROTOCOL", "holefill")],
+        "",
+    );
+    assert_eq!(o.code, Some(0), "{}", o.stderr);
+    let mut lines: Vec<&str> = o.stdout.lines().collect();
+    lines.sort();
+    assert_eq!(lines.len(), 3);
+    let cookie = lines[0].rsplit("cookie=").next().unwrap();
+    assert!(cookie.starts_with("0x") && cookie.len() == 10, "{cookie}");
+    for (r, l) in lines.iter().enumerate() {
+        assert_eq!(
+            *l,
+            format!("[{r}] rank={r} n=3 proto=holefill cookie={cookie}")
+        );
+    }
+}
+
+#[test]
+fn exit_status_names_the_failed_rank() {
+    let o = bsprun(
+        &[
+            "-n",
+            "3",
+            "sh",
+            "-c",
+            "exit $((BULKWIRE_RANK == 1 ? 5 : 0))",
+        ],
+        &[],
+        "",
+    );
+    assert_eq!(o.code, Some(5));
+    assert_eq!(
+        o.stderr.trim(),
+        "bsprun: rank 1 exited with status 5 without joining the job"
+    );
+
+    let o = bsprun(
+        &[
+            "-n",
+            "2",
+            "sh",
+            "-c",
+            "[ $BULKWIRE_RANK = 1 ] && kill -9 $$; sleep 20",
+        ],
+        &[],
+        "",
+    );
+    assert_eq!(o.code, Some(137));
+    assert_eq!(o.stderr.trim(), "bsprun: rank 1 died (signal 9, SIGKILL)");
+}
+
+#[test]
+fn timeout_and_missing_program() {
+    let o = bsprun(&["-n", "2", "--timeout", "0.3", "sleep", "20"], &[], "");
+    assert_eq!(o.code, Some(124));
+    assert!(
+        o.stderr.contains("the job timed out after 0.3 s"),
+        "{}",
+        o.stderr
+    );
+
+    let o = bsprun(&["-n", "2", "/nonexistent/program"], &[], "");
+    assert_eq!(o.code, Some(127));
+    assert!(
+        o.stderr
+            .contains("cannot start rank 0 (/nonexistent/program)")
+    );
+}
+
+#[test]
+fn stdin_goes_to_rank_0_and_options_after_the_program_pass_through() {
+    let o = bsprun(
+        &[
+            "-n",
+            "2",
+            "--tag-output",
+            "sh",
+            "-c",
+            "cat; echo -n end",
+            "-n",
+            "--tag-output",
+        ],
+        &[],
+        "hello\n",
+    );
+    assert_eq!(o.code, Some(0), "{}", o.stderr);
+    let mut lines: Vec<&str> = o.stdout.lines().collect();
+    lines.sort();
+    assert_eq!(lines, ["[0] end", "[0] hello", "[1] end"]);
+}
+
+#[test]
+fn serve_prints_its_address() {
+    let o = bsprun(
+        &["-n", "2", "--serve", "127.0.0.1:0", "--timeout", "0.2"],
+        &[],
+        "",
+    );
+    assert_eq!(o.code, Some(124));
+    assert!(
+        o.stdout.starts_with("BULKWIRE_RENDEZVOUS=127.0.0.1:"),
+        "{}",
+        o.stdout
+    );
+}

@@ -8,6 +8,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bulkwire_launch::JobState;
 use bulkwire_link::Rank;
 use bulkwire_protocol::wire::DropCounts;
 use bulkwire_protocol::{MsgId, PeerStats, Time};
@@ -86,6 +87,8 @@ pub struct Engine {
     epoch: Instant,
     policy: WaitPolicy,
     wake: Arc<WakeFd>,
+    /// The job's failure notices, when launched as part of one.
+    job: Option<Arc<JobState>>,
 }
 
 impl Engine {
@@ -95,7 +98,13 @@ impl Engine {
             epoch: Instant::now(),
             policy,
             wake: Arc::new(WakeFd::new().expect("eventfd")),
+            job: None,
         }
+    }
+
+    /// Ends every wait with an error once `job` records a failure.
+    pub fn set_job(&mut self, job: Arc<JobState>) {
+        self.job = Some(job);
     }
 
     /// The endpoint, for statistics and protocol hooks.
@@ -240,5 +249,15 @@ impl Transport for Engine {
 
     fn policy(&self) -> WaitPolicy {
         self.policy
+    }
+
+    fn check(&self) -> Result<(), Error> {
+        match &self.job {
+            Some(j) if j.is_failed() => Err(Error::JobFailed(
+                j.failure()
+                    .map_or_else(|| "the job failed".into(), |f| f.to_string()),
+            )),
+            _ => Ok(()),
+        }
     }
 }

@@ -8,6 +8,7 @@
 
 pub mod endpoint;
 pub mod engine;
+pub mod job;
 pub mod progress;
 pub mod sim;
 pub mod transport;
@@ -32,4 +33,9 @@ pub enum Error {
     Io(#[from] std::io::Error),
     #[error("timed out after {0:?}")]
     Timeout(std::time::Duration),
+    /// Another process of the job failed (aborted, died, or the launcher is gone).
+    #[error("{0}")]
+    JobFailed(String),
+    #[error("bad configuration: {0}")]
+    Config(String),
 }

@@ -66,6 +66,12 @@ pub trait Transport: Send {
     /// How waiting callers spend their time.
     fn policy(&self) -> WaitPolicy;
 
+    /// An error if the job has failed (another process aborted or died): every wait ends
+    /// with it. One atomic load.
+    fn check(&self) -> Result<(), Error> {
+        Ok(())
+    }
+
     /// Drives the transport until `f` returns `Some`, spinning then blocking (see
     /// [`WaitPolicy`]), for at most `timeout`.
     fn wait_for<T>(
@@ -85,6 +91,7 @@ pub trait Transport: Send {
             if let Some(x) = f(self) {
                 return Ok(x);
             }
+            self.check()?;
             let prog = self.step()?;
             if let Some(x) = f(self) {
                 return Ok(x);
@@ -187,5 +194,8 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     }
     fn policy(&self) -> WaitPolicy {
         (**self).policy()
+    }
+    fn check(&self) -> Result<(), Error> {
+        (**self).check()
     }
 }

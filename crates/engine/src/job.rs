@@ -1,0 +1,139 @@
+//! From a launched job to a [`Transport`]: choose the link (`BULKWIRE_TRANSPORT`), wrap it
+//! in faults (`BULKWIRE_FAULTS`), choose the protocol (`BULKWIRE_PROTOCOL`), exchange
+//! addresses through the rendezvous, and hand back an engine that ends its waits when
+//! another process of the job fails. Every layer above starts here.
+
+use bulkwire_launch::{Card, Control};
+use bulkwire_link::{FaultConfig, Faulty, Link, UdpConfig, UdpLink};
+use bulkwire_protocol::wire::HEADER_LEN;
+use bulkwire_protocol::{Common, SEC, Time};
+
+use crate::{Endpoint, EndpointConfig, Engine, Error, WaitPolicy};
+
+/// Which link carries the job's packets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkKind {
+    /// UDP sockets for every peer.
+    Udp,
+    /// The best link per peer: shared memory on this host where available, UDP otherwise.
+    Auto,
+}
+
+impl LinkKind {
+    fn parse(s: &str) -> Result<LinkKind, Error> {
+        match s {
+            "udp" => Ok(LinkKind::Udp),
+            "auto" | "" => Ok(LinkKind::Auto),
+            other => Err(Error::Config(format!(
+                "BULKWIRE_TRANSPORT={other:?}: expected udp or auto"
+            ))),
+        }
+    }
+}
+
+/// How a job's transport is built.
+#[derive(Clone, Debug)]
+pub struct JobConfig {
+    pub link: LinkKind,
+    /// Protocol name (see `bulkwire_protocol::PROTOCOLS`).
+    pub protocol: String,
+    /// Faults injected on every datagram received (none by default).
+    pub faults: FaultConfig,
+    pub udp: UdpConfig,
+    /// A peer silent this long while we depend on it is declared dead.
+    pub dead_after: Time,
+}
+
+impl JobConfig {
+    /// The defaults, overridden by `BULKWIRE_TRANSPORT`, `BULKWIRE_PROTOCOL` (default
+    /// `holefill`), `BULKWIRE_FAULTS`, `BULKWIRE_DEAD_AFTER_MS` and the UDP variables.
+    pub fn from_env() -> Result<JobConfig, Error> {
+        let var = |k: &str| std::env::var(k).ok();
+        let link = LinkKind::parse(&var("BULKWIRE_TRANSPORT").unwrap_or_default())?;
+        let protocol = var("BULKWIRE_PROTOCOL")
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| "holefill".into());
+        if !bulkwire_protocol::PROTOCOLS.contains(&protocol.as_str()) {
+            return Err(Error::Config(format!(
+                "BULKWIRE_PROTOCOL={protocol:?}: known protocols are {}",
+                bulkwire_protocol::PROTOCOLS.join(", ")
+            )));
+        }
+        let faults = FaultConfig::from_env().map_err(|e| Error::Config(e.to_string()))?;
+        let udp = UdpConfig::from_env().map_err(|e| Error::Config(e.to_string()))?;
+        let dead_after = match var("BULKWIRE_DEAD_AFTER_MS") {
+            None => 30 * SEC,
+            Some(v) => v.parse::<u64>().map(|ms| ms * 1_000_000).map_err(|_| {
+                Error::Config(format!(
+                    "BULKWIRE_DEAD_AFTER_MS={v:?}: expected milliseconds"
+                ))
+            })?,
+        };
+        Ok(JobConfig {
+            link,
+            protocol,
+            faults,
+            udp,
+            dead_after,
+        })
+    }
+}
+
+/// What [`connect`] learnt about the job besides the transport.
+#[derive(Clone, Debug)]
+pub struct JobInfo {
+    /// Every rank's card, by rank.
+    pub cards: Vec<Card>,
+    /// For each rank, whether it runs on this host.
+    pub local: Vec<bool>,
+}
+
+impl JobInfo {
+    /// Number of the job's processes on this host (this one included).
+    pub fn local_count(&self) -> usize {
+        self.local.iter().filter(|&&l| l).count()
+    }
+}
+
+/// Builds this process's engine for the job `ctl` belongs to. Collective: every process
+/// of the job calls it once, in the same order as other rendezvous exchanges.
+pub fn connect(ctl: &mut Control, cfg: &JobConfig) -> Result<(Engine, JobInfo), Error> {
+    let rank = ctl.rank();
+    let nprocs = ctl.nprocs();
+    let bound = UdpLink::bind((ctl.local_ip(), 0).into(), &cfg.udp)?;
+    let me = Card::local(rank, vec![bound.local_addr()]);
+    let cards: Vec<Card> = ctl
+        .allgather(&me.to_bytes())
+        .map_err(|e| Error::JobFailed(e.to_string()))?
+        .iter()
+        .enumerate()
+        .map(|(r, b)| {
+            Card::from_bytes(b)
+                .filter(|c| c.rank == r as u32 && !c.addrs.is_empty())
+                .ok_or_else(|| Error::Config(format!("rank {r} published an unusable card")))
+        })
+        .collect::<Result<_, _>>()?;
+    let local: Vec<bool> = cards.iter().map(|c| c.same_host(&me)).collect();
+    let addrs = cards.iter().map(|c| c.addrs[0]).collect();
+    let udp = bound.into_link(rank, addrs)?;
+    let link: Box<dyn Link> = if cfg.faults.is_active() {
+        Box::new(Faulty::new(udp, cfg.faults.clone()))
+    } else {
+        Box::new(udp)
+    };
+    let mut common = Common::new(rank, nprocs, 1);
+    common.max_payload = (0..nprocs)
+        .map(|p| link.max_datagram(p).saturating_sub(HEADER_LEN).max(1))
+        .collect();
+    let proto = bulkwire_protocol::by_name(&cfg.protocol, common)
+        .map_err(|e| Error::Config(e.to_string()))?;
+    let ep = Endpoint::new(
+        link,
+        proto,
+        EndpointConfig::with_deadline(ctl.cookie(), cfg.dead_after),
+    );
+    let info = JobInfo { cards, local };
+    let mut engine = Engine::new(ep, WaitPolicy::for_host(info.local_count()));
+    engine.set_job(ctl.state());
+    Ok((engine, info))
+}

@@ -3,4 +3,7 @@
 //! the Hockney fit t(n) = t0 + n / r_inf with n_1/2 = t0 * r_inf.
 
 pub mod kernels;
+pub mod pair;
+pub mod raw;
 pub mod stats;
+pub mod suite;

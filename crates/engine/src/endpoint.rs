@@ -283,6 +283,16 @@ impl Endpoint {
         }
     }
 
+    /// Hands the link what the protocol has to send now, without receiving first: the
+    /// path of a fresh send, where an extra receive call would only add latency.
+    pub fn push(&mut self, now: Time) -> Result<usize, Error> {
+        let sent = self.transmit(now)?;
+        while let Some(e) = self.proto.poll_event() {
+            self.events.push_back(e.into());
+        }
+        Ok(sent)
+    }
+
     /// Does all the work that can be done at `now` without waiting.
     pub fn step(&mut self, now: Time) -> Result<Progress, Error> {
         let mut prog = Progress::default();

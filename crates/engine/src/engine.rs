@@ -147,7 +147,7 @@ impl Transport for Engine {
         let now = self.now();
         let id = self.ep.send(now, to, data, notify)?;
         // Push it out at once: the caller may compute for a long time before coming back.
-        self.ep.step(now)?;
+        self.ep.push(now)?;
         Ok(id)
     }
 

@@ -3,12 +3,15 @@
 //! addresses through the rendezvous, and hand back an engine that ends its waits when
 //! another process of the job fails. Every layer above starts here.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
 use bulkwire_launch::{Card, Control};
 use bulkwire_link::{FaultConfig, Faulty, Link, UdpConfig, UdpLink};
 use bulkwire_protocol::wire::HEADER_LEN;
 use bulkwire_protocol::{Common, SEC, Time};
 
-use crate::{Endpoint, EndpointConfig, Engine, Error, WaitPolicy};
+use crate::{Endpoint, EndpointConfig, Engine, Error, Transport, WaitPolicy};
 
 /// Which link carries the job's packets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,3 +140,35 @@ pub fn connect(ctl: &mut Control, cfg: &JobConfig) -> Result<(Engine, JobInfo), 
     engine.set_job(ctl.state());
     Ok((engine, info))
 }
+
+/// Leaves the job cleanly: waits until everything this process sent is acknowledged
+/// (serving peers meanwhile), then meets every other process at a barrier on the control
+/// connection while a thread keeps the transport answering, so that no peer is left
+/// waiting for an acknowledgement from a process that has gone. Then tells the launcher
+/// this process finished with `status`.
+pub fn finish<T: Transport>(t: &mut T, mut ctl: Control, status: i32) -> Result<(), Error> {
+    t.flush(Some(FINISH_TIMEOUT))?;
+    let stop = AtomicBool::new(false);
+    let barrier = std::thread::scope(|s| {
+        let server = s.spawn(|| {
+            while !stop.load(Ordering::Acquire) {
+                match t.wait_for(Some(Duration::from_millis(2)), |_| None::<()>) {
+                    Err(Error::Timeout(_)) => {}
+                    Err(e) => return Err(e),
+                    Ok(()) => {}
+                }
+            }
+            Ok(())
+        });
+        let r = ctl.allgather(&[]);
+        stop.store(true, Ordering::Release);
+        let served = server.join().unwrap_or(Ok(()));
+        r.map_err(|e| Error::JobFailed(e.to_string())).and(served)
+    });
+    barrier?;
+    ctl.finish(status)
+        .map_err(|e| Error::JobFailed(e.to_string()))
+}
+
+/// How long [`finish`] waits for this process's data to be acknowledged.
+pub const FINISH_TIMEOUT: Duration = Duration::from_secs(60);

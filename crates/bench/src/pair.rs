@@ -1,0 +1,329 @@
+//! Two-process experiments: a spec says which stack and what to measure; [`run`] launches
+//! two processes of a program that hands its arguments to [`worker_main`], and reads back
+//! what rank 0 measured.
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::time::Duration;
+
+use bulkwire_engine::job::{self, JobConfig, LinkKind};
+use bulkwire_engine::{Engine, Transport, WaitPolicy};
+use bulkwire_launch::{Card, Control, LaunchOpts};
+use bulkwire_link::{FaultConfig, Faulty, Link, UdpConfig, UdpLink};
+use bulkwire_protocol::PeerStats;
+use serde::{Deserialize, Serialize};
+
+use crate::kernels::{self, Role};
+use crate::raw::{self, Raw};
+
+/// What carries the messages.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Stack {
+    /// Bare datagrams over a link: no header, no recovery (the baseline).
+    Raw { link: String },
+    /// A protocol of `bulkwire_protocol::PROTOCOLS` over a link (`udp`, `auto`).
+    Proto { protocol: String, link: String },
+}
+
+impl Stack {
+    /// How reports name it.
+    pub fn label(&self) -> String {
+        match self {
+            Stack::Raw { link } => format!("raw {}", link.to_uppercase()),
+            Stack::Proto { protocol, link } => format!("{protocol}/{link}"),
+        }
+    }
+
+    /// Whether lost messages are simply lost (the receiver must not wait forever).
+    pub fn lossy(&self) -> bool {
+        match self {
+            Stack::Raw { .. } => true,
+            Stack::Proto { protocol, .. } => protocol == "utopia",
+        }
+    }
+}
+
+/// What to measure.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Measure {
+    /// Ping-pong half round trips, per size.
+    Latency {
+        sizes: Vec<usize>,
+        warmup: usize,
+        iters: usize,
+    },
+    /// Streaming bandwidth (a window of messages, then an acknowledgement), per size.
+    Bandwidth {
+        sizes: Vec<usize>,
+        warmup: usize,
+        reps: usize,
+    },
+}
+
+/// The OSU window: 64 messages, fewer for very large ones so a repetition stays near
+/// 64 MiB.
+pub fn window_for(size: usize) -> usize {
+    if size <= 1 << 20 {
+        64
+    } else {
+        ((64usize << 20) / size).max(4)
+    }
+}
+
+/// One two-process experiment.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PairSpec {
+    pub stack: Stack,
+    pub measure: Measure,
+    /// `BULKWIRE_FAULTS` syntax; empty for none.
+    pub faults: String,
+}
+
+/// The measurements at one message size.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Point {
+    pub size: usize,
+    /// Latency: seconds per half round trip. Bandwidth: bytes per second.
+    pub samples: Vec<f64>,
+    /// Bandwidth: bytes the receiver got / bytes sent, over all repetitions.
+    pub delivered: Option<f64>,
+}
+
+/// Protocol counters of rank 0 toward rank 1 after the experiment.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Counters {
+    pub data_sent: u64,
+    pub data_received: u64,
+    pub control_sent: u64,
+    pub control_received: u64,
+    pub retransmits: u64,
+    pub drops: u64,
+}
+
+impl From<&PeerStats> for Counters {
+    fn from(s: &PeerStats) -> Counters {
+        Counters {
+            data_sent: s.data_sent,
+            data_received: s.data_received,
+            control_sent: s.control_sent,
+            control_received: s.control_received,
+            retransmits: s.retransmits,
+            drops: s.drops(),
+        }
+    }
+}
+
+/// What rank 0 reports.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PairResult {
+    pub spec: PairSpec,
+    pub points: Vec<Point>,
+    pub counters: Option<Counters>,
+}
+
+/// Runs `spec` as a job of two processes of `exe`, which must call [`worker_main`] with
+/// the arguments after its first.
+pub fn run(exe: &Path, spec: &PairSpec, timeout: Duration) -> Result<PairResult, String> {
+    let dir = std::env::temp_dir();
+    let out = dir.join(format!(
+        "bwbench-{}-{}.json",
+        std::process::id(),
+        SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let json = serde_json::to_string(spec).map_err(|e| e.to_string())?;
+    let args: Vec<OsString> = vec!["__pair".into(), json.into(), out.clone().into()];
+    let opts = LaunchOpts {
+        timeout: Some(timeout),
+        report: Some("bwbench".into()),
+        ..LaunchOpts::default()
+    };
+    let outcome = bulkwire_launch::launch(2, exe, &args, &opts).map_err(|e| e.to_string())?;
+    let result = std::fs::read(&out);
+    let _ = std::fs::remove_file(&out);
+    if !outcome.success() {
+        let why: Vec<String> = outcome.failures.iter().map(|f| f.to_string()).collect();
+        return Err(format!("{}: {}", spec.stack.label(), why.join("; ")));
+    }
+    let bytes = result.map_err(|e| format!("{}: no result ({e})", spec.stack.label()))?;
+    serde_json::from_slice(&bytes).map_err(|e| e.to_string())
+}
+
+static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The worker side of [`run`]: `args` are the spec (JSON) and the output path. Joins the
+/// job, measures, and rank 0 writes the result.
+pub fn worker_main(args: &[OsString]) -> Result<(), String> {
+    let [json, out] = args else {
+        return Err("usage: __pair SPEC_JSON OUT_PATH".into());
+    };
+    let spec: PairSpec =
+        serde_json::from_str(&json.to_string_lossy()).map_err(|e| format!("bad spec: {e}"))?;
+    let env = bulkwire_launch::job_env()
+        .map_err(|e| e.to_string())?
+        .ok_or("not started by a launcher")?;
+    let mut ctl = Control::join(&env).map_err(|e| e.to_string())?;
+    if ctl.nprocs() != 2 {
+        return Err(format!(
+            "a pair experiment needs 2 processes, not {}",
+            ctl.nprocs()
+        ));
+    }
+    let role = if ctl.rank() == 0 {
+        Role::Initiator
+    } else {
+        Role::Responder
+    };
+    let faults = FaultConfig::parse(&spec.faults).map_err(|e| e.to_string())?;
+    let result = match &spec.stack {
+        Stack::Raw { link } => {
+            if link != "udp" {
+                return Err(format!("raw over {link:?} is not measured; use udp"));
+            }
+            let bound = UdpLink::bind(
+                (ctl.local_ip(), 0).into(),
+                &UdpConfig::from_env().map_err(|e| e.to_string())?,
+            )
+            .map_err(|e| e.to_string())?;
+            let me = Card::local(ctl.rank(), vec![bound.local_addr()]);
+            let cards = ctl.allgather(&me.to_bytes()).map_err(|e| e.to_string())?;
+            let addrs = cards
+                .iter()
+                .map(|b| Card::from_bytes(b).and_then(|c| c.addrs.first().copied()))
+                .collect::<Option<Vec<_>>>()
+                .ok_or("bad card")?;
+            let udp = bound
+                .into_link(ctl.rank(), addrs)
+                .map_err(|e| e.to_string())?;
+            let policy = WaitPolicy::for_host(2);
+            if faults.is_active() {
+                measure_raw(&mut Raw::new(Faulty::new(udp, faults), policy), role, &spec)
+            } else {
+                measure_raw(&mut Raw::new(udp, policy), role, &spec)
+            }
+        }
+        Stack::Proto { protocol, link } => {
+            let mut cfg = JobConfig::from_env().map_err(|e| e.to_string())?;
+            cfg.protocol = protocol.clone();
+            cfg.link = match link.as_str() {
+                "udp" => LinkKind::Udp,
+                _ => LinkKind::Auto,
+            };
+            cfg.faults = faults;
+            let (mut engine, _) = job::connect(&mut ctl, &cfg).map_err(|e| e.to_string())?;
+            let result = measure_proto(&mut engine, role, &spec)?;
+            write_result(role, &result, out)?;
+            return job::finish(&mut engine, ctl, 0).map_err(|e| e.to_string());
+        }
+    }?;
+    write_result(role, &result, out)?;
+    ctl.finish(0).map_err(|e| e.to_string())
+}
+
+fn write_result(role: Role, result: &PairResult, out: &OsString) -> Result<(), String> {
+    if role == Role::Initiator {
+        let json = serde_json::to_vec_pretty(result).map_err(|e| e.to_string())?;
+        std::fs::write(out, json).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+fn measure_proto(e: &mut Engine, role: Role, spec: &PairSpec) -> Result<PairResult, String> {
+    let peer = 1 - e.rank();
+    let idle = spec.stack.lossy().then_some(Duration::from_millis(50));
+    let mut points = Vec::new();
+    match &spec.measure {
+        Measure::Latency {
+            sizes,
+            warmup,
+            iters,
+        } => {
+            for &size in sizes {
+                let samples = kernels::pingpong(e, role, peer, size, *warmup, *iters)
+                    .map_err(|x| format!("{}: {size} B ping-pong: {x}", spec.stack.label()))?;
+                points.push(Point {
+                    size,
+                    samples,
+                    delivered: None,
+                });
+            }
+        }
+        Measure::Bandwidth {
+            sizes,
+            warmup,
+            reps,
+        } => {
+            for &size in sizes {
+                let w = window_for(size);
+                let s = kernels::stream(e, role, peer, size, w, *warmup, *reps, idle)
+                    .map_err(|x| format!("{}: {size} B stream: {x}", spec.stack.label()))?;
+                points.push(stream_point(size, w, &s));
+            }
+        }
+    }
+    Ok(PairResult {
+        spec: spec.clone(),
+        points,
+        counters: Some(Counters::from(&e.peer_stats(peer))),
+    })
+}
+
+fn measure_raw<L: Link>(r: &mut Raw<L>, role: Role, spec: &PairSpec) -> Result<PairResult, String> {
+    let peer = 1 - match role {
+        Role::Initiator => 0,
+        Role::Responder => 1,
+    };
+    let mut points = Vec::new();
+    match &spec.measure {
+        Measure::Latency {
+            sizes,
+            warmup,
+            iters,
+        } => {
+            for &size in sizes {
+                let samples = raw::pingpong(r, role, peer, size, *warmup, *iters)
+                    .map_err(|x| format!("raw: {size} B ping-pong: {x}"))?;
+                points.push(Point {
+                    size,
+                    samples,
+                    delivered: None,
+                });
+            }
+        }
+        Measure::Bandwidth {
+            sizes,
+            warmup,
+            reps,
+        } => {
+            for &size in sizes {
+                let w = window_for(size);
+                let s = raw::stream(
+                    r,
+                    role,
+                    peer,
+                    size,
+                    w,
+                    *warmup,
+                    *reps,
+                    Duration::from_millis(50),
+                )
+                .map_err(|x| format!("raw: {size} B stream: {x}"))?;
+                points.push(stream_point(size, w, &s));
+            }
+        }
+    }
+    Ok(PairResult {
+        spec: spec.clone(),
+        points,
+        counters: None,
+    })
+}
+
+fn stream_point(size: usize, window: usize, s: &[kernels::StreamSample]) -> Point {
+    let sent = (size * window * s.len()) as f64;
+    let got: f64 = s.iter().map(|x| x.bytes as f64).sum();
+    Point {
+        size,
+        samples: s.iter().map(|x| x.rate()).collect(),
+        delivered: Some(if sent > 0.0 { got / sent } else { 1.0 }),
+    }
+}

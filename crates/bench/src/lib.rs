@@ -3,7 +3,9 @@
 //! the Hockney fit t(n) = t0 + n / r_inf with n_1/2 = t0 * r_inf.
 
 pub mod kernels;
+pub mod mpi;
 pub mod pair;
 pub mod raw;
+pub mod report;
 pub mod stats;
 pub mod suite;

@@ -3,18 +3,19 @@
 //! what rank 0 measured.
 
 use std::ffi::OsString;
+use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::time::Duration;
 
 use bulkwire_engine::job::{self, JobConfig, LinkKind};
 use bulkwire_engine::{Engine, Transport, WaitPolicy};
 use bulkwire_launch::{Card, Control, LaunchOpts};
-use bulkwire_link::{FaultConfig, Faulty, Link, UdpConfig, UdpLink};
+use bulkwire_link::{FaultConfig, Faulty, UdpConfig, UdpLink};
 use bulkwire_protocol::PeerStats;
 use serde::{Deserialize, Serialize};
 
 use crate::kernels::{self, Role};
-use crate::raw::{self, Raw};
+use crate::raw::{self, RawChannel, RawTcp, RawUdp};
 
 /// What carries the messages.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -176,29 +177,43 @@ pub fn worker_main(args: &[OsString]) -> Result<(), String> {
     let faults = FaultConfig::parse(&spec.faults).map_err(|e| e.to_string())?;
     let result = match &spec.stack {
         Stack::Raw { link } => {
-            if link != "udp" {
-                return Err(format!("raw over {link:?} is not measured; use udp"));
-            }
-            let bound = UdpLink::bind(
-                (ctl.local_ip(), 0).into(),
-                &UdpConfig::from_env().map_err(|e| e.to_string())?,
-            )
-            .map_err(|e| e.to_string())?;
-            let me = Card::local(ctl.rank(), vec![bound.local_addr()]);
-            let cards = ctl.allgather(&me.to_bytes()).map_err(|e| e.to_string())?;
-            let addrs = cards
-                .iter()
-                .map(|b| Card::from_bytes(b).and_then(|c| c.addrs.first().copied()))
-                .collect::<Option<Vec<_>>>()
-                .ok_or("bad card")?;
-            let udp = bound
-                .into_link(ctl.rank(), addrs)
-                .map_err(|e| e.to_string())?;
             let policy = WaitPolicy::for_host(2);
-            if faults.is_active() {
-                measure_raw(&mut Raw::new(Faulty::new(udp, faults), policy), role, &spec)
-            } else {
-                measure_raw(&mut Raw::new(udp, policy), role, &spec)
+            let peer = 1 - ctl.rank();
+            match link.as_str() {
+                "udp" => {
+                    let cfg = UdpConfig::from_env().map_err(|e| e.to_string())?;
+                    let bound = UdpLink::bind((ctl.local_ip(), 0).into(), &cfg)
+                        .map_err(|e| e.to_string())?;
+                    let addrs = exchange(&mut ctl, bound.local_addr())?;
+                    let udp = bound
+                        .into_link(ctl.rank(), addrs)
+                        .map_err(|e| e.to_string())?;
+                    if faults.is_active() {
+                        let mut ch = RawUdp::new(Faulty::new(udp, faults), peer, policy);
+                        measure_raw(&mut ch, role, &spec)
+                    } else {
+                        measure_raw(&mut RawUdp::new(udp, peer, policy), role, &spec)
+                    }
+                }
+                "tcp" => {
+                    let listener =
+                        TcpListener::bind((ctl.local_ip(), 0)).map_err(|e| e.to_string())?;
+                    let addrs =
+                        exchange(&mut ctl, listener.local_addr().map_err(|e| e.to_string())?)?;
+                    let stream = if ctl.rank() == 0 {
+                        TcpStream::connect(addrs[1])
+                    } else {
+                        listener.accept().map(|(s, _)| s)
+                    }
+                    .map_err(|e| e.to_string())?;
+                    let mut ch = RawTcp::new(stream, policy).map_err(|e| e.to_string())?;
+                    measure_raw(&mut ch, role, &spec)
+                }
+                other => {
+                    return Err(format!(
+                        "raw over {other:?} is not measured; use udp or tcp"
+                    ));
+                }
             }
         }
         Stack::Proto { protocol, link } => {
@@ -217,6 +232,20 @@ pub fn worker_main(args: &[OsString]) -> Result<(), String> {
     }?;
     write_result(role, &result, out)?;
     ctl.finish(0).map_err(|e| e.to_string())
+}
+
+/// Publishes this process's address and learns its peer's, through the rendezvous.
+fn exchange(
+    ctl: &mut Control,
+    addr: std::net::SocketAddr,
+) -> Result<Vec<std::net::SocketAddr>, String> {
+    let me = Card::local(ctl.rank(), vec![addr]);
+    let cards = ctl.allgather(&me.to_bytes()).map_err(|e| e.to_string())?;
+    cards
+        .iter()
+        .map(|b| Card::from_bytes(b).and_then(|c| c.addrs.first().copied()))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| "a peer published an unusable card".into())
 }
 
 fn write_result(role: Role, result: &PairResult, out: &OsString) -> Result<(), String> {
@@ -267,11 +296,7 @@ fn measure_proto(e: &mut Engine, role: Role, spec: &PairSpec) -> Result<PairResu
     })
 }
 
-fn measure_raw<L: Link>(r: &mut Raw<L>, role: Role, spec: &PairSpec) -> Result<PairResult, String> {
-    let peer = 1 - match role {
-        Role::Initiator => 0,
-        Role::Responder => 1,
-    };
+fn measure_raw(r: &mut dyn RawChannel, role: Role, spec: &PairSpec) -> Result<PairResult, String> {
     let mut points = Vec::new();
     match &spec.measure {
         Measure::Latency {
@@ -280,8 +305,8 @@ fn measure_raw<L: Link>(r: &mut Raw<L>, role: Role, spec: &PairSpec) -> Result<P
             iters,
         } => {
             for &size in sizes {
-                let samples = raw::pingpong(r, role, peer, size, *warmup, *iters)
-                    .map_err(|x| format!("raw: {size} B ping-pong: {x}"))?;
+                let samples = raw::pingpong(r, role, size, *warmup, *iters)
+                    .map_err(|x| format!("{}: {size} B ping-pong: {x}", spec.stack.label()))?;
                 points.push(Point {
                     size,
                     samples,
@@ -296,17 +321,8 @@ fn measure_raw<L: Link>(r: &mut Raw<L>, role: Role, spec: &PairSpec) -> Result<P
         } => {
             for &size in sizes {
                 let w = window_for(size);
-                let s = raw::stream(
-                    r,
-                    role,
-                    peer,
-                    size,
-                    w,
-                    *warmup,
-                    *reps,
-                    Duration::from_millis(50),
-                )
-                .map_err(|x| format!("raw: {size} B stream: {x}"))?;
+                let s = raw::stream(r, role, size, w, *warmup, *reps, Duration::from_millis(50))
+                    .map_err(|x| format!("{}: {size} B stream: {x}", spec.stack.label()))?;
                 points.push(stream_point(size, w, &s));
             }
         }

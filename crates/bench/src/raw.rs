@@ -1,10 +1,12 @@
-//! The raw baselines, measured by the same harness as the protocols: messages cut into
-//! datagrams of the link's largest size and sent with no header, no acknowledgement and
-//! no recovery. The receiver counts bytes. Waiting follows the engine's policy (spin for a
-//! budget, then block), so a difference in the tables is the protocol's cost and nothing
-//! else.
+//! The raw baselines, measured by the same harness as the protocols: bare UDP datagrams
+//! (messages cut at the link's largest datagram, no header, no acknowledgement, no
+//! recovery) and a bare kernel TCP connection. Waiting follows the engine's policy (spin
+//! for a budget, then block), so a difference in the tables is the stack's cost and
+//! nothing else.
 
-use std::io;
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use bulkwire_engine::WaitPolicy;
@@ -12,30 +14,66 @@ use bulkwire_link::{Link, Rank, RxBatch, Tx};
 
 use crate::kernels::{Role, StreamSample};
 
-/// A link used bare, with the engine's wait policy.
-pub struct Raw<L: Link> {
-    link: L,
-    rx: RxBatch,
-    policy: WaitPolicy,
-    /// Bytes received but not yet counted toward a message.
-    carry: usize,
+/// A byte channel to one peer, with no protocol of ours on it.
+pub trait RawChannel {
+    /// Sends `data` as one message.
+    fn send_msg(&mut self, data: &[u8]) -> io::Result<()>;
+
+    /// Receives until `size` bytes have arrived, or nothing arrives for `idle`. Returns
+    /// the bytes counted (at most `size`; any surplus is kept for the next call) and
+    /// whether anything arrived at all.
+    fn recv_bytes(&mut self, size: usize, idle: Duration) -> io::Result<(usize, bool)>;
+
+    /// Receives an 8-byte little-endian count (a stream acknowledgement).
+    fn recv_u64(&mut self, idle: Duration) -> io::Result<Option<u64>>;
 }
 
-impl<L: Link> Raw<L> {
-    pub fn new(link: L, policy: WaitPolicy) -> Raw<L> {
+/// Spins for the policy's budget, then sleeps in `block` until `idle` has passed since
+/// `last`. Returns false once `idle` has passed.
+fn pause(policy: &WaitPolicy, last: Instant, idle: Duration, block: impl FnOnce(Duration)) -> bool {
+    let quiet = last.elapsed();
+    if quiet >= idle {
+        return false;
+    }
+    if quiet < policy.spin {
+        if policy.yield_cpu {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    } else {
+        block(idle - quiet);
+    }
+    true
+}
+
+/// Bare datagrams to one peer over a link.
+pub struct RawUdp<L: Link> {
+    link: L,
+    peer: Rank,
+    rx: RxBatch,
+    policy: WaitPolicy,
+    carry: usize,
+    last: Vec<u8>,
+}
+
+impl<L: Link> RawUdp<L> {
+    pub fn new(link: L, peer: Rank, policy: WaitPolicy) -> RawUdp<L> {
         let rx = RxBatch::new(64, link.recv_slot_size().max(1));
-        Raw {
+        RawUdp {
             link,
+            peer,
             rx,
             policy,
             carry: 0,
+            last: Vec::new(),
         }
     }
+}
 
-    /// Sends `size` bytes to `peer` as datagrams of the largest size, retrying while the
-    /// socket is full.
-    fn send_msg(&mut self, peer: Rank, data: &[u8]) -> io::Result<()> {
-        let max = self.link.max_datagram(peer).max(1);
+impl<L: Link> RawChannel for RawUdp<L> {
+    fn send_msg(&mut self, data: &[u8]) -> io::Result<()> {
+        let max = self.link.max_datagram(self.peer).max(1);
         let mut chunks: Vec<&[u8]> = data.chunks(max).collect();
         if chunks.is_empty() {
             chunks.push(&[]);
@@ -46,7 +84,7 @@ impl<L: Link> Raw<L> {
                 .iter()
                 .take(64)
                 .map(|c| Tx {
-                    dst: peer,
+                    dst: self.peer,
                     head: &[],
                     body: c,
                 })
@@ -60,13 +98,9 @@ impl<L: Link> Raw<L> {
         Ok(())
     }
 
-    /// Receives until `size` bytes and at least one datagram have arrived, or nothing
-    /// arrives for `idle`. Returns the bytes counted (at most `size`; the rest is kept for
-    /// the next call) and whether anything arrived at all.
     fn recv_bytes(&mut self, size: usize, idle: Duration) -> io::Result<(usize, bool)> {
         let mut got = std::mem::take(&mut self.carry);
         let mut any = got > 0;
-        let spin = self.policy.spin;
         let mut last = Instant::now();
         loop {
             if any && got >= size {
@@ -77,34 +111,145 @@ impl<L: Link> Raw<L> {
             if n > 0 {
                 any = true;
                 got += self.rx.iter().map(|d| d.len()).sum::<usize>();
+                if let Some(d) = self.rx.iter().last() {
+                    self.last.clear();
+                    self.last.extend_from_slice(d);
+                }
                 last = Instant::now();
                 continue;
             }
-            let quiet = last.elapsed();
-            if quiet >= idle {
+            let mut err = None;
+            let link = &mut self.link;
+            if !pause(&self.policy, last, idle, |t| err = link.wait(Some(t)).err()) {
                 return Ok((got, any));
             }
-            if quiet < spin {
-                if self.policy.yield_cpu {
-                    std::thread::yield_now();
-                } else {
-                    std::hint::spin_loop();
-                }
-            } else {
-                self.link.wait(Some(idle - quiet))?;
+            if let Some(e) = err {
+                return Err(e);
             }
+        }
+    }
+
+    fn recv_u64(&mut self, idle: Duration) -> io::Result<Option<u64>> {
+        self.carry = 0;
+        let (_, any) = self.recv_bytes(8, idle)?;
+        self.carry = 0;
+        Ok(any.then(|| {
+            self.last
+                .get(..8)
+                .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap()))
+        }))
+    }
+}
+
+/// A bare kernel TCP connection (`TCP_NODELAY`, non-blocking, spin then `poll`).
+pub struct RawTcp {
+    s: TcpStream,
+    policy: WaitPolicy,
+    buf: Vec<u8>,
+    /// Bytes received beyond what the last call counted.
+    carry: usize,
+}
+
+impl RawTcp {
+    pub fn new(s: TcpStream, policy: WaitPolicy) -> io::Result<RawTcp> {
+        s.set_nodelay(true)?;
+        s.set_nonblocking(true)?;
+        Ok(RawTcp {
+            s,
+            policy,
+            buf: vec![0; 1 << 20],
+            carry: 0,
+        })
+    }
+
+    fn poll(&self, events: i16, t: Duration) {
+        let mut p = libc::pollfd {
+            fd: self.s.as_raw_fd(),
+            events,
+            revents: 0,
+        };
+        let ms = t.as_millis().clamp(1, i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut p, 1, ms) };
+    }
+
+    fn read_some(&mut self, max: usize) -> io::Result<usize> {
+        let n = max.min(self.buf.len());
+        match self.s.read(&mut self.buf[..n]) {
+            Ok(0) => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "peer closed")),
+            Ok(k) => Ok(k),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+            Err(e) => Err(e),
         }
     }
 }
 
-/// How long a raw receiver waits for a datagram before declaring it lost.
+impl RawChannel for RawTcp {
+    fn send_msg(&mut self, mut data: &[u8]) -> io::Result<()> {
+        while !data.is_empty() {
+            match self.s.write(data) {
+                Ok(n) => data = &data[n..],
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.poll(libc::POLLOUT, Duration::from_millis(10))
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    fn recv_bytes(&mut self, size: usize, idle: Duration) -> io::Result<(usize, bool)> {
+        let mut got = std::mem::take(&mut self.carry);
+        let mut last = Instant::now();
+        loop {
+            if got >= size && (size > 0 || got > 0) {
+                self.carry = got - size;
+                return Ok((size, true));
+            }
+            let n = self.read_some(size.saturating_sub(got).max(1))?;
+            if n > 0 {
+                got += n;
+                last = Instant::now();
+                continue;
+            }
+            let (policy, me) = (self.policy, &*self);
+            if !pause(&policy, last, idle, |t| me.poll(libc::POLLIN, t)) {
+                return Ok((got, got > 0));
+            }
+        }
+    }
+
+    fn recv_u64(&mut self, idle: Duration) -> io::Result<Option<u64>> {
+        let mut b = [0u8; 8];
+        let mut have = 0;
+        let mut last = Instant::now();
+        while have < 8 {
+            match self.s.read(&mut b[have..]) {
+                Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "peer closed")),
+                Ok(k) => {
+                    have += k;
+                    last = Instant::now();
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let (policy, me) = (self.policy, &*self);
+                    if !pause(&policy, last, idle, |t| me.poll(libc::POLLIN, t)) {
+                        return Ok(None);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(Some(u64::from_le_bytes(b)))
+    }
+}
+
+/// How long a raw receiver waits for data before declaring it lost.
 const LOST: Duration = Duration::from_secs(5);
 
 /// Raw ping-pong: same shape as [`crate::kernels::pingpong`].
-pub fn pingpong<L: Link>(
-    r: &mut Raw<L>,
+pub fn pingpong(
+    r: &mut dyn RawChannel,
     role: Role,
-    peer: Rank,
     size: usize,
     warmup: usize,
     iters: usize,
@@ -115,12 +260,12 @@ pub fn pingpong<L: Link>(
         match role {
             Role::Initiator => {
                 let t0 = Instant::now();
-                r.send_msg(peer, &msg)?;
+                r.send_msg(&msg)?;
                 let (got, any) = r.recv_bytes(size, LOST)?;
                 let dt = t0.elapsed();
                 if got < size || !any {
                     return Err(io::Error::other(format!(
-                        "raw UDP lost a datagram of a {size}-byte ping-pong"
+                        "raw channel lost data of a {size}-byte ping-pong"
                     )));
                 }
                 if i >= warmup {
@@ -129,7 +274,7 @@ pub fn pingpong<L: Link>(
             }
             Role::Responder => {
                 r.recv_bytes(size, LOST)?;
-                r.send_msg(peer, &msg)?;
+                r.send_msg(&msg)?;
             }
         }
     }
@@ -138,12 +283,10 @@ pub fn pingpong<L: Link>(
 
 /// Raw streaming: same shape as [`crate::kernels::stream`]. The responder counts what
 /// arrives until the whole window is in or nothing comes for `idle`, then answers with
-/// the byte count in an 8-byte datagram; losses show up as missing bytes.
-#[allow(clippy::too_many_arguments)]
-pub fn stream<L: Link>(
-    r: &mut Raw<L>,
+/// the byte count; datagram losses show up as missing bytes.
+pub fn stream(
+    r: &mut dyn RawChannel,
     role: Role,
-    peer: Rank,
     size: usize,
     window: usize,
     warmup: usize,
@@ -157,31 +300,21 @@ pub fn stream<L: Link>(
             Role::Initiator => {
                 let t0 = Instant::now();
                 for _ in 0..window {
-                    r.send_msg(peer, &msg)?;
+                    r.send_msg(&msg)?;
                 }
-                r.carry = 0;
-                // The acknowledgement is one 8-byte datagram carrying the count.
-                let (_, any) = r.recv_bytes(8, LOST)?;
-                if !any || r.rx.is_empty() {
-                    return Err(io::Error::other("raw UDP lost a stream acknowledgement"));
-                }
-                r.carry = 0;
-                let ack =
-                    r.rx.get(r.rx.len() - 1)
-                        .get(..8)
-                        .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap()));
-                let dt = t0.elapsed();
+                let ack = r
+                    .recv_u64(LOST)?
+                    .ok_or_else(|| io::Error::other("raw channel lost a stream acknowledgement"))?;
                 if i >= warmup {
                     out.push(StreamSample {
                         bytes: ack,
-                        seconds: dt.as_secs_f64(),
+                        seconds: t0.elapsed().as_secs_f64(),
                     });
                 }
             }
             Role::Responder => {
                 let (got, _) = r.recv_bytes(size * window, idle)?;
-                r.carry = 0;
-                r.send_msg(peer, &(got as u64).to_le_bytes())?;
+                r.send_msg(&(got as u64).to_le_bytes())?;
             }
         }
     }

@@ -1,10 +1,22 @@
-//! `bwbench`: the seeds' experiments as one benchmark suite. See `bwbench --help`.
+//! `bwbench`: the seeds' experiments as one benchmark suite, measured on this machine
+//! beside raw UDP, kernel TCP and (when installed) MPI, written up as a report directory:
+//! `report.md`, `results.json` and SVG charts.
+//!
+//! ```text
+//! bwbench all --quick          every experiment, about a minute
+//! bwbench all                  every experiment, full sizes and repetitions
+//! bwbench latency              one experiment (also writes the report directory)
+//! ```
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
-use clap::{Parser, Subcommand};
+use bulkwire_bench::report::{Machine, Report};
+use bulkwire_bench::suite::{Section, Suite};
+use clap::{Parser, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -18,17 +30,46 @@ struct Args {
     /// Fewer sizes and repetitions (about a minute for `all`).
     #[arg(long, global = true)]
     quick: bool,
-    /// Where `all` writes its report.
+    /// Directory the report is written to.
     #[arg(long, global = true, default_value = "bwbench-report")]
     out: PathBuf,
+    /// No progress bar (for logs).
+    #[arg(long, global = true)]
+    no_progress: bool,
 }
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
+    /// Every experiment below, into one report.
+    All,
+    /// One experiment.
+    #[command(flatten)]
+    One(Experiment),
+}
+
+#[derive(Subcommand, Debug, Clone, Copy, ValueEnum)]
+enum Experiment {
     /// Ping-pong half round trip per size: min / avg / max / std dev (seed 000 Table 1).
     Latency,
-    /// Streaming bandwidth per size and the Hockney fit (seed 002 Table 1).
+    /// Streaming bandwidth per size and the Hockney fit: t0, r_inf, n_1/2 (seed 002 Table 1).
     Bandwidth,
+}
+
+const ALL: [Experiment; 2] = [Experiment::Latency, Experiment::Bandwidth];
+
+impl Experiment {
+    fn runs(self, s: &Suite) -> usize {
+        match self {
+            Experiment::Latency | Experiment::Bandwidth => s.pair_runs(),
+        }
+    }
+
+    fn run(self, s: &Suite) -> Section {
+        match self {
+            Experiment::Latency => s.latency(),
+            Experiment::Bandwidth => s.bandwidth(),
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -51,20 +92,68 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let suite = bulkwire_bench::suite::Suite::new(exe, args.quick);
-    let r = match args.cmd {
-        Cmd::Latency => suite.latency(),
-        Cmd::Bandwidth => suite.bandwidth(),
+    let experiments: Vec<Experiment> = match args.cmd {
+        Cmd::All => ALL.to_vec(),
+        Cmd::One(e) => vec![e],
     };
-    match r {
-        Ok(section) => {
-            println!("{}", section.markdown());
-            let _ = &args.out;
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("bwbench: {e}");
-            ExitCode::FAILURE
-        }
+    let work = std::env::temp_dir().join(format!("bwbench-{}", std::process::id()));
+    let bar = if args.no_progress {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(0)
+    };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:30}] {pos}/{len} runs, ~{eta} left: {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> "),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let b2 = bar.clone();
+    let suite = Suite::new(exe, args.quick, work.clone()).on_progress(move |what| {
+        b2.inc(1);
+        b2.set_message(what.to_string());
+    });
+    bar.set_length(experiments.iter().map(|e| e.runs(&suite)).sum::<usize>() as u64);
+    let t0 = Instant::now();
+    let mut sections = Vec::new();
+    for e in &experiments {
+        sections.push(e.run(&suite));
+    }
+    bar.finish_and_clear();
+    let mpi = match suite.mpi() {
+        Ok(m) => m.version.clone(),
+        Err(e) => format!("not measured ({e})"),
+    };
+    let report = Report {
+        machine: Machine::here(&mpi),
+        quick: args.quick,
+        command: argv
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" "),
+        seconds: t0.elapsed().as_secs_f64(),
+        sections,
+    };
+    let _ = std::fs::remove_dir_all(&work);
+    if let Err(e) = report.write(&args.out) {
+        eprintln!(
+            "bwbench: cannot write the report to {}: {e}",
+            args.out.display()
+        );
+        return ExitCode::FAILURE;
+    }
+    println!("{}", report.markdown());
+    println!(
+        "Report written to {}/report.md (data: results.json, charts: *.svg).",
+        args.out.display()
+    );
+    let failed = report.sections.iter().any(|s| s.series.is_empty());
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
     }
 }

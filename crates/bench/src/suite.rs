@@ -8,8 +8,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::group::{self, GroupResult, GroupSpec, Schedule};
 use crate::mpi::{Mpi, MpiNet, MpiPoint};
 use crate::pair::{self, Measure, PairResult, PairSpec, Stack};
+use crate::simexp::{self, SimRounds};
 use crate::stats::{Summary, hockney};
 
 /// A table: a header row and rows of cells, already formatted.
@@ -161,6 +163,10 @@ pub struct Section {
     pub results: Vec<PairResult>,
     /// What the MPI harness reported.
     pub mpi: Vec<MpiPoint>,
+    /// Multi-process runs on this host.
+    pub groups: Vec<GroupResult>,
+    /// Runs on the simulated network.
+    pub simulated: Vec<SimRounds>,
     /// Stacks that could not be measured, and why.
     pub skipped: Vec<String>,
 }
@@ -176,6 +182,8 @@ impl Section {
             targets: Vec::new(),
             results: Vec::new(),
             mpi: Vec::new(),
+            groups: Vec::new(),
+            simulated: Vec::new(),
             skipped: Vec::new(),
         }
     }
@@ -550,6 +558,321 @@ impl Suite {
             });
         }
         sec
+    }
+
+    /// The protocols that recover losses (utopia cannot take part in all-to-all traffic
+    /// that overflows buffers).
+    fn reliable_protocols() -> Vec<String> {
+        bulkwire_protocol::PROTOCOLS
+            .iter()
+            .filter(|p| **p != "utopia")
+            .map(|p| p.to_string())
+            .collect()
+    }
+
+    fn procs(&self) -> Vec<u32> {
+        if self.quick {
+            vec![2, 4]
+        } else {
+            vec![2, 4, 8]
+        }
+    }
+
+    fn sim_procs(&self) -> Vec<u32> {
+        if self.quick {
+            vec![8, 32]
+        } else {
+            vec![8, 16, 32, 64]
+        }
+    }
+
+    /// Number of runs [`Suite::alltoall`] makes.
+    pub fn alltoall_runs(&self) -> usize {
+        let r = Self::reliable_protocols().len();
+        r * self.procs().len() + 2 + r
+    }
+
+    /// Seed 000 Fig. 3: all-to-all with 60 KiB messages, per-process bandwidth, packets
+    /// sent and drops against p; on this host and on the simulated switch.
+    pub fn alltoall(&self) -> Section {
+        let size = 60 << 10;
+        let (warmup, reps) = if self.quick { (1, 5) } else { (3, 20) };
+        let mut sec = Section::new("alltoall", "All-to-all, 60 KiB messages (seed 000 Fig. 3)");
+        let procs = self.procs();
+        for proto in Self::reliable_protocols() {
+            let mut pts = Vec::new();
+            for &p in &procs {
+                (self.progress)(&format!("alltoall: {proto} p={p}"));
+                let spec = GroupSpec {
+                    protocol: proto.clone(),
+                    size,
+                    schedule: Schedule::Latin,
+                    warmup,
+                    reps,
+                };
+                match group::run(&self.exe, p, &spec, Duration::from_secs(600)) {
+                    Ok(r) => {
+                        pts.push(group_stat(p, &r));
+                        sec.groups.push(r);
+                    }
+                    Err(e) => sec.skipped.push(format!("{proto}/udp p={p}: {e}")),
+                }
+            }
+            sec.series.push(Series {
+                label: format!("{proto}/udp"),
+                group: Group::Bulkwire,
+                points: pts,
+            });
+        }
+        for net in [MpiNet::Shm, MpiNet::Tcp] {
+            (self.progress)(&format!("alltoall: MPI {}", net.label()));
+            let mpi = match self.mpi() {
+                Ok(m) => m,
+                Err(e) => {
+                    sec.skipped.push(format!("MPI: {e}"));
+                    break;
+                }
+            };
+            let mut pts = Vec::new();
+            for &p in &procs {
+                match mpi.run(
+                    "alltoall",
+                    p,
+                    net,
+                    warmup,
+                    reps,
+                    0.0,
+                    &[size],
+                    Duration::from_secs(600),
+                ) {
+                    Ok(v) => {
+                        // Per-process bandwidth: bytes each process sends / time.
+                        let m = &v[0];
+                        let bw = |t: f64| (size * (p as usize - 1)) as f64 / t;
+                        pts.push(Stat {
+                            size: p as usize,
+                            n: m.n,
+                            min: bw(m.max),
+                            mean: bw(m.mean),
+                            max: bw(m.min),
+                            std_dev: 0.0,
+                            median: bw(m.median),
+                            delivered: None,
+                        });
+                        sec.mpi.extend(v);
+                    }
+                    Err(e) => sec.skipped.push(format!("MPI {} p={p}: {e}", net.label())),
+                }
+            }
+            sec.series.push(Series {
+                label: format!("{} {}", short_mpi(&mpi.version), net.label()),
+                group: Group::Mpi,
+                points: pts,
+            });
+        }
+        let mut header = vec!["stack".to_string()];
+        for &p in &procs {
+            header.push(format!("p={p} MB/s per process"));
+            header.push(format!("p={p} packets (drops)"));
+        }
+        let mut t = Table {
+            title: "All-to-all on this host: per-process bandwidth, packets sent (and drops)"
+                .into(),
+            header,
+            rows: Vec::new(),
+            note: format!(
+                "Each process sends 60 KiB to every other (latin-square order) per round; \
+                 {reps} rounds after {warmup} warm-up, the slowest process timed; median round. \
+                 Packets: data and control packets sent by all processes over the whole run. \
+                 p above the core count is oversubscribed."
+            ),
+        };
+        for s in &sec.series {
+            let mut row = vec![s.label.clone()];
+            for &p in &procs {
+                let pt = s.points.iter().find(|x| x.size == p as usize);
+                row.push(pt.map_or("-".into(), |x| format!("{:.0}", x.median / 1e6)));
+                let g = sec
+                    .groups
+                    .iter()
+                    .find(|g| g.nprocs == p && format!("{}/udp", g.spec.protocol) == s.label);
+                row.push(g.map_or("-".into(), |g| {
+                    format!("{} ({})", g.data_packets + g.control_packets, g.drops)
+                }));
+            }
+            t.rows.push(row);
+        }
+        let mut sim_series = Vec::new();
+        for proto in Self::reliable_protocols() {
+            (self.progress)(&format!("alltoall: simulated {proto}"));
+            let mut pts = Vec::new();
+            for &p in &self.sim_procs() {
+                match simexp::alltoall(&proto, p, size, Schedule::Latin, 3, 1) {
+                    Ok(r) => {
+                        let bw = r.per_process_bandwidth();
+                        pts.push(Stat {
+                            size: p as usize,
+                            n: r.seconds.len(),
+                            min: bw,
+                            mean: bw,
+                            max: bw,
+                            std_dev: 0.0,
+                            median: bw,
+                            delivered: None,
+                        });
+                        sec.simulated.push(r);
+                    }
+                    Err(e) => sec.skipped.push(format!("simulated {proto} p={p}: {e}")),
+                }
+            }
+            sim_series.push(Series {
+                label: format!("{proto} (simulated 10 Gb/s switch)"),
+                group: Group::Bulkwire,
+                points: pts,
+            });
+        }
+        let mut header = vec!["stack".to_string()];
+        for &p in &self.sim_procs() {
+            header.push(format!("p={p} MB/s"));
+            header.push(format!("p={p} packets (drops)"));
+        }
+        let mut ts = Table {
+            title: "All-to-all on the simulated network (virtual time, deterministic)".into(),
+            header,
+            rows: Vec::new(),
+            note: "Star network: 10 Gb/s links, 2 us per hop, 256 KiB per switch port, 1 MiB \
+                   receive buffers, 9000-byte frames; 3 rounds, median. Shows what one host \
+                   cannot: contention at a real switch."
+                .into(),
+        };
+        for s in &sim_series {
+            let mut row = vec![s.label.clone()];
+            for &p in &self.sim_procs() {
+                let r = sec
+                    .simulated
+                    .iter()
+                    .find(|r| r.nprocs == p && s.label.starts_with(&r.protocol));
+                row.push(r.map_or("-".into(), |r| {
+                    format!("{:.0}", r.per_process_bandwidth() / 1e6)
+                }));
+                row.push(r.map_or("-".into(), |r| {
+                    format!("{} ({})", r.data_packets + r.control_packets, r.drops)
+                }));
+            }
+            ts.rows.push(row);
+        }
+        sec.tables = vec![t, ts];
+        sec.charts.push(Chart {
+            file: "alltoall.svg".into(),
+            title: "All-to-all: per-process bandwidth against p (60 KiB messages)".into(),
+            x_label: "processes".into(),
+            y_label: "MB/s per process".into(),
+            y_scale: 1e-6,
+            log_x: false,
+            log_y: false,
+            series: sec.series.clone(),
+        });
+        sec.series.extend(sim_series);
+        sec
+    }
+
+    /// Number of runs [`Suite::exchange`] makes.
+    pub fn exchange_runs(&self) -> usize {
+        2 + 2
+    }
+
+    /// Seed 003 Table 1: total exchange with destinations in latin-square order against
+    /// pid order, on this host and on the simulated switch.
+    pub fn exchange(&self) -> Section {
+        let mut sec = Section::new(
+            "exchange",
+            "Total exchange: latin-square against pid-order destinations (seed 003 Table 1)",
+        );
+        let (warmup, reps) = if self.quick { (1, 5) } else { (3, 20) };
+        let p = if self.quick { 4 } else { 8 };
+        let mut t = Table {
+            title: format!("Time for a {p}-process total exchange (us), holefill"),
+            header: ["where", "message", "latin square", "pid order", "factor"]
+                .map(String::from)
+                .to_vec(),
+            rows: Vec::new(),
+            note: "small = 16 K words (64 KiB) per pair, big = 32 K words (128 KiB), as in the \
+                   seed. On one host there is no switch to congest, so the factor is small; \
+                   the simulated network has one (virtual time)."
+                .into(),
+        };
+        for (name, size) in [("small", 64usize << 10), ("big", 128 << 10)] {
+            let mut times = Vec::new();
+            for sched in [Schedule::Latin, Schedule::PidOrder] {
+                (self.progress)(&format!("exchange: {name} {sched:?}"));
+                let spec = GroupSpec {
+                    protocol: "holefill".into(),
+                    size,
+                    schedule: sched,
+                    warmup,
+                    reps,
+                };
+                match group::run(&self.exe, p, &spec, Duration::from_secs(600)) {
+                    Ok(r) => {
+                        times.push(Summary::of(&r.seconds).median);
+                        sec.groups.push(r);
+                    }
+                    Err(e) => {
+                        sec.skipped.push(format!("{name} {sched:?}: {e}"));
+                        times.push(f64::NAN);
+                    }
+                }
+            }
+            t.rows.push(vec![
+                format!("this host, p={p}"),
+                name.into(),
+                us(times[0]),
+                us(times[1]),
+                ratio(times[1], times[0]),
+            ]);
+        }
+        let sp = if self.quick { 16 } else { 32 };
+        for (name, size) in [("small", 64usize << 10), ("big", 128 << 10)] {
+            let mut times = Vec::new();
+            for sched in [Schedule::Latin, Schedule::PidOrder] {
+                match simexp::alltoall("holefill", sp, size, sched, 3, 2) {
+                    Ok(r) => {
+                        times.push(Summary::of(&r.seconds).median);
+                        sec.simulated.push(r);
+                    }
+                    Err(e) => {
+                        sec.skipped.push(format!("simulated {name} {sched:?}: {e}"));
+                        times.push(f64::NAN);
+                    }
+                }
+            }
+            t.rows.push(vec![
+                format!("simulated switch, p={sp}"),
+                name.into(),
+                us(times[0]),
+                us(times[1]),
+                ratio(times[1], times[0]),
+            ]);
+        }
+        sec.tables = vec![t];
+        sec
+    }
+}
+
+/// Per-process bandwidth of a group run, as a point at x = p.
+fn group_stat(p: u32, r: &GroupResult) -> Stat {
+    let bw = r.per_process_bandwidth();
+    let per = |t: f64| (r.spec.size * (p as usize - 1)) as f64 / t;
+    let s = Summary::of(&r.seconds);
+    Stat {
+        size: p as usize,
+        n: s.n,
+        min: per(s.max),
+        mean: per(s.mean),
+        max: per(s.min),
+        std_dev: 0.0,
+        median: bw,
+        delivered: None,
     }
 }
 

@@ -27,6 +27,16 @@ pub enum Schedule {
     PidOrder,
 }
 
+impl Schedule {
+    /// The `k`-th destination (k in 1..p) of process `me` among `p`.
+    pub fn dest(self, me: Rank, k: u32, p: u32) -> Rank {
+        match self {
+            Schedule::Latin => (me + k) % p,
+            Schedule::PidOrder => (k - 1 + u32::from(k > me)) % p,
+        }
+    }
+}
+
 /// A p-process experiment.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GroupSpec {
@@ -178,11 +188,7 @@ pub fn worker_main(args: &[OsString]) -> Result<(), String> {
             barrier(t, inbox)?;
             let t0 = t.now();
             for k in 1..p {
-                let dst = match spec.schedule {
-                    Schedule::Latin => (me + k) % p,
-                    Schedule::PidOrder => (k - 1 + u32::from(k - 1 >= me)) % p,
-                };
-                t.send(dst, msg.clone(), false)?;
+                t.send(spec.schedule.dest(me, k, p), msg.clone(), false)?;
             }
             for k in 1..p {
                 inbox.take(t, (me + p - k) % p, DATA)?;
@@ -250,4 +256,34 @@ struct Report {
     control: u64,
     retrans: u64,
     drops: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedules_visit_every_other_process_once() {
+        for p in [2u32, 3, 8] {
+            for s in [Schedule::Latin, Schedule::PidOrder] {
+                for me in 0..p {
+                    let mut d: Vec<Rank> = (1..p).map(|k| s.dest(me, k, p)).collect();
+                    assert!(!d.contains(&me));
+                    d.sort();
+                    d.dedup();
+                    assert_eq!(d.len(), p as usize - 1);
+                }
+                // Latin: at every step each process has exactly one sender.
+                if s == Schedule::Latin {
+                    for k in 1..p {
+                        let mut at: Vec<Rank> = (0..p).map(|me| s.dest(me, k, p)).collect();
+                        at.sort();
+                        assert_eq!(at, (0..p).collect::<Vec<_>>());
+                    }
+                }
+            }
+        }
+        assert_eq!(Schedule::PidOrder.dest(2, 1, 4), 0);
+        assert_eq!(Schedule::PidOrder.dest(2, 3, 4), 3);
+    }
 }

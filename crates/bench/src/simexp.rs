@@ -58,11 +58,8 @@ pub fn alltoall(
         // them in that order, so the order is the schedule.
         for me in 0..nprocs {
             for k in 1..nprocs {
-                let dst = match schedule {
-                    Schedule::Latin => (me + k) % nprocs,
-                    Schedule::PidOrder => (k - 1 + u32::from(k - 1 >= me)) % nprocs,
-                };
-                sim.send(me, dst, msg.clone()).map_err(|e| e.to_string())?;
+                sim.send(me, schedule.dest(me, k, nprocs), msg.clone())
+                    .map_err(|e| e.to_string())?;
             }
         }
         let want = (nprocs * (nprocs - 1)) as usize;

@@ -237,6 +237,15 @@ impl Transport for Engine {
     fn accept(&mut self, from: Rank, id: MsgId) {
         let now = self.now();
         self.ep.protocol().accept(now, from, id);
+        // The Cts (or, for a one-packet message, the Fin) goes out at once: the sender
+        // waits on it, and the caller may compute for long before stepping again. An
+        // error here reappears at the next step.
+        let _ = self.ep.step(now);
+    }
+
+    fn set_auto_accept(&mut self, on: bool) {
+        let now = self.now();
+        self.ep.protocol().set_auto_accept(now, on);
     }
 
     fn peer_stats(&self, peer: Rank) -> PeerStats {

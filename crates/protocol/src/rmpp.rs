@@ -47,7 +47,7 @@
 //! |------|-------------|----------|
 //! | Rts | sender, no Cts/Fin within RTO | resend Rts (back-off); a duplicate Rts is answered from the receiver's state: nothing while unaccepted, Cts/Resend while receiving, Fin once complete |
 //! | Cts | receiver, no data within RTO | resend Cts (back-off) |
-//! | data | receiver: the packet asking for an answer shows holes, or no progress within RTO | Resend of the holes |
+//! | data | receiver: the packet asking for an answer shows holes, or no data from the peer within RTO | Resend of the holes |
 //! | Resend | receiver, no progress within RTO | Resend again |
 //! | Fin | receiver, no Close within RTO | resend Fin; the sender answers Close |
 //! | Close | receiver, its Fin timer | resend Fin; answered statelessly with Close |
@@ -309,6 +309,8 @@ struct TxMsg {
     todo: RangeSet,
     /// End of the first pass so far: anything below it sent again is a retransmission.
     sent_hi: u64,
+    /// Time of the latest data packet sent.
+    last_tx: Time,
 }
 
 enum RxState {
@@ -349,6 +351,10 @@ struct Peer {
     lingering: u32,
     rtt: Rtt,
     closed: bool,
+    /// Cts/Resend ignored because a pass was under way.
+    ignored_requests: u64,
+    /// Latest arrival of new data from this peer, for any message.
+    last_data: Time,
     stats: PeerStats,
 }
 
@@ -384,6 +390,8 @@ impl Rmpp {
                 lingering: 0,
                 rtt: Rtt::new(c.rto_initial, c.rto_min, c.rto_max),
                 closed: false,
+                ignored_requests: 0,
+                last_data: 0,
                 stats: PeerStats::default(),
             })
             .collect();
@@ -417,6 +425,11 @@ impl Rmpp {
     /// Connection records kept for messages from `peer` (diagnostics and tests).
     pub fn records_from(&self, peer: Rank) -> usize {
         self.peers[peer as usize].rx.len()
+    }
+
+    /// Requests from `peer` ignored because a pass was under way (diagnostics).
+    pub fn ignored_requests(&self, peer: Rank) -> u64 {
+        self.peers[peer as usize].ignored_requests
     }
 
     /// Bytes of heads held for announced, unaccepted messages.
@@ -663,6 +676,7 @@ impl Rmpp {
                 } else {
                     buf[hdr.offset as usize..end as usize].copy_from_slice(payload);
                     p.stats.bytes_received += added;
+                    p.last_data = now;
                     if !*got_data && conn.sends == 1 {
                         // Karn: the Cts went once, and the sender answers it at once.
                         p.rtt.sample(now.saturating_sub(conn.sent_at));
@@ -776,10 +790,20 @@ impl Rmpp {
             return;
         };
         self.sample_rts(now, to, k, hdr.aux);
-        let m = &mut self.peers[to as usize].tx[k];
+        let p = &mut self.peers[to as usize];
+        let half_rtt = p.rtt.srtt() / 2;
+        let m = &mut p.tx[k];
         let len = m.data.len() as u64;
         if ranges.iter().any(|&(a, b)| a >= b || b > len) {
-            self.peers[to as usize].stats.bogus += 1;
+            p.stats.bogus += 1;
+            return;
+        }
+        if m.open && (!m.todo.is_empty() || now.saturating_sub(m.last_tx) < half_rtt) {
+            // A pass is under way, or just ended: this request was written before the
+            // receiver saw it (its timer fired while we were busy with other messages).
+            // The pass ends with ACK_REQ, whose answer lists exactly what is missing;
+            // acting on this one would resend what is already on its way.
+            p.ignored_requests += 1;
             return;
         }
         m.open = true;
@@ -879,6 +903,7 @@ impl Rmpp {
                 deadline: None,
                 todo: RangeSet::default(),
                 sent_hi: 0,
+                last_tx: 0,
             });
         }
     }
@@ -951,6 +976,7 @@ impl Rmpp {
                     p.stats.retransmits += 1;
                 }
                 m.sent_hi = m.sent_hi.max(b);
+                m.last_tx = now;
                 p.stats.data_sent += 1;
                 p.stats.bytes_sent += b - a;
                 out.push(Transmit {
@@ -966,6 +992,9 @@ impl Rmpp {
     /// Runs `peer`'s due timers and re-arms its earliest remaining deadline.
     fn peer_timeout(&mut self, now: Time, peer: Rank) {
         let mut due_rx = Vec::new();
+        // While new data from the peer keeps coming, it is working through its messages
+        // to us, in order: a request for a later one would only duplicate what is queued.
+        let flowing_until = self.peers[peer as usize].last_data + self.rto(peer, 1);
         let p = &mut self.peers[peer as usize];
         if p.closed {
             return;
@@ -987,6 +1016,14 @@ impl Rmpp {
         }
         for (&id, c) in p.rx.iter_mut() {
             match c.deadline {
+                Some(t)
+                    if t <= now
+                        && flowing_until > now
+                        && matches!(c.state, RxState::Receiving { .. }) =>
+                {
+                    c.deadline = Some(flowing_until);
+                    next = Some(next.map_or(flowing_until, |n: Time| n.min(flowing_until)));
+                }
                 Some(t) if t <= now => {
                     c.deadline = None;
                     due_rx.push((id, c.sends));
@@ -1289,7 +1326,9 @@ mod tests {
     }
 
     /// (id, head length) of each Announce, and the messages, in `evs`.
-    fn split(evs: Vec<Event>) -> (Vec<(MsgId, usize)>, Vec<(MsgId, Vec<u8>)>, Vec<MsgId>) {
+    type Split = (Vec<(MsgId, usize)>, Vec<(MsgId, Vec<u8>)>, Vec<MsgId>);
+
+    fn split(evs: Vec<Event>) -> Split {
         let (mut ann, mut msg, mut sent) = (Vec::new(), Vec::new(), Vec::new());
         for e in evs {
             match e {
@@ -1319,7 +1358,8 @@ mod tests {
         assert_eq!(r.pop_front(100), Some((25, 40)));
         assert_eq!(r.pop_front(100), Some((45, 47)));
         assert_eq!(r.pop_front(1), None);
-        assert!(r.is_empty() && r.len() == 0);
+        assert!(r.is_empty());
+        assert_eq!(r.len(), 0);
         assert_eq!(RangeSet::default().gaps(7, 3), vec![(0, 7)]);
         assert_eq!(r.insert(3, 3), 0);
     }

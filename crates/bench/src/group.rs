@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use bulkwire_engine::job::{self, JobConfig};
-use bulkwire_engine::{Engine, Error, Event, Transport};
+use bulkwire_engine::{Error, Event, Transport};
 use bulkwire_launch::{Control, LaunchOpts};
 use bulkwire_link::Rank;
 use bytes::Bytes;
@@ -176,14 +176,17 @@ pub fn worker_main(args: &[OsString]) -> Result<(), String> {
     let mut ctl = Control::join(&env).map_err(|e| e.to_string())?;
     let mut cfg = JobConfig::from_env().map_err(|e| e.to_string())?;
     cfg.protocol = spec.protocol.clone();
-    let (mut t, _) = job::connect(&mut ctl, &cfg).map_err(|e| e.to_string())?;
+    let (mut t, _) = job::connect_transport(&mut ctl, &cfg).map_err(|e| e.to_string())?;
     let (me, p) = (t.rank(), t.nprocs());
     let mut inbox = Inbox::new(p);
     let mut msg = vec![0u8; spec.size.max(1)];
     msg[0] = DATA;
     let msg = Bytes::from(msg);
     let mut times = Vec::new();
-    let run = |t: &mut Engine, inbox: &mut Inbox, times: &mut Vec<f64>| -> Result<(), Error> {
+    let run = |t: &mut Box<dyn Transport>,
+               inbox: &mut Inbox,
+               times: &mut Vec<f64>|
+     -> Result<(), Error> {
         for rep in 0..spec.warmup + spec.reps {
             barrier(t, inbox)?;
             let t0 = t.now();

@@ -21,8 +21,9 @@ pub enum Role {
 /// How long one message may take before a kernel gives up.
 pub const TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Waits for the next message from `from`. Events of other kinds are skipped; a death
-/// of `from` is an error. With `idle`, gives up (returning `None`) after that long with
+/// Waits for the next message from `from`. An rmpp announcement is accepted at once (a
+/// kernel always has its receive posted); other events are skipped; a death of `from` is
+/// an error. With `idle`, gives up (returning `None`) after that long with
 /// nothing arriving: lossy transports (utopia) may never deliver.
 pub fn recv_msg<T: Transport>(
     t: &mut T,
@@ -39,6 +40,7 @@ pub fn recv_msg<T: Transport>(
                 Some(Event::PeerDead { peer, silent_for }) if peer == from => {
                     return Some(Err(Error::PeerDead { peer, silent_for }));
                 }
+                Some(Event::Announce { from: f, id, .. }) => t.accept(f, id),
                 Some(_) => continue,
                 None => return None,
             }

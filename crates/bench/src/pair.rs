@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use bulkwire_engine::job::{self, JobConfig, LinkKind};
-use bulkwire_engine::{Engine, Transport, WaitPolicy};
+use bulkwire_engine::{Transport, WaitPolicy};
 use bulkwire_launch::{Card, Control, LaunchOpts};
 use bulkwire_link::{FaultConfig, Faulty, UdpConfig, UdpLink};
 use bulkwire_protocol::PeerStats;
@@ -22,7 +22,8 @@ use crate::raw::{self, RawChannel, RawTcp, RawUdp};
 pub enum Stack {
     /// Bare datagrams over a link: no header, no recovery (the baseline).
     Raw { link: String },
-    /// A protocol of `bulkwire_protocol::PROTOCOLS` over a link (`udp`, `auto`).
+    /// A protocol of `bulkwire_protocol::PROTOCOLS` over a link (`udp`, `auto`), or `tcp`:
+    /// bulkwire's upper layers over kernel TCP (the link is then ignored).
     Proto { protocol: String, link: String },
 }
 
@@ -31,6 +32,7 @@ impl Stack {
     pub fn label(&self) -> String {
         match self {
             Stack::Raw { link } => format!("raw {}", link.to_uppercase()),
+            Stack::Proto { protocol, .. } if protocol == job::TCP => "bulkwire/tcp".into(),
             Stack::Proto { protocol, link } => format!("{protocol}/{link}"),
         }
     }
@@ -224,7 +226,8 @@ pub fn worker_main(args: &[OsString]) -> Result<(), String> {
                 _ => LinkKind::Auto,
             };
             cfg.faults = faults;
-            let (mut engine, _) = job::connect(&mut ctl, &cfg).map_err(|e| e.to_string())?;
+            let (mut engine, _) =
+                job::connect_transport(&mut ctl, &cfg).map_err(|e| e.to_string())?;
             let result = measure_proto(&mut engine, role, &spec)?;
             write_result(role, &result, out)?;
             return job::finish(&mut engine, ctl, 0).map_err(|e| e.to_string());
@@ -256,7 +259,11 @@ fn write_result(role: Role, result: &PairResult, out: &OsString) -> Result<(), S
     Ok(())
 }
 
-fn measure_proto(e: &mut Engine, role: Role, spec: &PairSpec) -> Result<PairResult, String> {
+fn measure_proto<T: Transport>(
+    e: &mut T,
+    role: Role,
+    spec: &PairSpec,
+) -> Result<PairResult, String> {
     let peer = 1 - e.rank();
     let idle = spec.stack.lossy().then_some(Duration::from_millis(50));
     let mut points = Vec::new();

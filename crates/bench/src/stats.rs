@@ -1,7 +1,7 @@
 //! Summary statistics and fits.
 
 /// Summary of a sample.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub struct Summary {
     pub n: usize,
     pub min: f64,

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::errors::{self, ErrorCurve, ErrorRateConfig};
 use crate::group::{self, GroupResult, GroupSpec, Schedule};
 use crate::mpi::{Mpi, MpiNet, MpiPoint};
 use crate::pair::{self, Measure, PairResult, PairSpec, Stack};
@@ -167,6 +168,8 @@ pub struct Section {
     pub groups: Vec<GroupResult>,
     /// Runs on the simulated network.
     pub simulated: Vec<SimRounds>,
+    /// Error-rate curves (seed 000 Fig. 6).
+    pub curves: Vec<ErrorCurve>,
     /// Stacks that could not be measured, and why.
     pub skipped: Vec<String>,
 }
@@ -184,6 +187,7 @@ impl Section {
             mpi: Vec::new(),
             groups: Vec::new(),
             simulated: Vec::new(),
+            curves: Vec::new(),
             skipped: Vec::new(),
         }
     }
@@ -289,6 +293,10 @@ impl Suite {
                 link: "udp".into(),
             });
         }
+        v.push(Stack::Proto {
+            protocol: bulkwire_engine::job::TCP.into(),
+            link: "tcp".into(),
+        });
         v
     }
 
@@ -403,8 +411,19 @@ impl Suite {
                  the same wait policy; MPI by the same experiment in C."
             ),
         };
+        let sent = (sizes.len() * (warmup + iters)) as f64;
         for s in &sec.series {
             let p = &s.points[0];
+            // Packets rank 0 sent per message it sent, over the whole run (seed 000:
+            // "RMPP received three times as many packets as TCP").
+            let per_msg = sec
+                .results
+                .iter()
+                .find(|r| r.spec.stack.label() == s.label)
+                .and_then(|r| r.counters.as_ref())
+                .map_or("-".into(), |c| {
+                    format!("{:.2}", (c.data_sent + c.control_sent) as f64 / sent)
+                });
             t1.rows.push(vec![
                 s.label.clone(),
                 us(p.min),
@@ -413,6 +432,7 @@ impl Suite {
                 us(p.std_dev),
                 us(p.median),
                 ratio(p.median, base_at(p.size)),
+                per_msg,
             ]);
         }
         let mut header = vec!["stack".to_string()];
@@ -534,7 +554,29 @@ impl Suite {
                 format!("{:.1} %", delivered * 100.0),
             ]);
         }
-        sec.tables = vec![t1, t2];
+        let utopia = sec.series.iter().find(|s| s.label == "utopia/udp").cloned();
+        let mut header = vec!["stack".to_string()];
+        header.extend(sizes.iter().map(|&n| size_label(n)));
+        let mut t3 = Table {
+            title: "Bandwidth as a fraction of utopia's (seed 000 Fig. 2)".into(),
+            header,
+            rows: Vec::new(),
+            note: "Utopia sends and trusts: the ceiling for every protocol over the same link."
+                .into(),
+        };
+        if let Some(u) = &utopia {
+            for s in sec.series.iter().filter(|s| s.group == Group::Bulkwire) {
+                let mut row = vec![s.label.clone()];
+                for p in &s.points {
+                    row.push(
+                        u.at(p.size)
+                            .map_or("-".into(), |b| format!("{:.0} %", 100.0 * p.median / b)),
+                    );
+                }
+                t3.rows.push(row);
+            }
+        }
+        sec.tables = vec![t1, t2, t3];
         sec.charts.push(Chart {
             file: "bandwidth.svg".into(),
             title: "Streaming bandwidth against message size".into(),
@@ -570,6 +612,13 @@ impl Suite {
             .collect()
     }
 
+    /// The reliable stacks of all-to-all runs on this host: the protocols, and kernel TCP.
+    fn group_stacks() -> Vec<String> {
+        let mut v = Self::reliable_protocols();
+        v.push(bulkwire_engine::job::TCP.into());
+        v
+    }
+
     fn procs(&self) -> Vec<u32> {
         if self.quick {
             vec![2, 4]
@@ -589,7 +638,7 @@ impl Suite {
     /// Number of runs [`Suite::alltoall`] makes.
     pub fn alltoall_runs(&self) -> usize {
         let r = Self::reliable_protocols().len();
-        r * self.procs().len() + 2 + r
+        Self::group_stacks().len() * self.procs().len() + 2 + r
     }
 
     /// Seed 000 Fig. 3: all-to-all with 60 KiB messages, per-process bandwidth, packets
@@ -599,7 +648,7 @@ impl Suite {
         let (warmup, reps) = if self.quick { (1, 5) } else { (3, 20) };
         let mut sec = Section::new("alltoall", "All-to-all, 60 KiB messages (seed 000 Fig. 3)");
         let procs = self.procs();
-        for proto in Self::reliable_protocols() {
+        for proto in Self::group_stacks() {
             let mut pts = Vec::new();
             for &p in &procs {
                 (self.progress)(&format!("alltoall: {proto} p={p}"));
@@ -615,11 +664,13 @@ impl Suite {
                         pts.push(group_stat(p, &r));
                         sec.groups.push(r);
                     }
-                    Err(e) => sec.skipped.push(format!("{proto}/udp p={p}: {e}")),
+                    Err(e) => sec
+                        .skipped
+                        .push(format!("{} p={p}: {e}", group_label(&proto))),
                 }
             }
             sec.series.push(Series {
-                label: format!("{proto}/udp"),
+                label: group_label(&proto),
                 group: Group::Bulkwire,
                 points: pts,
             });
@@ -695,7 +746,7 @@ impl Suite {
                 let g = sec
                     .groups
                     .iter()
-                    .find(|g| g.nprocs == p && format!("{}/udp", g.spec.protocol) == s.label);
+                    .find(|g| g.nprocs == p && group_label(&g.spec.protocol) == s.label);
                 row.push(g.map_or("-".into(), |g| {
                     format!("{} ({})", g.data_packets + g.control_packets, g.drops)
                 }));
@@ -773,6 +824,127 @@ impl Suite {
             series: sec.series.clone(),
         });
         sec.series.extend(sim_series);
+        sec
+    }
+
+    /// Number of runs [`Suite::loss`] makes.
+    pub fn loss_runs(&self) -> usize {
+        4
+    }
+
+    /// Seed 000 Fig. 5 and 6: the client's wait against the bit-error rate, for rmpp, gbn
+    /// and holefill on the simulated network and kernel TCP between two network
+    /// namespaces (where root, `ip` and `iptables` exist).
+    pub fn loss(&self) -> Section {
+        let mut sec = Section::new(
+            "loss",
+            "Client/server wait against bit-error rate (seed 000 Fig. 5 and 6)",
+        );
+        let mut cfg = ErrorRateConfig::default();
+        if self.quick {
+            cfg.bers = vec![0.0, 1e-7, 1e-6, 1e-5, 3e-5];
+            cfg.requests = 40;
+            cfg.limit = 30 * bulkwire_protocol::SEC;
+        }
+        for proto in ["rmpp", "gbn", "holefill"] {
+            (self.progress)(&format!("loss: {proto} (simulated)"));
+            match errors::sim_error_rate(proto, &cfg) {
+                Ok(c) => sec.curves.push(c),
+                Err(e) => sec.skipped.push(format!("{proto}: {e}")),
+            }
+        }
+        (self.progress)("loss: kernel TCP (network namespaces)");
+        let mut tcfg = cfg.clone();
+        tcfg.requests = tcfg.requests.min(30);
+        tcfg.bers.retain(|&b| b <= 1e-5);
+        match crate::netns::tcp_error_rate(&tcfg) {
+            Ok(c) => sec.curves.push(c),
+            Err(e) => sec.skipped.push(format!("kernel TCP: {e}")),
+        }
+        let mut header = vec!["bit-error rate".to_string()];
+        header.extend(sec.curves.iter().map(|c| format!("{} wait (us)", c.stack)));
+        let mut t = Table {
+            title: "Mean client wait (us) per request against bit-error rate".into(),
+            header,
+            rows: Vec::new(),
+            note: format!(
+                "A {} B request answered by a {} B reply, {} requests per rate. Datagram \
+                 protocols: simulated network (10 Gb/s, 9000-byte frames; exact bit errors, \
+                 caught by the CRC). Kernel TCP: two network namespaces over veth, frames \
+                 dropped with the probability that they hold a bit error. `none` = no \
+                 request answered within the limit.",
+                cfg.request_size, cfg.reply_size, cfg.requests
+            ),
+        };
+        for (i, ber) in cfg.bers.iter().enumerate() {
+            let mut row = vec![format!("{ber:.0e}")];
+            for c in &sec.curves {
+                row.push(match c.points.get(i) {
+                    Some(p) if p.ber == *ber => p
+                        .wait
+                        .map_or("none".into(), |w| format!("{:.1}", w.mean * 1e6)),
+                    _ => "-".into(),
+                });
+            }
+            t.rows.push(row);
+        }
+        let mut th = Table {
+            title: "Where each stack degrades (mean wait over twice its error-free wait)".into(),
+            header: vec!["stack".into(), "threshold bit-error rate".into()],
+            rows: Vec::new(),
+            note: String::new(),
+        };
+        for c in &sec.curves {
+            th.rows.push(vec![
+                c.stack.clone(),
+                c.threshold(2.0)
+                    .map_or("not within the rates measured".into(), |b| {
+                        format!("{b:.0e}")
+                    }),
+            ]);
+        }
+        sec.tables = vec![t, th];
+        // Charts plot x = bit-error rate scaled to an integer axis: errors per 10^12 bits.
+        sec.series = sec
+            .curves
+            .iter()
+            .map(|c| Series {
+                label: c.stack.clone(),
+                group: if c.stack == "tcp" {
+                    Group::Baseline
+                } else {
+                    Group::Bulkwire
+                },
+                points: c
+                    .points
+                    .iter()
+                    .filter(|p| p.ber > 0.0)
+                    .filter_map(|p| {
+                        let w = p.wait?;
+                        Some(Stat {
+                            size: (p.ber * 1e12).round() as usize,
+                            n: w.n,
+                            min: w.min,
+                            mean: w.mean,
+                            max: w.max,
+                            std_dev: w.std_dev,
+                            median: w.mean,
+                            delivered: None,
+                        })
+                    })
+                    .collect(),
+            })
+            .collect();
+        sec.charts.push(Chart {
+            file: "loss.svg".into(),
+            title: "Mean client wait against bit-error rate".into(),
+            x_label: "bit errors per 10^12 bits".into(),
+            y_label: "mean wait (us)".into(),
+            y_scale: 1e6,
+            log_x: true,
+            log_y: true,
+            series: sec.series.clone(),
+        });
         sec
     }
 
@@ -857,6 +1029,15 @@ impl Suite {
         sec.tables = vec![t];
         sec
     }
+}
+
+/// How a group run's stack is labelled: like [`Stack::label`] for the same protocol.
+fn group_label(protocol: &str) -> String {
+    Stack::Proto {
+        protocol: protocol.into(),
+        link: "udp".into(),
+    }
+    .label()
 }
 
 /// Per-process bandwidth of a group run, as a point at x = p.

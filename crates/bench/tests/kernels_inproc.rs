@@ -7,11 +7,15 @@ use bulkwire_link::{Link, inproc};
 use bulkwire_protocol::{Common, wire::HEADER_LEN};
 
 fn pair() -> (Engine, Engine) {
+    pair_of("utopia")
+}
+
+fn pair_of(protocol: &str) -> (Engine, Engine) {
     let mut v: Vec<Engine> = inproc::network(2, 9000, 1 << 16)
         .into_iter()
         .map(|l| {
             let c = Common::new(l.rank(), 2, 9000 - HEADER_LEN);
-            let p = bulkwire_protocol::by_name("utopia", c).unwrap();
+            let p = bulkwire_protocol::by_name(protocol, c).unwrap();
             Engine::new(
                 Endpoint::new(Box::new(l), p, EndpointConfig::new(1)),
                 WaitPolicy::default(),
@@ -39,4 +43,43 @@ fn pingpong_and_stream_measure() {
         assert!(s.rate() > 0.0);
     }
     h.join().unwrap();
+}
+
+/// Seed 000 Table 1's packet counts: utopia one packet per message; gbn a data packet and
+/// its ACK; holefill about one (acks ride on the replies); rmpp about three (its Fin and
+/// Close besides the data).
+#[test]
+fn packets_per_message_match_each_protocol_design() {
+    for (protocol, lo, hi) in [
+        ("utopia", 1.0, 1.0),
+        ("gbn", 2.0, 2.05),
+        ("holefill", 1.0, 1.1),
+        ("rmpp", 2.9, 3.2),
+    ] {
+        let (mut a, mut b) = pair_of(protocol);
+        let n = 400;
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let d2 = done.clone();
+        // The responder keeps serving (answering acknowledgement requests) until the
+        // initiator has everything acknowledged.
+        let h = std::thread::spawn(move || {
+            pingpong(&mut b, Role::Responder, 0, 64, 0, n).unwrap();
+            while !d2.load(std::sync::atomic::Ordering::Acquire) {
+                bulkwire_engine::Transport::step(&mut b).unwrap();
+            }
+        });
+        pingpong(&mut a, Role::Initiator, 1, 64, 0, n).unwrap();
+        bulkwire_engine::Transport::flush(&mut a, Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        done.store(true, std::sync::atomic::Ordering::Release);
+        h.join().unwrap();
+        let s = a.endpoint().peer_stats(1);
+        let per = (s.data_sent + s.control_sent) as f64 / n as f64;
+        assert!(
+            (lo..=hi).contains(&per),
+            "{protocol}: {per:.2} packets per message (data {}, control {})",
+            s.data_sent,
+            s.control_sent
+        );
+    }
 }

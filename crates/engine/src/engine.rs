@@ -53,10 +53,14 @@ impl Default for WaitPolicy {
 }
 
 /// An `eventfd` that another thread writes to end a `poll` early.
-struct WakeFd(OwnedFd);
+pub(crate) struct WakeFd(OwnedFd);
 
 impl WakeFd {
-    fn new() -> std::io::Result<WakeFd> {
+    pub(crate) fn fd(&self) -> std::os::fd::RawFd {
+        self.0.as_raw_fd()
+    }
+
+    pub(crate) fn new() -> std::io::Result<WakeFd> {
         // SAFETY: eventfd has no memory-safety preconditions; the result is checked.
         let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if fd < 0 {
@@ -66,14 +70,14 @@ impl WakeFd {
         Ok(WakeFd(unsafe { OwnedFd::from_raw_fd(fd) }))
     }
 
-    fn wake(&self) {
+    pub(crate) fn wake(&self) {
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a valid u64 to our own eventfd. A full counter
         // (EAGAIN) already means "woken", so the result is irrelevant.
         unsafe { libc::write(self.0.as_raw_fd(), (&one as *const u64).cast(), 8) };
     }
 
-    fn drain(&self) {
+    pub(crate) fn drain(&self) {
         let mut v: u64 = 0;
         // SAFETY: reads 8 bytes into a valid u64 from our own non-blocking eventfd.
         unsafe { libc::read(self.0.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
@@ -237,6 +241,15 @@ impl Transport for Engine {
     fn accept(&mut self, from: Rank, id: MsgId) {
         let now = self.now();
         self.ep.protocol().accept(now, from, id);
+        // The Cts (or, for a one-packet message, the Fin) goes out at once: the sender
+        // waits on it, and the caller may compute for long before stepping again. An
+        // error here reappears at the next step.
+        let _ = self.ep.step(now);
+    }
+
+    fn set_auto_accept(&mut self, on: bool) {
+        let now = self.now();
+        self.ep.protocol().set_auto_accept(now, on);
     }
 
     fn peer_stats(&self, peer: Rank) -> PeerStats {

@@ -11,6 +11,9 @@ use bulkwire_link::{FaultConfig, Faulty, Link, UdpConfig, UdpLink};
 use bulkwire_protocol::wire::HEADER_LEN;
 use bulkwire_protocol::{Common, SEC, Time};
 
+use std::net::TcpListener;
+
+use crate::tcp::{self, TcpConfig, TcpTransport};
 use crate::{Endpoint, EndpointConfig, Engine, Error, Transport, WaitPolicy};
 
 /// Which link carries the job's packets.
@@ -49,16 +52,16 @@ pub struct JobConfig {
 
 impl JobConfig {
     /// The defaults, overridden by `BULKWIRE_TRANSPORT`, `BULKWIRE_PROTOCOL` (default
-    /// `holefill`), `BULKWIRE_FAULTS`, `BULKWIRE_DEAD_AFTER_MS` and the UDP variables.
+    /// `holefill`; `tcp` for kernel TCP, see [`connect_transport`]), `BULKWIRE_FAULTS`, `BULKWIRE_DEAD_AFTER_MS` and the UDP variables.
     pub fn from_env() -> Result<JobConfig, Error> {
         let var = |k: &str| std::env::var(k).ok();
         let link = LinkKind::parse(&var("BULKWIRE_TRANSPORT").unwrap_or_default())?;
         let protocol = var("BULKWIRE_PROTOCOL")
             .filter(|p| !p.is_empty())
             .unwrap_or_else(|| "holefill".into());
-        if !bulkwire_protocol::PROTOCOLS.contains(&protocol.as_str()) {
+        if protocol != TCP && !bulkwire_protocol::PROTOCOLS.contains(&protocol.as_str()) {
             return Err(Error::Config(format!(
-                "BULKWIRE_PROTOCOL={protocol:?}: known protocols are {}",
+                "BULKWIRE_PROTOCOL={protocol:?}: known protocols are {} and {TCP}",
                 bulkwire_protocol::PROTOCOLS.join(", ")
             )));
         }
@@ -82,6 +85,17 @@ impl JobConfig {
     }
 }
 
+/// `BULKWIRE_PROTOCOL` value choosing the kernel-TCP baseline stack ([`TcpTransport`])
+/// instead of a protocol over a link.
+pub const TCP: &str = "tcp";
+
+/// Every stack `BULKWIRE_PROTOCOL` may name: the protocols, then kernel TCP.
+pub fn stacks() -> Vec<&'static str> {
+    let mut v = bulkwire_protocol::PROTOCOLS.to_vec();
+    v.push(TCP);
+    v
+}
+
 /// What [`connect`] learnt about the job besides the transport.
 #[derive(Clone, Debug)]
 pub struct JobInfo {
@@ -98,13 +112,41 @@ impl JobInfo {
     }
 }
 
-/// Builds this process's engine for the job `ctl` belongs to. Collective: every process
-/// of the job calls it once, in the same order as other rendezvous exchanges.
-pub fn connect(ctl: &mut Control, cfg: &JobConfig) -> Result<(Engine, JobInfo), Error> {
+/// Builds this process's transport for the job `ctl` belongs to, whatever the stack:
+/// a protocol over a link ([`Engine`], as [`connect`]) or, for `BULKWIRE_PROTOCOL=tcp`,
+/// kernel TCP connections to every peer, set up here once ([`TcpTransport`]).
+/// Collective, like [`connect`].
+pub fn connect_transport(
+    ctl: &mut Control,
+    cfg: &JobConfig,
+) -> Result<(Box<dyn Transport>, JobInfo), Error> {
+    if cfg.protocol != TCP {
+        let (e, info) = connect(ctl, cfg)?;
+        return Ok((Box::new(e), info));
+    }
     let rank = ctl.rank();
-    let nprocs = ctl.nprocs();
-    let bound = UdpLink::bind((ctl.local_ip(), 0).into(), &cfg.udp)?;
-    let me = Card::local(rank, vec![bound.local_addr()]);
+    let listener = TcpListener::bind((ctl.local_ip(), 0))?;
+    let me = Card::local(rank, vec![listener.local_addr()?]);
+    let (cards, local) = exchange_cards(ctl, &me)?;
+    let addrs: Vec<_> = cards.iter().map(|c| c.addrs[0]).collect();
+    let tcfg = TcpConfig {
+        dead_after: Duration::from_nanos(cfg.dead_after),
+        ..TcpConfig::default()
+    };
+    let streams = tcp::establish(rank, listener, &addrs, ctl.cookie(), tcfg.connect_timeout)?;
+    let info = JobInfo { cards, local };
+    let mut t = TcpTransport::new(
+        rank,
+        streams,
+        tcfg,
+        WaitPolicy::for_host(info.local_count()),
+    )?;
+    t.set_job(ctl.state());
+    Ok((Box::new(t), info))
+}
+
+/// Publishes `me` and collects every rank's card, checked.
+fn exchange_cards(ctl: &mut Control, me: &Card) -> Result<(Vec<Card>, Vec<bool>), Error> {
     let cards: Vec<Card> = ctl
         .allgather(&me.to_bytes())
         .map_err(|e| Error::JobFailed(e.to_string()))?
@@ -116,7 +158,27 @@ pub fn connect(ctl: &mut Control, cfg: &JobConfig) -> Result<(Engine, JobInfo), 
                 .ok_or_else(|| Error::Config(format!("rank {r} published an unusable card")))
         })
         .collect::<Result<_, _>>()?;
-    let local: Vec<bool> = cards.iter().map(|c| c.same_host(&me)).collect();
+    let local = cards.iter().map(|c| c.same_host(me)).collect();
+    Ok((cards, local))
+}
+
+/// Builds this process's engine for the job `ctl` belongs to. Collective: every process
+/// of the job calls it once, in the same order as other rendezvous exchanges. The
+/// kernel-TCP stack is no [`Engine`]: with `BULKWIRE_PROTOCOL=tcp` use
+/// [`connect_transport`].
+pub fn connect(ctl: &mut Control, cfg: &JobConfig) -> Result<(Engine, JobInfo), Error> {
+    if cfg.protocol == TCP {
+        return Err(Error::Config(
+            "BULKWIRE_PROTOCOL=tcp is the kernel-TCP stack, not an engine: build the job's \
+             transport with job::connect_transport"
+                .into(),
+        ));
+    }
+    let rank = ctl.rank();
+    let nprocs = ctl.nprocs();
+    let bound = UdpLink::bind((ctl.local_ip(), 0).into(), &cfg.udp)?;
+    let me = Card::local(rank, vec![bound.local_addr()]);
+    let (cards, local) = exchange_cards(ctl, &me)?;
     let addrs = cards.iter().map(|c| c.addrs[0]).collect();
     let udp = bound.into_link(rank, addrs)?;
     let link: Box<dyn Link> = if cfg.faults.is_active() {

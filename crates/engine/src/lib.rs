@@ -4,17 +4,20 @@
 //! feeds the protocol, runs its timers and liveness checks, and transmits, all at a time
 //! given by the caller (the monotonic clock in a process, virtual time in simulation).
 //! [`Engine`] adds the real clock and the wait policy: spin on non-blocking receives, then
-//! block after a budget, yielding the CPU when processes outnumber cores.
+//! block after a budget, yielding the CPU when processes outnumber cores. [`TcpTransport`]
+//! is the kernel-TCP baseline behind the same [`Transport`] trait.
 
 pub mod endpoint;
 pub mod engine;
 pub mod job;
 pub mod progress;
 pub mod sim;
+pub mod tcp;
 pub mod transport;
 
 pub use endpoint::{Endpoint, EndpointConfig, Event};
 pub use engine::{Engine, WaitPolicy};
+pub use tcp::{TcpConfig, TcpTransport};
 pub use transport::{Transport, Waker};
 
 use bulkwire_link::Rank;

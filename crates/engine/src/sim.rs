@@ -44,6 +44,7 @@ pub struct SimCluster {
     agenda: BinaryHeap<Reverse<(Time, Rank)>>,
     now: Time,
     steps: u64,
+    auto_accept: bool,
 }
 
 impl SimCluster {
@@ -73,6 +74,7 @@ impl SimCluster {
             agenda: BinaryHeap::new(),
             now: 0,
             steps: 0,
+            auto_accept: true,
         }
     }
 
@@ -115,6 +117,24 @@ impl SimCluster {
         Ok(id)
     }
 
+    /// Whether each node accepts every [`Event::Announce`] (rmpp) the moment it is
+    /// reported, as an upper layer with a receive always posted would. On by default, so
+    /// that tests written for any protocol run rmpp too; the Announce is then not put in
+    /// the node's events. Off, the test accepts with [`SimCluster::accept`].
+    pub fn set_auto_accept(&mut self, on: bool) {
+        self.auto_accept = on;
+    }
+
+    /// `rank` accepts the message `id` that `from` announced (rmpp).
+    pub fn accept(&mut self, rank: Rank, from: Rank, id: MsgId) {
+        let now = self.now;
+        self.nodes[rank as usize]
+            .ep
+            .protocol()
+            .accept(now, from, id);
+        self.wake(rank, now);
+    }
+
     /// `rank` starts or stops waiting for data from `peer`.
     pub fn expect(&mut self, rank: Rank, peer: Rank, waiting: bool) {
         let now = self.now;
@@ -154,13 +174,32 @@ impl SimCluster {
         let now = self.now;
         let node = &mut self.nodes[rank as usize];
         node.wake = None;
-        let prog = node.ep.step(now).map_err(|e| SimError::Node {
+        let mut prog = node.ep.step(now).map_err(|e| SimError::Node {
             rank,
             msg: e.to_string(),
         })?;
         self.steps += 1;
-        while let Some(e) = node.ep.poll_event() {
-            node.inbox.push(e);
+        loop {
+            let mut accepted = false;
+            while let Some(e) = node.ep.poll_event() {
+                match e {
+                    Event::Announce { from, id, .. } if self.auto_accept => {
+                        node.ep.protocol().accept(now, from, id);
+                        accepted = true;
+                    }
+                    e => node.inbox.push(e),
+                }
+            }
+            if !accepted {
+                break;
+            }
+            // Send the answers to what was just accepted in the same instant.
+            let more = node.ep.step(now).map_err(|e| SimError::Node {
+                rank,
+                msg: e.to_string(),
+            })?;
+            prog.received += more.received;
+            prog.sent += more.sent;
         }
         node.busy_until = now + self.net.cpu_cost(prog.received, prog.sent);
         let mut next = node.ep.next_deadline();

@@ -52,8 +52,15 @@ pub trait Transport: Send {
     fn set_colour(&mut self, _colour: u8) {}
     fn end_phase(&mut self, _peer: Rank) {}
 
-    /// RMPP: accept an announced message.
+    /// RMPP: accept an announced message ([`Event::Announce`]): a matching receive is
+    /// posted, so its data may flow. An upper layer must accept every announced message
+    /// eventually (buffering it if nothing matches yet): rmpp delivers in per-pair order,
+    /// so one message never accepted holds back every later one from that peer.
     fn accept(&mut self, _from: Rank, _id: MsgId) {}
+
+    /// RMPP: accept every message on arrival, without [`Event::Announce`], for upper
+    /// layers that post no receives (BSP, collectives). Other transports never announce.
+    fn set_auto_accept(&mut self, _on: bool) {}
 
     /// Statistics for `peer`.
     fn peer_stats(&self, peer: Rank) -> PeerStats;
@@ -185,6 +192,9 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     }
     fn accept(&mut self, from: Rank, id: MsgId) {
         (**self).accept(from, id)
+    }
+    fn set_auto_accept(&mut self, on: bool) {
+        (**self).set_auto_accept(on)
     }
     fn peer_stats(&self, peer: Rank) -> PeerStats {
         (**self).peer_stats(peer)

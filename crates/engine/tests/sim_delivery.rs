@@ -188,6 +188,11 @@ fn holefill_delivers_under_faults() {
     reliable("holefill");
 }
 
+#[test]
+fn rmpp_delivers_under_faults() {
+    reliable("rmpp");
+}
+
 /// Seed 003's point against seed 004's protocol: acknowledging every packet costs a
 /// control packet per data packet; piggybacking and acks only on demand cost far fewer.
 #[test]

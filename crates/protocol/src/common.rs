@@ -162,6 +162,22 @@ impl OutQueue {
         Some(f)
     }
 
+    /// Takes the next message whole, if none of it has been cut into fragments yet
+    /// (message-based protocols such as rmpp send each message on its own connection).
+    pub fn pop_message(&mut self) -> Option<(MsgId, Bytes, bool)> {
+        if self.q.front()?.sent > 0 {
+            return None;
+        }
+        let m = self.q.pop_front()?;
+        self.bytes -= m.data.len() as u64;
+        Some((m.id, m.data, m.notify))
+    }
+
+    /// Number of messages queued.
+    pub fn len(&self) -> usize {
+        self.q.len()
+    }
+
     /// Drops everything queued.
     pub fn clear(&mut self) {
         self.q.clear();

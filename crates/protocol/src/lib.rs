@@ -9,11 +9,13 @@
 //! - [`utopia`]: no recovery at all (seed 000's ceiling);
 //! - [`gbn`]: ParaStation2's ACK/NACK go-back-N (seed 004);
 //! - [`holefill`]: BSPlib's hole-filling selective retransmission (seed 003);
+//! - [`rmpp`]: Sandia's message-based protocol, one short connection per message (seed 000);
 //! - [`common`]: what they share: fragmenting, reassembly, round-trip estimation.
 
 pub mod common;
 pub mod gbn;
 pub mod holefill;
+pub mod rmpp;
 pub mod stats;
 pub mod utopia;
 pub mod wire;
@@ -104,7 +106,7 @@ impl Common {
             nprocs,
             max_payload: vec![max_payload; nprocs as usize],
             max_message: 1 << 40,
-            rto_initial: 20 * MS,
+            rto_initial: 5 * MS,
             rto_min: MS,
             rto_max: SEC,
         }
@@ -179,6 +181,10 @@ pub trait Protocol: Send {
 
     /// RMPP: the upper layer has a receive posted for the announced message.
     fn accept(&mut self, _now: Time, _from: Rank, _id: MsgId) {}
+
+    /// RMPP: accept every message on arrival (and whatever is announced now), for upper
+    /// layers that post no receives (BSP, collectives). Other protocols never announce.
+    fn set_auto_accept(&mut self, _now: Time, _on: bool) {}
 }
 
 /// Builds a protocol by name, for `BULKWIRE_PROTOCOL`.
@@ -193,12 +199,15 @@ pub fn by_name(name: &str, common: Common) -> Result<Box<dyn Protocol>, ConfigEr
             holefill::Holefill::from_env(common)
                 .map_err(|e| ConfigError::invalid("holefill", e))?,
         )),
+        "rmpp" => Ok(Box::new(
+            rmpp::Rmpp::from_env(common).map_err(|e| ConfigError::invalid("rmpp", e))?,
+        )),
         other => Err(ConfigError::Unknown(other.to_string())),
     }
 }
 
 /// The names [`by_name`] knows.
-pub const PROTOCOLS: &[&str] = &["utopia", "gbn", "holefill"];
+pub const PROTOCOLS: &[&str] = &["utopia", "gbn", "holefill", "rmpp"];
 
 /// Why [`by_name`] could not build a protocol.
 #[derive(Debug, thiserror::Error)]

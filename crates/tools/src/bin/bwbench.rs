@@ -58,13 +58,16 @@ enum Experiment {
     Alltoall,
     /// Total exchange in latin-square against pid order (seed 003 Table 1).
     Exchange,
+    /// Client/server wait against bit-error rate per protocol (seed 000 Fig. 5 and 6).
+    Loss,
 }
 
-const ALL: [Experiment; 4] = [
+const ALL: [Experiment; 5] = [
     Experiment::Latency,
     Experiment::Bandwidth,
     Experiment::Alltoall,
     Experiment::Exchange,
+    Experiment::Loss,
 ];
 
 impl Experiment {
@@ -73,6 +76,7 @@ impl Experiment {
             Experiment::Latency | Experiment::Bandwidth => s.pair_runs(),
             Experiment::Alltoall => s.alltoall_runs(),
             Experiment::Exchange => s.exchange_runs(),
+            Experiment::Loss => s.loss_runs(),
         }
     }
 
@@ -82,6 +86,7 @@ impl Experiment {
             Experiment::Bandwidth => s.bandwidth(),
             Experiment::Alltoall => s.alltoall(),
             Experiment::Exchange => s.exchange(),
+            Experiment::Loss => s.loss(),
         }
     }
 }

@@ -3,19 +3,27 @@
 //! addresses through the rendezvous, and hand back an engine that ends its waits when
 //! another process of the job fails. Every layer above starts here.
 
+use std::io;
+
 use bulkwire_launch::{Card, Control};
-use bulkwire_link::{FaultConfig, Faulty, Link, UdpConfig, UdpLink};
+use bulkwire_link::route::{Route, RouteLink};
+use bulkwire_link::{
+    FaultConfig, Faulty, Link, Rendezvous, ShmLink, ShmSizes, UdpConfig, UdpLink,
+};
 use bulkwire_protocol::wire::HEADER_LEN;
 use bulkwire_protocol::{Common, SEC, Time};
 
 use crate::{Endpoint, EndpointConfig, Engine, Error, WaitPolicy};
 
-/// Which link carries the job's packets.
+/// Which link carries the job's packets (`BULKWIRE_TRANSPORT`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LinkKind {
     /// UDP sockets for every peer.
     Udp,
-    /// The best link per peer: shared memory on this host where available, UDP otherwise.
+    /// Shared memory for every peer; an error if any runs on another host.
+    Shm,
+    /// The best link per peer: shared memory to the processes of this host, UDP to the
+    /// others (the default).
     Auto,
 }
 
@@ -23,44 +31,74 @@ impl LinkKind {
     fn parse(s: &str) -> Result<LinkKind, Error> {
         match s {
             "udp" => Ok(LinkKind::Udp),
+            "shm" => Ok(LinkKind::Shm),
             "auto" | "" => Ok(LinkKind::Auto),
             other => Err(Error::Config(format!(
-                "BULKWIRE_TRANSPORT={other:?}: expected udp or auto"
+                "BULKWIRE_TRANSPORT={other:?}: expected auto, shm or udp"
             ))),
         }
     }
+
+    fn name(self) -> &'static str {
+        match self {
+            LinkKind::Udp => "udp",
+            LinkKind::Shm => "shm",
+            LinkKind::Auto => "auto",
+        }
+    }
+
+    /// The byte published in every card, so that ranks started with different settings
+    /// fail at once with a clear message instead of disagreeing on rendezvous rounds.
+    fn code(self) -> u8 {
+        match self {
+            LinkKind::Udp => b'u',
+            LinkKind::Shm => b's',
+            LinkKind::Auto => b'a',
+        }
+    }
 }
+
+/// The protocol when neither the caller nor `BULKWIRE_PROTOCOL` chose one and the link is
+/// not a clean shared-memory one.
+pub const DEFAULT_PROTOCOL: &str = "holefill";
 
 /// How a job's transport is built.
 #[derive(Clone, Debug)]
 pub struct JobConfig {
     pub link: LinkKind,
-    /// Protocol name (see `bulkwire_protocol::PROTOCOLS`).
-    pub protocol: String,
+    /// Protocol name (see `bulkwire_protocol::PROTOCOLS`); `None` chooses: `utopia` when
+    /// every peer is reached over shared memory without injected faults (the link is
+    /// reliable, so acknowledgements and timers would be pure overhead), otherwise
+    /// [`DEFAULT_PROTOCOL`].
+    pub protocol: Option<String>,
     /// Faults injected on every datagram received (none by default).
     pub faults: FaultConfig,
     pub udp: UdpConfig,
+    /// Shared-memory ring and datagram sizes (defaults depend on the processes per host).
+    pub shm: ShmSizes,
     /// A peer silent this long while we depend on it is declared dead.
     pub dead_after: Time,
 }
 
 impl JobConfig {
-    /// The defaults, overridden by `BULKWIRE_TRANSPORT`, `BULKWIRE_PROTOCOL` (default
-    /// `holefill`), `BULKWIRE_FAULTS`, `BULKWIRE_DEAD_AFTER_MS` and the UDP variables.
+    /// The defaults, overridden by `BULKWIRE_TRANSPORT` (`auto`, `shm`, `udp`),
+    /// `BULKWIRE_PROTOCOL`, `BULKWIRE_FAULTS`, `BULKWIRE_DEAD_AFTER_MS`, the UDP variables
+    /// and `BULKWIRE_SHM_RING` / `BULKWIRE_SHM_DGRAM`.
     pub fn from_env() -> Result<JobConfig, Error> {
         let var = |k: &str| std::env::var(k).ok();
-        let link = LinkKind::parse(&var("BULKWIRE_TRANSPORT").unwrap_or_default())?;
-        let protocol = var("BULKWIRE_PROTOCOL")
-            .filter(|p| !p.is_empty())
-            .unwrap_or_else(|| "holefill".into());
-        if !bulkwire_protocol::PROTOCOLS.contains(&protocol.as_str()) {
+        let link = LinkKind::parse(var("BULKWIRE_TRANSPORT").unwrap_or_default().trim())?;
+        let protocol = var("BULKWIRE_PROTOCOL").filter(|p| !p.is_empty());
+        if let Some(p) = &protocol
+            && !bulkwire_protocol::PROTOCOLS.contains(&p.as_str())
+        {
             return Err(Error::Config(format!(
-                "BULKWIRE_PROTOCOL={protocol:?}: known protocols are {}",
+                "BULKWIRE_PROTOCOL={p:?}: known protocols are {}",
                 bulkwire_protocol::PROTOCOLS.join(", ")
             )));
         }
         let faults = FaultConfig::from_env().map_err(|e| Error::Config(e.to_string()))?;
         let udp = UdpConfig::from_env().map_err(|e| Error::Config(e.to_string()))?;
+        let shm = ShmSizes::from_env().map_err(|e| Error::Config(e.to_string()))?;
         let dead_after = match var("BULKWIRE_DEAD_AFTER_MS") {
             None => 30 * SEC,
             Some(v) => v.parse::<u64>().map(|ms| ms * 1_000_000).map_err(|_| {
@@ -74,6 +112,7 @@ impl JobConfig {
             protocol,
             faults,
             udp,
+            shm,
             dead_after,
         })
     }
@@ -86,6 +125,8 @@ pub struct JobInfo {
     pub cards: Vec<Card>,
     /// For each rank, whether it runs on this host.
     pub local: Vec<bool>,
+    /// The links in use: `"shm"`, `"udp"` or `"shm+udp"`.
+    pub links: &'static str,
 }
 
 impl JobInfo {
@@ -95,13 +136,54 @@ impl JobInfo {
     }
 }
 
+/// The job's rendezvous as the link layer's [`Rendezvous`] (shared-memory segments, the
+/// network cache). The first failure is kept in `failed` so that callers can report it as
+/// the job's failure rather than as an I/O error.
+pub struct ControlRendezvous<'a> {
+    pub ctl: &'a mut Control,
+    pub failed: Option<String>,
+}
+
+impl<'a> ControlRendezvous<'a> {
+    pub fn new(ctl: &'a mut Control) -> ControlRendezvous<'a> {
+        ControlRendezvous { ctl, failed: None }
+    }
+
+    /// `e` as the engine's error: the job's failure if the rendezvous failed.
+    pub fn error(&self, e: io::Error) -> Error {
+        match &self.failed {
+            Some(f) => Error::JobFailed(f.clone()),
+            None => Error::Config(e.to_string()),
+        }
+    }
+}
+
+impl Rendezvous for ControlRendezvous<'_> {
+    fn allgather(&mut self, blob: &[u8]) -> io::Result<Vec<Vec<u8>>> {
+        self.ctl.allgather(blob).map_err(|e| {
+            let m = e.to_string();
+            self.failed.get_or_insert(m.clone());
+            io::Error::other(m)
+        })
+    }
+}
+
 /// Builds this process's engine for the job `ctl` belongs to. Collective: every process
-/// of the job calls it once, in the same order as other rendezvous exchanges.
+/// of the job calls it once, in the same order as other rendezvous exchanges, with the same
+/// [`LinkKind`] (checked).
 pub fn connect(ctl: &mut Control, cfg: &JobConfig) -> Result<(Engine, JobInfo), Error> {
     let rank = ctl.rank();
     let nprocs = ctl.nprocs();
-    let bound = UdpLink::bind((ctl.local_ip(), 0).into(), &cfg.udp)?;
-    let me = Card::local(rank, vec![bound.local_addr()]);
+    // Shared memory alone needs no socket; otherwise the card must say where UDP reaches us
+    // (which peers are remote is only known from the cards).
+    let bound = match cfg.link {
+        LinkKind::Shm => None,
+        LinkKind::Udp | LinkKind::Auto => {
+            Some(UdpLink::bind((ctl.local_ip(), 0).into(), &cfg.udp)?)
+        }
+    };
+    let mut me = Card::local(rank, bound.iter().map(|b| b.local_addr()).collect());
+    me.extra = vec![cfg.link.code()];
     let cards: Vec<Card> = ctl
         .allgather(&me.to_bytes())
         .map_err(|e| Error::JobFailed(e.to_string()))?
@@ -109,30 +191,91 @@ pub fn connect(ctl: &mut Control, cfg: &JobConfig) -> Result<(Engine, JobInfo), 
         .enumerate()
         .map(|(r, b)| {
             Card::from_bytes(b)
-                .filter(|c| c.rank == r as u32 && !c.addrs.is_empty())
+                .filter(|c| c.rank == r as u32)
+                .filter(|c| bound.is_none() || !c.addrs.is_empty())
                 .ok_or_else(|| Error::Config(format!("rank {r} published an unusable card")))
         })
         .collect::<Result<_, _>>()?;
+    if let Some(c) = cards.iter().find(|c| c.extra.first() != Some(&cfg.link.code())) {
+        return Err(Error::Config(format!(
+            "rank {} was started with another BULKWIRE_TRANSPORT than rank {rank} ({}):              set it alike for every process",
+            c.rank,
+            cfg.link.name()
+        )));
+    }
     let local: Vec<bool> = cards.iter().map(|c| c.same_host(&me)).collect();
-    let addrs = cards.iter().map(|c| c.addrs[0]).collect();
-    let udp = bound.into_link(rank, addrs)?;
+    let local_count = local.iter().filter(|&&l| l).count();
+    if cfg.link == LinkKind::Shm
+        && let Some(c) = cards.iter().find(|c| !c.same_host(&me))
+    {
+        return Err(Error::Config(format!(
+            "BULKWIRE_TRANSPORT=shm, but rank {} runs on host {:?} and rank {rank} on {:?}:              shared memory reaches only one host (use auto or udp)",
+            c.rank, c.host, me.host
+        )));
+    }
+    // Every rank takes part in creating the shared-memory segments (collective, one per
+    // host), even those alone on their host.
+    let shm = match cfg.link {
+        LinkKind::Udp => None,
+        LinkKind::Shm | LinkKind::Auto => {
+            let shm_cfg = cfg
+                .shm
+                .resolve(local_count)
+                .map_err(|e| Error::Config(e.to_string()))?;
+            let mut rv = ControlRendezvous::new(ctl);
+            let l = ShmLink::create(rank, &local, &shm_cfg, &mut rv).map_err(|e| rv.error(e))?;
+            Some(l)
+        }
+    };
+    let udp = match bound {
+        // A UDP link only when some peer is on another host (or UDP is forced).
+        Some(b) if cfg.link == LinkKind::Udp || local_count < nprocs as usize => {
+            let addrs = cards.iter().map(|c| c.addrs[0]).collect();
+            Some(b.into_link(rank, addrs)?)
+        }
+        _ => None,
+    };
+    let (inner, links): (Box<dyn Link>, &'static str) = match (shm, udp) {
+        (Some(s), None) => (Box::new(s), "shm"),
+        (None, Some(u)) => (Box::new(u), "udp"),
+        // Alone on this host: nothing to share.
+        (Some(_), Some(u)) if local_count == 1 => (Box::new(u), "udp"),
+        (Some(s), Some(u)) => {
+            let routes = local
+                .iter()
+                .map(|&l| if l { Route::Near } else { Route::Far })
+                .collect();
+            (Box::new(RouteLink::new(s, u, routes)?), "shm+udp")
+        }
+        (None, None) => unreachable!("every kind builds at least one link"),
+    };
     let link: Box<dyn Link> = if cfg.faults.is_active() {
-        Box::new(Faulty::new(udp, cfg.faults.clone()))
+        Box::new(Faulty::new(inner, cfg.faults.clone()))
     } else {
-        Box::new(udp)
+        inner
+    };
+    let protocol = match &cfg.protocol {
+        Some(p) => p.as_str(),
+        // A reliable link (clean shared memory to every peer) needs no recovery.
+        None if link.reliable() => "utopia",
+        None => DEFAULT_PROTOCOL,
     };
     let mut common = Common::new(rank, nprocs, 1);
     common.max_payload = (0..nprocs)
         .map(|p| link.max_datagram(p).saturating_sub(HEADER_LEN).max(1))
         .collect();
-    let proto = bulkwire_protocol::by_name(&cfg.protocol, common)
-        .map_err(|e| Error::Config(e.to_string()))?;
+    let proto =
+        bulkwire_protocol::by_name(protocol, common).map_err(|e| Error::Config(e.to_string()))?;
     let ep = Endpoint::new(
         link,
         proto,
         EndpointConfig::with_deadline(ctl.cookie(), cfg.dead_after),
     );
-    let info = JobInfo { cards, local };
+    let info = JobInfo {
+        cards,
+        local,
+        links,
+    };
     let mut engine = Engine::new(ep, WaitPolicy::for_host(info.local_count()));
     engine.set_job(ctl.state());
     Ok((engine, info))

@@ -29,7 +29,7 @@ pub use faults::{FaultConfig, FaultStats, Faulty};
 pub use netcache::NetCache;
 pub use route::RouteLink;
 pub use segment::{HostGroup, Rendezvous, Segment, thread_rendezvous};
-pub use shm::{ShmConfig, ShmLink, ShmStats};
+pub use shm::{ShmConfig, ShmLink, ShmSizes, ShmStats};
 pub use udp::{UdpBinding, UdpConfig, UdpLink, UdpStats};
 
 use std::io;

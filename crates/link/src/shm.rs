@@ -102,32 +102,9 @@ impl ShmConfig {
         }
     }
 
-    /// [`ShmConfig::for_procs`] overridden by `BULKWIRE_SHM_RING` and `BULKWIRE_SHM_DGRAM`
-    /// (bytes; `k`/`m` suffixes allowed).
+    /// [`ShmConfig::for_procs`] overridden by `BULKWIRE_SHM_RING` and `BULKWIRE_SHM_DGRAM`.
     pub fn from_env(n: usize) -> io::Result<ShmConfig> {
-        let mut c = ShmConfig::for_procs(n);
-        let get = |k: &str| -> io::Result<Option<usize>> {
-            match std::env::var(k) {
-                Err(_) => Ok(None),
-                Ok(v) if v.trim().is_empty() => Ok(None),
-                Ok(v) => parse_size(&v).map(Some).ok_or_else(|| {
-                    io::Error::new(
-                        io::ErrorKind::InvalidInput,
-                        format!("{k}={v:?}: expected bytes (e.g. 65536, 64k, 1m)"),
-                    )
-                }),
-            }
-        };
-        let ring = get("BULKWIRE_SHM_RING")?;
-        if let Some(r) = ring {
-            c.ring_bytes = r;
-            c.max_datagram = c.max_datagram.min(r / 4);
-        }
-        if let Some(d) = get("BULKWIRE_SHM_DGRAM")? {
-            c.max_datagram = d;
-        }
-        c.validate()?;
-        Ok(c)
+        ShmSizes::from_env()?.resolve(n)
     }
 
     /// Checks the sizes: ring a power of two in [4 KiB, 1 GiB], datagram in [64 B, ring/4].
@@ -147,6 +124,51 @@ impl ShmConfig {
             ));
         }
         Ok(())
+    }
+}
+
+/// Sizes the user asked for (`BULKWIRE_SHM_RING`, `BULKWIRE_SHM_DGRAM`), before the number
+/// of processes on the host is known.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ShmSizes {
+    pub ring_bytes: Option<usize>,
+    pub max_datagram: Option<usize>,
+}
+
+impl ShmSizes {
+    /// Reads the variables (bytes; `k`/`m` suffixes allowed); unset or empty: default.
+    pub fn from_env() -> io::Result<ShmSizes> {
+        let get = |k: &str| -> io::Result<Option<usize>> {
+            match std::env::var(k) {
+                Err(_) => Ok(None),
+                Ok(v) if v.trim().is_empty() => Ok(None),
+                Ok(v) => parse_size(&v).map(Some).ok_or_else(|| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("{k}={v:?}: expected bytes (e.g. 65536, 64k, 1m)"),
+                    )
+                }),
+            }
+        };
+        Ok(ShmSizes {
+            ring_bytes: get("BULKWIRE_SHM_RING")?,
+            max_datagram: get("BULKWIRE_SHM_DGRAM")?,
+        })
+    }
+
+    /// The configuration for `n` processes on the host: the defaults of
+    /// [`ShmConfig::for_procs`] with these overrides, validated.
+    pub fn resolve(&self, n: usize) -> io::Result<ShmConfig> {
+        let mut c = ShmConfig::for_procs(n);
+        if let Some(r) = self.ring_bytes {
+            c.ring_bytes = r;
+            c.max_datagram = c.max_datagram.min(r / 4);
+        }
+        if let Some(d) = self.max_datagram {
+            c.max_datagram = d;
+        }
+        c.validate()?;
+        Ok(c)
     }
 }
 

@@ -7,9 +7,7 @@ use std::io;
 
 use bulkwire_launch::{Card, Control};
 use bulkwire_link::route::{Route, RouteLink};
-use bulkwire_link::{
-    FaultConfig, Faulty, Link, Rendezvous, ShmLink, ShmSizes, UdpConfig, UdpLink,
-};
+use bulkwire_link::{FaultConfig, Faulty, Link, Rendezvous, ShmLink, ShmSizes, UdpConfig, UdpLink};
 use bulkwire_protocol::wire::HEADER_LEN;
 use bulkwire_protocol::{Common, SEC, Time};
 
@@ -196,7 +194,10 @@ pub fn connect(ctl: &mut Control, cfg: &JobConfig) -> Result<(Engine, JobInfo), 
                 .ok_or_else(|| Error::Config(format!("rank {r} published an unusable card")))
         })
         .collect::<Result<_, _>>()?;
-    if let Some(c) = cards.iter().find(|c| c.extra.first() != Some(&cfg.link.code())) {
+    if let Some(c) = cards
+        .iter()
+        .find(|c| c.extra.first() != Some(&cfg.link.code()))
+    {
         return Err(Error::Config(format!(
             "rank {} was started with another BULKWIRE_TRANSPORT than rank {rank} ({}):              set it alike for every process",
             c.rank,

@@ -70,11 +70,7 @@ fn engines(protocol: &str, faults: &str, hosts: [u8; P as usize]) -> Vec<Engine>
                 .map(|p| link.max_datagram(p).saturating_sub(HEADER_LEN).max(1))
                 .collect();
             let proto = bulkwire_protocol::by_name(protocol, common).unwrap();
-            let ep = Endpoint::new(
-                link,
-                proto,
-                EndpointConfig::with_deadline(0xFEED, 60 * SEC),
-            );
+            let ep = Endpoint::new(link, proto, EndpointConfig::with_deadline(0xFEED, 60 * SEC));
             Engine::new(
                 ep,
                 WaitPolicy {
@@ -130,7 +126,10 @@ fn run(protocol: &str, faults: &str, hosts: [u8; P as usize], seed: u64) {
     let c = checker.lock().unwrap();
     assert!(c.complete(), "{protocol}: missing {}", c.missing());
     if faults.contains("corrupt") {
-        assert!(corrupt_drops > 0, "{protocol}: corrupted datagrams were counted");
+        assert!(
+            corrupt_drops > 0,
+            "{protocol}: corrupted datagrams were counted"
+        );
     }
 }
 

@@ -341,7 +341,7 @@ impl NetCache {
             }
             k = k.wrapping_add(1);
             // Check the clock and the job only every so often: both cost more than a load.
-            if k % 16 != 0 {
+            if !k.is_multiple_of(16) {
                 continue;
             }
             check()?;

@@ -524,7 +524,7 @@ impl Segment {
     /// The 64-bit word at byte `off` of the caller's region, as an atomic; `None` when out
     /// of bounds or misaligned.
     pub fn u64_at(&self, off: usize) -> Option<&AtomicU64> {
-        if off % 8 != 0 || off.checked_add(8)? > self.data_len {
+        if !off.is_multiple_of(8) || off.checked_add(8)? > self.data_len {
             return None;
         }
         // SAFETY: in bounds and 8-aligned (the region is page-aligned + HEADER_BYTES); the
@@ -535,7 +535,7 @@ impl Segment {
 
     /// The 32-bit word at byte `off` of the caller's region, as an atomic.
     pub fn u32_at(&self, off: usize) -> Option<&AtomicU32> {
-        if off % 4 != 0 || off.checked_add(4)? > self.data_len {
+        if !off.is_multiple_of(4) || off.checked_add(4)? > self.data_len {
             return None;
         }
         // SAFETY: as in u64_at, for 4 bytes.

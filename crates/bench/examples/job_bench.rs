@@ -50,6 +50,8 @@ fn main() {
             );
         }
     }
-    e.flush(Some(Duration::from_secs(10))).unwrap();
+    // The last acknowledgements; a peer that already finished cannot send its own, so a
+    // time-out here is no failure of the measurement.
+    let _ = e.flush(Some(Duration::from_secs(2)));
     ctl.finish(0).unwrap();
 }

@@ -9,7 +9,10 @@ use std::time::Instant;
 use bulkwire_link::{Link, RxBatch, ShmConfig, ShmLink, Tx, thread_rendezvous};
 
 fn main() {
-    let args: Vec<usize> = std::env::args().skip(1).map(|a| a.parse().unwrap()).collect();
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .map(|a| a.parse().unwrap())
+        .collect();
     let size = args.first().copied().unwrap_or(8);
     let iters = args.get(1).copied().unwrap_or(200_000);
     let cfg = ShmConfig::for_procs(2);

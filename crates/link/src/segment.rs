@@ -348,14 +348,6 @@ impl Segment {
         Ok((seg, extras))
     }
 
-    /// A segment for this process alone (tests, and single-process groups that want the
-    /// same code path): no rendezvous.
-    pub fn private(name: &str, data_len: usize) -> io::Result<Segment> {
-        let group = HostGroup::new(0, &[true])?;
-        let mut rv = |b: &[u8]| Ok(vec![b.to_vec()]);
-        Segment::create(&group, name, data_len, &[], &mut rv).map(|(s, _)| s)
-    }
-
     /// The leader's part: a sealed memfd with the header written, and its mapping.
     fn make(
         group: &HostGroup,
@@ -540,14 +532,6 @@ impl Segment {
         }
         // SAFETY: as in u64_at, for 4 bytes.
         Some(unsafe { &*self.data().add(off).cast::<AtomicU32>() })
-    }
-
-    /// Writes the bytes of the header, for tests that play a hostile or confused peer.
-    #[doc(hidden)]
-    pub fn header_bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: the first HEADER_BYTES of the mapping, exclusively borrowed through
-        // &mut self in this process (another process writing them only changes values).
-        unsafe { std::slice::from_raw_parts_mut(self.base.as_ptr(), HEADER_BYTES) }
     }
 }
 

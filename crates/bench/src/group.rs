@@ -175,7 +175,7 @@ pub fn worker_main(args: &[OsString]) -> Result<(), String> {
         .ok_or("not started by a launcher")?;
     let mut ctl = Control::join(&env).map_err(|e| e.to_string())?;
     let mut cfg = JobConfig::from_env().map_err(|e| e.to_string())?;
-    cfg.protocol = spec.protocol.clone();
+    cfg.protocol = Some(spec.protocol.clone());
     let (mut t, _) = job::connect_transport(&mut ctl, &cfg).map_err(|e| e.to_string())?;
     let (me, p) = (t.rank(), t.nprocs());
     let mut inbox = Inbox::new(p);

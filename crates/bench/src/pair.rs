@@ -22,7 +22,7 @@ use crate::raw::{self, RawChannel, RawTcp, RawUdp};
 pub enum Stack {
     /// Bare datagrams over a link: no header, no recovery (the baseline).
     Raw { link: String },
-    /// A protocol of `bulkwire_protocol::PROTOCOLS` over a link (`udp`, `auto`), or `tcp`:
+    /// A protocol of `bulkwire_protocol::PROTOCOLS` over a link (`udp`, `shm`, `auto`), or `tcp`:
     /// bulkwire's upper layers over kernel TCP (the link is then ignored).
     Proto { protocol: String, link: String },
 }
@@ -220,9 +220,10 @@ pub fn worker_main(args: &[OsString]) -> Result<(), String> {
         }
         Stack::Proto { protocol, link } => {
             let mut cfg = JobConfig::from_env().map_err(|e| e.to_string())?;
-            cfg.protocol = protocol.clone();
+            cfg.protocol = Some(protocol.clone());
             cfg.link = match link.as_str() {
                 "udp" => LinkKind::Udp,
+                "shm" => LinkKind::Shm,
                 _ => LinkKind::Auto,
             };
             cfg.faults = faults;

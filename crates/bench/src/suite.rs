@@ -297,6 +297,11 @@ impl Suite {
             protocol: bulkwire_engine::job::TCP.into(),
             link: "tcp".into(),
         });
+        // What a job on one host gets by default: utopia over shared memory.
+        v.push(Stack::Proto {
+            protocol: "utopia".into(),
+            link: "shm".into(),
+        });
         v
     }
 

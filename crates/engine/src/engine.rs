@@ -116,6 +116,37 @@ impl Engine {
         &mut self.ep
     }
 
+    /// Sleeps in `poll` on the link's descriptor, the waker and the job's failure notice
+    /// (so a failure ends the sleep at once), at most `wait`.
+    fn poll_sleep(&self, fd: std::os::fd::RawFd, wait: Option<Duration>) -> Result<(), Error> {
+        let pfd = |fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let mut fds = [pfd(fd), pfd(self.wake.0.as_raw_fd()), pfd(-1)];
+        let mut nfds = 2;
+        if let Some(f) = self.job.as_ref().and_then(|j| j.wake_fd()) {
+            fds[2] = pfd(f);
+            nfds = 3;
+        }
+        let ms = wait.map_or(-1, |w| {
+            w.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
+        });
+        // SAFETY: fds is a valid array of at least nfds pollfd structures.
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), nfds, ms) };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e.into());
+            }
+        }
+        if fds[1].revents != 0 {
+            self.wake.drain();
+        }
+        Ok(())
+    }
+
     /// The next message from `from`, waiting for it; other events that come first are
     /// returned first. A death of `from` ends the wait with an error.
     pub fn recv_from(&mut self, from: Rank, timeout: Option<Duration>) -> Result<Event, Error> {
@@ -174,32 +205,15 @@ impl Transport for Engine {
         let wait = until.map(|t| Duration::from_nanos(t.saturating_sub(now)));
         match self.ep.link().poll_fd() {
             Some(fd) => {
-                let mut fds = [
-                    libc::pollfd {
-                        fd,
-                        events: libc::POLLIN,
-                        revents: 0,
-                    },
-                    libc::pollfd {
-                        fd: self.wake.0.as_raw_fd(),
-                        events: libc::POLLIN,
-                        revents: 0,
-                    },
-                ];
-                let ms = wait.map_or(-1, |w| {
-                    w.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
-                });
-                // SAFETY: fds is a valid array of two pollfd structures.
-                let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
-                if r < 0 {
-                    let e = std::io::Error::last_os_error();
-                    if e.kind() != std::io::ErrorKind::Interrupted {
-                        return Err(e.into());
-                    }
-                }
-                if fds[1].revents != 0 {
-                    self.wake.drain();
-                }
+                // The link may need to advertise the sleep (shared memory) and may find
+                // input that arrived meanwhile: then there is no sleep at all.
+                let r = if self.ep.link().prepare_sleep() {
+                    self.poll_sleep(fd, wait)
+                } else {
+                    Ok(())
+                };
+                self.ep.link().end_sleep();
+                r?;
             }
             // Links without a descriptor wait in short slices so a waker is noticed soon.
             None => {

@@ -3,25 +3,29 @@
 //! addresses through the rendezvous, and hand back an engine that ends its waits when
 //! another process of the job fails. Every layer above starts here.
 
+use std::io;
+use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bulkwire_launch::{Card, Control};
-use bulkwire_link::{FaultConfig, Faulty, Link, UdpConfig, UdpLink};
+use bulkwire_link::route::{Route, RouteLink};
+use bulkwire_link::{FaultConfig, Faulty, Link, Rendezvous, ShmLink, ShmSizes, UdpConfig, UdpLink};
 use bulkwire_protocol::wire::HEADER_LEN;
 use bulkwire_protocol::{Common, SEC, Time};
-
-use std::net::TcpListener;
 
 use crate::tcp::{self, TcpConfig, TcpTransport};
 use crate::{Endpoint, EndpointConfig, Engine, Error, Transport, WaitPolicy};
 
-/// Which link carries the job's packets.
+/// Which link carries the job's packets (`BULKWIRE_TRANSPORT`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LinkKind {
     /// UDP sockets for every peer.
     Udp,
-    /// The best link per peer: shared memory on this host where available, UDP otherwise.
+    /// Shared memory for every peer; an error if any runs on another host.
+    Shm,
+    /// The best link per peer: shared memory to the processes of this host, UDP to the
+    /// others (the default).
     Auto,
 }
 
@@ -29,44 +33,75 @@ impl LinkKind {
     fn parse(s: &str) -> Result<LinkKind, Error> {
         match s {
             "udp" => Ok(LinkKind::Udp),
+            "shm" => Ok(LinkKind::Shm),
             "auto" | "" => Ok(LinkKind::Auto),
             other => Err(Error::Config(format!(
-                "BULKWIRE_TRANSPORT={other:?}: expected udp or auto"
+                "BULKWIRE_TRANSPORT={other:?}: expected auto, shm or udp"
             ))),
         }
     }
+
+    fn name(self) -> &'static str {
+        match self {
+            LinkKind::Udp => "udp",
+            LinkKind::Shm => "shm",
+            LinkKind::Auto => "auto",
+        }
+    }
+
+    /// The byte published in every card, so that ranks started with different settings
+    /// fail at once with a clear message instead of disagreeing on rendezvous rounds.
+    fn code(self) -> u8 {
+        match self {
+            LinkKind::Udp => b'u',
+            LinkKind::Shm => b's',
+            LinkKind::Auto => b'a',
+        }
+    }
 }
+
+/// The protocol when neither the caller nor `BULKWIRE_PROTOCOL` chose one and the link is
+/// not a clean shared-memory one.
+pub const DEFAULT_PROTOCOL: &str = "holefill";
 
 /// How a job's transport is built.
 #[derive(Clone, Debug)]
 pub struct JobConfig {
     pub link: LinkKind,
-    /// Protocol name (see `bulkwire_protocol::PROTOCOLS`).
-    pub protocol: String,
+    /// Protocol name (see `bulkwire_protocol::PROTOCOLS`); `None` chooses: `utopia` when
+    /// every peer is reached over shared memory without injected faults (the link is
+    /// reliable, so acknowledgements and timers would be pure overhead), otherwise
+    /// [`DEFAULT_PROTOCOL`].
+    pub protocol: Option<String>,
     /// Faults injected on every datagram received (none by default).
     pub faults: FaultConfig,
     pub udp: UdpConfig,
+    /// Shared-memory ring and datagram sizes (defaults depend on the processes per host).
+    pub shm: ShmSizes,
     /// A peer silent this long while we depend on it is declared dead.
     pub dead_after: Time,
 }
 
 impl JobConfig {
-    /// The defaults, overridden by `BULKWIRE_TRANSPORT`, `BULKWIRE_PROTOCOL` (default
-    /// `holefill`; `tcp` for kernel TCP, see [`connect_transport`]), `BULKWIRE_FAULTS`, `BULKWIRE_DEAD_AFTER_MS` and the UDP variables.
+    /// The defaults, overridden by `BULKWIRE_TRANSPORT` (`auto`, `shm`, `udp`),
+    /// `BULKWIRE_PROTOCOL` (a protocol, or `tcp` for kernel TCP: see [`connect_transport`]),
+    /// `BULKWIRE_FAULTS`, `BULKWIRE_DEAD_AFTER_MS`, the UDP variables
+    /// and `BULKWIRE_SHM_RING` / `BULKWIRE_SHM_DGRAM`.
     pub fn from_env() -> Result<JobConfig, Error> {
         let var = |k: &str| std::env::var(k).ok();
-        let link = LinkKind::parse(&var("BULKWIRE_TRANSPORT").unwrap_or_default())?;
-        let protocol = var("BULKWIRE_PROTOCOL")
-            .filter(|p| !p.is_empty())
-            .unwrap_or_else(|| "holefill".into());
-        if protocol != TCP && !bulkwire_protocol::PROTOCOLS.contains(&protocol.as_str()) {
+        let link = LinkKind::parse(var("BULKWIRE_TRANSPORT").unwrap_or_default().trim())?;
+        let protocol = var("BULKWIRE_PROTOCOL").filter(|p| !p.is_empty());
+        if let Some(p) = &protocol
+            && !stacks().contains(&p.as_str())
+        {
             return Err(Error::Config(format!(
-                "BULKWIRE_PROTOCOL={protocol:?}: known protocols are {} and {TCP}",
-                bulkwire_protocol::PROTOCOLS.join(", ")
+                "BULKWIRE_PROTOCOL={p:?}: known stacks are {}",
+                stacks().join(", ")
             )));
         }
         let faults = FaultConfig::from_env().map_err(|e| Error::Config(e.to_string()))?;
         let udp = UdpConfig::from_env().map_err(|e| Error::Config(e.to_string()))?;
+        let shm = ShmSizes::from_env().map_err(|e| Error::Config(e.to_string()))?;
         let dead_after = match var("BULKWIRE_DEAD_AFTER_MS") {
             None => 30 * SEC,
             Some(v) => v.parse::<u64>().map(|ms| ms * 1_000_000).map_err(|_| {
@@ -80,6 +115,7 @@ impl JobConfig {
             protocol,
             faults,
             udp,
+            shm,
             dead_after,
         })
     }
@@ -103,6 +139,8 @@ pub struct JobInfo {
     pub cards: Vec<Card>,
     /// For each rank, whether it runs on this host.
     pub local: Vec<bool>,
+    /// The links in use: `"shm"`, `"udp"`, `"shm+udp"`, or `"tcp"` for kernel TCP.
+    pub links: &'static str,
 }
 
 impl JobInfo {
@@ -110,6 +148,138 @@ impl JobInfo {
     pub fn local_count(&self) -> usize {
         self.local.iter().filter(|&&l| l).count()
     }
+}
+
+/// The job's rendezvous as the link layer's [`Rendezvous`] (shared-memory segments, the
+/// network cache). The first failure is kept in `failed` so that callers can report it as
+/// the job's failure rather than as an I/O error.
+pub struct ControlRendezvous<'a> {
+    pub ctl: &'a mut Control,
+    pub failed: Option<String>,
+}
+
+impl<'a> ControlRendezvous<'a> {
+    pub fn new(ctl: &'a mut Control) -> ControlRendezvous<'a> {
+        ControlRendezvous { ctl, failed: None }
+    }
+
+    /// `e` as the engine's error: the job's failure if the rendezvous failed.
+    pub fn error(&self, e: io::Error) -> Error {
+        match &self.failed {
+            Some(f) => Error::JobFailed(f.clone()),
+            None => Error::Config(e.to_string()),
+        }
+    }
+}
+
+impl Rendezvous for ControlRendezvous<'_> {
+    fn allgather(&mut self, blob: &[u8]) -> io::Result<Vec<Vec<u8>>> {
+        self.ctl.allgather(blob).map_err(|e| {
+            let m = e.to_string();
+            self.failed.get_or_insert(m.clone());
+            io::Error::other(m)
+        })
+    }
+}
+
+/// Builds this process's engine for the job `ctl` belongs to. Collective: every process
+/// of the job calls it once, in the same order as other rendezvous exchanges, with the same
+/// [`LinkKind`] (checked).
+pub fn connect(ctl: &mut Control, cfg: &JobConfig) -> Result<(Engine, JobInfo), Error> {
+    if cfg.protocol.as_deref() == Some(TCP) {
+        return Err(Error::Config(
+            "BULKWIRE_PROTOCOL=tcp is the kernel-TCP stack, not an engine: build the job's \
+             transport with job::connect_transport"
+                .into(),
+        ));
+    }
+    let rank = ctl.rank();
+    let nprocs = ctl.nprocs();
+    // Shared memory alone needs no socket; otherwise the card must say where UDP reaches us
+    // (which peers are remote is only known from the cards).
+    let bound = match cfg.link {
+        LinkKind::Shm => None,
+        LinkKind::Udp | LinkKind::Auto => {
+            Some(UdpLink::bind((ctl.local_ip(), 0).into(), &cfg.udp)?)
+        }
+    };
+    let me = Card::local(rank, bound.iter().map(|b| b.local_addr()).collect());
+    let (cards, local) = exchange_cards(ctl, me.clone(), cfg.link.code(), cfg.link.name())?;
+    let local_count = local.iter().filter(|&&l| l).count();
+    if cfg.link == LinkKind::Shm
+        && let Some(c) = cards.iter().find(|c| !c.same_host(&me))
+    {
+        return Err(Error::Config(format!(
+            "BULKWIRE_TRANSPORT=shm, but rank {} runs on host {:?} and rank {rank} on {:?}:              shared memory reaches only one host (use auto or udp)",
+            c.rank, c.host, me.host
+        )));
+    }
+    // Every rank takes part in creating the shared-memory segments (collective, one per
+    // host), even those alone on their host.
+    let shm = match cfg.link {
+        LinkKind::Udp => None,
+        LinkKind::Shm | LinkKind::Auto => {
+            let shm_cfg = cfg
+                .shm
+                .resolve(local_count)
+                .map_err(|e| Error::Config(e.to_string()))?;
+            let mut rv = ControlRendezvous::new(ctl);
+            let l = ShmLink::create(rank, &local, &shm_cfg, &mut rv).map_err(|e| rv.error(e))?;
+            Some(l)
+        }
+    };
+    let udp = match bound {
+        // A UDP link only when some peer is on another host (or UDP is forced).
+        Some(b) if cfg.link == LinkKind::Udp || local_count < nprocs as usize => {
+            let addrs = cards.iter().map(|c| c.addrs[0]).collect();
+            Some(b.into_link(rank, addrs)?)
+        }
+        _ => None,
+    };
+    let (inner, links): (Box<dyn Link>, &'static str) = match (shm, udp) {
+        (Some(s), None) => (Box::new(s), "shm"),
+        (None, Some(u)) => (Box::new(u), "udp"),
+        // Alone on this host: nothing to share.
+        (Some(_), Some(u)) if local_count == 1 => (Box::new(u), "udp"),
+        (Some(s), Some(u)) => {
+            let routes = local
+                .iter()
+                .map(|&l| if l { Route::Near } else { Route::Far })
+                .collect();
+            (Box::new(RouteLink::new(s, u, routes)?), "shm+udp")
+        }
+        (None, None) => unreachable!("every kind builds at least one link"),
+    };
+    let link: Box<dyn Link> = if cfg.faults.is_active() {
+        Box::new(Faulty::new(inner, cfg.faults.clone()))
+    } else {
+        inner
+    };
+    let protocol = match &cfg.protocol {
+        Some(p) => p.as_str(),
+        // A reliable link (clean shared memory to every peer) needs no recovery.
+        None if link.reliable() => "utopia",
+        None => DEFAULT_PROTOCOL,
+    };
+    let mut common = Common::new(rank, nprocs, 1);
+    common.max_payload = (0..nprocs)
+        .map(|p| link.max_datagram(p).saturating_sub(HEADER_LEN).max(1))
+        .collect();
+    let proto =
+        bulkwire_protocol::by_name(protocol, common).map_err(|e| Error::Config(e.to_string()))?;
+    let ep = Endpoint::new(
+        link,
+        proto,
+        EndpointConfig::with_deadline(ctl.cookie(), cfg.dead_after),
+    );
+    let info = JobInfo {
+        cards,
+        local,
+        links,
+    };
+    let mut engine = Engine::new(ep, WaitPolicy::for_host(info.local_count()));
+    engine.set_job(ctl.state());
+    Ok((engine, info))
 }
 
 /// Builds this process's transport for the job `ctl` belongs to, whatever the stack:
@@ -120,21 +290,25 @@ pub fn connect_transport(
     ctl: &mut Control,
     cfg: &JobConfig,
 ) -> Result<(Box<dyn Transport>, JobInfo), Error> {
-    if cfg.protocol != TCP {
+    if cfg.protocol.as_deref() != Some(TCP) {
         let (e, info) = connect(ctl, cfg)?;
         return Ok((Box::new(e), info));
     }
     let rank = ctl.rank();
     let listener = TcpListener::bind((ctl.local_ip(), 0))?;
     let me = Card::local(rank, vec![listener.local_addr()?]);
-    let (cards, local) = exchange_cards(ctl, &me)?;
+    let (cards, local) = exchange_cards(ctl, me, b't', "tcp")?;
     let addrs: Vec<_> = cards.iter().map(|c| c.addrs[0]).collect();
     let tcfg = TcpConfig {
         dead_after: Duration::from_nanos(cfg.dead_after),
         ..TcpConfig::default()
     };
     let streams = tcp::establish(rank, listener, &addrs, ctl.cookie(), tcfg.connect_timeout)?;
-    let info = JobInfo { cards, local };
+    let info = JobInfo {
+        cards,
+        local,
+        links: "tcp",
+    };
     let mut t = TcpTransport::new(
         rank,
         streams,
@@ -145,8 +319,19 @@ pub fn connect_transport(
     Ok((Box::new(t), info))
 }
 
-/// Publishes `me` and collects every rank's card, checked.
-fn exchange_cards(ctl: &mut Control, me: &Card) -> Result<(Vec<Card>, Vec<bool>), Error> {
+/// Publishes `me` (tagged with this process's transport choice `code`, named `what` in
+/// errors) and collects every rank's card, checked: ranks in order, an address wherever
+/// `me` has one, and the same choice everywhere, so that processes started with different
+/// settings fail at once with a clear message instead of disagreeing on later rounds.
+fn exchange_cards(
+    ctl: &mut Control,
+    mut me: Card,
+    code: u8,
+    what: &str,
+) -> Result<(Vec<Card>, Vec<bool>), Error> {
+    me.extra = vec![code];
+    let need_addr = !me.addrs.is_empty();
+    let rank = me.rank;
     let cards: Vec<Card> = ctl
         .allgather(&me.to_bytes())
         .map_err(|e| Error::JobFailed(e.to_string()))?
@@ -154,53 +339,20 @@ fn exchange_cards(ctl: &mut Control, me: &Card) -> Result<(Vec<Card>, Vec<bool>)
         .enumerate()
         .map(|(r, b)| {
             Card::from_bytes(b)
-                .filter(|c| c.rank == r as u32 && !c.addrs.is_empty())
+                .filter(|c| c.rank == r as u32)
+                .filter(|c| !need_addr || !c.addrs.is_empty())
                 .ok_or_else(|| Error::Config(format!("rank {r} published an unusable card")))
         })
         .collect::<Result<_, _>>()?;
-    let local = cards.iter().map(|c| c.same_host(me)).collect();
-    Ok((cards, local))
-}
-
-/// Builds this process's engine for the job `ctl` belongs to. Collective: every process
-/// of the job calls it once, in the same order as other rendezvous exchanges. The
-/// kernel-TCP stack is no [`Engine`]: with `BULKWIRE_PROTOCOL=tcp` use
-/// [`connect_transport`].
-pub fn connect(ctl: &mut Control, cfg: &JobConfig) -> Result<(Engine, JobInfo), Error> {
-    if cfg.protocol == TCP {
-        return Err(Error::Config(
-            "BULKWIRE_PROTOCOL=tcp is the kernel-TCP stack, not an engine: build the job's \
-             transport with job::connect_transport"
-                .into(),
-        ));
+    if let Some(c) = cards.iter().find(|c| c.extra.first() != Some(&code)) {
+        return Err(Error::Config(format!(
+            "rank {} was started with another BULKWIRE_TRANSPORT or BULKWIRE_PROTOCOL than \
+             rank {rank} ({what}): set them alike for every process",
+            c.rank
+        )));
     }
-    let rank = ctl.rank();
-    let nprocs = ctl.nprocs();
-    let bound = UdpLink::bind((ctl.local_ip(), 0).into(), &cfg.udp)?;
-    let me = Card::local(rank, vec![bound.local_addr()]);
-    let (cards, local) = exchange_cards(ctl, &me)?;
-    let addrs = cards.iter().map(|c| c.addrs[0]).collect();
-    let udp = bound.into_link(rank, addrs)?;
-    let link: Box<dyn Link> = if cfg.faults.is_active() {
-        Box::new(Faulty::new(udp, cfg.faults.clone()))
-    } else {
-        Box::new(udp)
-    };
-    let mut common = Common::new(rank, nprocs, 1);
-    common.max_payload = (0..nprocs)
-        .map(|p| link.max_datagram(p).saturating_sub(HEADER_LEN).max(1))
-        .collect();
-    let proto = bulkwire_protocol::by_name(&cfg.protocol, common)
-        .map_err(|e| Error::Config(e.to_string()))?;
-    let ep = Endpoint::new(
-        link,
-        proto,
-        EndpointConfig::with_deadline(ctl.cookie(), cfg.dead_after),
-    );
-    let info = JobInfo { cards, local };
-    let mut engine = Engine::new(ep, WaitPolicy::for_host(info.local_count()));
-    engine.set_job(ctl.state());
-    Ok((engine, info))
+    let local = cards.iter().map(|c| c.same_host(&me)).collect();
+    Ok((cards, local))
 }
 
 /// Leaves the job cleanly: waits until everything this process sent is acknowledged
@@ -215,9 +367,8 @@ pub fn finish<T: Transport>(t: &mut T, mut ctl: Control, status: i32) -> Result<
         let server = s.spawn(|| {
             while !stop.load(Ordering::Acquire) {
                 match t.wait_for(Some(Duration::from_millis(2)), |_| None::<()>) {
-                    Err(Error::Timeout(_)) => {}
+                    Err(Error::Timeout(_)) | Ok(()) => {}
                     Err(e) => return Err(e),
-                    Ok(()) => {}
                 }
             }
             Ok(())

@@ -485,6 +485,15 @@ impl<L: Link> Link for Faulty<L> {
             self.inner.poll_fd()
         }
     }
+
+    fn prepare_sleep(&mut self) -> bool {
+        // Datagrams waiting for room in the caller's batch are ready now.
+        self.ready.is_empty() && self.inner.prepare_sleep()
+    }
+
+    fn end_sleep(&mut self) {
+        self.inner.end_sleep()
+    }
 }
 
 impl<L: Link> fmt::Debug for Faulty<L> {

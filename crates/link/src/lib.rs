@@ -4,7 +4,12 @@
 //! - [`inproc`]: in-process queues, for unit tests;
 //! - [`udp`]: UDP sockets with `sendmmsg`/`recvmmsg` batching and GSO/GRO;
 //! - [`sim`]: a deterministic simulated network with virtual time;
+//! - [`shm`]: shared-memory rings between the processes of a job on one host;
+//! - [`route`]: one link per peer (shared memory on this host, UDP to the others);
 //! - [`faults`]: a wrapper over any link that loses, corrupts, duplicates, reorders and delays.
+//!
+//! [`segment`] creates the shared-memory segments of a host (the rings' and others), and
+//! [`netcache`] partitions one among the host's processes for collectives.
 //!
 //! Links carry opaque bytes; the wire format and everything above live in
 //! `bulkwire-protocol` and `bulkwire-engine`.
@@ -12,11 +17,19 @@
 pub mod batch;
 pub mod faults;
 pub mod inproc;
+pub mod netcache;
+pub mod route;
+pub mod segment;
+pub mod shm;
 pub mod sim;
 pub mod udp;
 
 pub use batch::{RxBatch, Tx};
 pub use faults::{FaultConfig, FaultStats, Faulty};
+pub use netcache::NetCache;
+pub use route::RouteLink;
+pub use segment::{HostGroup, Rendezvous, Segment, thread_rendezvous};
+pub use shm::{ShmConfig, ShmLink, ShmSizes, ShmStats};
 pub use udp::{UdpBinding, UdpConfig, UdpLink, UdpStats};
 
 use std::io;
@@ -74,6 +87,17 @@ pub trait Link: Send {
     fn poll_fd(&self) -> Option<std::os::fd::RawFd> {
         None
     }
+
+    /// The caller is about to sleep on [`Link::poll_fd`]. Links whose senders only make the
+    /// descriptor readable when asked to (shared memory rings a doorbell only for a receiver
+    /// that said it sleeps) advertise it here. Returns false when datagrams may already be
+    /// waiting: the caller must then not sleep. Always followed by [`Link::end_sleep`].
+    fn prepare_sleep(&mut self) -> bool {
+        true
+    }
+
+    /// The sleep announced by [`Link::prepare_sleep`] is over (whether or not it happened).
+    fn end_sleep(&mut self) {}
 }
 
 impl<L: Link + ?Sized> Link for Box<L> {
@@ -103,5 +127,11 @@ impl<L: Link + ?Sized> Link for Box<L> {
     }
     fn poll_fd(&self) -> Option<std::os::fd::RawFd> {
         (**self).poll_fd()
+    }
+    fn prepare_sleep(&mut self) -> bool {
+        (**self).prepare_sleep()
+    }
+    fn end_sleep(&mut self) {
+        (**self).end_sleep()
     }
 }

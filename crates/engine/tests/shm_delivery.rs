@@ -1,0 +1,162 @@
+//! The delivery test of `udp_faults.rs` over shared memory and over the composite link
+//! (two fake hosts of two ranks: shared memory inside a host, UDP across): four ranks as
+//! threads, random traffic of 0 B to 4 MiB, every message exactly once, intact and in
+//! per-pair order, within a time bound, with faults injected on receive.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bulkwire_engine::{Endpoint, EndpointConfig, Engine, Transport, WaitPolicy};
+use bulkwire_link::route::{Route, RouteLink};
+use bulkwire_link::{
+    FaultConfig, Faulty, Link, ShmConfig, ShmLink, UdpConfig, UdpLink, thread_rendezvous,
+};
+use bulkwire_protocol::{Common, SEC, wire::HEADER_LEN};
+use common::{Checker, bytes_of, plan};
+
+const P: u32 = 4;
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// Every rank's link: shared memory among ranks of the same `hosts` entry, UDP across.
+fn links(hosts: [u8; P as usize]) -> Vec<Box<dyn Link>> {
+    let udp_cfg = UdpConfig::default();
+    let bound: Vec<_> = (0..P)
+        .map(|_| UdpLink::bind("127.0.0.1:0".parse().unwrap(), &udp_cfg).unwrap())
+        .collect();
+    let addrs: Vec<_> = bound.iter().map(|b| b.local_addr()).collect();
+    let hs: Vec<_> = bound
+        .into_iter()
+        .zip(thread_rendezvous(P as usize))
+        .enumerate()
+        .map(|(r, (b, mut rv))| {
+            let addrs = addrs.clone();
+            std::thread::spawn(move || -> Box<dyn Link> {
+                let local: Vec<bool> = hosts.iter().map(|&h| h == hosts[r]).collect();
+                let n = local.iter().filter(|&&l| l).count();
+                let shm =
+                    ShmLink::create(r as u32, &local, &ShmConfig::for_procs(n), &mut rv).unwrap();
+                if n == P as usize {
+                    return Box::new(shm);
+                }
+                let udp = b.into_link(r as u32, addrs).unwrap();
+                let routes = local
+                    .iter()
+                    .map(|&l| if l { Route::Near } else { Route::Far })
+                    .collect();
+                Box::new(RouteLink::new(shm, udp, routes).unwrap())
+            })
+        })
+        .collect();
+    hs.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+fn engines(protocol: &str, faults: &str, hosts: [u8; P as usize]) -> Vec<Engine> {
+    links(hosts)
+        .into_iter()
+        .enumerate()
+        .map(|(r, link)| {
+            let mut fc = FaultConfig::parse(faults).unwrap();
+            fc.seed += r as u64;
+            let link: Box<dyn Link> = if fc.is_active() {
+                Box::new(Faulty::new(link, fc))
+            } else {
+                link
+            };
+            let mut common = Common::new(r as u32, P, 1);
+            common.max_payload = (0..P)
+                .map(|p| link.max_datagram(p).saturating_sub(HEADER_LEN).max(1))
+                .collect();
+            let proto = bulkwire_protocol::by_name(protocol, common).unwrap();
+            let ep = Endpoint::new(link, proto, EndpointConfig::with_deadline(0xFEED, 60 * SEC));
+            Engine::new(
+                ep,
+                WaitPolicy {
+                    spin: Duration::from_micros(50),
+                    yield_cpu: true,
+                },
+            )
+        })
+        .collect()
+}
+
+fn run(protocol: &str, faults: &str, hosts: [u8; P as usize], seed: u64) {
+    let msgs = plan(seed, P, 240, 4 << 20, 40 << 20, 0);
+    let checker = Arc::new(Mutex::new(Checker::new(P, &msgs)));
+    let done = Arc::new(AtomicUsize::new(0));
+    let start = Instant::now();
+    let threads: Vec<_> = engines(protocol, faults, hosts)
+        .into_iter()
+        .enumerate()
+        .map(|(r, mut e)| {
+            let r = r as u32;
+            let mine: Vec<_> = msgs.iter().filter(|m| m.src == r).cloned().collect();
+            let expected = msgs.iter().filter(|m| m.dst == r).count();
+            let (checker, done) = (checker.clone(), done.clone());
+            std::thread::spawn(move || {
+                for m in &mine {
+                    e.send(m.dst, bytes_of(m), false).unwrap();
+                }
+                let mut got = 0;
+                let mut finished = false;
+                loop {
+                    assert!(
+                        start.elapsed() < LIMIT,
+                        "rank {r}: time limit, got {got}/{expected}"
+                    );
+                    let ev = e.wait_for(Some(Duration::from_millis(20)), |t| t.poll_event());
+                    if let Ok(ev) = ev {
+                        checker.lock().unwrap().check(r, &ev);
+                        got += 1;
+                    }
+                    if got == expected && !e.busy() && !finished {
+                        finished = true;
+                        done.fetch_add(1, Ordering::SeqCst);
+                    }
+                    if finished && done.load(Ordering::SeqCst) == P as usize {
+                        return e.endpoint().drops().total();
+                    }
+                }
+            })
+        })
+        .collect();
+    let corrupt_drops: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    let c = checker.lock().unwrap();
+    assert!(c.complete(), "{protocol}: missing {}", c.missing());
+    if faults.contains("corrupt") {
+        assert!(
+            corrupt_drops > 0,
+            "{protocol}: corrupted datagrams were counted"
+        );
+    }
+}
+
+const FAULTS: &str = "loss=0.05,corrupt=0.01,dup=0.01,reorder=0.01,seed=3";
+const ONE_HOST: [u8; 4] = [0, 0, 0, 0];
+const TWO_HOSTS: [u8; 4] = [0, 1, 0, 1];
+
+#[test]
+fn utopia_over_clean_shm() {
+    run("utopia", "", ONE_HOST, 4);
+}
+
+#[test]
+fn reliable_protocols_over_lossy_shm() {
+    for p in ["gbn", "holefill"] {
+        run(p, FAULTS, ONE_HOST, 5);
+    }
+}
+
+#[test]
+fn reliable_protocols_over_lossy_composite() {
+    for p in ["gbn", "holefill"] {
+        run(p, FAULTS, TWO_HOSTS, 6);
+    }
+}
+
+#[test]
+fn holefill_over_clean_composite() {
+    run("holefill", "", TWO_HOSTS, 7);
+}

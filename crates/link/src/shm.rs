@@ -1,0 +1,911 @@
+//! Shared memory between the processes of a job on one host (seed 002's user-level path):
+//! one single-producer/single-consumer ring per ordered pair of processes, in one segment
+//! ([`crate::segment`]), with no system call on the fast path.
+//!
+//! # Layout (the caller's region of the segment; `n` processes, rings of `cap` bytes)
+//!
+//! ```text
+//! n x 128 B        per process: its "sleeping" flag (own 128-byte block)
+//! n*n rings        ring(s -> d) at procs_end + (s*n + d) * (256 + cap):
+//!   +0    tail     bytes ever written by s (u64; only s writes it)
+//!   +128  head     bytes ever consumed by d (u64; only d writes it)
+//!   +256  data     cap bytes, cap a power of two
+//! ```
+//!
+//! Head and tail sit 128 bytes apart so the producer's and the consumer's stores never share
+//! a cache line (nor an adjacent-line prefetch pair). Both are free-running byte counters
+//! (2^64 bytes never wrap); positions in `data` are `counter & (cap - 1)`.
+//!
+//! A record is an 8-byte header (`len` in the low 32 bits, a marker in the high 32) and the
+//! datagram, padded to 8 bytes. Records wrap around the end of `data` (the consumer copies
+//! into its receive slot anyway, so a split costs a second `memcpy`, not a wasted gap); the
+//! header never splits because everything is 8-aligned.
+//!
+//! # Fast path
+//!
+//! `send`: compare against a cached head (re-read from shared memory only when the cached
+//! value says "full"), write header and datagram, publish the tail with a release store.
+//! `recv`: compare against a cached tail, read records into the batch, publish the head
+//! once per batch. Loads, stores and `memcpy`: no system call, no locked instruction per
+//! datagram. Each side keeps its own counter privately and never reads it back from shared
+//! memory.
+//!
+//! # Sleeping and the doorbell
+//!
+//! A receiver about to block sets its flag in the segment, issues a full fence, and re-checks
+//! every incoming ring ([`Link::prepare_sleep`]); a sender, after publishing tails, issues a
+//! full fence and reads the flags of the processes it wrote to. This is Dekker's pattern:
+//! either the sender sees the flag or the receiver sees the data, so no wake-up is lost. A
+//! sender that sees the flag clears it with a swap (only the one that wins rings, so a burst
+//! of senders costs one system call) and rings the receiver's doorbell: a byte to its UNIX
+//! datagram socket, which is the link's [`Link::poll_fd`].
+//!
+//! The doorbell sockets are **autobound** in the abstract namespace (the kernel picks a
+//! unique name; no file to clean up, no collision between jobs, nothing derived from a
+//! cookie that another job could share) and the names travel in the segment's second
+//! rendezvous round. An eventfd would have to be passed with SCM_RIGHTS over a connection we
+//! do not have (and cannot be reopened through /proc). A stray datagram from another process
+//! on the host can only cause a spurious wake-up, which [`Link::wait`] allows.
+//!
+//! # Trust
+//!
+//! Offsets come from the layout each process computes itself. Counters and record headers
+//! read from the segment are validated (a head beyond our tail, a tail more than `cap` ahead,
+//! a record longer than what was published, a bad marker): the ring is then marked broken and
+//! abandoned (its datagrams count as lost, as on a dead network path), never used to index
+//! memory. Every index is masked into the ring.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::ptr;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
+use std::time::Duration;
+
+use crate::segment::{HostGroup, LINE, Rendezvous, Segment};
+use crate::{Link, Rank, RxBatch, Tx};
+
+/// Name of the link's segment (tells it apart from other segments of the job).
+const SEGMENT_NAME: &str = "shm-link";
+/// High 32 bits of every record header.
+const MARK: u32 = u32::from_le_bytes(*b"bwrc");
+/// Bytes of a record header.
+const REC_HDR: usize = 8;
+/// Smallest and largest ring.
+pub const MIN_RING: usize = 4096;
+pub const MAX_RING: usize = 1 << 30;
+
+/// Sizes of a [`ShmLink`]. Every process of a host must use the same (checked at creation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShmConfig {
+    /// Bytes of each ring's data area (a power of two).
+    pub ring_bytes: usize,
+    /// Largest datagram (at most a quarter of the ring, so several are in flight).
+    pub max_datagram: usize,
+}
+
+impl ShmConfig {
+    /// The default for `n` processes on the host: rings of 1 MiB, smaller when there are
+    /// many processes (all rings together stay within 256 MiB, at least 64 KiB each), and
+    /// datagrams of 64 KiB or a quarter of the ring.
+    pub fn for_procs(n: usize) -> ShmConfig {
+        let n2 = n.max(1).saturating_mul(n.max(1));
+        let budget = (256usize << 20) / n2;
+        let ring = if budget >= 1 << 20 {
+            1 << 20
+        } else {
+            // Largest power of two within the budget, at least 64 KiB.
+            (1usize << (usize::BITS - 1 - budget.max(1).leading_zeros())).max(64 << 10)
+        };
+        ShmConfig {
+            ring_bytes: ring,
+            max_datagram: (64 << 10).min(ring / 4),
+        }
+    }
+
+    /// [`ShmConfig::for_procs`] overridden by `BULKWIRE_SHM_RING` and `BULKWIRE_SHM_DGRAM`.
+    pub fn from_env(n: usize) -> io::Result<ShmConfig> {
+        ShmSizes::from_env()?.resolve(n)
+    }
+
+    /// Checks the sizes: ring a power of two in [4 KiB, 1 GiB], datagram in [64 B, ring/4].
+    pub fn validate(&self) -> io::Result<()> {
+        let bad = |m: String| Err(io::Error::new(io::ErrorKind::InvalidInput, m));
+        if !self.ring_bytes.is_power_of_two() || !(MIN_RING..=MAX_RING).contains(&self.ring_bytes) {
+            return bad(format!(
+                "shared-memory ring of {} bytes: must be a power of two from {MIN_RING} to {MAX_RING}",
+                self.ring_bytes
+            ));
+        }
+        if self.max_datagram < 64 || self.max_datagram > self.ring_bytes / 4 {
+            return bad(format!(
+                "shared-memory datagram of {} bytes: must be from 64 to a quarter of the ring ({})",
+                self.max_datagram,
+                self.ring_bytes / 4
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Sizes the user asked for (`BULKWIRE_SHM_RING`, `BULKWIRE_SHM_DGRAM`), before the number
+/// of processes on the host is known.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ShmSizes {
+    pub ring_bytes: Option<usize>,
+    pub max_datagram: Option<usize>,
+}
+
+impl ShmSizes {
+    /// Reads the variables (bytes; `k`/`m` suffixes allowed); unset or empty: default.
+    pub fn from_env() -> io::Result<ShmSizes> {
+        let get = |k: &str| -> io::Result<Option<usize>> {
+            match std::env::var(k) {
+                Err(_) => Ok(None),
+                Ok(v) if v.trim().is_empty() => Ok(None),
+                Ok(v) => parse_size(&v).map(Some).ok_or_else(|| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("{k}={v:?}: expected bytes (e.g. 65536, 64k, 1m)"),
+                    )
+                }),
+            }
+        };
+        Ok(ShmSizes {
+            ring_bytes: get("BULKWIRE_SHM_RING")?,
+            max_datagram: get("BULKWIRE_SHM_DGRAM")?,
+        })
+    }
+
+    /// The configuration for `n` processes on the host: the defaults of
+    /// [`ShmConfig::for_procs`] with these overrides, validated.
+    pub fn resolve(&self, n: usize) -> io::Result<ShmConfig> {
+        let mut c = ShmConfig::for_procs(n);
+        if let Some(r) = self.ring_bytes {
+            c.ring_bytes = r;
+            c.max_datagram = c.max_datagram.min(r / 4);
+        }
+        if let Some(d) = self.max_datagram {
+            c.max_datagram = d;
+        }
+        c.validate()?;
+        Ok(c)
+    }
+}
+
+fn parse_size(v: &str) -> Option<usize> {
+    let v = v.trim().to_ascii_lowercase();
+    let (num, mul) = match v.strip_suffix('k') {
+        Some(n) => (n, 1usize << 10),
+        None => match v.strip_suffix('m') {
+            Some(n) => (n, 1 << 20),
+            None => (v.as_str(), 1),
+        },
+    };
+    num.trim().parse::<usize>().ok()?.checked_mul(mul)
+}
+
+/// Where everything is in the caller's region of the segment (offsets from its start).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShmLayout {
+    /// Processes on the host.
+    pub n: usize,
+    /// Bytes of each ring's data area.
+    pub cap: usize,
+}
+
+/// Offsets of one ring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingOffsets {
+    pub tail: usize,
+    pub head: usize,
+    pub data: usize,
+}
+
+impl ShmLayout {
+    fn procs_bytes(&self) -> usize {
+        self.n * LINE
+    }
+
+    fn ring_stride(&self) -> usize {
+        2 * LINE + self.cap
+    }
+
+    /// Offset of process `i`'s sleeping flag.
+    pub fn sleep_flag(&self, i: usize) -> usize {
+        assert!(i < self.n);
+        i * LINE
+    }
+
+    /// Offsets of the ring from process `s` to process `d` (indices in the host group).
+    pub fn ring(&self, s: usize, d: usize) -> RingOffsets {
+        assert!(s < self.n && d < self.n);
+        let base = self.procs_bytes() + (s * self.n + d) * self.ring_stride();
+        RingOffsets {
+            tail: base,
+            head: base + LINE,
+            data: base + 2 * LINE,
+        }
+    }
+
+    /// Bytes of the whole region, or `None` on overflow.
+    pub fn total(&self) -> Option<usize> {
+        self.n
+            .checked_mul(self.n)?
+            .checked_mul(self.ring_stride())?
+            .checked_add(self.procs_bytes())
+    }
+}
+
+/// Counters of a [`ShmLink`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ShmStats {
+    pub tx_datagrams: u64,
+    pub rx_datagrams: u64,
+    /// `send` calls that stopped early on a full ring.
+    pub tx_full: u64,
+    /// Doorbells rung (system calls on the send side).
+    pub doorbells: u64,
+    /// Times this process advertised that it sleeps.
+    pub sleeps: u64,
+    /// Datagrams larger than the caller's receive slot, dropped.
+    pub rx_oversize: u64,
+    /// Datagrams sent into a broken ring (lost).
+    pub tx_lost: u64,
+    /// Rings found corrupt and abandoned.
+    pub broken_rings: u64,
+}
+
+/// The producer's end of a ring, with its private copy of the tail.
+struct TxRing {
+    tail_word: *const AtomicU64,
+    head_word: *const AtomicU64,
+    data: *mut u8,
+    tail: u64,
+    /// Last head read from the consumer: free space is at least `cap - (tail - head)`.
+    head_cache: u64,
+    broken: bool,
+    touched: bool,
+}
+
+/// The consumer's end of a ring, with its private copy of the head.
+struct RxRing {
+    tail_word: *const AtomicU64,
+    head_word: *const AtomicU64,
+    data: *const u8,
+    head: u64,
+    /// Last tail read from the producer: records up to it are complete.
+    tail_cache: u64,
+    broken: bool,
+}
+
+/// A UNIX datagram socket in the abstract namespace, and the peers' addresses.
+struct Doorbell {
+    sock: OwnedFd,
+    peers: Vec<Option<(libc::sockaddr_un, libc::socklen_t)>>,
+}
+
+impl Doorbell {
+    /// An autobound socket and its name (the bytes of `sun_path` the kernel chose).
+    fn bind() -> io::Result<(OwnedFd, Vec<u8>)> {
+        // SAFETY: plain socket creation; the result is checked.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_UNIX,
+                libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                0,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor we own.
+        let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: all-zero is a valid sockaddr_un.
+        let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        let fam = std::mem::size_of::<libc::sa_family_t>() as libc::socklen_t;
+        // SAFETY: binding with only the family asks the kernel to autobind an abstract name.
+        let r = unsafe { libc::bind(fd, (&addr as *const libc::sockaddr_un).cast(), fam) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+        // SAFETY: addr is writable for len bytes.
+        let r = unsafe {
+            libc::getsockname(fd, (&mut addr as *mut libc::sockaddr_un).cast(), &mut len)
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let path_len = (len as usize).saturating_sub(fam as usize);
+        let name = addr.sun_path[..path_len.min(addr.sun_path.len())]
+            .iter()
+            .map(|&c| c as u8)
+            .collect();
+        Ok((sock, name))
+    }
+
+    /// The socket address of a peer's doorbell name; `None` unless it is a plausible
+    /// abstract name.
+    fn address(name: &[u8]) -> Option<(libc::sockaddr_un, libc::socklen_t)> {
+        // SAFETY: all-zero is a valid sockaddr_un.
+        let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+        if name.len() < 2 || name.len() > addr.sun_path.len() || name[0] != 0 {
+            return None;
+        }
+        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        for (d, &s) in addr.sun_path.iter_mut().zip(name) {
+            *d = s as libc::c_char;
+        }
+        let len = std::mem::size_of::<libc::sa_family_t>() + name.len();
+        Some((addr, len as libc::socklen_t))
+    }
+
+    fn ring(&self, peer: usize) {
+        if let Some(Some((addr, len))) = self.peers.get(peer) {
+            let b = [1u8];
+            // SAFETY: a valid buffer of one byte and a valid address of `len` bytes. A full
+            // queue (EAGAIN) means the peer has wake-ups pending anyway; a vanished peer
+            // (ECONNREFUSED) cannot be woken; either way there is nothing to do.
+            unsafe {
+                libc::sendto(
+                    self.sock.as_raw_fd(),
+                    b.as_ptr().cast(),
+                    1,
+                    libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+                    (addr as *const libc::sockaddr_un).cast(),
+                    *len,
+                )
+            };
+        }
+    }
+
+    fn drain(&self) {
+        let mut buf = [0u8; 64];
+        for _ in 0..1024 {
+            // SAFETY: receives into a valid 64-byte buffer without blocking.
+            let r = unsafe {
+                libc::recv(
+                    self.sock.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if r < 0 {
+                break;
+            }
+        }
+    }
+}
+
+/// Datagrams between the processes of a job on this host through shared-memory rings.
+/// See the module documentation.
+pub struct ShmLink {
+    seg: Segment,
+    layout: ShmLayout,
+    cfg: ShmConfig,
+    rank: Rank,
+    nprocs: u32,
+    /// Job rank -> index in the host group, `u32::MAX` when not on this host.
+    local: Vec<u32>,
+    me: usize,
+    mask: u64,
+    /// Rings to each process of the host, by group index.
+    tx: Vec<TxRing>,
+    /// Rings from each process of the host, by group index.
+    rx: Vec<RxRing>,
+    /// Sleeping flags of the host's processes, by group index.
+    flags: Vec<*const AtomicU32>,
+    /// Group indices written to in the current `send`.
+    touched: Vec<usize>,
+    /// Where the next `recv` starts, so no ring is always served first.
+    rx_next: usize,
+    doorbell: Doorbell,
+    stats: ShmStats,
+}
+
+// SAFETY: the raw pointers all point into `seg`, which the link owns and which stays mapped
+// as long as it lives; the words they reach are shared with other processes through atomics
+// and the ring protocol, never through references tied to a thread.
+unsafe impl Send for ShmLink {}
+
+impl std::fmt::Debug for ShmLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShmLink")
+            .field("rank", &self.rank)
+            .field("group", &self.seg.group().ranks)
+            .field("cfg", &self.cfg)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+/// The second-round blob: sizes (checked equal on the host) and the doorbell's name.
+fn encode_extra(cfg: &ShmConfig, name: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(17 + name.len());
+    v.extend_from_slice(&(cfg.ring_bytes as u64).to_le_bytes());
+    v.extend_from_slice(&(cfg.max_datagram as u64).to_le_bytes());
+    v.push(name.len() as u8);
+    v.extend_from_slice(name);
+    v
+}
+
+fn decode_extra(b: &[u8]) -> Option<(u64, u64, &[u8])> {
+    let ring = u64::from_le_bytes(b.get(0..8)?.try_into().ok()?);
+    let dgram = u64::from_le_bytes(b.get(8..16)?.try_into().ok()?);
+    let n = *b.get(16)? as usize;
+    let name = b.get(17..17 + n)?;
+    (b.len() == 17 + n).then_some((ring, dgram, name))
+}
+
+impl ShmLink {
+    /// Builds this process's end of the host's shared-memory network. `local[r]` tells
+    /// whether rank `r` runs on this host. Collective over the whole job (two rendezvous
+    /// rounds, see [`Segment::create`]); every process of a host must pass the same `cfg`.
+    pub fn create(
+        rank: Rank,
+        local: &[bool],
+        cfg: &ShmConfig,
+        rv: &mut dyn Rendezvous,
+    ) -> io::Result<ShmLink> {
+        cfg.validate()?;
+        let group = HostGroup::new(rank, local)?;
+        let layout = ShmLayout {
+            n: group.len(),
+            cap: cfg.ring_bytes,
+        };
+        let total = layout.total().ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "shared-memory rings too large for this job",
+            )
+        })?;
+        let (sock, name) = Doorbell::bind()?;
+        let (seg, extras) =
+            Segment::create(&group, SEGMENT_NAME, total, &encode_extra(cfg, &name), rv)?;
+        let mut peers = Vec::with_capacity(group.len());
+        for (i, e) in extras.iter().enumerate() {
+            let r = group.ranks[i];
+            let (ring, dgram, name) = decode_extra(e).ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("rank {r} sent a malformed shared-memory description"),
+                )
+            })?;
+            if ring != cfg.ring_bytes as u64 || dgram != cfg.max_datagram as u64 {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "rank {r} uses shared-memory rings of {ring} bytes and datagrams of \
+                         {dgram}, this rank {} and {}: set BULKWIRE_SHM_RING and \
+                         BULKWIRE_SHM_DGRAM alike on every process",
+                        cfg.ring_bytes, cfg.max_datagram
+                    ),
+                ));
+            }
+            peers.push(Doorbell::address(name));
+        }
+        Ok(ShmLink::from_parts(
+            seg,
+            layout,
+            *cfg,
+            Doorbell { sock, peers },
+        ))
+    }
+
+    fn from_parts(seg: Segment, layout: ShmLayout, cfg: ShmConfig, doorbell: Doorbell) -> ShmLink {
+        let group = seg.group().clone();
+        let me = group.me;
+        let n = layout.n;
+        let base = seg.data();
+        assert!(layout.total().is_some_and(|t| t <= seg.data_len()));
+        // SAFETY (for every `base.add` below): offsets come from `layout`, whose total fits in
+        // the region (asserted above); all are multiples of 8 from a 128-aligned base.
+        let at = |off: usize| unsafe { base.add(off) };
+        let tx = (0..n)
+            .map(|d| {
+                let o = layout.ring(me, d);
+                TxRing {
+                    tail_word: at(o.tail).cast(),
+                    head_word: at(o.head).cast(),
+                    data: at(o.data),
+                    tail: 0,
+                    head_cache: 0,
+                    broken: false,
+                    touched: false,
+                }
+            })
+            .collect();
+        let rx = (0..n)
+            .map(|s| {
+                let o = layout.ring(s, me);
+                RxRing {
+                    tail_word: at(o.tail).cast(),
+                    head_word: at(o.head).cast(),
+                    data: at(o.data),
+                    head: 0,
+                    tail_cache: 0,
+                    broken: false,
+                }
+            })
+            .collect();
+        let flags = (0..n)
+            .map(|i| at(layout.sleep_flag(i)).cast_const().cast())
+            .collect();
+        let mut local = vec![u32::MAX; group.nprocs as usize];
+        for (i, &r) in group.ranks.iter().enumerate() {
+            local[r as usize] = i as u32;
+        }
+        ShmLink {
+            layout,
+            cfg,
+            rank: group.rank,
+            nprocs: group.nprocs,
+            local,
+            me,
+            mask: layout.cap as u64 - 1,
+            tx,
+            rx,
+            flags,
+            touched: Vec::with_capacity(n),
+            rx_next: 0,
+            doorbell,
+            stats: ShmStats::default(),
+            seg,
+        }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ShmStats {
+        self.stats
+    }
+
+    /// The sizes in use.
+    pub fn config(&self) -> ShmConfig {
+        self.cfg
+    }
+
+    /// The processes on this host.
+    pub fn group(&self) -> &HostGroup {
+        self.seg.group()
+    }
+
+    /// The segment and its layout (tests play hostile peers through them).
+    pub fn segment(&self) -> (&Segment, ShmLayout) {
+        (&self.seg, self.layout)
+    }
+
+    #[inline]
+    fn local_index(&self, r: Rank) -> Option<usize> {
+        match self.local.get(r as usize) {
+            Some(&i) if i != u32::MAX => Some(i as usize),
+            _ => None,
+        }
+    }
+
+    #[inline]
+    fn flag(&self, i: usize) -> &AtomicU32 {
+        // SAFETY: the flag lies in the segment, which lives as long as &self.
+        unsafe { &*self.flags[i] }
+    }
+
+    /// Wakes the receivers written to since the last call that advertised sleep.
+    #[inline]
+    fn ring_bells(&mut self) {
+        // Pairs with the fence in prepare_sleep: either we see the flag or the sleeper sees
+        // the tails we published.
+        fence(Ordering::SeqCst);
+        for k in 0..self.touched.len() {
+            let d = self.touched[k];
+            self.tx[d].touched = false;
+            let f = self.flag(d);
+            if f.load(Ordering::Relaxed) != 0 && f.swap(0, Ordering::AcqRel) != 0 {
+                self.doorbell.ring(d);
+                self.stats.doorbells += 1;
+            }
+        }
+        self.touched.clear();
+    }
+
+    fn broke(&mut self, what: &str, peer: usize) {
+        self.stats.broken_rings += 1;
+        tracing::warn!(
+            rank = self.rank,
+            peer = self.seg.group().ranks[peer],
+            "shared-memory ring abandoned: {what}"
+        );
+    }
+}
+
+/// Copies `src` into the ring at byte counter `pos`, wrapping at the end.
+///
+/// # Safety
+/// `data` points to a ring of `mask + 1` bytes and `src.len() <= mask + 1`.
+#[inline(always)]
+unsafe fn copy_in(data: *mut u8, mask: u64, pos: u64, src: &[u8]) {
+    let off = (pos & mask) as usize;
+    let first = src.len().min(mask as usize + 1 - off);
+    // SAFETY: off + first <= cap and src.len() - first <= cap (caller's contract); private
+    // source, shared destination that only this producer writes in this range.
+    unsafe {
+        ptr::copy_nonoverlapping(src.as_ptr(), data.add(off), first);
+        ptr::copy_nonoverlapping(src.as_ptr().add(first), data, src.len() - first);
+    }
+}
+
+/// Copies from the ring at byte counter `pos` into `dst`, wrapping at the end.
+///
+/// # Safety
+/// `data` points to a ring of `mask + 1` bytes and `dst.len() <= mask + 1`.
+#[inline(always)]
+unsafe fn copy_out(data: *const u8, mask: u64, pos: u64, dst: &mut [u8]) {
+    let off = (pos & mask) as usize;
+    let first = dst.len().min(mask as usize + 1 - off);
+    // SAFETY: bounds as in copy_in. The producer may (if hostile) write these bytes
+    // concurrently: that can only change the values copied, which the layers above check.
+    unsafe {
+        ptr::copy_nonoverlapping(data.add(off), dst.as_mut_ptr(), first);
+        ptr::copy_nonoverlapping(data, dst.as_mut_ptr().add(first), dst.len() - first);
+    }
+}
+
+impl Link for ShmLink {
+    fn rank(&self) -> Rank {
+        self.rank
+    }
+
+    fn nprocs(&self) -> u32 {
+        self.nprocs
+    }
+
+    /// The configured datagram size for processes on this host; 0 for the others (this
+    /// link cannot reach them).
+    fn max_datagram(&self, peer: Rank) -> usize {
+        if self.local_index(peer).is_some() {
+            self.cfg.max_datagram
+        } else {
+            0
+        }
+    }
+
+    fn recv_slot_size(&self) -> usize {
+        self.cfg.max_datagram
+    }
+
+    fn send(&mut self, batch: &[Tx<'_>]) -> io::Result<usize> {
+        let cap = self.layout.cap as u64;
+        let mut sent = 0;
+        for t in batch {
+            let len = t.len();
+            let d = match self.local_index(t.dst) {
+                Some(d) if len <= self.cfg.max_datagram => d,
+                _ if sent > 0 => break, // the error comes with the next call
+                Some(_) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!(
+                            "datagram of {len} bytes exceeds the shared-memory limit of {}",
+                            self.cfg.max_datagram
+                        ),
+                    ));
+                }
+                None => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!(
+                            "rank {} is not on this host: shared memory cannot reach it",
+                            t.dst
+                        ),
+                    ));
+                }
+            };
+            let ring = &mut self.tx[d];
+            if ring.broken {
+                self.stats.tx_lost += 1;
+                sent += 1;
+                continue;
+            }
+            let need = (REC_HDR + len.next_multiple_of(8)) as u64;
+            if ring.tail - ring.head_cache + need > cap {
+                // SAFETY: the word lies in the segment, which lives as long as self.
+                let h = unsafe { (*ring.head_word).load(Ordering::Acquire) };
+                if h > ring.tail || ring.tail - h > cap {
+                    ring.broken = true;
+                    self.broke("consumer published an impossible head", d);
+                    self.stats.tx_lost += 1;
+                    sent += 1;
+                    continue;
+                }
+                ring.head_cache = h;
+                if ring.tail - h + need > cap {
+                    self.stats.tx_full += 1;
+                    break;
+                }
+            }
+            let hdr = (len as u64) | ((MARK as u64) << 32);
+            let pos = ring.tail;
+            // SAFETY: the header slot is 8-aligned and within the ring (positions are
+            // multiples of 8, cap is a multiple of 8); the space from `pos` to `pos + need`
+            // is free (checked against the consumer's head above), so only we write it.
+            unsafe {
+                ring.data
+                    .add((pos & self.mask) as usize)
+                    .cast::<u64>()
+                    .write(hdr);
+                copy_in(ring.data, self.mask, pos + REC_HDR as u64, t.head);
+                copy_in(
+                    ring.data,
+                    self.mask,
+                    pos + (REC_HDR + t.head.len()) as u64,
+                    t.body,
+                );
+            }
+            ring.tail = pos + need;
+            // Release: the record's bytes are visible before the tail that covers them.
+            // SAFETY: the word lies in the segment.
+            unsafe { (*ring.tail_word).store(ring.tail, Ordering::Release) };
+            if !ring.touched {
+                ring.touched = true;
+                self.touched.push(d);
+            }
+            sent += 1;
+        }
+        if !self.touched.is_empty() {
+            self.ring_bells();
+        }
+        self.stats.tx_datagrams += sent as u64;
+        Ok(sent)
+    }
+
+    fn recv(&mut self, batch: &mut RxBatch) -> io::Result<usize> {
+        batch.clear();
+        let n = self.rx.len();
+        let start = self.rx_next;
+        self.rx_next = if start + 1 == n { 0 } else { start + 1 };
+        let cap = self.layout.cap as u64;
+        let slot_size = batch.slot_size();
+        for k in 0..n {
+            if batch.is_full() {
+                break;
+            }
+            let s = if start + k >= n {
+                start + k - n
+            } else {
+                start + k
+            };
+            let ring = &mut self.rx[s];
+            if ring.broken {
+                continue;
+            }
+            if ring.head == ring.tail_cache {
+                // SAFETY: the word lies in the segment.
+                let t = unsafe { (*ring.tail_word).load(Ordering::Acquire) };
+                if t == ring.head {
+                    continue;
+                }
+                if t < ring.head || t - ring.head > cap {
+                    ring.broken = true;
+                    self.broke("producer published an impossible tail", s);
+                    continue;
+                }
+                ring.tail_cache = t;
+            }
+            let old = ring.head;
+            let mut bad = None;
+            while ring.head < ring.tail_cache && !batch.is_full() {
+                let pos = ring.head;
+                // SAFETY: 8-aligned slot within the ring; read once into a local, so a
+                // producer changing it afterwards cannot change what we validated.
+                let hdr = unsafe {
+                    ring.data
+                        .add((pos & self.mask) as usize)
+                        .cast::<u64>()
+                        .read_volatile()
+                };
+                let len = hdr as u32 as usize;
+                let need = (REC_HDR + len.next_multiple_of(8)) as u64;
+                if (hdr >> 32) as u32 != MARK {
+                    bad = Some("a record header without the marker");
+                    break;
+                }
+                if need > ring.tail_cache - pos {
+                    bad = Some("a record longer than what was published");
+                    break;
+                }
+                if len > slot_size {
+                    self.stats.rx_oversize += 1;
+                } else {
+                    let slot = batch.len();
+                    // SAFETY: len <= need <= tail - head <= cap, checked above.
+                    unsafe {
+                        copy_out(
+                            ring.data,
+                            self.mask,
+                            pos + REC_HDR as u64,
+                            &mut batch.slot_mut(slot)[..len],
+                        )
+                    };
+                    batch.push_slot(slot, len);
+                }
+                ring.head = pos + need;
+            }
+            if ring.head != old {
+                // Release: we are done reading the bytes before the producer may reuse them.
+                // SAFETY: the word lies in the segment.
+                unsafe { (*ring.head_word).store(ring.head, Ordering::Release) };
+            }
+            if let Some(what) = bad {
+                ring.broken = true;
+                self.broke(what, s);
+            }
+        }
+        self.stats.rx_datagrams += batch.len() as u64;
+        Ok(batch.len())
+    }
+
+    fn wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        let r = if self.prepare_sleep() {
+            poll_one(self.doorbell.sock.as_raw_fd(), timeout)
+        } else {
+            Ok(())
+        };
+        self.end_sleep();
+        r
+    }
+
+    fn reliable(&self) -> bool {
+        true
+    }
+
+    fn poll_fd(&self) -> Option<RawFd> {
+        Some(self.doorbell.sock.as_raw_fd())
+    }
+
+    fn prepare_sleep(&mut self) -> bool {
+        let f = self.flag(self.me);
+        f.store(1, Ordering::SeqCst);
+        // Pairs with the fence in ring_bells (see the module docs).
+        fence(Ordering::SeqCst);
+        for ring in &self.rx {
+            // SAFETY: the word lies in the segment.
+            let t = unsafe { (*ring.tail_word).load(Ordering::Acquire) };
+            if !ring.broken && t != ring.head {
+                self.flag(self.me).store(0, Ordering::Relaxed);
+                return false;
+            }
+        }
+        self.stats.sleeps += 1;
+        true
+    }
+
+    fn end_sleep(&mut self) {
+        self.flag(self.me).store(0, Ordering::Relaxed);
+        self.doorbell.drain();
+    }
+}
+
+/// Waits for `fd` to be readable, at most `timeout` (nanosecond resolution).
+pub(crate) fn poll_one(fd: RawFd, timeout: Option<Duration>) -> io::Result<()> {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: t.as_secs().min(i32::MAX as u64) as _,
+        tv_nsec: t.subsec_nanos() as _,
+    });
+    let tsp = ts
+        .as_ref()
+        .map_or(ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: one valid pollfd and a valid (or null) timespec.
+    let r = unsafe { libc::ppoll(&mut pfd, 1, tsp, ptr::null()) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    Ok(())
+}

@@ -93,6 +93,8 @@ pub struct Engine {
     wake: Arc<WakeFd>,
     /// The job's failure notices, when launched as part of one.
     job: Option<Arc<JobState>>,
+    /// The clock as of the last step.
+    last_now: Time,
 }
 
 impl Engine {
@@ -103,6 +105,7 @@ impl Engine {
             policy,
             wake: Arc::new(WakeFd::new().expect("eventfd")),
             job: None,
+            last_now: 0,
         }
     }
 
@@ -188,7 +191,12 @@ impl Transport for Engine {
 
     fn step(&mut self) -> Result<Progress, Error> {
         let now = self.now();
+        self.last_now = now;
         self.ep.step(now)
+    }
+
+    fn recent_now(&self) -> Time {
+        self.last_now
     }
 
     fn poll_event(&mut self) -> Option<Event> {

@@ -76,8 +76,10 @@ pub trait Link: Send {
             .unwrap_or(0)
     }
 
-    /// True when the link itself never loses, corrupts or reorders (in-process, shared
-    /// memory without faults). Protocols still work over it; this is a hint.
+    /// True when the link itself never loses, corrupts or reorders, and carries nothing but
+    /// this job's datagrams (in-process queues; shared memory among the job's processes,
+    /// without injected faults). Protocols still work over it; the engine skips the CRC
+    /// on such a link, where it could catch nothing.
     fn reliable(&self) -> bool {
         false
     }

@@ -148,6 +148,15 @@ impl Header {
     /// overwritten with the payload length.
     #[inline]
     pub fn encode(&self, payload: &[u8]) -> [u8; HEADER_LEN] {
+        let mut b = self.fields(payload.len());
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&b[..CRC_AT]), payload);
+        b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Every field but the CRC.
+    #[inline]
+    fn fields(&self, len: usize) -> [u8; HEADER_LEN] {
         let mut b = [0u8; HEADER_LEN];
         b[0..2].copy_from_slice(&MAGIC.to_le_bytes());
         b[2] = VERSION;
@@ -162,12 +171,19 @@ impl Header {
         b[24..28].copy_from_slice(&self.ack.to_le_bytes());
         b[28..32].copy_from_slice(&self.eoh.to_le_bytes());
         b[32..36].copy_from_slice(&self.msg.to_le_bytes());
-        b[36..40].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        b[36..40].copy_from_slice(&(len as u32).to_le_bytes());
         b[40..48].copy_from_slice(&self.offset.to_le_bytes());
         b[48..56].copy_from_slice(&self.total.to_le_bytes());
         b[56..60].copy_from_slice(&self.aux.to_le_bytes());
-        let crc = crc32c::crc32c_append(crc32c::crc32c(&b[..CRC_AT]), payload);
-        b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Encodes the header with a zero CRC, for links that can neither corrupt nor forge a
+    /// datagram (see [`decode_unchecked`]). `self.len` is overwritten as in [`Header::encode`].
+    #[inline]
+    pub fn encode_unchecked(&self, payload: &[u8]) -> [u8; HEADER_LEN] {
+        let mut b = self.fields(payload.len());
+        b[CRC_AT..].copy_from_slice(&0u32.to_le_bytes());
         b
     }
 
@@ -280,6 +296,24 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 /// flags, payload length, CRC, cookie, addressing. The CRC is checked before the cookie so
 /// that a corrupted packet of our own job counts as corruption, not as foreign.
 pub fn decode<'a>(dgram: &'a [u8], filter: &Filter) -> Result<(Header, &'a [u8]), DropReason> {
+    decode_with(dgram, filter, true)
+}
+
+/// [`decode`] without the CRC check, for a link that can neither corrupt nor forge a
+/// datagram (shared memory among the job's processes): every other check still applies.
+pub fn decode_unchecked<'a>(
+    dgram: &'a [u8],
+    filter: &Filter,
+) -> Result<(Header, &'a [u8]), DropReason> {
+    decode_with(dgram, filter, false)
+}
+
+#[inline]
+fn decode_with<'a>(
+    dgram: &'a [u8],
+    filter: &Filter,
+    verify: bool,
+) -> Result<(Header, &'a [u8]), DropReason> {
     if dgram.len() < HEADER_LEN {
         return Err(DropReason::Short);
     }
@@ -299,8 +333,9 @@ pub fn decode<'a>(dgram: &'a [u8], filter: &Filter) -> Result<(Header, &'a [u8])
         return Err(DropReason::BadLength);
     }
     let payload = &dgram[HEADER_LEN..];
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&dgram[..CRC_AT]), payload);
-    if crc != u32_at(dgram, CRC_AT) {
+    if verify
+        && crc32c::crc32c_append(crc32c::crc32c(&dgram[..CRC_AT]), payload) != u32_at(dgram, CRC_AT)
+    {
         return Err(DropReason::Crc);
     }
     let hdr = Header {
@@ -375,6 +410,22 @@ mod tests {
         let (g, p) = decode(&d, &F).unwrap();
         assert_eq!(p, b"hello");
         assert_eq!(g, Header { len: 5, ..h });
+    }
+
+    #[test]
+    fn unchecked_roundtrip_still_checks_structure() {
+        let h = sample();
+        let mut d = h.encode_unchecked(b"hello").to_vec();
+        d.extend_from_slice(b"hello");
+        let (g, p) = decode_unchecked(&d, &F).unwrap();
+        assert_eq!((g, p), (Header { len: 5, ..h }, &b"hello"[..]));
+        assert_eq!(decode(&d, &F), Err(DropReason::Crc));
+        assert_eq!(
+            decode_unchecked(&d[..d.len() - 1], &F),
+            Err(DropReason::BadLength)
+        );
+        let other = Filter { cookie: 1, ..F };
+        assert_eq!(decode_unchecked(&d, &other), Err(DropReason::Foreign));
     }
 
     #[test]

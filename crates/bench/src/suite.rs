@@ -27,6 +27,11 @@ pub struct Table {
 
 impl Table {
     pub fn markdown(&self) -> String {
+        debug_assert!(
+            self.rows.iter().all(|r| r.len() == self.header.len()),
+            "table {:?}: a row does not match the header",
+            self.title
+        );
         let mut s = format!("#### {}\n\n", self.title);
         s += &format!("| {} |\n", self.header.join(" | "));
         s += &format!("|{}\n", "---|".repeat(self.header.len()));
@@ -406,6 +411,7 @@ impl Suite {
                 "std dev",
                 "median",
                 "median vs raw UDP",
+                "packets per message",
             ]
             .map(String::from)
             .to_vec(),

@@ -89,7 +89,7 @@ fn utc_now() -> String {
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
     pub machine: Machine,
-    pub quick: bool,
+    pub level: crate::suite::Level,
     pub command: String,
     pub seconds: f64,
     pub sections: Vec<Section>,
@@ -109,10 +109,10 @@ impl Report {
              measured in this same run; nothing is taken from the papers.\n\n",
             m.network,
             self.command,
-            if self.quick {
-                "quick mode"
-            } else {
-                "full mode"
+            match self.level {
+                crate::suite::Level::Smoke => "smoke test: too few iterations to quote",
+                crate::suite::Level::Quick => "quick mode",
+                crate::suite::Level::Full => "full mode",
             },
             self.seconds
         );

@@ -246,10 +246,23 @@ pub fn ratio(x: f64, base: f64) -> String {
     }
 }
 
+/// How long a suite runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Level {
+    /// A few sizes and iterations: checks that everything runs (the test suite's smoke
+    /// test), not a measurement to quote.
+    Smoke,
+    /// About a minute for every experiment.
+    Quick,
+    /// Every size, enough repetitions for stable medians.
+    Full,
+}
+
 /// Runs experiments by launching worker processes of `exe` (the `bwbench` binary).
 pub struct Suite {
     exe: PathBuf,
-    pub quick: bool,
+    pub level: Level,
+    with_mpi: bool,
     work: PathBuf,
     mpi: OnceLock<Result<Mpi, String>>,
     progress: Box<dyn Fn(&str) + Send + Sync>,
@@ -257,10 +270,11 @@ pub struct Suite {
 
 impl Suite {
     /// A suite running `exe` for its workers, keeping build products under `work`.
-    pub fn new(exe: PathBuf, quick: bool, work: PathBuf) -> Suite {
+    pub fn new(exe: PathBuf, level: Level, work: PathBuf) -> Suite {
         Suite {
             exe,
-            quick,
+            level,
+            with_mpi: true,
             work,
             mpi: OnceLock::new(),
             progress: Box::new(|_| {}),
@@ -273,10 +287,31 @@ impl Suite {
         self
     }
 
+    /// Leaves MPI out even where it is installed.
+    pub fn without_mpi(mut self) -> Suite {
+        self.with_mpi = false;
+        self
+    }
+
+    /// `smoke`, `quick` or `full` by level.
+    fn pick<T>(&self, smoke: T, quick: T, full: T) -> T {
+        match self.level {
+            Level::Smoke => smoke,
+            Level::Quick => quick,
+            Level::Full => full,
+        }
+    }
+
     /// The user's MPI, built once.
     pub fn mpi(&self) -> Result<&Mpi, &str> {
         self.mpi
-            .get_or_init(|| Mpi::find(&self.work.join("mpi")))
+            .get_or_init(|| {
+                if self.with_mpi {
+                    Mpi::find(&self.work.join("mpi"))
+                } else {
+                    Err("left out (--no-mpi)".into())
+                }
+            })
             .as_ref()
             .map_err(|e| e.as_str())
     }
@@ -375,16 +410,12 @@ impl Suite {
 
     /// Ping-pong latency, 8 B to 64 KiB (seed 000 Table 1 at 8 B, then per size).
     pub fn latency(&self) -> Section {
-        let sizes: Vec<usize> = if self.quick {
-            vec![8, 1024, 65536]
-        } else {
-            (3..=16).map(|k| 1usize << k).collect()
-        };
-        let (warmup, iters) = if self.quick {
-            (500, 3000)
-        } else {
-            (2000, 20000)
-        };
+        let sizes: Vec<usize> = self.pick(
+            vec![8, 1024],
+            vec![8, 1024, 65536],
+            (3..=16).map(|k| 1usize << k).collect(),
+        );
+        let (warmup, iters) = self.pick((20, 100), (500, 3000), (2000, 20000));
         let mut sec = Section::new("latency", "Latency: ping-pong half round trip");
         self.run_pairs(
             &Measure::Latency {
@@ -493,12 +524,12 @@ impl Suite {
 
     /// Streaming bandwidth, 1 KiB to 16 MiB, and the Hockney fit (seed 002 Table 1).
     pub fn bandwidth(&self) -> Section {
-        let sizes: Vec<usize> = if self.quick {
-            vec![1 << 10, 64 << 10, 1 << 20, 16 << 20]
-        } else {
-            (10..=24).map(|k| 1usize << k).collect()
-        };
-        let (warmup, reps) = if self.quick { (1, 3) } else { (2, 9) };
+        let sizes: Vec<usize> = self.pick(
+            vec![1 << 10, 64 << 10],
+            vec![1 << 10, 64 << 10, 1 << 20, 16 << 20],
+            (10..=24).map(|k| 1usize << k).collect(),
+        );
+        let (warmup, reps) = self.pick((1, 2), (1, 3), (2, 9));
         let mut sec = Section::new("bandwidth", "Bandwidth: streaming, and the Hockney fit");
         self.run_pairs(
             &Measure::Bandwidth {
@@ -631,19 +662,11 @@ impl Suite {
     }
 
     fn procs(&self) -> Vec<u32> {
-        if self.quick {
-            vec![2, 4]
-        } else {
-            vec![2, 4, 8]
-        }
+        self.pick(vec![2, 3], vec![2, 4], vec![2, 4, 8])
     }
 
     fn sim_procs(&self) -> Vec<u32> {
-        if self.quick {
-            vec![8, 32]
-        } else {
-            vec![8, 16, 32, 64]
-        }
+        self.pick(vec![8], vec![8, 32], vec![8, 16, 32, 64])
     }
 
     /// Number of runs [`Suite::alltoall`] makes.
@@ -656,7 +679,7 @@ impl Suite {
     /// sent and drops against p; on this host and on the simulated switch.
     pub fn alltoall(&self) -> Section {
         let size = 60 << 10;
-        let (warmup, reps) = if self.quick { (1, 5) } else { (3, 20) };
+        let (warmup, reps) = self.pick((1, 2), (1, 5), (3, 20));
         let mut sec = Section::new("alltoall", "All-to-all, 60 KiB messages (seed 000 Fig. 3)");
         let procs = self.procs();
         for proto in Self::group_stacks() {
@@ -852,10 +875,17 @@ impl Suite {
             "Client/server wait against bit-error rate (seed 000 Fig. 5 and 6)",
         );
         let mut cfg = ErrorRateConfig::default();
-        if self.quick {
-            cfg.bers = vec![0.0, 1e-7, 1e-6, 1e-5, 3e-5];
-            cfg.requests = 40;
-            cfg.limit = 30 * bulkwire_protocol::SEC;
+        match self.level {
+            Level::Smoke => {
+                cfg.bers = vec![0.0, 1e-6];
+                cfg.requests = 5;
+            }
+            Level::Quick => {
+                cfg.bers = vec![0.0, 1e-7, 1e-6, 1e-5, 3e-5];
+                cfg.requests = 40;
+                cfg.limit = 30 * bulkwire_protocol::SEC;
+            }
+            Level::Full => {}
         }
         for proto in ["rmpp", "gbn", "holefill"] {
             (self.progress)(&format!("loss: {proto} (simulated)"));
@@ -971,8 +1001,8 @@ impl Suite {
             "exchange",
             "Total exchange: latin-square against pid-order destinations (seed 003 Table 1)",
         );
-        let (warmup, reps) = if self.quick { (1, 5) } else { (3, 20) };
-        let p = if self.quick { 4 } else { 8 };
+        let (warmup, reps) = self.pick((1, 2), (1, 5), (3, 20));
+        let p = self.pick(2, 4, 8);
         let mut t = Table {
             title: format!("Time for a {p}-process total exchange (us), holefill"),
             header: ["where", "message", "latin square", "pid order", "factor"]
@@ -1014,7 +1044,7 @@ impl Suite {
                 ratio(times[1], times[0]),
             ]);
         }
-        let sp = if self.quick { 16 } else { 32 };
+        let sp = self.pick(8, 16, 32);
         for (name, size) in [("small", 64usize << 10), ("big", 128 << 10)] {
             let mut times = Vec::new();
             for sched in [Schedule::Latin, Schedule::PidOrder] {

@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use bulkwire_bench::report::{Machine, Report};
-use bulkwire_bench::suite::{Section, Suite};
+use bulkwire_bench::suite::{Level, Section, Suite};
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -30,6 +30,12 @@ struct Args {
     /// Fewer sizes and repetitions (about a minute for `all`).
     #[arg(long, global = true)]
     quick: bool,
+    /// A few sizes and iterations only: checks that everything runs (used by the tests).
+    #[arg(long, global = true, hide = true)]
+    smoke: bool,
+    /// Leave MPI out even where it is installed.
+    #[arg(long, global = true)]
+    no_mpi: bool,
     /// Directory the report is written to.
     #[arg(long, global = true, default_value = "bwbench-report")]
     out: PathBuf,
@@ -135,10 +141,20 @@ fn main() -> ExitCode {
     );
     bar.enable_steady_tick(Duration::from_millis(200));
     let b2 = bar.clone();
-    let suite = Suite::new(exe, args.quick, work.clone()).on_progress(move |what| {
+    let level = if args.smoke {
+        Level::Smoke
+    } else if args.quick {
+        Level::Quick
+    } else {
+        Level::Full
+    };
+    let mut suite = Suite::new(exe, level, work.clone()).on_progress(move |what| {
         b2.inc(1);
         b2.set_message(what.to_string());
     });
+    if args.no_mpi {
+        suite = suite.without_mpi();
+    }
     bar.set_length(experiments.iter().map(|e| e.runs(&suite)).sum::<usize>() as u64);
     let t0 = Instant::now();
     let mut sections = Vec::new();
@@ -152,7 +168,7 @@ fn main() -> ExitCode {
     };
     let report = Report {
         machine: Machine::here(&mpi),
-        quick: args.quick,
+        level,
         command: argv
             .iter()
             .map(|a| a.to_string_lossy().into_owned())

@@ -1,0 +1,115 @@
+//! `bwbench all` at smoke level: every experiment runs, the report directory is complete,
+//! and every figure in the JSON is finite and positive.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn figures(v: &Value, path: &str, out: &mut Vec<(String, f64)>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                figures(x, &format!("{path}.{k}"), out);
+            }
+        }
+        Value::Array(a) => {
+            for (i, x) in a.iter().enumerate() {
+                figures(x, &format!("{path}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+    if let Value::Object(m) = v
+        && let Some(x) = m.get("median")
+    {
+        out.push((path.to_string(), x.as_f64().unwrap_or(f64::NAN)));
+    }
+}
+
+#[test]
+fn smoke_suite_writes_a_complete_report() {
+    let dir = std::env::temp_dir().join(format!("bwbench-smoke-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let t0 = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bwbench"))
+        .args(["all", "--smoke", "--no-mpi", "--no-progress", "--out"])
+        .arg(&dir)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("run bwbench");
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t0.elapsed() > Duration::from_secs(600) {
+            let _ = child.kill();
+            panic!("bwbench all --smoke did not finish in 10 minutes");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "bwbench exited with {status}");
+    for f in [
+        "report.md",
+        "results.json",
+        "latency.svg",
+        "bandwidth.svg",
+        "alltoall.svg",
+        "loss.svg",
+    ] {
+        let p = dir.join(f);
+        assert!(
+            p.is_file() && std::fs::metadata(&p).unwrap().len() > 100,
+            "{f} missing"
+        );
+    }
+    let json: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("results.json")).unwrap()).unwrap();
+    assert!(json["machine"]["cores"].as_u64().unwrap() >= 1);
+    let sections = json["sections"].as_array().unwrap();
+    let names: Vec<&str> = sections
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    for want in ["latency", "bandwidth", "alltoall", "exchange", "loss"] {
+        assert!(
+            names.contains(&want),
+            "section {want} missing from {names:?}"
+        );
+    }
+    for s in sections {
+        let name = s["name"].as_str().unwrap();
+        let tables = s["tables"].as_array().unwrap();
+        assert!(!tables.is_empty(), "{name}: no table");
+        for t in tables {
+            assert!(
+                !t["rows"].as_array().unwrap().is_empty(),
+                "{name}: empty table {}",
+                t["title"]
+            );
+        }
+        // Every stack of bulkwire's must have been measured (MPI is left out on purpose).
+        let skipped: Vec<&str> = s["skipped"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|x| x.as_str())
+            .filter(|x| !x.starts_with("MPI"))
+            .collect();
+        // Kernel TCP under bit errors needs root and iptables; it may be skipped.
+        let skipped: Vec<&str> = skipped
+            .into_iter()
+            .filter(|x| !x.starts_with("kernel TCP"))
+            .collect();
+        assert!(skipped.is_empty(), "{name}: not measured: {skipped:?}");
+    }
+    let mut all = Vec::new();
+    figures(&json, "", &mut all);
+    assert!(all.len() > 50, "only {} figures", all.len());
+    for (path, x) in &all {
+        assert!(x.is_finite() && *x > 0.0, "{path} = {x}");
+    }
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(md.contains("raw UDP") && md.contains("holefill/udp") && md.contains("utopia/shm"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

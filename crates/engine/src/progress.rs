@@ -6,13 +6,15 @@
 //! upper layer behind a mutex; a background thread takes it over when no user thread has
 //! been inside the library for a while, and hands it back the moment one enters.
 //!
-//! The user's fast path pays one atomic increment and one load: the thread never polls
-//! the network while the user is active, and it wakes only every `interval` to look.
+//! The user's fast path pays one atomic increment besides the (uncontended) mutex: the
+//! thread never polls the network while the user is active, and it wakes only every
+//! `interval` to look.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::transport::Waker;
 
@@ -28,15 +30,11 @@ pub trait Service: Send + 'static {
 
 struct Inner<S> {
     state: Mutex<S>,
-    /// User threads inside [`Shared::with`].
-    in_call: AtomicUsize,
-    /// When the last user call returned, ns since `epoch`.
-    last_exit: AtomicU64,
-    /// The progress thread holds the state.
-    takeover: AtomicBool,
+    /// Entries into the library by user threads. The progress thread takes over only when
+    /// it has not moved for a whole interval, and gives the state back as soon as it moves.
+    entries: AtomicU64,
     stop: AtomicBool,
     waker: Waker,
-    epoch: Instant,
     /// Times the thread took over (for tests and statistics).
     takeovers: AtomicU64,
 }
@@ -47,8 +45,12 @@ impl<S> Inner<S> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn now(&self) -> u64 {
-        self.epoch.elapsed().as_nanos() as u64
+    fn try_lock(&self) -> Option<MutexGuard<'_, S>> {
+        match self.state.try_lock() {
+            Ok(g) => Some(g),
+            Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
     }
 }
 
@@ -58,6 +60,24 @@ pub struct Shared<S: Service> {
     thread: Option<JoinHandle<()>>,
 }
 
+/// A user thread's hold on the state (see [`Shared::lock`]).
+pub struct Access<'a, S> {
+    guard: MutexGuard<'a, S>,
+}
+
+impl<S> Deref for Access<'_, S> {
+    type Target = S;
+    fn deref(&self) -> &S {
+        &self.guard
+    }
+}
+
+impl<S> DerefMut for Access<'_, S> {
+    fn deref_mut(&mut self) -> &mut S {
+        &mut self.guard
+    }
+}
+
 impl<S: Service> Shared<S> {
     /// Wraps `state`. With `interval`, a progress thread looks every `interval` whether the
     /// user has been away that long, and if so drives the state until the user returns.
@@ -65,12 +85,9 @@ impl<S: Service> Shared<S> {
     pub fn new(state: S, waker: Waker, interval: Option<Duration>) -> Shared<S> {
         let inner = Arc::new(Inner {
             state: Mutex::new(state),
-            in_call: AtomicUsize::new(0),
-            last_exit: AtomicU64::new(0),
-            takeover: AtomicBool::new(false),
+            entries: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             waker,
-            epoch: Instant::now(),
             takeovers: AtomicU64::new(0),
         });
         let thread = interval.filter(|i| !i.is_zero()).map(|interval| {
@@ -92,22 +109,31 @@ impl<S: Service> Shared<S> {
         (us > 0).then(|| Duration::from_micros(us))
     }
 
+    /// Takes the state as a user call, until the returned guard is dropped.
+    ///
+    /// The fast path is one atomic increment (the user is active: the thread stays away)
+    /// and an uncontended `try_lock`. Only when the state is held, by the progress thread
+    /// or another user thread, possibly asleep in [`Service::block`], does the caller wake
+    /// the holder (the waker's system call) and wait for the lock. A holder that sleeps
+    /// must therefore be one that gives the state back when woken: the progress thread
+    /// does, because the entry count has moved; a user thread that blocks while holding
+    /// the state should drop its guard after each [`Service::block`].
+    pub fn lock(&self) -> Access<'_, S> {
+        let i = &*self.inner;
+        i.entries.fetch_add(1, SeqCst);
+        let guard = match i.try_lock() {
+            Some(g) => g,
+            None => {
+                (i.waker)();
+                i.lock()
+            }
+        };
+        Access { guard }
+    }
+
     /// Runs `f` on the state as a user call.
     pub fn with<R>(&self, f: impl FnOnce(&mut S) -> R) -> R {
-        let i = &*self.inner;
-        i.in_call.fetch_add(1, SeqCst);
-        // Paired with the thread's store of `takeover` then load of `in_call` (both
-        // SeqCst): either it sees us and leaves, or we see it and wake it.
-        if i.takeover.load(SeqCst) {
-            (i.waker)();
-        }
-        let r = {
-            let mut g = i.lock();
-            f(&mut g)
-        };
-        i.last_exit.store(i.now(), SeqCst);
-        i.in_call.fetch_sub(1, SeqCst);
-        r
+        f(&mut self.lock())
     }
 
     /// How many times the progress thread has taken over.
@@ -128,27 +154,30 @@ impl<S: Service> Drop for Shared<S> {
 }
 
 fn run<S: Service>(i: &Inner<S>, interval: Duration) {
-    let interval_ns = interval.as_nanos() as u64;
+    let mut seen = i.entries.load(SeqCst);
     loop {
         std::thread::park_timeout(interval);
         if i.stop.load(SeqCst) {
             return;
         }
-        if i.in_call.load(SeqCst) > 0
-            || i.now().saturating_sub(i.last_exit.load(SeqCst)) < interval_ns
-        {
+        // The user entered during the last interval: it is active, stay away.
+        let now = i.entries.load(SeqCst);
+        if now != seen {
+            seen = now;
             continue;
         }
-        let Ok(mut g) = i.state.try_lock() else {
+        // A user inside (a long wait) holds the state: it progresses by itself.
+        let Some(mut g) = i.try_lock() else {
             continue;
         };
-        i.takeover.store(true, SeqCst);
         i.takeovers.fetch_add(1, SeqCst);
-        while i.in_call.load(SeqCst) == 0 && !i.stop.load(SeqCst) {
+        // Paired with the user's increment then `try_lock` (SeqCst): either we see the
+        // increment here and leave, or the user finds the state held and wakes us.
+        while i.entries.load(SeqCst) == seen && !i.stop.load(SeqCst) {
             if g.progress() {
                 continue;
             }
-            if i.in_call.load(SeqCst) > 0 {
+            if i.entries.load(SeqCst) != seen {
                 break;
             }
             // Attentive while something is in flight, drowsy otherwise; a user entering
@@ -160,15 +189,17 @@ fn run<S: Service>(i: &Inner<S>, interval: Duration) {
             };
             g.block(nap);
         }
-        i.takeover.store(false, SeqCst);
         drop(g);
+        seen = i.entries.load(SeqCst);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Condvar;
     use std::sync::atomic::AtomicU32;
+    use std::time::Instant;
 
     struct Counter {
         moved: Arc<AtomicU32>,
@@ -232,5 +263,64 @@ mod tests {
         assert_eq!(moved.load(SeqCst), 0);
         s.with(|c| while c.progress() {});
         assert_eq!(moved.load(SeqCst), 5);
+    }
+
+    /// Sleeps in `block` until woken through its waker (a condition variable).
+    struct Sleeper {
+        bell: Arc<(Mutex<bool>, Condvar)>,
+        blocks: Arc<AtomicU32>,
+    }
+
+    impl Service for Sleeper {
+        fn progress(&mut self) -> bool {
+            false
+        }
+        fn block(&mut self, timeout: Duration) {
+            self.blocks.fetch_add(1, SeqCst);
+            let (m, c) = &*self.bell;
+            let g = m.lock().unwrap();
+            let (mut g, _) = c.wait_timeout_while(g, timeout, |rung| !*rung).unwrap();
+            *g = false;
+        }
+        fn busy(&self) -> bool {
+            false
+        }
+    }
+
+    #[test]
+    fn entering_user_wakes_a_sleeping_thread_and_gets_the_state() {
+        let bell = Arc::new((Mutex::new(false), Condvar::new()));
+        let blocks = Arc::new(AtomicU32::new(0));
+        let b = bell.clone();
+        let waker: Waker = Arc::new(move || {
+            *b.0.lock().unwrap() = true;
+            b.1.notify_all();
+        });
+        // The thread's nap is 4 intervals: 2 s. Without the wake a user would wait that.
+        let s = Shared::new(
+            Sleeper {
+                bell,
+                blocks: blocks.clone(),
+            },
+            waker,
+            Some(Duration::from_millis(500)),
+        );
+        for _ in 0..3 {
+            let t0 = Instant::now();
+            while blocks.load(SeqCst) == 0 && t0.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            assert!(blocks.load(SeqCst) > 0, "the thread took over and slept");
+            std::thread::sleep(Duration::from_millis(20));
+            let t1 = Instant::now();
+            s.with(|_| ());
+            assert!(
+                t1.elapsed() < Duration::from_millis(400),
+                "user waited {:?}",
+                t1.elapsed()
+            );
+            blocks.store(0, SeqCst);
+        }
+        assert!(s.takeovers() >= 3);
     }
 }

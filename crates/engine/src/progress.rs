@@ -33,6 +33,10 @@ struct Inner<S> {
     /// Entries into the library by user threads. The progress thread takes over only when
     /// it has not moved for a whole interval, and gives the state back as soon as it moves.
     entries: AtomicU64,
+    /// User threads that found the state held and wait for the lock. The thread never
+    /// takes the state while one waits (its entry may predate the takeover, so the entry
+    /// count alone would not tell), and gives it back as soon as one does.
+    waiting: AtomicU64,
     stop: AtomicBool,
     waker: Waker,
     /// Times the thread took over (for tests and statistics).
@@ -86,6 +90,7 @@ impl<S: Service> Shared<S> {
         let inner = Arc::new(Inner {
             state: Mutex::new(state),
             entries: AtomicU64::new(0),
+            waiting: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             waker,
             takeovers: AtomicU64::new(0),
@@ -124,11 +129,20 @@ impl<S: Service> Shared<S> {
         let guard = match i.try_lock() {
             Some(g) => g,
             None => {
+                i.waiting.fetch_add(1, SeqCst);
                 (i.waker)();
-                i.lock()
+                let g = i.lock();
+                i.waiting.fetch_sub(1, SeqCst);
+                g
             }
         };
         Access { guard }
+    }
+
+    /// Whether another user thread waits for the state: a thread looping over
+    /// [`Shared::lock`] should yield between rounds so that it gets in.
+    pub fn contended(&self) -> bool {
+        self.inner.waiting.load(SeqCst) > 0
     }
 
     /// Runs `f` on the state as a user call.
@@ -170,14 +184,19 @@ fn run<S: Service>(i: &Inner<S>, interval: Duration) {
         let Some(mut g) = i.try_lock() else {
             continue;
         };
+        let user_wants_in = || i.entries.load(SeqCst) != seen || i.waiting.load(SeqCst) > 0;
+        if user_wants_in() {
+            continue;
+        }
         i.takeovers.fetch_add(1, SeqCst);
         // Paired with the user's increment then `try_lock` (SeqCst): either we see the
-        // increment here and leave, or the user finds the state held and wakes us.
-        while i.entries.load(SeqCst) == seen && !i.stop.load(SeqCst) {
+        // increment here and leave, or the user finds the state held, counts itself as
+        // waiting and wakes us.
+        while !user_wants_in() && !i.stop.load(SeqCst) {
             if g.progress() {
                 continue;
             }
-            if i.entries.load(SeqCst) != seen {
+            if user_wants_in() {
                 break;
             }
             // Attentive while something is in flight, drowsy otherwise; a user entering

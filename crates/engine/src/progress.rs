@@ -16,7 +16,9 @@ use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::transport::Waker;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use crate::transport::{WaitHandle, Waker};
 
 /// What a progress thread can drive.
 pub trait Service: Send + 'static {
@@ -26,6 +28,13 @@ pub trait Service: Send + 'static {
     fn block(&mut self, timeout: Duration);
     /// Whether communication is in flight (the thread then stays attentive).
     fn busy(&self) -> bool;
+    /// How to sleep until input may be ready without holding the state (see
+    /// [`crate::Transport::wait_handle`]). With it the thread sleeps unlocked, so a user
+    /// who comes back takes the state at once instead of waking the thread and waiting for
+    /// it to let go; without it the thread sleeps in [`Service::block`], holding the state.
+    fn wait_handle(&mut self) -> Option<WaitHandle> {
+        None
+    }
 }
 
 struct Inner<S> {
@@ -38,6 +47,8 @@ struct Inner<S> {
     /// count alone would not tell), and gives it back as soon as one does.
     waiting: AtomicU64,
     stop: AtomicBool,
+    /// Readable once `stop` is set: ends the thread's unlocked sleep.
+    stop_fd: Option<OwnedFd>,
     waker: Waker,
     /// Times the thread took over (for tests and statistics).
     takeovers: AtomicU64,
@@ -92,6 +103,7 @@ impl<S: Service> Shared<S> {
             entries: AtomicU64::new(0),
             waiting: AtomicU64::new(0),
             stop: AtomicBool::new(false),
+            stop_fd: eventfd(),
             waker,
             takeovers: AtomicU64::new(0),
         });
@@ -160,6 +172,11 @@ impl<S: Service> Drop for Shared<S> {
     fn drop(&mut self) {
         self.inner.stop.store(true, SeqCst);
         (self.inner.waker)();
+        if let Some(fd) = &self.inner.stop_fd {
+            let one: u64 = 1;
+            // SAFETY: writes 8 bytes from a valid u64 to our own eventfd.
+            unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        }
         if let Some(t) = self.thread.take() {
             t.thread().unpark();
             let _ = t.join();
@@ -180,37 +197,85 @@ fn run<S: Service>(i: &Inner<S>, interval: Duration) {
             seen = now;
             continue;
         }
-        // A user inside (a long wait) holds the state: it progresses by itself.
-        let Some(mut g) = i.try_lock() else {
-            continue;
-        };
-        let user_wants_in = || i.entries.load(SeqCst) != seen || i.waiting.load(SeqCst) > 0;
-        if user_wants_in() {
-            continue;
-        }
-        i.takeovers.fetch_add(1, SeqCst);
         // Paired with the user's increment then `try_lock` (SeqCst): either we see the
-        // increment here and leave, or the user finds the state held, counts itself as
-        // waiting and wakes us.
-        while !user_wants_in() && !i.stop.load(SeqCst) {
+        // increment and leave, or the user finds the state held, counts itself as waiting
+        // and wakes us.
+        let user_wants_in = || i.entries.load(SeqCst) != seen || i.waiting.load(SeqCst) > 0;
+        // A user inside (a long wait) holds the state: it progresses by itself.
+        let mut g = match i.try_lock() {
+            Some(g) if !user_wants_in() => g,
+            _ => continue,
+        };
+        i.takeovers.fetch_add(1, SeqCst);
+        loop {
+            if user_wants_in() || i.stop.load(SeqCst) {
+                break;
+            }
             if g.progress() {
                 continue;
             }
-            if user_wants_in() {
-                break;
-            }
-            // Attentive while something is in flight, drowsy otherwise; a user entering
-            // wakes us either way.
+            // Attentive while something is in flight, drowsy otherwise.
             let nap = if g.busy() {
                 Duration::from_micros(500)
             } else {
                 interval * 4
             };
-            g.block(nap);
+            match g.wait_handle() {
+                Some(h) => {
+                    // Sleep without the state: a user coming back takes it at once.
+                    drop(g);
+                    sleep_on(
+                        h.fd,
+                        i.stop_fd.as_ref(),
+                        h.timeout.map_or(nap, |t| t.min(nap)),
+                    );
+                    if user_wants_in() || i.stop.load(SeqCst) {
+                        break;
+                    }
+                    match i.try_lock() {
+                        Some(x) => g = x,
+                        None => break,
+                    }
+                }
+                // A user entering wakes us (the waker ends `block`).
+                None => g.block(nap),
+            }
         }
-        drop(g);
         seen = i.entries.load(SeqCst);
     }
+}
+
+fn eventfd() -> Option<OwnedFd> {
+    // SAFETY: eventfd has no memory-safety preconditions; the result is checked.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    // SAFETY: a fresh descriptor we own.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Sleeps until `fd` (or `stop`) is readable or `timeout` passes. Never drains anything:
+/// the transport reads its input when the state is next driven.
+fn sleep_on(fd: RawFd, stop: Option<&OwnedFd>, timeout: Duration) {
+    let mut fds = [
+        libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: stop.map_or(-1, |s| s.as_raw_fd()),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    // Not shorter than 20 us, so a timer already due cannot make this a busy loop.
+    let t = timeout.max(Duration::from_micros(20));
+    let ts = libc::timespec {
+        tv_sec: t.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: t.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: two valid pollfd structures (a negative fd is ignored by the kernel), a valid
+    // timespec and no signal mask.
+    unsafe { libc::ppoll(fds.as_mut_ptr(), 2, &ts, std::ptr::null()) };
 }
 
 #[cfg(test)]
@@ -341,5 +406,64 @@ mod tests {
             blocks.store(0, SeqCst);
         }
         assert!(s.takeovers() >= 3);
+    }
+
+    /// Sleeps without the state on a descriptor that never becomes readable.
+    struct Unlocked {
+        fd: OwnedFd,
+        handles: Arc<AtomicU32>,
+    }
+
+    impl Service for Unlocked {
+        fn progress(&mut self) -> bool {
+            false
+        }
+        fn block(&mut self, _: Duration) {
+            panic!("must sleep unlocked");
+        }
+        fn busy(&self) -> bool {
+            false
+        }
+        fn wait_handle(&mut self) -> Option<WaitHandle> {
+            self.handles.fetch_add(1, SeqCst);
+            Some(WaitHandle {
+                fd: self.fd.as_raw_fd(),
+                timeout: Some(Duration::from_secs(5)),
+            })
+        }
+    }
+
+    #[test]
+    fn a_thread_sleeping_unlocked_never_delays_the_user() {
+        let handles = Arc::new(AtomicU32::new(0));
+        let wakes = Arc::new(AtomicU32::new(0));
+        let w = wakes.clone();
+        let s = Shared::new(
+            Unlocked {
+                fd: eventfd().unwrap(),
+                handles: handles.clone(),
+            },
+            Arc::new(move || {
+                w.fetch_add(1, SeqCst);
+            }),
+            Some(Duration::from_millis(1)),
+        );
+        let t0 = Instant::now();
+        while handles.load(SeqCst) == 0 && t0.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(handles.load(SeqCst) > 0, "the thread went to sleep");
+        let t1 = Instant::now();
+        s.with(|_| ());
+        assert!(
+            t1.elapsed() < Duration::from_millis(100),
+            "{:?}",
+            t1.elapsed()
+        );
+        assert_eq!(wakes.load(SeqCst), 0, "nobody had to be woken");
+        // Dropping ends the 5 s sleep at once (the stop descriptor).
+        let t2 = Instant::now();
+        drop(s);
+        assert!(t2.elapsed() < Duration::from_secs(2), "{:?}", t2.elapsed());
     }
 }

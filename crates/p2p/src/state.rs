@@ -1549,4 +1549,8 @@ impl Service for State {
     fn busy(&self) -> bool {
         self.incomplete > 0 || self.transport_busy()
     }
+
+    fn wait_handle(&mut self) -> Option<bulkwire_engine::WaitHandle> {
+        self.t.as_mut()?.wait_handle()
+    }
 }

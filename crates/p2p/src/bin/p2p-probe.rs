@@ -151,28 +151,34 @@ fn mix(c: &Comm, msgs: u32, max: usize) -> Result<(), Error> {
             }
         }
     }
-    // Per source: the sequence numbers seen for each tag must increase; data must match.
+    // MPI's guarantee: of two messages from one source with one tag, the earlier goes to
+    // the receive posted earlier (the classes are posted from narrow to wide, so each
+    // later receive matches whatever an earlier one does). Completions may come in any
+    // order: collect them, then check per (source, tag) in posting order.
+    let mut done: Vec<(usize, u32, i32, Vec<u8>)> = Vec::new();
+    while let Some((i, r)) = c.wait_any(&mut reqs) {
+        let st = r?;
+        done.push((i, st.source, st.tag, reqs[i].take_data().unwrap_or_default()));
+    }
+    done.sort_by_key(|d| d.0);
     let mut next = vec![[0u32; 5]; p as usize];
     for s in next.iter_mut() {
         for (t, v) in s.iter_mut().enumerate() {
             *v = t as u32;
         }
     }
-    let mut got = 0;
-    while let Some((i, r)) = c.wait_any(&mut reqs) {
-        let st = r?;
-        let data = reqs[i].take_data().unwrap_or_default();
-        let (s, t) = (st.source as usize, st.tag as usize);
+    let got = done.len();
+    for (_, src, tag, data) in done {
+        let (s, t) = (src as usize, tag as usize);
         let seq = next[s][t];
-        if st.len != sizes(st.source, seq) || data != body(st.len, st.source, seq) {
+        if data.len() != sizes(src, seq) || data != body(data.len(), src, seq) {
             return Err(Error::Transport(format!(
                 "from {s} tag {t}: expected message {seq} ({} bytes), got {} bytes that differ",
-                sizes(st.source, seq),
-                st.len
+                sizes(src, seq),
+                data.len()
             )));
         }
         next[s][t] += 5;
-        got += 1;
     }
     c.wait_all(&mut sends)?;
     let st = c.stats();

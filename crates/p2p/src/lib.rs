@@ -561,6 +561,28 @@ impl Comm {
             .collect()
     }
 
+    /// If every active entry of `ids` has completed, collects them all (outcomes by index,
+    /// `None` for inactive entries); otherwise collects none.
+    pub fn test_all_raw(
+        &self,
+        ids: &[Option<ReqId>],
+    ) -> Option<Vec<Option<Result<Status, Error>>>> {
+        self.shared.with(|s| {
+            let all = |s: &State| ids.iter().flatten().all(|&id| s.is_done(id));
+            if !all(s) {
+                s.pump();
+                if !all(s) {
+                    return None;
+                }
+            }
+            Some(
+                ids.iter()
+                    .map(|id| id.map(|id| s.take(id).map_or(Err(Error::InvalidRequest), |x| x.0)))
+                    .collect(),
+            )
+        })
+    }
+
     /// Gives up a raw request: a receive that has not matched is cancelled; anything else
     /// completes in the background (its buffer must stay valid until then).
     pub fn free_raw(&self, id: ReqId) {

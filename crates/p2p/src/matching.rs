@@ -62,6 +62,10 @@ impl<K: Copy + PartialEq> Posted<K> {
         self.len
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// Posts a receive for `src` (None: any) and `tag` (None: any user tag).
     pub fn post(&mut self, src: Option<Rank>, tag: Option<i32>, k: K) {
         let s = self.seq;
@@ -196,6 +200,10 @@ impl<T> Unexpected<T> {
 
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     pub fn push(&mut self, src: Rank, tag: i32, item: T) {

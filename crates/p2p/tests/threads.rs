@@ -182,9 +182,9 @@ fn no_overtaking_per_source_and_tag_across_protocols() {
         if c.rank() == 0 {
             // remaining[s][t]: messages of sender s with tag t not received yet.
             let mut remaining = [[0u32; 3]; 3];
-            for s in 1..3 {
+            for row in remaining.iter_mut().skip(1) {
                 for i in 0..count {
-                    remaining[s][(i % 3) as usize] += 1;
+                    row[(i % 3) as usize] += 1;
                 }
             }
             let mut next = [[0u32, 1, 2]; 3];

@@ -158,7 +158,12 @@ fn mix(c: &Comm, msgs: u32, max: usize) -> Result<(), Error> {
     let mut done: Vec<(usize, u32, i32, Vec<u8>)> = Vec::new();
     while let Some((i, r)) = c.wait_any(&mut reqs) {
         let st = r?;
-        done.push((i, st.source, st.tag, reqs[i].take_data().unwrap_or_default()));
+        done.push((
+            i,
+            st.source,
+            st.tag,
+            reqs[i].take_data().unwrap_or_default(),
+        ));
     }
     done.sort_by_key(|d| d.0);
     let mut next = vec![[0u32; 5]; p as usize];

@@ -37,6 +37,7 @@
 //! ```
 
 pub mod envelope;
+pub mod loopback;
 pub mod matching;
 mod state;
 pub mod vm;

@@ -70,11 +70,14 @@ fn main() {
     report("p2p irecv + send + wait (receive first: posted)", t);
 
     // Wildcard receive, many posted receives for other tags in the way.
-    let mut others: Vec<_> = (100..164).map(|tag| c1.irecv_vec(0, tag, 8).unwrap()).collect();
+    let mut others: Vec<_> = (100..164)
+        .map(|tag| c1.irecv_vec(0, tag, 8).unwrap())
+        .collect();
     let t = Instant::now();
     for _ in 0..iters {
         c0.send(1, 5, &data).unwrap();
-        c1.recv(bulkwire_p2p::ANY_SOURCE, bulkwire_p2p::ANY_TAG, &mut buf).unwrap();
+        c1.recv(bulkwire_p2p::ANY_SOURCE, bulkwire_p2p::ANY_TAG, &mut buf)
+            .unwrap();
     }
     report("p2p send + recv(ANY, ANY), 64 other receives posted", t);
     for (i, r) in others.iter_mut().enumerate() {

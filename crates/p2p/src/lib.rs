@@ -437,8 +437,10 @@ impl Comm {
         timeout: Option<Duration>,
         mut f: impl FnMut(&mut State) -> Option<R>,
     ) -> Result<R, Error> {
-        let start = Instant::now();
-        let mut idle_since = start;
+        // The clock is read only once the first round has not finished the job: a wait
+        // for something already done costs no clock reads.
+        let mut start: Option<Instant> = None;
+        let mut idle_since = None;
         loop {
             let idle = {
                 let mut s = self.shared.lock();
@@ -450,6 +452,8 @@ impl Comm {
                     return Ok(r);
                 }
                 let now = Instant::now();
+                let start = *start.get_or_insert(now);
+                let idle_since = idle_since.get_or_insert(now);
                 let left = match timeout {
                     Some(t) => match t.checked_sub(now - start) {
                         Some(l) if !l.is_zero() => Some(l),
@@ -458,11 +462,11 @@ impl Comm {
                     None => None,
                 };
                 if moved {
-                    idle_since = now;
+                    *idle_since = now;
                     false
-                } else if now - idle_since >= self.policy.spin && !s.has_unsent() {
+                } else if now - *idle_since >= self.policy.spin && !s.has_unsent() {
                     s.block(left.map_or(MAX_BLOCK, |l| l.min(MAX_BLOCK)));
-                    idle_since = Instant::now();
+                    *idle_since = Instant::now();
                     false
                 } else {
                     true

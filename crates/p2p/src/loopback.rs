@@ -35,6 +35,17 @@ struct Net {
 struct Hub {
     net: Mutex<Net>,
     ready: Condvar,
+    /// Ranks asleep in `block`: a send notifies only when there are some (a notify is a
+    /// system call even with nobody waiting).
+    sleepers: std::sync::atomic::AtomicUsize,
+}
+
+impl Hub {
+    fn wake(&self) {
+        if self.sleepers.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+            self.ready.notify_all();
+        }
+    }
 }
 
 /// One rank's end of a loopback network made by [`network`].
@@ -79,7 +90,7 @@ impl Injector {
         c.next_id[from as usize] = id.wrapping_sub(1);
         c.events.push_back(Event::Message { from, id, data });
         drop(c);
-        self.hub.ready.notify_all();
+        self.hub.wake();
     }
 
     /// Announces raw bytes as if `from` had sent them, never to be delivered.
@@ -104,7 +115,7 @@ impl Injector {
             silent_for: 0,
         });
         drop(c);
-        self.hub.ready.notify_all();
+        self.hub.wake();
     }
 
     /// How many times this rank has called `accept`.
@@ -125,6 +136,7 @@ pub fn network(n: u32, mode: Delivery) -> Vec<Loopback> {
             accepts: vec![0; n as usize],
         }),
         ready: Condvar::new(),
+        sleepers: std::sync::atomic::AtomicUsize::new(0),
     });
     (0..n)
         .map(|me| Loopback {
@@ -191,7 +203,7 @@ impl Transport for Loopback {
         self.next_id[to as usize] = id.wrapping_add(1);
         net.queues[to as usize].push_back((self.me, id, data));
         drop(net);
-        self.hub.ready.notify_all();
+        self.hub.wake();
         Ok(id)
     }
 
@@ -238,10 +250,18 @@ impl Transport for Loopback {
         let t = timeout
             .unwrap_or(Duration::from_millis(1))
             .min(Duration::from_millis(1));
-        let _ = self
+        // Counted under the lock a sender takes to queue: no wake can slip between.
+        self.hub
+            .sleepers
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let g = self
             .hub
             .ready
             .wait_timeout_while(net, t, |n| n.queues[me].is_empty());
+        self.hub
+            .sleepers
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        drop(g);
         Ok(())
     }
 

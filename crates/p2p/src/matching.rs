@@ -14,11 +14,43 @@
 //! never taken by a user's `ANY_TAG` receive.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use bulkwire_link::Rank;
 
 /// Order of posting or arrival.
 type Seq = u64;
+
+/// A multiplicative hasher for the posted-receive maps, whose keys (ranks and tags) come
+/// from this process's own posts: no hostile input, so no need for SipHash's cost.
+#[derive(Default, Clone, Copy)]
+pub struct FastHasher(u64);
+
+impl Hasher for FastHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(u64::from(i));
+    }
+    fn write_i32(&mut self, i: i32) {
+        self.write_u64(u64::from(i as u32));
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type Fast = BuildHasherDefault<FastHasher>;
+
+/// Empty buckets are kept (a stream of messages on one (source, tag) would otherwise
+/// allocate and free a queue per message) until there are this many, then swept.
+const EMPTY_BUCKETS: usize = 256;
 
 fn tag_matches(want: Option<i32>, tag: i32) -> bool {
     match want {
@@ -31,11 +63,13 @@ fn tag_matches(want: Option<i32>, tag: i32) -> bool {
 #[derive(Default)]
 pub struct Posted<K> {
     seq: Seq,
-    exact: HashMap<(Rank, i32), VecDeque<(Seq, K)>>,
-    any_src: HashMap<i32, VecDeque<(Seq, K)>>,
-    any_tag: HashMap<Rank, VecDeque<(Seq, K)>>,
+    exact: HashMap<(Rank, i32), VecDeque<(Seq, K)>, Fast>,
+    any_src: HashMap<i32, VecDeque<(Seq, K)>, Fast>,
+    any_tag: HashMap<Rank, VecDeque<(Seq, K)>, Fast>,
     any: VecDeque<(Seq, K)>,
     len: usize,
+    /// Buckets emptied since the last sweep.
+    emptied: usize,
 }
 
 #[derive(Clone, Copy)]
@@ -50,11 +84,12 @@ impl<K: Copy + PartialEq> Posted<K> {
     pub fn new() -> Posted<K> {
         Posted {
             seq: 0,
-            exact: HashMap::new(),
-            any_src: HashMap::new(),
-            any_tag: HashMap::new(),
+            exact: HashMap::default(),
+            any_src: HashMap::default(),
+            any_tag: HashMap::default(),
             any: VecDeque::new(),
             len: 0,
+            emptied: 0,
         }
     }
 
@@ -81,32 +116,27 @@ impl<K: Copy + PartialEq> Posted<K> {
     }
 
     fn queue(&mut self, f: Family) -> Option<&mut VecDeque<(Seq, K)>> {
+        // Most programs use one or two families: an empty map costs no hashing.
         match f {
-            Family::Exact(r, t) => self.exact.get_mut(&(r, t)),
-            Family::AnySrc(t) => self.any_src.get_mut(&t),
-            Family::AnyTag(r) => self.any_tag.get_mut(&r),
+            Family::Exact(r, t) if !self.exact.is_empty() => self.exact.get_mut(&(r, t)),
+            Family::AnySrc(t) if !self.any_src.is_empty() => self.any_src.get_mut(&t),
+            Family::AnyTag(r) if !self.any_tag.is_empty() => self.any_tag.get_mut(&r),
             Family::Any => Some(&mut self.any),
+            _ => None,
         }
     }
 
+    /// Notes that a bucket of family `f` may have emptied; sweeps empty buckets when many.
     fn drop_if_empty(&mut self, f: Family) {
-        match f {
-            Family::Exact(r, t) => {
-                if self.exact.get(&(r, t)).is_some_and(|q| q.is_empty()) {
-                    self.exact.remove(&(r, t));
-                }
-            }
-            Family::AnySrc(t) => {
-                if self.any_src.get(&t).is_some_and(|q| q.is_empty()) {
-                    self.any_src.remove(&t);
-                }
-            }
-            Family::AnyTag(r) => {
-                if self.any_tag.get(&r).is_some_and(|q| q.is_empty()) {
-                    self.any_tag.remove(&r);
-                }
-            }
-            Family::Any => {}
+        if matches!(f, Family::Any) || !self.queue(f).is_some_and(|q| q.is_empty()) {
+            return;
+        }
+        self.emptied += 1;
+        if self.emptied >= EMPTY_BUCKETS {
+            self.emptied = 0;
+            self.exact.retain(|_, q| !q.is_empty());
+            self.any_src.retain(|_, q| !q.is_empty());
+            self.any_tag.retain(|_, q| !q.is_empty());
         }
     }
 
@@ -186,6 +216,8 @@ pub struct Unexpected<T> {
     buckets: BTreeMap<(Rank, i32), VecDeque<(Seq, T)>>,
     nprocs: u32,
     len: usize,
+    /// Buckets emptied since the last sweep.
+    emptied: usize,
 }
 
 impl<T> Unexpected<T> {
@@ -195,6 +227,7 @@ impl<T> Unexpected<T> {
             buckets: BTreeMap::new(),
             nprocs,
             len: 0,
+            emptied: 0,
         }
     }
 
@@ -262,7 +295,11 @@ impl<T> Unexpected<T> {
         let q = self.buckets.get_mut(&key)?;
         let (_, item) = q.pop_front()?;
         if q.is_empty() {
-            self.buckets.remove(&key);
+            self.emptied += 1;
+            if self.emptied >= EMPTY_BUCKETS {
+                self.emptied = 0;
+                self.buckets.retain(|_, q| !q.is_empty());
+            }
         }
         self.len -= 1;
         Some(Arrived {

@@ -395,10 +395,10 @@ pub unsafe extern "C" fn bw_send(
     ffi(|| {
         let c = comm()?;
         check_buf(buf, count)?;
-        // SAFETY: forwarded contract; the wait below completes the request before return.
-        let id =
-            unsafe { c.isend_raw(to_dest(dest)?, tag, buf.cast(), count) }.map_err(|e| fail(&e))?;
-        c.wait_raw(id).map(|_| BW_SUCCESS).map_err(|e| fail(&e))
+        // SAFETY: forwarded contract; the call completes the request before returning.
+        unsafe { c.send_raw(to_dest(dest)?, tag, buf.cast(), count) }
+            .map(|_| BW_SUCCESS)
+            .map_err(|e| fail(&e))
     })
 }
 
@@ -415,11 +415,10 @@ pub unsafe extern "C" fn bw_recv(
     ffi(|| {
         let c = comm()?;
         check_buf(buf, count)?;
-        // SAFETY: forwarded contract; the wait below completes the request before return.
-        let id = unsafe { c.irecv_raw(to_source(source)?, to_tag(tag), buf.cast(), count) }
-            .map_err(|e| fail(&e))?;
+        // SAFETY: forwarded contract; the call completes the request before returning.
+        let r = unsafe { c.recv_raw(to_source(source)?, to_tag(tag), buf.cast(), count) };
         // SAFETY: status is null or valid, by contract.
-        Ok(unsafe { put_status(status, &c.wait_raw(id)) })
+        Ok(unsafe { put_status(status, &r) })
     })
 }
 

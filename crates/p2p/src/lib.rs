@@ -701,10 +701,9 @@ impl Comm {
 
     /// Sends `data` to `dest`, returning when `data` may be reused.
     pub fn send(&self, dest: Rank, tag: i32, data: &[u8]) -> Result<(), Error> {
-        // SAFETY: `data` is borrowed for this call, and the call returns only once the
-        // request has completed (wait_id collects it).
-        let id = unsafe { self.isend_raw(dest, tag, data.as_ptr(), data.len())? };
-        self.wait_id(id).0.map(|_| ())
+        // SAFETY: `data` is borrowed for this call, which returns only once the request
+        // has completed.
+        unsafe { self.send_raw(dest, tag, data.as_ptr(), data.len()) }.map(|_| ())
     }
 
     /// Receives a message into `buf`.
@@ -716,8 +715,65 @@ impl Comm {
     ) -> Result<Status, Error> {
         // SAFETY: `buf` is borrowed mutably for this call, which returns only once the
         // request has completed.
-        let id = unsafe { self.irecv_raw(src.into(), tag.into(), buf.as_mut_ptr(), buf.len())? };
-        self.wait_id(id).0
+        unsafe { self.recv_raw(src.into(), tag.into(), buf.as_mut_ptr(), buf.len()) }
+    }
+
+    /// Starts a request and waits for it, starting it in the first round of the wait so
+    /// that a request done at once (an eager send, a message already here) costs one
+    /// round of the state's lock.
+    fn start_and_wait(
+        &self,
+        mut start: impl FnMut(&mut State) -> Result<ReqId, Error>,
+    ) -> Result<Status, Error> {
+        let mut id = None;
+        self.wait_until(None, |s| {
+            let rid = match id {
+                Some(r) => r,
+                None => match start(s) {
+                    Ok(r) => *id.insert(r),
+                    Err(e) => return Some(Err(e)),
+                },
+            };
+            s.take(rid).map(|(r, _)| r)
+        })?
+    }
+
+    /// Sends `len` bytes at `ptr` to `dest`, returning when they may be reused.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads of `len` bytes during the call.
+    pub unsafe fn send_raw(
+        &self,
+        dest: Rank,
+        tag: i32,
+        ptr: *const u8,
+        len: usize,
+    ) -> Result<Status, Error> {
+        let tag = user_tag(tag)?;
+        // SAFETY: forwarded contract; this call returns only once the request completed.
+        self.start_and_wait(|s| unsafe { s.isend(dest, tag, ptr, len, Keep::None, 0) })
+    }
+
+    /// Receives a message of at most `cap` bytes into `ptr`.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for writes of `cap` bytes, untouched by others during the call.
+    pub unsafe fn recv_raw(
+        &self,
+        src: Source,
+        tag: Tag,
+        ptr: *mut u8,
+        cap: usize,
+    ) -> Result<Status, Error> {
+        let tag = tag_sel(tag)?;
+        // SAFETY: forwarded contract; this call returns only once the request completed.
+        self.start_and_wait(|s| unsafe {
+            let buf = RecvBuf::Ptr {
+                ptr: state::Mem(ptr),
+                cap,
+            };
+            s.irecv(src.get(), tag, buf, Keep::None, 0)
+        })
     }
 
     /// Receives a message of up to `max_len` bytes into a new vector.

@@ -10,6 +10,8 @@
 //! p2p-probe [-n N] die                     rank 1 is killed while rank 0 waits on it
 //! p2p-probe [-n N] stop                    rank 1 stops (SIGSTOP) while rank 0 waits on it
 //! p2p-probe [-n N] refuse                  the kernel refuses single copy mid-job: fallback
+//! p2p-probe [-n N] rawpingpong SIZE ITERS  the same ping-pong on the bare transport (no p2p)
+//! p2p-probe [-n N] rawbw SIZE ITERS [WINDOW]  the same bandwidth on the bare transport
 //! ```
 //!
 //! Results are `key=value` lines on stdout, from rank 0 unless noted.
@@ -56,8 +58,11 @@ fn main() {
         n = num(args.get(1), "a process count");
         args.drain(..2);
     }
-    let comm = Comm::init_spawn(n).unwrap_or_else(|e| die(e));
     let rest = &args[1.min(args.len())..];
+    if let Some(raw @ ("rawpingpong" | "rawbw")) = args.first().map(String::as_str) {
+        return bare(n, raw, rest);
+    }
+    let comm = Comm::init_spawn(n).unwrap_or_else(|e| die(e));
     let r = match args.first().map(String::as_str) {
         Some("mix") => mix(
             &comm,
@@ -514,4 +519,101 @@ fn refuse(c: &Comm) -> Result<(), Error> {
         _ => {}
     }
     Ok(())
+}
+
+/// Ping-pong and bandwidth on the job's transport without p2p: what p2p adds is the
+/// difference with `pingpong` and `bw`.
+fn bare(n: u32, what: &str, args: &[String]) {
+    use bulkwire_engine::job::{JobConfig, connect};
+    use bulkwire_engine::{Event, Transport};
+    let mut ctl = bulkwire_launch::self_spawn(n).unwrap_or_else(|e| die(e));
+    let cfg = JobConfig::from_env().unwrap_or_else(|e| die(e));
+    let (mut t, _) = connect(&mut ctl, &cfg).unwrap_or_else(|e| die(e));
+    let me = t.rank();
+    let size: usize = num(args.first(), "SIZE");
+    let iters: usize = num(args.get(1), "ITERS");
+    let window: usize = args.get(2).map_or(64, |w| num(Some(w), "WINDOW"));
+    let next = |t: &mut bulkwire_engine::Engine| -> Vec<u8> {
+        match t.next_event(Some(Duration::from_secs(30))) {
+            Ok(Event::Message { data, .. }) => data,
+            other => die(format!("{other:?}")),
+        }
+    };
+    let data = bytes::Bytes::from(vec![5u8; size]);
+    if me < 2 {
+        let peer = 1 - me;
+        if what == "rawpingpong" {
+            let warm = iters / 10 + 10;
+            let mut ts = Vec::with_capacity(iters);
+            for i in 0..warm + iters {
+                let t0 = Instant::now();
+                if me == 0 {
+                    t.send(peer, data.clone(), false).unwrap_or_else(|e| die(e));
+                    next(&mut t);
+                } else {
+                    next(&mut t);
+                    t.send(peer, data.clone(), false).unwrap_or_else(|e| die(e));
+                }
+                if i >= warm {
+                    ts.push(t0.elapsed().as_secs_f64() / 2.0);
+                }
+            }
+            if me == 0 {
+                ts.sort_by(f64::total_cmp);
+                let mean = ts.iter().sum::<f64>() / ts.len() as f64;
+                say(format!(
+                    "rawpingpong size={size} iters={iters} half_rtt_us_median={:.3} mean={:.3} min={:.3} protocol={}",
+                    ts[ts.len() / 2] * 1e6,
+                    mean * 1e6,
+                    ts[0] * 1e6,
+                    t.protocol_name()
+                ));
+            }
+        } else {
+            let mut t0 = Instant::now();
+            for i in 0..2 + iters {
+                if i == 2 {
+                    t0 = Instant::now();
+                }
+                if me == 0 {
+                    for _ in 0..window {
+                        t.send(peer, data.clone(), false).unwrap_or_else(|e| die(e));
+                    }
+                    next(&mut t);
+                } else {
+                    for _ in 0..window {
+                        next(&mut t);
+                    }
+                    t.send(peer, bytes::Bytes::from_static(b"a"), false)
+                        .unwrap_or_else(|e| die(e));
+                }
+            }
+            if me == 0 {
+                say(format!(
+                    "rawbw size={size} window={window} iters={iters} gbytes_per_s={:.3} protocol={}",
+                    (size * window * iters) as f64 / t0.elapsed().as_secs_f64() / 1e9,
+                    t.protocol_name()
+                ));
+            }
+        }
+    }
+    t.flush(Some(Duration::from_secs(10)))
+        .unwrap_or_else(|e| die(e));
+    // Meet before leaving, acknowledging the others' last packets meanwhile (as
+    // Comm::finalize does): the exchange runs on a helper thread.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let d = done.clone();
+    let h = std::thread::spawn(move || {
+        let r = ctl.allgather(&[]);
+        d.store(true, std::sync::atomic::Ordering::SeqCst);
+        (ctl, r)
+    });
+    while !done.load(std::sync::atomic::Ordering::SeqCst) {
+        let _ = t.step();
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    let (ctl, r) = h.join().unwrap_or_else(|_| die("helper panicked"));
+    r.unwrap_or_else(|e| die(e));
+    drop(t);
+    ctl.finish(0).unwrap_or_else(|e| die(e));
 }

@@ -39,6 +39,7 @@ fn main() {
 
     let cfg = Config {
         eager: 32 << 10,
+        eager_local: 32 << 10,
         single_copy: SingleCopy::Off,
         progress: None,
         job: None,

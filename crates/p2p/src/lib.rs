@@ -6,11 +6,11 @@
 //!   [`Tag::Any`]) in MPI's order: an arriving message takes the earliest posted receive
 //!   that matches it, a new receive the earliest arrived message; messages of one
 //!   (source, tag) never overtake each other.
-//! - **Protocols**: messages up to the eager limit (`BULKWIRE_EAGER`, default 32 KiB) go
-//!   at once; larger ones by rendezvous (RTS, CTS, then the body straight from the
-//!   sender's buffer); on one host the receiver copies the body out of the sender's
-//!   buffer with `process_vm_readv` instead (one copy, no packets), falling back to the
-//!   transport if the kernel refuses.
+//! - **Protocols**: messages up to the eager limit (`BULKWIRE_EAGER`, default 64 KiB, or
+//!   16 KiB toward peers read in place) go at once; larger ones by rendezvous (RTS, CTS,
+//!   then the body straight from the sender's buffer); on one host the receiver copies
+//!   the body out of the sender's buffer with `process_vm_readv` instead (one copy, no
+//!   packets), falling back to the transport if the kernel refuses.
 //! - **Progress**: the state lives in [`bulkwire_engine::progress::Shared`]: a background
 //!   thread matches, copies and acknowledges while the user computes, so a pre-posted
 //!   receive is complete when the user comes back to wait (seed 000, Fig. 4).
@@ -202,6 +202,8 @@ pub enum SingleCopy {
 pub struct Config {
     /// Messages of at most this many bytes are sent eagerly; larger ones by rendezvous.
     pub eager: usize,
+    /// The same toward peers whose buffers are read in place (single copy).
+    pub eager_local: usize,
     pub single_copy: SingleCopy,
     /// The progress thread's interval; `None`: no thread (progress only inside calls).
     pub progress: Option<Duration>,
@@ -215,6 +217,7 @@ impl Default for Config {
     fn default() -> Config {
         Config {
             eager: DEFAULT_EAGER,
+            eager_local: DEFAULT_EAGER_LOCAL,
             single_copy: SingleCopy::On,
             progress: Some(Duration::from_millis(2)),
             job: None,
@@ -222,8 +225,14 @@ impl Default for Config {
     }
 }
 
-/// Default eager limit (see docs/p2p.md for the measurement behind it).
-pub const DEFAULT_EAGER: usize = 32 << 10;
+/// Default eager limit: over UDP an eager message is faster than a rendezvous up to well
+/// beyond this; the limit bounds what unexpected messages may pile up at a receiver
+/// (docs/p2p.md has the measurements).
+pub const DEFAULT_EAGER: usize = 64 << 10;
+
+/// Default eager limit toward peers read in place: from about 16 KiB a single-copy
+/// rendezvous beats an eager message's two copies (docs/p2p.md).
+pub const DEFAULT_EAGER_LOCAL: usize = 16 << 10;
 
 fn parse_size(v: &str) -> Option<usize> {
     let v = v.trim();
@@ -237,18 +246,26 @@ fn parse_size(v: &str) -> Option<usize> {
 }
 
 impl Config {
-    /// The defaults overridden by `BULKWIRE_EAGER` (bytes, `k`/`m` suffixes allowed),
+    /// The defaults overridden by `BULKWIRE_EAGER` (bytes, `k`/`m` suffixes allowed; sets
+    /// both limits), `BULKWIRE_EAGER_LOCAL` (the limit toward single-copy peers),
     /// `BULKWIRE_SINGLE_COPY` (`on`, `off`; `refuse` for tests), `BULKWIRE_PROGRESS_US`
     /// (0: no progress thread) and the transport's variables (see `JobConfig`).
     pub fn from_env() -> Result<Config, Error> {
-        let eager = match std::env::var("BULKWIRE_EAGER") {
-            Ok(v) => parse_size(&v).ok_or_else(|| {
-                Error::Config(format!(
-                    "BULKWIRE_EAGER={v:?}: expected a size in bytes (suffix k, m, g allowed)"
-                ))
-            })?,
-            Err(_) => DEFAULT_EAGER,
+        let size = |var: &str| -> Result<Option<usize>, Error> {
+            match std::env::var(var) {
+                Ok(v) => parse_size(&v).map(Some).ok_or_else(|| {
+                    Error::Config(format!(
+                        "{var}={v:?}: expected a size in bytes (suffix k, m, g allowed)"
+                    ))
+                }),
+                Err(_) => Ok(None),
+            }
         };
+        let both = size("BULKWIRE_EAGER")?;
+        let eager = both.unwrap_or(DEFAULT_EAGER);
+        let eager_local = size("BULKWIRE_EAGER_LOCAL")?
+            .or(both)
+            .unwrap_or(DEFAULT_EAGER_LOCAL);
         let single_copy = match std::env::var("BULKWIRE_SINGLE_COPY").as_deref() {
             Err(_) | Ok("") | Ok("on") | Ok("1") | Ok("auto") => SingleCopy::On,
             Ok("off") | Ok("0") => SingleCopy::Off,
@@ -262,6 +279,7 @@ impl Config {
         let job = JobConfig::from_env().map_err(|e| Error::Config(e.to_string()))?;
         Ok(Config {
             eager,
+            eager_local,
             single_copy,
             progress: Shared::<State>::interval_from_env(),
             job: Some(job),
@@ -271,6 +289,7 @@ impl Config {
     fn settings(&self) -> Settings {
         Settings {
             eager: self.eager,
+            eager_local: self.eager_local,
             single_copy: self.single_copy != SingleCopy::Off,
             refuse_reads: self.single_copy == SingleCopy::Refuse,
         }
@@ -387,9 +406,15 @@ impl Comm {
         self.shared.with(|s| s.protocol_name())
     }
 
-    /// The eager limit in bytes.
-    pub fn eager_limit(&self) -> usize {
-        self.shared.with(|s| s.settings().eager)
+    /// The eager limit in bytes toward `peer`.
+    pub fn eager_limit(&self, peer: Rank) -> Result<usize, Error> {
+        if peer >= self.size {
+            return Err(Error::InvalidRank {
+                rank: peer.into(),
+                size: self.size,
+            });
+        }
+        Ok(self.shared.with(|s| s.eager_limit(peer)))
     }
 
     /// Ranks whose buffers this process reads in place (single copy).

@@ -285,6 +285,8 @@ pub struct Stats {
 #[derive(Clone, Copy, Debug)]
 pub struct Settings {
     pub eager: usize,
+    /// The eager limit toward peers read in place (single copy makes rendezvous cheap).
+    pub eager_local: usize,
     /// Offer local peers single-copy reads of our buffers and read theirs.
     pub single_copy: bool,
     /// Test knob: pretend every single-copy read is refused (exercises the fallback).
@@ -445,10 +447,6 @@ impl State {
         self.n
     }
 
-    pub fn settings(&self) -> Settings {
-        self.set
-    }
-
     /// Ranks this process reads in place.
     pub fn single_copy_peers(&self) -> Vec<Rank> {
         (0..self.n)
@@ -499,6 +497,15 @@ impl State {
                 }
             }
             None => std::thread::sleep(timeout.min(Duration::from_millis(1))),
+        }
+    }
+
+    /// Messages to `peer` of at most this many bytes go eagerly.
+    pub fn eager_limit(&self, peer: Rank) -> usize {
+        if self.peers[peer as usize].vm.is_some() {
+            self.set.eager_local
+        } else {
+            self.set.eager
         }
     }
 
@@ -699,7 +706,7 @@ impl State {
             // SAFETY: forwarded contract.
             return Ok(unsafe { self.send_local(tag, ptr, len, keep, scope) });
         }
-        if len <= self.set.eager {
+        if len <= self.eager_limit(dest) {
             // SAFETY: the caller's buffer is valid for len bytes; the copy ends its use.
             let msg = env::eager(tag, unsafe { ptr.slice(len) });
             let res = match self.t.as_mut() {

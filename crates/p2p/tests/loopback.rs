@@ -13,6 +13,7 @@ const LIMIT: Duration = Duration::from_secs(20);
 fn config(eager: usize, progress: bool) -> Config {
     Config {
         eager,
+        eager_local: eager,
         single_copy: SingleCopy::Off,
         progress: progress.then(|| Duration::from_millis(1)),
         job: None,

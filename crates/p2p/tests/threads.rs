@@ -17,6 +17,7 @@ const LIMIT: Duration = Duration::from_secs(20);
 fn config(eager: usize) -> Config {
     Config {
         eager,
+        eager_local: eager,
         single_copy: SingleCopy::Off,
         progress: Some(Duration::from_millis(1)),
         job: None,

@@ -11,6 +11,9 @@
  * message's full length). Every call returns BW_SUCCESS or an error code; for the
  * message naming the peer, call bw_last_error() on the same thread.
  *
+ * Buffers of requests in flight at the same time must not overlap (a send's buffer may
+ * be shared by several sends).
+ *
  * Threads: any thread may call any function except that bw_init and bw_finalize must not
  * race with other calls. A background thread moves data while the program computes, so
  * a receive posted before a long computation is complete when it returns.

@@ -88,7 +88,7 @@ pub enum Keep {
     None,
     /// An owned send's data.
     Bytes(Bytes),
-    /// An owned receive's buffer, or the vector of an [`RecvBuf::Alloc`] receive.
+    /// An owned receive's buffer, or the vector allocated for an `irecv_vec` receive.
     Vec(Vec<u8>),
 }
 

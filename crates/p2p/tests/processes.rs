@@ -315,3 +315,22 @@ fn refused_single_copy_falls_back_to_the_transport() {
     ok(&out);
     assert!(field::<u64>(out.lines("big bytes=")[0], "refused") >= 1);
 }
+
+/// Launched as `bsprun -n 4` launches (the launcher library behind it): the processes
+/// join through the job environment instead of spawning, and the job succeeds.
+#[test]
+fn launched_by_the_launcher_four_processes() {
+    let mark = format!("p2p-launch-{}-{}", std::process::id(), rand_u64());
+    let opts = bulkwire_launch::LaunchOpts {
+        timeout: Some(LIMIT),
+        env: vec![("BWP2P_TEST_MARK".into(), mark.clone().into())],
+        ..Default::default()
+    };
+    let args: Vec<std::ffi::OsString> = ["-n", "4", "mix", "300", "100000"]
+        .iter()
+        .map(Into::into)
+        .collect();
+    let outcome = bulkwire_launch::launch(4, PROBE, &args, &opts).unwrap();
+    assert!(outcome.success(), "{:?}", outcome.failures);
+    assert_no_leftovers(&mark);
+}

@@ -16,7 +16,7 @@ use bytes::Bytes;
 
 use crate::Error;
 use crate::endpoint::{Endpoint, Event, Progress};
-use crate::transport::{Transport, Waker};
+use crate::transport::{Transport, WaitHandle, Waker};
 
 /// How a waiting caller spends its time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -237,6 +237,16 @@ impl Transport for Engine {
     fn waker(&self) -> Waker {
         let w = self.wake.clone();
         Arc::new(move || w.wake())
+    }
+
+    fn wait_handle(&mut self) -> Option<WaitHandle> {
+        let fd = self.ep.link().poll_fd()?;
+        let now = self.now();
+        let timeout = self
+            .ep
+            .next_deadline()
+            .map(|t| Duration::from_nanos(t.saturating_sub(now)));
+        Some(WaitHandle { fd, timeout })
     }
 
     fn has_unsent(&self) -> bool {

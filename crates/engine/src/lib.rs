@@ -18,7 +18,7 @@ pub mod transport;
 pub use endpoint::{Endpoint, EndpointConfig, Event};
 pub use engine::{Engine, WaitPolicy};
 pub use tcp::{TcpConfig, TcpTransport};
-pub use transport::{Transport, Waker};
+pub use transport::{Transport, WaitHandle, Waker};
 
 use bulkwire_link::Rank;
 

@@ -6,15 +6,19 @@
 //! upper layer behind a mutex; a background thread takes it over when no user thread has
 //! been inside the library for a while, and hands it back the moment one enters.
 //!
-//! The user's fast path pays one atomic increment and one load: the thread never polls
-//! the network while the user is active, and it wakes only every `interval` to look.
+//! The user's fast path pays one atomic increment besides the (uncontended) mutex: the
+//! thread never polls the network while the user is active, and it wakes only every
+//! `interval` to look.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::transport::Waker;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use crate::transport::{WaitHandle, Waker};
 
 /// What a progress thread can drive.
 pub trait Service: Send + 'static {
@@ -24,19 +28,28 @@ pub trait Service: Send + 'static {
     fn block(&mut self, timeout: Duration);
     /// Whether communication is in flight (the thread then stays attentive).
     fn busy(&self) -> bool;
+    /// How to sleep until input may be ready without holding the state (see
+    /// [`crate::Transport::wait_handle`]). With it the thread sleeps unlocked, so a user
+    /// who comes back takes the state at once instead of waking the thread and waiting for
+    /// it to let go; without it the thread sleeps in [`Service::block`], holding the state.
+    fn wait_handle(&mut self) -> Option<WaitHandle> {
+        None
+    }
 }
 
 struct Inner<S> {
     state: Mutex<S>,
-    /// User threads inside [`Shared::with`].
-    in_call: AtomicUsize,
-    /// When the last user call returned, ns since `epoch`.
-    last_exit: AtomicU64,
-    /// The progress thread holds the state.
-    takeover: AtomicBool,
+    /// Entries into the library by user threads. The progress thread takes over only when
+    /// it has not moved for a whole interval, and gives the state back as soon as it moves.
+    entries: AtomicU64,
+    /// User threads that found the state held and wait for the lock. The thread never
+    /// takes the state while one waits (its entry may predate the takeover, so the entry
+    /// count alone would not tell), and gives it back as soon as one does.
+    waiting: AtomicU64,
     stop: AtomicBool,
+    /// Readable once `stop` is set: ends the thread's unlocked sleep.
+    stop_fd: Option<OwnedFd>,
     waker: Waker,
-    epoch: Instant,
     /// Times the thread took over (for tests and statistics).
     takeovers: AtomicU64,
 }
@@ -47,8 +60,12 @@ impl<S> Inner<S> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn now(&self) -> u64 {
-        self.epoch.elapsed().as_nanos() as u64
+    fn try_lock(&self) -> Option<MutexGuard<'_, S>> {
+        match self.state.try_lock() {
+            Ok(g) => Some(g),
+            Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
     }
 }
 
@@ -58,6 +75,24 @@ pub struct Shared<S: Service> {
     thread: Option<JoinHandle<()>>,
 }
 
+/// A user thread's hold on the state (see [`Shared::lock`]).
+pub struct Access<'a, S> {
+    guard: MutexGuard<'a, S>,
+}
+
+impl<S> Deref for Access<'_, S> {
+    type Target = S;
+    fn deref(&self) -> &S {
+        &self.guard
+    }
+}
+
+impl<S> DerefMut for Access<'_, S> {
+    fn deref_mut(&mut self) -> &mut S {
+        &mut self.guard
+    }
+}
+
 impl<S: Service> Shared<S> {
     /// Wraps `state`. With `interval`, a progress thread looks every `interval` whether the
     /// user has been away that long, and if so drives the state until the user returns.
@@ -65,12 +100,11 @@ impl<S: Service> Shared<S> {
     pub fn new(state: S, waker: Waker, interval: Option<Duration>) -> Shared<S> {
         let inner = Arc::new(Inner {
             state: Mutex::new(state),
-            in_call: AtomicUsize::new(0),
-            last_exit: AtomicU64::new(0),
-            takeover: AtomicBool::new(false),
+            entries: AtomicU64::new(0),
+            waiting: AtomicU64::new(0),
             stop: AtomicBool::new(false),
+            stop_fd: eventfd(),
             waker,
-            epoch: Instant::now(),
             takeovers: AtomicU64::new(0),
         });
         let thread = interval.filter(|i| !i.is_zero()).map(|interval| {
@@ -92,22 +126,40 @@ impl<S: Service> Shared<S> {
         (us > 0).then(|| Duration::from_micros(us))
     }
 
+    /// Takes the state as a user call, until the returned guard is dropped.
+    ///
+    /// The fast path is one atomic increment (the user is active: the thread stays away)
+    /// and an uncontended `try_lock`. Only when the state is held, by the progress thread
+    /// or another user thread, possibly asleep in [`Service::block`], does the caller wake
+    /// the holder (the waker's system call) and wait for the lock. A holder that sleeps
+    /// must therefore be one that gives the state back when woken: the progress thread
+    /// does, because the entry count has moved; a user thread that blocks while holding
+    /// the state should drop its guard after each [`Service::block`].
+    pub fn lock(&self) -> Access<'_, S> {
+        let i = &*self.inner;
+        i.entries.fetch_add(1, SeqCst);
+        let guard = match i.try_lock() {
+            Some(g) => g,
+            None => {
+                i.waiting.fetch_add(1, SeqCst);
+                (i.waker)();
+                let g = i.lock();
+                i.waiting.fetch_sub(1, SeqCst);
+                g
+            }
+        };
+        Access { guard }
+    }
+
+    /// Whether another user thread waits for the state: a thread looping over
+    /// [`Shared::lock`] should yield between rounds so that it gets in.
+    pub fn contended(&self) -> bool {
+        self.inner.waiting.load(SeqCst) > 0
+    }
+
     /// Runs `f` on the state as a user call.
     pub fn with<R>(&self, f: impl FnOnce(&mut S) -> R) -> R {
-        let i = &*self.inner;
-        i.in_call.fetch_add(1, SeqCst);
-        // Paired with the thread's store of `takeover` then load of `in_call` (both
-        // SeqCst): either it sees us and leaves, or we see it and wake it.
-        if i.takeover.load(SeqCst) {
-            (i.waker)();
-        }
-        let r = {
-            let mut g = i.lock();
-            f(&mut g)
-        };
-        i.last_exit.store(i.now(), SeqCst);
-        i.in_call.fetch_sub(1, SeqCst);
-        r
+        f(&mut self.lock())
     }
 
     /// How many times the progress thread has taken over.
@@ -120,6 +172,11 @@ impl<S: Service> Drop for Shared<S> {
     fn drop(&mut self) {
         self.inner.stop.store(true, SeqCst);
         (self.inner.waker)();
+        if let Some(fd) = &self.inner.stop_fd {
+            let one: u64 = 1;
+            // SAFETY: writes 8 bytes from a valid u64 to our own eventfd.
+            unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        }
         if let Some(t) = self.thread.take() {
             t.thread().unpark();
             let _ = t.join();
@@ -128,47 +185,105 @@ impl<S: Service> Drop for Shared<S> {
 }
 
 fn run<S: Service>(i: &Inner<S>, interval: Duration) {
-    let interval_ns = interval.as_nanos() as u64;
+    let mut seen = i.entries.load(SeqCst);
     loop {
         std::thread::park_timeout(interval);
         if i.stop.load(SeqCst) {
             return;
         }
-        if i.in_call.load(SeqCst) > 0
-            || i.now().saturating_sub(i.last_exit.load(SeqCst)) < interval_ns
-        {
+        // The user entered during the last interval: it is active, stay away.
+        let now = i.entries.load(SeqCst);
+        if now != seen {
+            seen = now;
             continue;
         }
-        let Ok(mut g) = i.state.try_lock() else {
-            continue;
+        // Paired with the user's increment then `try_lock` (SeqCst): either we see the
+        // increment and leave, or the user finds the state held, counts itself as waiting
+        // and wakes us.
+        let user_wants_in = || i.entries.load(SeqCst) != seen || i.waiting.load(SeqCst) > 0;
+        // A user inside (a long wait) holds the state: it progresses by itself.
+        let mut g = match i.try_lock() {
+            Some(g) if !user_wants_in() => g,
+            _ => continue,
         };
-        i.takeover.store(true, SeqCst);
         i.takeovers.fetch_add(1, SeqCst);
-        while i.in_call.load(SeqCst) == 0 && !i.stop.load(SeqCst) {
+        loop {
+            if user_wants_in() || i.stop.load(SeqCst) {
+                break;
+            }
             if g.progress() {
                 continue;
             }
-            if i.in_call.load(SeqCst) > 0 {
-                break;
-            }
-            // Attentive while something is in flight, drowsy otherwise; a user entering
-            // wakes us either way.
+            // Attentive while something is in flight, drowsy otherwise.
             let nap = if g.busy() {
                 Duration::from_micros(500)
             } else {
                 interval * 4
             };
-            g.block(nap);
+            match g.wait_handle() {
+                Some(h) => {
+                    // Sleep without the state: a user coming back takes it at once.
+                    drop(g);
+                    sleep_on(
+                        h.fd,
+                        i.stop_fd.as_ref(),
+                        h.timeout.map_or(nap, |t| t.min(nap)),
+                    );
+                    if user_wants_in() || i.stop.load(SeqCst) {
+                        break;
+                    }
+                    match i.try_lock() {
+                        Some(x) => g = x,
+                        None => break,
+                    }
+                }
+                // A user entering wakes us (the waker ends `block`).
+                None => g.block(nap),
+            }
         }
-        i.takeover.store(false, SeqCst);
-        drop(g);
+        seen = i.entries.load(SeqCst);
     }
+}
+
+fn eventfd() -> Option<OwnedFd> {
+    // SAFETY: eventfd has no memory-safety preconditions; the result is checked.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    // SAFETY: a fresh descriptor we own.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Sleeps until `fd` (or `stop`) is readable or `timeout` passes. Never drains anything:
+/// the transport reads its input when the state is next driven.
+fn sleep_on(fd: RawFd, stop: Option<&OwnedFd>, timeout: Duration) {
+    let mut fds = [
+        libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: stop.map_or(-1, |s| s.as_raw_fd()),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    // Not shorter than 20 us, so a timer already due cannot make this a busy loop.
+    let t = timeout.max(Duration::from_micros(20));
+    let ts = libc::timespec {
+        tv_sec: t.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: t.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: two valid pollfd structures (a negative fd is ignored by the kernel), a valid
+    // timespec and no signal mask.
+    unsafe { libc::ppoll(fds.as_mut_ptr(), 2, &ts, std::ptr::null()) };
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Condvar;
     use std::sync::atomic::AtomicU32;
+    use std::time::Instant;
 
     struct Counter {
         moved: Arc<AtomicU32>,
@@ -232,5 +347,123 @@ mod tests {
         assert_eq!(moved.load(SeqCst), 0);
         s.with(|c| while c.progress() {});
         assert_eq!(moved.load(SeqCst), 5);
+    }
+
+    /// Sleeps in `block` until woken through its waker (a condition variable).
+    struct Sleeper {
+        bell: Arc<(Mutex<bool>, Condvar)>,
+        blocks: Arc<AtomicU32>,
+    }
+
+    impl Service for Sleeper {
+        fn progress(&mut self) -> bool {
+            false
+        }
+        fn block(&mut self, timeout: Duration) {
+            self.blocks.fetch_add(1, SeqCst);
+            let (m, c) = &*self.bell;
+            let g = m.lock().unwrap();
+            let (mut g, _) = c.wait_timeout_while(g, timeout, |rung| !*rung).unwrap();
+            *g = false;
+        }
+        fn busy(&self) -> bool {
+            false
+        }
+    }
+
+    #[test]
+    fn entering_user_wakes_a_sleeping_thread_and_gets_the_state() {
+        let bell = Arc::new((Mutex::new(false), Condvar::new()));
+        let blocks = Arc::new(AtomicU32::new(0));
+        let b = bell.clone();
+        let waker: Waker = Arc::new(move || {
+            *b.0.lock().unwrap() = true;
+            b.1.notify_all();
+        });
+        // The thread's nap is 4 intervals: 2 s. Without the wake a user would wait that.
+        let s = Shared::new(
+            Sleeper {
+                bell,
+                blocks: blocks.clone(),
+            },
+            waker,
+            Some(Duration::from_millis(500)),
+        );
+        for _ in 0..3 {
+            let t0 = Instant::now();
+            while blocks.load(SeqCst) == 0 && t0.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            assert!(blocks.load(SeqCst) > 0, "the thread took over and slept");
+            std::thread::sleep(Duration::from_millis(20));
+            let t1 = Instant::now();
+            s.with(|_| ());
+            assert!(
+                t1.elapsed() < Duration::from_millis(400),
+                "user waited {:?}",
+                t1.elapsed()
+            );
+            blocks.store(0, SeqCst);
+        }
+        assert!(s.takeovers() >= 3);
+    }
+
+    /// Sleeps without the state on a descriptor that never becomes readable.
+    struct Unlocked {
+        fd: OwnedFd,
+        handles: Arc<AtomicU32>,
+    }
+
+    impl Service for Unlocked {
+        fn progress(&mut self) -> bool {
+            false
+        }
+        fn block(&mut self, _: Duration) {
+            panic!("must sleep unlocked");
+        }
+        fn busy(&self) -> bool {
+            false
+        }
+        fn wait_handle(&mut self) -> Option<WaitHandle> {
+            self.handles.fetch_add(1, SeqCst);
+            Some(WaitHandle {
+                fd: self.fd.as_raw_fd(),
+                timeout: Some(Duration::from_secs(5)),
+            })
+        }
+    }
+
+    #[test]
+    fn a_thread_sleeping_unlocked_never_delays_the_user() {
+        let handles = Arc::new(AtomicU32::new(0));
+        let wakes = Arc::new(AtomicU32::new(0));
+        let w = wakes.clone();
+        let s = Shared::new(
+            Unlocked {
+                fd: eventfd().unwrap(),
+                handles: handles.clone(),
+            },
+            Arc::new(move || {
+                w.fetch_add(1, SeqCst);
+            }),
+            Some(Duration::from_millis(1)),
+        );
+        let t0 = Instant::now();
+        while handles.load(SeqCst) == 0 && t0.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(handles.load(SeqCst) > 0, "the thread went to sleep");
+        let t1 = Instant::now();
+        s.with(|_| ());
+        assert!(
+            t1.elapsed() < Duration::from_millis(100),
+            "{:?}",
+            t1.elapsed()
+        );
+        assert_eq!(wakes.load(SeqCst), 0, "nobody had to be woken");
+        // Dropping ends the 5 s sleep at once (the stop descriptor).
+        let t2 = Instant::now();
+        drop(s);
+        assert!(t2.elapsed() < Duration::from_secs(2), "{:?}", t2.elapsed());
     }
 }

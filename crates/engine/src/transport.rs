@@ -45,6 +45,14 @@ pub trait Transport: Send {
     /// A function any thread may call to end a concurrent [`Transport::block`] early.
     fn waker(&self) -> Waker;
 
+    /// How another thread may wait for this transport without holding it: a descriptor
+    /// that becomes readable when input arrives, and how long until the next timer is due
+    /// (`None`: no timer). `None` if the transport cannot be waited on that way; callers
+    /// then use [`Transport::block`].
+    fn wait_handle(&mut self) -> Option<WaitHandle> {
+        None
+    }
+
     /// Whether packets wait for room in the network (then blocking would stall them).
     fn has_unsent(&self) -> bool;
 
@@ -153,6 +161,13 @@ pub trait Transport: Send {
 /// Ends a concurrent [`Transport::block`]; cheap to clone and call from any thread.
 pub type Waker = std::sync::Arc<dyn Fn() + Send + Sync>;
 
+/// See [`Transport::wait_handle`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WaitHandle {
+    pub fd: std::os::fd::RawFd,
+    pub timeout: Option<Duration>,
+}
+
 impl<T: Transport + ?Sized> Transport for Box<T> {
     fn rank(&self) -> Rank {
         (**self).rank()
@@ -183,6 +198,9 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     }
     fn waker(&self) -> Waker {
         (**self).waker()
+    }
+    fn wait_handle(&mut self) -> Option<WaitHandle> {
+        (**self).wait_handle()
     }
     fn has_unsent(&self) -> bool {
         (**self).has_unsent()

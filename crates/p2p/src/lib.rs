@@ -1,0 +1,1126 @@
+//! Point-to-point messaging for bulkwire: what a user of MPI expects of `MPI_Isend`,
+//! `MPI_Irecv` and `MPI_Wait`, over any [`Transport`] (seed 000's pre-post / send / wait
+//! library, seed 004's ports).
+//!
+//! - **Matching**: receives are matched by (source, tag) with wildcards ([`Source::Any`],
+//!   [`Tag::Any`]) in MPI's order: an arriving message takes the earliest posted receive
+//!   that matches it, a new receive the earliest arrived message; messages of one
+//!   (source, tag) never overtake each other.
+//! - **Protocols**: messages up to the eager limit (`BULKWIRE_EAGER`, default 64 KiB, or
+//!   16 KiB toward peers read in place) go at once; larger ones by rendezvous (RTS, CTS,
+//!   then the body straight from the sender's buffer); on one host the receiver copies
+//!   the body out of the sender's buffer with `process_vm_readv` instead (one copy, no
+//!   packets), falling back to the transport if the kernel refuses.
+//! - **Progress**: the state lives in [`bulkwire_engine::progress::Shared`]: a background
+//!   thread matches, copies and acknowledges while the user computes, so a pre-posted
+//!   receive is complete when the user comes back to wait (seed 000, Fig. 4).
+//! - **Errors** are per request: truncation, a dead peer (named), a failed job.
+//!
+//! ```no_run
+//! use bulkwire_p2p::{Comm, Source, Tag};
+//! # fn main() -> Result<(), bulkwire_p2p::Error> {
+//! let comm = Comm::init()?; // under bsprun, or a job of one
+//! let (me, p) = (comm.rank(), comm.size());
+//! let mut inbox = vec![0u8; 1 << 20];
+//! let data = vec![me as u8; 1 << 20];
+//! comm.scope(|s| -> Result<(), bulkwire_p2p::Error> {
+//!     let mut r = s.irecv(Source::Any, Tag::Any, &mut inbox)?;
+//!     let mut q = s.isend((me + 1) % p, 7, &data)?;
+//!     // ... compute: the progress thread moves the data meanwhile ...
+//!     let st = r.wait()?;
+//!     println!("{} bytes from rank {} (tag {})", st.len, st.source, st.tag);
+//!     q.wait()?;
+//!     Ok(())
+//! })?;
+//! comm.finalize()
+//! # }
+//! ```
+
+pub mod envelope;
+pub mod loopback;
+pub mod matching;
+mod state;
+pub mod vm;
+
+use std::marker::PhantomData;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bulkwire_engine::job::{self, JobConfig};
+use bulkwire_engine::progress::Shared;
+use bulkwire_engine::{Transport, WaitPolicy};
+use bulkwire_launch::{Control, JobState};
+use bulkwire_link::Rank;
+use bytes::Bytes;
+
+pub use state::{Keep, ReqId, Stats};
+use state::{RecvBuf, Settings, State};
+use vm::Published;
+
+/// Errors of p2p calls and of individual requests.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// The message was longer than the receive buffer. The prefix that fits was delivered
+    /// (eager) or nothing was (rendezvous); `len` is the message's length.
+    #[error(
+        "message from rank {peer} with tag {tag} has {len} bytes, more than the {cap} bytes of the receive buffer"
+    )]
+    Truncated {
+        peer: Rank,
+        tag: i32,
+        len: u64,
+        cap: usize,
+    },
+    #[error("rank {peer} is dead: nothing heard from it for {:.1} s", *silent_for as f64 / 1e9)]
+    PeerDead { peer: Rank, silent_for: u64 },
+    /// Another process of the job failed (aborted, died, or the launcher is gone);
+    /// `rank` names it when known.
+    #[error("the job failed: {message}")]
+    JobFailed { rank: Option<Rank>, message: String },
+    #[error("rank {rank} is not in this job of {size} processes")]
+    InvalidRank { rank: i64, size: u32 },
+    #[error("tag {0} is invalid: tags are 0 to 2147483647")]
+    InvalidTag(i64),
+    #[error("invalid request handle (completed, freed, or never issued)")]
+    InvalidRequest,
+    #[error("the request was cancelled")]
+    Cancelled,
+    #[error("message of {len} bytes exceeds the transport's limit of {max} bytes")]
+    TooLarge { len: u64, max: u64 },
+    #[error("transport error: {0}")]
+    Transport(String),
+    #[error("cannot start: {0}")]
+    Init(String),
+    #[error("bad configuration: {0}")]
+    Config(String),
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    #[error("the communicator is finalized")]
+    Finalized,
+}
+
+impl Error {
+    /// The peer this error is about, if it names one.
+    pub fn peer(&self) -> Option<Rank> {
+        match *self {
+            Error::Truncated { peer, .. } => Some(peer),
+            Error::PeerDead { peer, .. } => Some(peer),
+            Error::JobFailed { rank, .. } => rank,
+            _ => None,
+        }
+    }
+}
+
+/// Lengths of the matching queues (see [`Comm::queues`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Queues {
+    /// Receives posted and not matched yet.
+    pub posted: usize,
+    /// Messages (or their announcements) that arrived before a receive for them.
+    pub unexpected: usize,
+    /// Requests not completed yet.
+    pub incomplete: usize,
+    /// The transport holds data not acknowledged yet.
+    pub unacknowledged: bool,
+}
+
+/// What a completed request tells: for a receive the matched message's source, tag and
+/// length; for a send its destination, tag and length.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Status {
+    pub source: Rank,
+    pub tag: i32,
+    pub len: usize,
+}
+
+/// Which sources a receive accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    Any,
+    Rank(Rank),
+}
+
+impl From<Rank> for Source {
+    fn from(r: Rank) -> Source {
+        Source::Rank(r)
+    }
+}
+
+impl Source {
+    fn get(self) -> Option<Rank> {
+        match self {
+            Source::Any => None,
+            Source::Rank(r) => Some(r),
+        }
+    }
+}
+
+/// Which tags a receive accepts. Tags are 0 to `i32::MAX`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tag {
+    Any,
+    Is(i32),
+}
+
+impl From<i32> for Tag {
+    fn from(t: i32) -> Tag {
+        Tag::Is(t)
+    }
+}
+
+pub const ANY_SOURCE: Source = Source::Any;
+pub const ANY_TAG: Tag = Tag::Any;
+
+fn user_tag(tag: i32) -> Result<i32, Error> {
+    if tag < 0 {
+        Err(Error::InvalidTag(tag.into()))
+    } else {
+        Ok(tag)
+    }
+}
+
+fn tag_sel(t: Tag) -> Result<Option<i32>, Error> {
+    match t {
+        Tag::Any => Ok(None),
+        Tag::Is(t) => user_tag(t).map(Some),
+    }
+}
+
+/// Whether single copy is used between processes of one host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SingleCopy {
+    Off,
+    On,
+    /// Offered, but every read is treated as refused by the kernel (tests the fallback).
+    Refuse,
+}
+
+/// How a communicator behaves. [`Config::from_env`] reads the environment.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Messages of at most this many bytes are sent eagerly; larger ones by rendezvous.
+    pub eager: usize,
+    /// The same toward peers whose buffers are read in place (single copy).
+    pub eager_local: usize,
+    pub single_copy: SingleCopy,
+    /// The progress thread's interval; `None`: no thread (progress only inside calls).
+    pub progress: Option<Duration>,
+    /// How the job's transport is built; `None`: from the environment when connecting.
+    pub job: Option<JobConfig>,
+}
+
+impl Default for Config {
+    /// Eager limit [`DEFAULT_EAGER`], single copy on, a progress thread looking every 2 ms,
+    /// the transport from the environment.
+    fn default() -> Config {
+        Config {
+            eager: DEFAULT_EAGER,
+            eager_local: DEFAULT_EAGER_LOCAL,
+            single_copy: SingleCopy::On,
+            progress: Some(Duration::from_millis(2)),
+            job: None,
+        }
+    }
+}
+
+/// Default eager limit: over UDP an eager message is faster than a rendezvous up to well
+/// beyond this; the limit bounds what unexpected messages may pile up at a receiver
+/// (docs/p2p.md has the measurements).
+pub const DEFAULT_EAGER: usize = 64 << 10;
+
+/// Default eager limit toward peers read in place: from about 16 KiB a single-copy
+/// rendezvous beats an eager message's two copies (docs/p2p.md).
+pub const DEFAULT_EAGER_LOCAL: usize = 16 << 10;
+
+fn parse_size(v: &str) -> Option<usize> {
+    let v = v.trim();
+    let (num, mul) = match v.char_indices().last()? {
+        (i, 'k' | 'K') => (&v[..i], 1usize << 10),
+        (i, 'm' | 'M') => (&v[..i], 1 << 20),
+        (i, 'g' | 'G') => (&v[..i], 1 << 30),
+        _ => (v, 1),
+    };
+    num.trim().parse::<usize>().ok()?.checked_mul(mul)
+}
+
+impl Config {
+    /// The defaults overridden by `BULKWIRE_EAGER` (bytes, `k`/`m` suffixes allowed; sets
+    /// both limits), `BULKWIRE_EAGER_LOCAL` (the limit toward single-copy peers),
+    /// `BULKWIRE_SINGLE_COPY` (`on`, `off`; `refuse` for tests), `BULKWIRE_PROGRESS_US`
+    /// (0: no progress thread) and the transport's variables (see `JobConfig`).
+    pub fn from_env() -> Result<Config, Error> {
+        let size = |var: &str| -> Result<Option<usize>, Error> {
+            match std::env::var(var) {
+                Ok(v) => parse_size(&v).map(Some).ok_or_else(|| {
+                    Error::Config(format!(
+                        "{var}={v:?}: expected a size in bytes (suffix k, m, g allowed)"
+                    ))
+                }),
+                Err(_) => Ok(None),
+            }
+        };
+        let both = size("BULKWIRE_EAGER")?;
+        let eager = both.unwrap_or(DEFAULT_EAGER);
+        let eager_local = size("BULKWIRE_EAGER_LOCAL")?
+            .or(both)
+            .unwrap_or(DEFAULT_EAGER_LOCAL);
+        let single_copy = match std::env::var("BULKWIRE_SINGLE_COPY").as_deref() {
+            Err(_) | Ok("") | Ok("on") | Ok("1") | Ok("auto") => SingleCopy::On,
+            Ok("off") | Ok("0") => SingleCopy::Off,
+            Ok("refuse") => SingleCopy::Refuse,
+            Ok(v) => {
+                return Err(Error::Config(format!(
+                    "BULKWIRE_SINGLE_COPY={v:?}: expected on or off"
+                )));
+            }
+        };
+        let job = JobConfig::from_env().map_err(|e| Error::Config(e.to_string()))?;
+        Ok(Config {
+            eager,
+            eager_local,
+            single_copy,
+            progress: Shared::<State>::interval_from_env(),
+            job: Some(job),
+        })
+    }
+
+    fn settings(&self) -> Settings {
+        Settings {
+            eager: self.eager,
+            eager_local: self.eager_local,
+            single_copy: self.single_copy != SingleCopy::Off,
+            refuse_reads: self.single_copy == SingleCopy::Refuse,
+        }
+    }
+}
+
+/// The world communicator of a job: every process of it, ranks 0 to size-1.
+pub struct Comm {
+    shared: Shared<State>,
+    rank: Rank,
+    size: u32,
+    policy: WaitPolicy,
+    ctl: Mutex<Option<Control>>,
+    job: Option<Arc<JobState>>,
+    finalized: AtomicBool,
+}
+
+/// Longest a waiter sleeps in one go: the transport's own timers and wakers end sleeps
+/// earlier; this only bounds the damage of a missed wake.
+const MAX_BLOCK: Duration = Duration::from_millis(100);
+
+impl Comm {
+    /// Joins the job this process was launched in (`bsprun`, Slurm or mpirun with a
+    /// rendezvous), or makes a job of one process if it was not launched.
+    pub fn init() -> Result<Comm, Error> {
+        Comm::init_spawn(1)
+    }
+
+    /// Joins the job this process was launched in, or starts one of `n` processes of this
+    /// program with itself as rank 0 (self-spawn, like `bsp_begin(n)`).
+    pub fn init_spawn(n: u32) -> Result<Comm, Error> {
+        let cfg = Config::from_env()?;
+        let ctl = bulkwire_launch::self_spawn(n).map_err(|e| Error::Init(e.to_string()))?;
+        Comm::from_control(ctl, cfg)
+    }
+
+    /// Builds the communicator of the job `ctl` belongs to. Collective: every process of
+    /// the job calls it, in the same order as other rendezvous exchanges.
+    pub fn from_control(mut ctl: Control, cfg: Config) -> Result<Comm, Error> {
+        let jc = match &cfg.job {
+            Some(j) => j.clone(),
+            None => JobConfig::from_env().map_err(|e| Error::Config(e.to_string()))?,
+        };
+        let (engine, info) = job::connect(&mut ctl, &jc).map_err(|e| match e {
+            bulkwire_engine::Error::JobFailed(m) => Error::JobFailed {
+                rank: None,
+                message: m,
+            },
+            other => Error::Init(other.to_string()),
+        })?;
+        // Round 2 of the rendezvous: what each process publishes for single copy.
+        let blobs = ctl
+            .allgather(&Published::mine().to_bytes())
+            .map_err(|e| Error::Init(e.to_string()))?;
+        let vm: Vec<Option<Published>> = blobs.iter().map(|b| Published::from_bytes(b)).collect();
+        let job = ctl.state();
+        let waker = engine.waker();
+        // A waiter asleep in the transport wakes when the job fails.
+        let w = waker.clone();
+        job.on_failure(move |_| w());
+        let policy = engine.policy();
+        let mut state = State::new(Box::new(engine), cfg.settings(), &info.local, &vm);
+        state.set_job(job.clone());
+        Ok(Comm::build(
+            state,
+            waker,
+            policy,
+            cfg.progress,
+            Some(ctl),
+            Some(job),
+        ))
+    }
+
+    /// A communicator over any transport (threads over an in-process link, tests). No
+    /// single copy; [`Comm::finalize`] only flushes (there is no launcher to meet at).
+    pub fn from_transport(t: Box<dyn Transport>, cfg: &Config) -> Comm {
+        let n = t.nprocs() as usize;
+        let waker = t.waker();
+        let policy = t.policy();
+        let state = State::new(t, cfg.settings(), &vec![false; n], &vec![None; n]);
+        Comm::build(state, waker, policy, cfg.progress, None, None)
+    }
+
+    fn build(
+        state: State,
+        waker: bulkwire_engine::Waker,
+        policy: WaitPolicy,
+        progress: Option<Duration>,
+        ctl: Option<Control>,
+        job: Option<Arc<JobState>>,
+    ) -> Comm {
+        let (rank, size) = (state.rank(), state.size());
+        Comm {
+            shared: Shared::new(state, waker, progress),
+            rank,
+            size,
+            policy,
+            ctl: Mutex::new(ctl),
+            job,
+            finalized: AtomicBool::new(false),
+        }
+    }
+
+    pub fn rank(&self) -> Rank {
+        self.rank
+    }
+
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
+    /// The transport protocol's name.
+    pub fn protocol_name(&self) -> &'static str {
+        self.shared.with(|s| s.protocol_name())
+    }
+
+    /// The eager limit in bytes toward `peer`.
+    pub fn eager_limit(&self, peer: Rank) -> Result<usize, Error> {
+        if peer >= self.size {
+            return Err(Error::InvalidRank {
+                rank: peer.into(),
+                size: self.size,
+            });
+        }
+        Ok(self.shared.with(|s| s.eager_limit(peer)))
+    }
+
+    /// Ranks whose buffers this process reads in place (single copy).
+    pub fn single_copy_peers(&self) -> Vec<Rank> {
+        self.shared.with(|s| s.single_copy_peers())
+    }
+
+    /// Counters of what this process has done.
+    pub fn stats(&self) -> Stats {
+        self.shared.with(|s| s.stats)
+    }
+
+    /// Lengths of the matching queues and requests in flight, for diagnostics.
+    pub fn queues(&self) -> Queues {
+        self.shared.with(|s| Queues {
+            posted: s.posted_len(),
+            unexpected: s.unexpected_len(),
+            incomplete: s.incomplete(),
+            unacknowledged: s.transport_busy(),
+        })
+    }
+
+    /// Waits until everything this process sent has been acknowledged by its receiver.
+    pub fn flush(&self) -> Result<(), Error> {
+        self.wait_until(None, |s| {
+            if let Some(e) = s.failure() {
+                return Some(Err(e.clone()));
+            }
+            (!s.transport_busy()).then_some(Ok(()))
+        })?
+    }
+
+    /// Times the progress thread took over while the user was away.
+    pub fn progress_takeovers(&self) -> u64 {
+        self.shared.takeovers()
+    }
+
+    // ---- waiting ----------------------------------------------------------------------
+
+    /// Drives the state until `f` says so: spins (yielding when processes outnumber cores)
+    /// for the wait policy's budget, then sleeps in the transport. Each round takes the
+    /// state afresh, so other user threads get their turn.
+    fn wait_until<R>(
+        &self,
+        timeout: Option<Duration>,
+        mut f: impl FnMut(&mut State) -> Option<R>,
+    ) -> Result<R, Error> {
+        // The clock is read only once the first round has not finished the job: a wait
+        // for something already done costs no clock reads.
+        let mut start: Option<Instant> = None;
+        let mut idle_since = None;
+        loop {
+            let idle = {
+                let mut s = self.shared.lock();
+                if let Some(r) = f(&mut s) {
+                    return Ok(r);
+                }
+                let moved = s.pump();
+                if let Some(r) = f(&mut s) {
+                    return Ok(r);
+                }
+                let now = Instant::now();
+                let start = *start.get_or_insert(now);
+                let idle_since = idle_since.get_or_insert(now);
+                let left = match timeout {
+                    Some(t) => match t.checked_sub(now - start) {
+                        Some(l) if !l.is_zero() => Some(l),
+                        _ => return Err(Error::Timeout(t)),
+                    },
+                    None => None,
+                };
+                if moved {
+                    *idle_since = now;
+                    false
+                } else if now - *idle_since >= self.policy.spin && !s.has_unsent() {
+                    s.block(left.map_or(MAX_BLOCK, |l| l.min(MAX_BLOCK)));
+                    *idle_since = Instant::now();
+                    false
+                } else {
+                    true
+                }
+            };
+            // Another user thread waits for the state: let it in before the next round.
+            if self.shared.contended() || (idle && self.policy.yield_cpu) {
+                std::thread::yield_now();
+            } else if idle {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// Waits for `id` to complete and collects it.
+    fn wait_id(&self, id: ReqId) -> (Result<Status, Error>, Keep) {
+        // Without a timeout wait_until only returns f's answer.
+        self.wait_until(None, |s| s.take(id))
+            .unwrap_or_else(|e| (Err(e), Keep::None))
+    }
+
+    // ---- raw entry points (C) ---------------------------------------------------------
+
+    /// Starts sending `len` bytes at `ptr` to `dest` with `tag`.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads of `len` bytes and the bytes must not be modified
+    /// until the request has completed ([`Comm::wait_raw`] or [`Comm::test_raw`] said so).
+    pub unsafe fn isend_raw(
+        &self,
+        dest: Rank,
+        tag: i32,
+        ptr: *const u8,
+        len: usize,
+    ) -> Result<ReqId, Error> {
+        let tag = user_tag(tag)?;
+        // SAFETY: forwarded contract.
+        self.shared
+            .with(|s| unsafe { s.isend(dest, tag, ptr, len, Keep::None, 0) })
+    }
+
+    /// Posts a receive of at most `cap` bytes into `ptr`.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for writes of `cap` bytes, not read or written by anyone else
+    /// until the request has completed (or been freed before it matched anything).
+    pub unsafe fn irecv_raw(
+        &self,
+        src: Source,
+        tag: Tag,
+        ptr: *mut u8,
+        cap: usize,
+    ) -> Result<ReqId, Error> {
+        let tag = tag_sel(tag)?;
+        let buf = RecvBuf::Ptr {
+            ptr: state::Mem(ptr),
+            cap,
+        };
+        // SAFETY: forwarded contract.
+        self.shared
+            .with(|s| unsafe { s.irecv(src.get(), tag, buf, Keep::None, 0) })
+    }
+
+    /// Waits for a raw request; the handle is spent afterwards.
+    pub fn wait_raw(&self, id: ReqId) -> Result<Status, Error> {
+        self.wait_id(id).0
+    }
+
+    /// `Some` with the outcome if the raw request has completed (the handle is then spent).
+    pub fn test_raw(&self, id: ReqId) -> Option<Result<Status, Error>> {
+        self.shared.with(|s| {
+            if let Some((r, _)) = s.take(id) {
+                return Some(r);
+            }
+            s.pump();
+            s.take(id).map(|(r, _)| r)
+        })
+    }
+
+    /// Waits for the first of `ids` (`None` entries are inactive) to complete: its index
+    /// and outcome; `None` if every entry is inactive.
+    pub fn wait_any_raw(&self, ids: &[Option<ReqId>]) -> Option<(usize, Result<Status, Error>)> {
+        self.any_ids(ids, true).map(|(i, r, _)| (i, r))
+    }
+
+    /// Like [`Comm::wait_any_raw`] without waiting: `Some((index, outcome))` if one has
+    /// completed.
+    pub fn test_any_raw(&self, ids: &[Option<ReqId>]) -> Option<(usize, Result<Status, Error>)> {
+        self.any_ids(ids, false).map(|(i, r, _)| (i, r))
+    }
+
+    /// Waits for every active entry of `ids`; outcomes by index (`None` for inactive).
+    pub fn wait_all_raw(&self, ids: &[Option<ReqId>]) -> Vec<Option<Result<Status, Error>>> {
+        self.all_ids(ids)
+            .into_iter()
+            .map(|o| o.map(|x| x.0))
+            .collect()
+    }
+
+    /// If every active entry of `ids` has completed, collects them all (outcomes by index,
+    /// `None` for inactive entries); otherwise collects none.
+    pub fn test_all_raw(
+        &self,
+        ids: &[Option<ReqId>],
+    ) -> Option<Vec<Option<Result<Status, Error>>>> {
+        self.shared.with(|s| {
+            let all = |s: &State| ids.iter().flatten().all(|&id| s.is_done(id));
+            if !all(s) {
+                s.pump();
+                if !all(s) {
+                    return None;
+                }
+            }
+            Some(
+                ids.iter()
+                    .map(|id| id.map(|id| s.take(id).map_or(Err(Error::InvalidRequest), |x| x.0)))
+                    .collect(),
+            )
+        })
+    }
+
+    /// Gives up a raw request: a receive that has not matched is cancelled; anything else
+    /// completes in the background (its buffer must stay valid until then).
+    pub fn free_raw(&self, id: ReqId) {
+        self.shared.with(|s| s.release(id));
+    }
+
+    fn any_ids(
+        &self,
+        ids: &[Option<ReqId>],
+        block: bool,
+    ) -> Option<(usize, Result<Status, Error>, Keep)> {
+        if ids.iter().all(Option::is_none) {
+            return None;
+        }
+        let pick = |s: &mut State| {
+            ids.iter().enumerate().find_map(|(i, id)| {
+                let id = (*id)?;
+                s.take(id).map(|(r, k)| (i, r, k))
+            })
+        };
+        if !block {
+            return self.shared.with(|s| {
+                if let Some(x) = pick(s) {
+                    return Some(x);
+                }
+                s.pump();
+                pick(s)
+            });
+        }
+        self.wait_until(None, pick).ok()
+    }
+
+    fn all_ids(&self, ids: &[Option<ReqId>]) -> Vec<Option<(Result<Status, Error>, Keep)>> {
+        let mut out: Vec<Option<(Result<Status, Error>, Keep)>> =
+            ids.iter().map(|_| None).collect();
+        let mut left = ids.iter().filter(|i| i.is_some()).count();
+        let _ = self.wait_until(None, |s| {
+            for (i, id) in ids.iter().enumerate() {
+                if out[i].is_none()
+                    && let Some(id) = *id
+                    && let Some(x) = s.take(id)
+                {
+                    out[i] = Some(x);
+                    left -= 1;
+                }
+            }
+            (left == 0).then_some(())
+        });
+        out
+    }
+
+    // ---- owned and blocking API -------------------------------------------------------
+
+    /// Starts sending `data` (owned: no copy for rendezvous-size messages, which go
+    /// straight from it).
+    pub fn isend(
+        &self,
+        dest: Rank,
+        tag: i32,
+        data: impl Into<Bytes>,
+    ) -> Result<Request<'_>, Error> {
+        let data: Bytes = data.into();
+        let (ptr, len) = (data.as_ptr(), data.len());
+        let tag = user_tag(tag)?;
+        // SAFETY: the request keeps `data` (immutable, heap or static) until it is
+        // collected, which is after it completes.
+        let id = self
+            .shared
+            .with(|s| unsafe { s.isend(dest, tag, ptr, len, Keep::Bytes(data), 0) })?;
+        Ok(Request::new(self, id))
+    }
+
+    /// Posts a receive into `buf` (owned; all of its length is usable). The request hands
+    /// it back, cut to the message's length, through [`Request::take_data`].
+    pub fn irecv_into(
+        &self,
+        src: impl Into<Source>,
+        tag: impl Into<Tag>,
+        mut buf: Vec<u8>,
+    ) -> Result<Request<'_>, Error> {
+        let tag = tag_sel(tag.into())?;
+        let rb = RecvBuf::Ptr {
+            ptr: state::Mem(buf.as_mut_ptr()),
+            cap: buf.len(),
+        };
+        // SAFETY: the request owns `buf` (moving a Vec does not move its heap buffer) until
+        // it is collected after completing, and nothing else touches it meanwhile.
+        let id = self
+            .shared
+            .with(|s| unsafe { s.irecv(src.into().get(), tag, rb, Keep::Vec(buf), 0) })?;
+        Ok(Request::new(self, id))
+    }
+
+    /// Posts a receive of a message of up to `max_len` bytes into a vector of its exact
+    /// length ([`Request::take_data`]); a rendezvous body from the transport is handed
+    /// over without a copy.
+    pub fn irecv_vec(
+        &self,
+        src: impl Into<Source>,
+        tag: impl Into<Tag>,
+        max_len: usize,
+    ) -> Result<Request<'_>, Error> {
+        let tag = tag_sel(tag.into())?;
+        let rb = RecvBuf::Alloc { max: max_len };
+        // SAFETY: an Alloc receive has no caller buffer.
+        let id = self
+            .shared
+            .with(|s| unsafe { s.irecv(src.into().get(), tag, rb, Keep::None, 0) })?;
+        Ok(Request::new(self, id))
+    }
+
+    /// Sends `data` to `dest`, returning when `data` may be reused.
+    pub fn send(&self, dest: Rank, tag: i32, data: &[u8]) -> Result<(), Error> {
+        // SAFETY: `data` is borrowed for this call, which returns only once the request
+        // has completed.
+        unsafe { self.send_raw(dest, tag, data.as_ptr(), data.len()) }.map(|_| ())
+    }
+
+    /// Receives a message into `buf`.
+    pub fn recv(
+        &self,
+        src: impl Into<Source>,
+        tag: impl Into<Tag>,
+        buf: &mut [u8],
+    ) -> Result<Status, Error> {
+        // SAFETY: `buf` is borrowed mutably for this call, which returns only once the
+        // request has completed.
+        unsafe { self.recv_raw(src.into(), tag.into(), buf.as_mut_ptr(), buf.len()) }
+    }
+
+    /// Starts a request and waits for it, starting it in the first round of the wait so
+    /// that a request done at once (an eager send, a message already here) costs one
+    /// round of the state's lock.
+    fn start_and_wait(
+        &self,
+        mut start: impl FnMut(&mut State) -> Result<ReqId, Error>,
+    ) -> Result<Status, Error> {
+        let mut id = None;
+        self.wait_until(None, |s| {
+            let rid = match id {
+                Some(r) => r,
+                None => match start(s) {
+                    Ok(r) => *id.insert(r),
+                    Err(e) => return Some(Err(e)),
+                },
+            };
+            s.take(rid).map(|(r, _)| r)
+        })?
+    }
+
+    /// Sends `len` bytes at `ptr` to `dest`, returning when they may be reused.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads of `len` bytes during the call.
+    pub unsafe fn send_raw(
+        &self,
+        dest: Rank,
+        tag: i32,
+        ptr: *const u8,
+        len: usize,
+    ) -> Result<Status, Error> {
+        let tag = user_tag(tag)?;
+        // SAFETY: forwarded contract; this call returns only once the request completed.
+        self.start_and_wait(|s| unsafe { s.isend(dest, tag, ptr, len, Keep::None, 0) })
+    }
+
+    /// Receives a message of at most `cap` bytes into `ptr`.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for writes of `cap` bytes, untouched by others during the call.
+    pub unsafe fn recv_raw(
+        &self,
+        src: Source,
+        tag: Tag,
+        ptr: *mut u8,
+        cap: usize,
+    ) -> Result<Status, Error> {
+        let tag = tag_sel(tag)?;
+        // SAFETY: forwarded contract; this call returns only once the request completed.
+        self.start_and_wait(|s| unsafe {
+            let buf = RecvBuf::Ptr {
+                ptr: state::Mem(ptr),
+                cap,
+            };
+            s.irecv(src.get(), tag, buf, Keep::None, 0)
+        })
+    }
+
+    /// Receives a message of up to `max_len` bytes into a new vector.
+    pub fn recv_vec(
+        &self,
+        src: impl Into<Source>,
+        tag: impl Into<Tag>,
+        max_len: usize,
+    ) -> Result<(Vec<u8>, Status), Error> {
+        let mut r = self.irecv_vec(src, tag, max_len)?;
+        let st = r.wait()?;
+        Ok((r.take_data().unwrap_or_default(), st))
+    }
+
+    /// The status of the earliest message that a receive for (`src`, `tag`) would match,
+    /// if one has arrived; it is not received.
+    pub fn iprobe(
+        &self,
+        src: impl Into<Source>,
+        tag: impl Into<Tag>,
+    ) -> Result<Option<Status>, Error> {
+        let (src, tag) = (src.into().get(), tag_sel(tag.into())?);
+        self.shared.with(|s| {
+            s.pump();
+            match s.iprobe(src, tag) {
+                Some(st) => Ok(Some(st)),
+                None => s.failure().cloned().map_or(Ok(None), Err),
+            }
+        })
+    }
+
+    /// Waits for a message that a receive for (`src`, `tag`) would match; its status.
+    pub fn probe(&self, src: impl Into<Source>, tag: impl Into<Tag>) -> Result<Status, Error> {
+        let (src, tag) = (src.into().get(), tag_sel(tag.into())?);
+        self.wait_until(None, |s| match s.iprobe(src, tag) {
+            Some(st) => Some(Ok(st)),
+            None => s.failure().cloned().map(Err),
+        })?
+    }
+
+    /// Runs `f` with a [`Scope`] whose requests may borrow buffers; returns when every
+    /// request of the scope has completed (receives nothing matched are cancelled), even
+    /// if `f` leaks or drops its requests or panics.
+    pub fn scope<'env, F, R>(&'env self, f: F) -> R
+    where
+        F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> R,
+    {
+        let id = self.shared.with(|s| s.open_scope());
+        let scope = Scope {
+            comm: self,
+            id,
+            _scope: PhantomData,
+            _env: PhantomData,
+        };
+        let r = catch_unwind(AssertUnwindSafe(|| f(&scope)));
+        self.shared.with(|s| s.cancel_scope_posted(id));
+        // Never returns early without a timeout: the buffers must outlive their requests.
+        let _ = self.wait_until(None, |s| (s.scope_live(id) == 0).then_some(()));
+        self.shared.with(|s| s.close_scope(id));
+        match r {
+            Ok(r) => r,
+            Err(p) => resume_unwind(p),
+        }
+    }
+
+    /// Waits for every active request; the outcome of each, by index.
+    pub fn wait_all_each(&self, reqs: &mut [Request<'_>]) -> Vec<Result<Status, Error>> {
+        let ids: Vec<Option<ReqId>> = reqs.iter().map(|r| self.own(r)).collect();
+        let outs = self.all_ids(&ids);
+        reqs.iter_mut()
+            .zip(outs)
+            .map(|(r, o)| match o {
+                Some(x) => r.finish(x),
+                None => Err(Error::InvalidRequest),
+            })
+            .collect()
+    }
+
+    /// Waits for every active request: their statuses, or the first error (all requests
+    /// have completed either way).
+    pub fn wait_all(&self, reqs: &mut [Request<'_>]) -> Result<Vec<Status>, Error> {
+        self.wait_all_each(reqs).into_iter().collect()
+    }
+
+    /// Waits for one of the active requests: its index and outcome; `None` if none is
+    /// active.
+    pub fn wait_any(&self, reqs: &mut [Request<'_>]) -> Option<(usize, Result<Status, Error>)> {
+        let ids: Vec<Option<ReqId>> = reqs.iter().map(|r| self.own(r)).collect();
+        let (i, r, k) = self.any_ids(&ids, true)?;
+        Some((i, reqs[i].finish((r, k))))
+    }
+
+    /// Like [`Comm::wait_any`] without waiting.
+    pub fn test_any(&self, reqs: &mut [Request<'_>]) -> Option<(usize, Result<Status, Error>)> {
+        let ids: Vec<Option<ReqId>> = reqs.iter().map(|r| self.own(r)).collect();
+        let (i, r, k) = self.any_ids(&ids, false)?;
+        Some((i, reqs[i].finish((r, k))))
+    }
+
+    /// A request's id if it is active and belongs to this communicator.
+    fn own(&self, r: &Request<'_>) -> Option<ReqId> {
+        r.id.filter(|_| std::ptr::eq(r.comm, self))
+    }
+
+    // ---- the end ----------------------------------------------------------------------
+
+    /// Ends this process's part: waits until everything it sent has been acknowledged,
+    /// meets the other processes (they keep acknowledging meanwhile), closes the
+    /// transport and tells the launcher. Collective. Dropping a `Comm` finalizes too.
+    pub fn finalize(self) -> Result<(), Error> {
+        self.finish()
+    }
+
+    fn finish(&self) -> Result<(), Error> {
+        if self.finalized.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        // 1. Everything sent is acknowledged (or the job has failed).
+        let mut res = self.flush();
+        let ctl = self.ctl.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let Some(mut ctl) = ctl else {
+            self.shared.with(|s| s.close());
+            return res;
+        };
+        // 2. Meet everyone through the launcher, acknowledging peers still flushing: the
+        //    exchange runs on a helper thread while this one drives the transport.
+        if res.is_ok() && self.size > 1 {
+            let done = Arc::new(AtomicBool::new(false));
+            let d = done.clone();
+            let waker = self.shared.with(|s| s.waker());
+            let helper = std::thread::Builder::new()
+                .name("bulkwire-finalize".into())
+                .spawn(move || {
+                    let r = ctl.allgather(&[]);
+                    d.store(true, Ordering::SeqCst);
+                    if let Some(w) = waker {
+                        w();
+                    }
+                    (ctl, r)
+                });
+            match helper {
+                Ok(h) => {
+                    let _ = self.wait_until(None, |_| done.load(Ordering::SeqCst).then_some(()));
+                    let (c, r) = h
+                        .join()
+                        .map_err(|_| Error::Init("the finalize helper panicked".into()))?;
+                    ctl = c;
+                    if let Err(e) = r {
+                        res = Err(self.job_error().unwrap_or(Error::Init(e.to_string())));
+                    }
+                }
+                Err(e) => return Err(Error::Init(e.to_string())),
+            }
+        }
+        // 3. Close the transport, then leave the job.
+        self.shared.with(|s| s.close());
+        let fin = ctl.finish(if res.is_ok() { 0 } else { 1 });
+        match (res, fin) {
+            (Err(e), _) => Err(e),
+            (Ok(()), Err(e)) => Err(self.job_error().unwrap_or(Error::Init(e.to_string()))),
+            (Ok(()), Ok(())) => Ok(()),
+        }
+    }
+
+    fn job_error(&self) -> Option<Error> {
+        let f = self.job.as_ref()?.failure()?;
+        Some(Error::JobFailed {
+            rank: f.rank(),
+            message: f.to_string(),
+        })
+    }
+
+    /// Aborts the whole job with `msg` (the launcher prints it) and exits with status 1.
+    pub fn abort(&self, msg: &str) -> ! {
+        let ctl = self.ctl.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = ctl.as_ref() {
+            c.abort(msg);
+        }
+        eprintln!("bulkwire: abort: {msg}");
+        std::process::exit(1)
+    }
+}
+
+impl Drop for Comm {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            // Don't meet the others: tell them this process failed.
+            if !self.finalized.swap(true, Ordering::SeqCst)
+                && let Some(c) = self.ctl.lock().unwrap_or_else(|e| e.into_inner()).as_ref()
+            {
+                let _ = c.notify_abort("panicked");
+            }
+            return;
+        }
+        let _ = self.finish();
+    }
+}
+
+/// Requests that may borrow buffers for `'scope` (see [`Comm::scope`]).
+pub struct Scope<'scope, 'env: 'scope> {
+    comm: &'env Comm,
+    id: u32,
+    _scope: PhantomData<&'scope mut &'scope ()>,
+    _env: PhantomData<&'env mut &'env ()>,
+}
+
+impl<'scope, 'env> Scope<'scope, 'env> {
+    pub fn comm(&self) -> &'env Comm {
+        self.comm
+    }
+
+    /// Starts sending `data`; rendezvous-size messages go straight from it.
+    pub fn isend(
+        &'scope self,
+        dest: Rank,
+        tag: i32,
+        data: &'scope [u8],
+    ) -> Result<Request<'scope>, Error> {
+        let tag = user_tag(tag)?;
+        let (ptr, len, sc) = (data.as_ptr(), data.len(), self.id);
+        // SAFETY: `data` is borrowed for 'scope, and the scope ends only after every one
+        // of its requests has completed.
+        let id = self
+            .comm
+            .shared
+            .with(|s| unsafe { s.isend(dest, tag, ptr, len, Keep::None, sc) })?;
+        Ok(Request::new(self.comm, id))
+    }
+
+    /// Posts a receive into `buf`.
+    pub fn irecv(
+        &'scope self,
+        src: impl Into<Source>,
+        tag: impl Into<Tag>,
+        buf: &'scope mut [u8],
+    ) -> Result<Request<'scope>, Error> {
+        let tag = tag_sel(tag.into())?;
+        let rb = RecvBuf::Ptr {
+            ptr: state::Mem(buf.as_mut_ptr()),
+            cap: buf.len(),
+        };
+        let sc = self.id;
+        // SAFETY: `buf` is borrowed mutably for 'scope, and the scope ends only after every
+        // one of its requests has completed or (unmatched) been cancelled.
+        let id = self
+            .comm
+            .shared
+            .with(|s| unsafe { s.irecv(src.into().get(), tag, rb, Keep::None, sc) })?;
+        Ok(Request::new(self.comm, id))
+    }
+}
+
+/// A send or receive in progress. Wait for it ([`Request::wait`], [`Comm::wait_all`]...);
+/// dropping it cancels a receive that has not matched yet and lets anything else finish
+/// in the background.
+#[must_use = "a request does its work in the background; wait for it to learn its outcome"]
+pub struct Request<'a> {
+    comm: &'a Comm,
+    id: Option<ReqId>,
+    data: Option<Vec<u8>>,
+    _buf: PhantomData<&'a mut [u8]>,
+}
+
+impl<'a> Request<'a> {
+    fn new(comm: &'a Comm, id: ReqId) -> Request<'a> {
+        Request {
+            comm,
+            id: Some(id),
+            data: None,
+            _buf: PhantomData,
+        }
+    }
+
+    fn finish(&mut self, (res, keep): (Result<Status, Error>, Keep)) -> Result<Status, Error> {
+        self.id = None;
+        if let Keep::Vec(mut v) = keep {
+            if let Ok(st) = &res {
+                v.truncate(st.len);
+            }
+            self.data = Some(v);
+        }
+        res
+    }
+
+    /// Whether it has not completed (or not been collected) yet.
+    pub fn is_active(&self) -> bool {
+        self.id.is_some()
+    }
+
+    /// Waits for it to complete; `InvalidRequest` if it already has been waited for.
+    pub fn wait(&mut self) -> Result<Status, Error> {
+        let Some(id) = self.id else {
+            return Err(Error::InvalidRequest);
+        };
+        let x = self.comm.wait_id(id);
+        self.finish(x)
+    }
+
+    /// Its outcome if it has completed.
+    pub fn test(&mut self) -> Option<Result<Status, Error>> {
+        let id = self.id?;
+        let x = self.comm.shared.with(|s| {
+            if let Some(x) = s.take(id) {
+                return Some(x);
+            }
+            s.pump();
+            s.take(id)
+        })?;
+        Some(self.finish(x))
+    }
+
+    /// The received data of an owned receive ([`Comm::irecv_into`], [`Comm::irecv_vec`])
+    /// once it has completed.
+    pub fn take_data(&mut self) -> Option<Vec<u8>> {
+        self.data.take()
+    }
+}
+
+impl Drop for Request<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            self.comm.shared.with(|s| s.release(id));
+        }
+    }
+}

@@ -1,0 +1,430 @@
+//! The two queues of MPI matching, with MPI's rules:
+//!
+//! - an arriving message goes to the *earliest posted* receive that matches its
+//!   (source, tag), wildcards included;
+//! - a posted receive takes the *earliest arrived* unexpected message that matches it.
+//!
+//! Together with the transport's per-pair order this gives non-overtaking order per
+//! (source, tag). Both sides are indexed so that the common cases are O(1): posted
+//! receives sit in one of four bucket families (exact, any source, any tag, both), so
+//! an arrival compares at most four queue fronts; unexpected messages sit in buckets per
+//! (source, tag), so an exact receive takes a front, a wildcard one compares fronts.
+//!
+//! A wildcard tag matches only user tags (>= 0): p2p's own traffic (negative tags) is
+//! never taken by a user's `ANY_TAG` receive.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
+
+use bulkwire_link::Rank;
+
+/// Order of posting or arrival.
+type Seq = u64;
+
+/// A multiplicative hasher for the posted-receive maps, whose keys (ranks and tags) come
+/// from this process's own posts: no hostile input, so no need for SipHash's cost.
+#[derive(Default, Clone, Copy)]
+pub struct FastHasher(u64);
+
+impl Hasher for FastHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(u64::from(i));
+    }
+    fn write_i32(&mut self, i: i32) {
+        self.write_u64(u64::from(i as u32));
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type Fast = BuildHasherDefault<FastHasher>;
+
+/// Empty buckets are kept (a stream of messages on one (source, tag) would otherwise
+/// allocate and free a queue per message) until there are this many, then swept.
+const EMPTY_BUCKETS: usize = 256;
+
+fn tag_matches(want: Option<i32>, tag: i32) -> bool {
+    match want {
+        Some(t) => t == tag,
+        None => tag >= 0,
+    }
+}
+
+/// Posted receives, in posting order, by what they match.
+#[derive(Default)]
+pub struct Posted<K> {
+    seq: Seq,
+    exact: HashMap<(Rank, i32), VecDeque<(Seq, K)>, Fast>,
+    any_src: HashMap<i32, VecDeque<(Seq, K)>, Fast>,
+    any_tag: HashMap<Rank, VecDeque<(Seq, K)>, Fast>,
+    any: VecDeque<(Seq, K)>,
+    len: usize,
+    /// Buckets emptied since the last sweep.
+    emptied: usize,
+}
+
+#[derive(Clone, Copy)]
+enum Family {
+    Exact(Rank, i32),
+    AnySrc(i32),
+    AnyTag(Rank),
+    Any,
+}
+
+impl<K: Copy + PartialEq> Posted<K> {
+    pub fn new() -> Posted<K> {
+        Posted {
+            seq: 0,
+            exact: HashMap::default(),
+            any_src: HashMap::default(),
+            any_tag: HashMap::default(),
+            any: VecDeque::new(),
+            len: 0,
+            emptied: 0,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Posts a receive for `src` (None: any) and `tag` (None: any user tag).
+    pub fn post(&mut self, src: Option<Rank>, tag: Option<i32>, k: K) {
+        let s = self.seq;
+        self.seq += 1;
+        self.len += 1;
+        let q = match (src, tag) {
+            (Some(r), Some(t)) => self.exact.entry((r, t)).or_default(),
+            (None, Some(t)) => self.any_src.entry(t).or_default(),
+            (Some(r), None) => self.any_tag.entry(r).or_default(),
+            (None, None) => &mut self.any,
+        };
+        q.push_back((s, k));
+    }
+
+    fn queue(&mut self, f: Family) -> Option<&mut VecDeque<(Seq, K)>> {
+        // Most programs use one or two families: an empty map costs no hashing.
+        match f {
+            Family::Exact(r, t) if !self.exact.is_empty() => self.exact.get_mut(&(r, t)),
+            Family::AnySrc(t) if !self.any_src.is_empty() => self.any_src.get_mut(&t),
+            Family::AnyTag(r) if !self.any_tag.is_empty() => self.any_tag.get_mut(&r),
+            Family::Any => Some(&mut self.any),
+            _ => None,
+        }
+    }
+
+    /// Notes that a bucket of family `f` may have emptied; sweeps empty buckets when many.
+    fn drop_if_empty(&mut self, f: Family) {
+        if matches!(f, Family::Any) || !self.queue(f).is_some_and(|q| q.is_empty()) {
+            return;
+        }
+        self.emptied += 1;
+        if self.emptied >= EMPTY_BUCKETS {
+            self.emptied = 0;
+            self.exact.retain(|_, q| !q.is_empty());
+            self.any_src.retain(|_, q| !q.is_empty());
+            self.any_tag.retain(|_, q| !q.is_empty());
+        }
+    }
+
+    /// Takes the earliest posted receive matching a message from `src` with `tag`.
+    pub fn take(&mut self, src: Rank, tag: i32) -> Option<K> {
+        let mut cands = [
+            Family::Exact(src, tag),
+            Family::AnySrc(tag),
+            Family::Any,
+            Family::Any,
+        ];
+        let mut n = 2;
+        if tag >= 0 {
+            cands[2] = Family::AnyTag(src);
+            cands[3] = Family::Any;
+            n = 4;
+        }
+        let mut best: Option<(Seq, Family)> = None;
+        for &f in &cands[..n] {
+            if let Some(&(s, _)) = self.queue(f).and_then(|q| q.front())
+                && best.is_none_or(|(b, _)| s < b)
+            {
+                best = Some((s, f));
+            }
+        }
+        let (_, f) = best?;
+        let k = self.queue(f)?.pop_front().map(|(_, k)| k);
+        self.drop_if_empty(f);
+        self.len -= 1;
+        k
+    }
+
+    /// Removes a posted receive (cancelled, or failed with its source).
+    pub fn remove(&mut self, src: Option<Rank>, tag: Option<i32>, k: K) -> bool {
+        let f = match (src, tag) {
+            (Some(r), Some(t)) => Family::Exact(r, t),
+            (None, Some(t)) => Family::AnySrc(t),
+            (Some(r), None) => Family::AnyTag(r),
+            (None, None) => Family::Any,
+        };
+        let Some(q) = self.queue(f) else {
+            return false;
+        };
+        let Some(i) = q.iter().position(|&(_, x)| x == k) else {
+            return false;
+        };
+        q.remove(i);
+        self.drop_if_empty(f);
+        self.len -= 1;
+        true
+    }
+
+    /// Removes every receive naming `src` (not the wildcards), in posting order.
+    pub fn drain_source(&mut self, src: Rank) -> Vec<K> {
+        let mut got: Vec<(Seq, K)> = Vec::new();
+        let keys: Vec<(Rank, i32)> = self.exact.keys().filter(|k| k.0 == src).copied().collect();
+        for key in keys {
+            got.extend(self.exact.remove(&key).unwrap_or_default());
+        }
+        got.extend(self.any_tag.remove(&src).unwrap_or_default());
+        got.sort_by_key(|&(s, _)| s);
+        self.len -= got.len();
+        got.into_iter().map(|(_, k)| k).collect()
+    }
+}
+
+/// A message that arrived before any receive matched it.
+pub struct Arrived<T> {
+    pub src: Rank,
+    pub tag: i32,
+    pub item: T,
+}
+
+/// Unexpected messages, in arrival order, bucketed by (source, tag).
+pub struct Unexpected<T> {
+    seq: Seq,
+    buckets: BTreeMap<(Rank, i32), VecDeque<(Seq, T)>>,
+    nprocs: u32,
+    len: usize,
+    /// Buckets emptied since the last sweep.
+    emptied: usize,
+}
+
+impl<T> Unexpected<T> {
+    pub fn new(nprocs: u32) -> Unexpected<T> {
+        Unexpected {
+            seq: 0,
+            buckets: BTreeMap::new(),
+            nprocs,
+            len: 0,
+            emptied: 0,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn push(&mut self, src: Rank, tag: i32, item: T) {
+        let s = self.seq;
+        self.seq += 1;
+        self.len += 1;
+        self.buckets
+            .entry((src, tag))
+            .or_default()
+            .push_back((s, item));
+    }
+
+    /// The bucket holding the earliest message matching (`src`, `tag`). Any message a
+    /// receive matches is preceded in its bucket only by messages it also matches, so the
+    /// answer is always a bucket's front.
+    fn find(&self, src: Option<Rank>, tag: Option<i32>) -> Option<(Rank, i32)> {
+        let front = |k: &(Rank, i32)| self.buckets.get(k).and_then(|q| q.front()).map(|f| f.0);
+        let mut best: Option<(Seq, (Rank, i32))> = None;
+        let mut consider = |s: Seq, k: (Rank, i32)| {
+            if best.is_none_or(|(b, _)| s < b) {
+                best = Some((s, k));
+            }
+        };
+        match (src, tag) {
+            (Some(r), Some(t)) => return front(&(r, t)).map(|_| (r, t)),
+            (Some(r), None) => {
+                for (k, q) in self.buckets.range((r, 0)..=(r, i32::MAX)) {
+                    if let Some(f) = q.front() {
+                        consider(f.0, *k);
+                    }
+                }
+            }
+            (None, Some(t)) => {
+                for r in 0..self.nprocs {
+                    if let Some(s) = front(&(r, t)) {
+                        consider(s, (r, t));
+                    }
+                }
+            }
+            (None, None) => {
+                for (k, q) in &self.buckets {
+                    if tag_matches(None, k.1)
+                        && let Some(f) = q.front()
+                    {
+                        consider(f.0, *k);
+                    }
+                }
+            }
+        }
+        best.map(|(_, k)| k)
+    }
+
+    /// Takes the earliest arrived message matching (`src`, `tag`).
+    pub fn take(&mut self, src: Option<Rank>, tag: Option<i32>) -> Option<Arrived<T>> {
+        let key = self.find(src, tag)?;
+        let q = self.buckets.get_mut(&key)?;
+        let (_, item) = q.pop_front()?;
+        if q.is_empty() {
+            self.emptied += 1;
+            if self.emptied >= EMPTY_BUCKETS {
+                self.emptied = 0;
+                self.buckets.retain(|_, q| !q.is_empty());
+            }
+        }
+        self.len -= 1;
+        Some(Arrived {
+            src: key.0,
+            tag: key.1,
+            item,
+        })
+    }
+
+    /// The earliest arrived message matching (`src`, `tag`), left in place.
+    pub fn peek(&self, src: Option<Rank>, tag: Option<i32>) -> Option<(Rank, i32, &T)> {
+        let key = self.find(src, tag)?;
+        self.buckets
+            .get(&key)
+            .and_then(|q| q.front())
+            .map(|f| (key.0, key.1, &f.1))
+    }
+
+    /// Every message still waiting, mutably (to fail those of a dead peer in place).
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (Rank, &mut T)> {
+        self.buckets
+            .iter_mut()
+            .flat_map(|(k, q)| q.iter_mut().map(move |(_, t)| (k.0, t)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arrival_takes_the_earliest_matching_post() {
+        let mut p: Posted<u32> = Posted::new();
+        p.post(Some(1), Some(5), 0);
+        p.post(None, None, 1);
+        p.post(None, Some(5), 2);
+        p.post(Some(1), None, 3);
+        p.post(Some(1), Some(5), 4);
+        assert_eq!(p.take(1, 5), Some(0));
+        assert_eq!(p.take(2, 9), Some(1));
+        assert_eq!(p.take(3, 5), Some(2));
+        assert_eq!(p.take(1, 5), Some(3));
+        assert_eq!(p.take(1, 5), Some(4));
+        assert_eq!(p.take(1, 5), None);
+        assert_eq!(p.len(), 0);
+        // Wildcard tags never take internal (negative) tags.
+        p.post(None, None, 7);
+        p.post(Some(0), None, 8);
+        assert_eq!(p.take(0, -2), None);
+        p.post(Some(0), Some(-2), 9);
+        assert_eq!(p.take(0, -2), Some(9));
+        assert!(p.remove(None, None, 7));
+        assert!(!p.remove(None, None, 7));
+        assert_eq!(p.drain_source(0), vec![8]);
+        assert_eq!(p.len(), 0);
+    }
+
+    #[test]
+    fn post_takes_the_earliest_matching_arrival() {
+        let mut u: Unexpected<u32> = Unexpected::new(4);
+        u.push(2, 1, 0);
+        u.push(1, 7, 1);
+        u.push(2, 7, 2);
+        u.push(1, 1, 3);
+        u.push(3, -4, 4);
+        assert_eq!(u.peek(None, Some(7)).map(|x| *x.2), Some(1));
+        assert_eq!(u.take(Some(2), None).map(|a| a.item), Some(0));
+        assert_eq!(u.take(None, Some(7)).map(|a| a.item), Some(1));
+        assert_eq!(
+            u.take(None, None).map(|a| (a.src, a.tag, a.item)),
+            Some((2, 7, 2))
+        );
+        assert_eq!(u.take(Some(1), Some(1)).map(|a| a.item), Some(3));
+        // Only an exact receive takes an internal tag.
+        assert!(u.take(None, None).is_none());
+        assert!(u.take(Some(3), None).is_none());
+        assert_eq!(u.take(Some(3), Some(-4)).map(|a| a.item), Some(4));
+        assert_eq!(u.len(), 0);
+    }
+
+    /// Random posts and arrivals against a linear-scan model of MPI matching.
+    #[test]
+    fn agrees_with_a_linear_model() {
+        let mut x: u64 = 12345;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for _ in 0..50 {
+            let mut posted: Posted<u32> = Posted::new();
+            let mut unexp: Unexpected<u32> = Unexpected::new(3);
+            let mut m_posted: Vec<(Option<Rank>, Option<i32>, u32)> = Vec::new();
+            let mut m_unexp: Vec<(Rank, i32, u32)> = Vec::new();
+            for id in 0..300u32 {
+                if rnd(2) == 0 {
+                    let src = (rnd(4) < 3).then(|| rnd(3) as Rank);
+                    let tag = (rnd(4) < 3).then(|| rnd(3) as i32);
+                    let model = m_unexp
+                        .iter()
+                        .position(|&(s, t, _)| src.is_none_or(|r| r == s) && tag_matches(tag, t))
+                        .map(|i| m_unexp.remove(i).2);
+                    let got = unexp.take(src, tag).map(|a| a.item);
+                    assert_eq!(got, model);
+                    if got.is_none() {
+                        posted.post(src, tag, id);
+                        m_posted.push((src, tag, id));
+                    }
+                } else {
+                    let (s, t) = (rnd(3) as Rank, rnd(3) as i32);
+                    let model = m_posted
+                        .iter()
+                        .position(|&(src, tag, _)| {
+                            src.is_none_or(|r| r == s) && tag_matches(tag, t)
+                        })
+                        .map(|i| m_posted.remove(i).2);
+                    let got = posted.take(s, t);
+                    assert_eq!(got, model);
+                    if got.is_none() {
+                        unexp.push(s, t, id);
+                        m_unexp.push((s, t, id));
+                    }
+                }
+            }
+        }
+    }
+}

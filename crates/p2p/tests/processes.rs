@@ -1,0 +1,336 @@
+//! p2p between real processes: jobs of `p2p-probe` started by self-spawn (the launcher
+//! library behind `bsprun`), over UDP with the job's protocol, bounded in time, with no
+//! process left behind.
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const PROBE: &str = env!("CARGO_BIN_EXE_p2p-probe");
+
+#[derive(Debug)]
+struct Out {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    elapsed: Duration,
+}
+
+impl Out {
+    fn lines(&self, prefix: &str) -> Vec<&str> {
+        self.stdout
+            .lines()
+            .filter(|l| l.starts_with(prefix))
+            .collect()
+    }
+}
+
+/// `key=value` of a result line, parsed.
+fn field<T: std::str::FromStr>(line: &str, key: &str) -> T {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{key}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key}= in {line:?}"))
+}
+
+/// Runs the probe with `args` and `env` in a clean job environment, killing it after
+/// `limit`; then checks that none of its processes is left.
+fn probe(args: &[&str], env: &[(&str, &str)], limit: Duration) -> Out {
+    let mark = format!("p2p-{}-{}", std::process::id(), rand_u64());
+    let mut c = Command::new(PROBE);
+    c.args(args)
+        .env("BWP2P_TEST_MARK", &mark)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("BULKWIRE_") || k.starts_with("SLURM_") || k.starts_with("OMPI_") {
+            c.env_remove(k);
+        }
+    }
+    c.envs(env.iter().copied());
+    let start = Instant::now();
+    let mut child = c.spawn().expect("spawn p2p-probe");
+    let mut so = child.stdout.take().unwrap();
+    let mut se = child.stderr.take().unwrap();
+    let to = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = so.read_to_string(&mut s);
+        s
+    });
+    let te = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = se.read_to_string(&mut s);
+        s
+    });
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > limit {
+            // Rank 0 is the launcher: its death takes the others (PR_SET_PDEATHSIG).
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{args:?} timed out after {limit:?}\nstdout:\n{}\nstderr:\n{}",
+                to.join().unwrap(),
+                te.join().unwrap()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let out = Out {
+        code: status.code(),
+        stdout: to.join().unwrap(),
+        stderr: te.join().unwrap(),
+        elapsed: start.elapsed(),
+    };
+    assert_no_leftovers(&mark);
+    out
+}
+
+fn rand_u64() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+/// No process carrying `mark` in its environment outlives the job (a second to go).
+fn assert_no_leftovers(mark: &str) {
+    let needle = format!("BWP2P_TEST_MARK={mark}");
+    let t0 = Instant::now();
+    loop {
+        let left: Vec<String> = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .bytes()
+                    .all(|b| b.is_ascii_digit())
+            })
+            .filter(|e| {
+                std::fs::read(e.path().join("environ"))
+                    .is_ok_and(|env| env.split(|&b| b == 0).any(|kv| kv == needle.as_bytes()))
+            })
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "left behind: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn ok(out: &Out) {
+    assert_eq!(out.code, Some(0), "{out:#?}");
+}
+
+/// Every rank got all its messages, in per-(source, tag) order and intact.
+fn check_mix(out: &Out, n: usize, msgs: usize) {
+    ok(out);
+    let lines = out.lines("mix ");
+    assert_eq!(lines.len(), n, "{out:#?}");
+    for l in lines {
+        let got: usize = field(l, "received");
+        assert_eq!(got, msgs * (n - 1), "{l}");
+    }
+}
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// Three processes, each with 3000 receives posted (exact, any-tag and fully wildcard)
+/// and 3000 sends outstanding at once, sizes 0 B to 200 KB.
+#[test]
+fn all_to_all_with_wildcards_thousands_outstanding() {
+    let out = probe(&["-n", "3", "mix", "1500", "200000"], &[], LIMIT);
+    check_mix(&out, 3, 1500);
+    // Local peers: rendezvous bodies went by single copy.
+    for l in out.lines("mix ") {
+        assert!(field::<u64>(l, "single_copy") > 0, "{l}");
+    }
+}
+
+/// Eager/rendezvous boundary from the environment: with BULKWIRE_EAGER=4096 the mix's
+/// 4095/4096/4097-byte messages straddle it; with 0 everything but empty messages goes by
+/// rendezvous, through the transport (single copy off).
+#[test]
+fn eager_limit_from_the_environment() {
+    for (eager, sc) in [("4096", "on"), ("0", "off"), ("1m", "off")] {
+        let env = [("BULKWIRE_EAGER", eager), ("BULKWIRE_SINGLE_COPY", sc)];
+        let out = probe(&["-n", "2", "mix", "200", "100000"], &env, LIMIT);
+        check_mix(&out, 2, 200);
+        for l in out.lines("mix ") {
+            let (e, r): (u64, u64) = (field(l, "eager"), field(l, "rndv"));
+            match eager {
+                // 200 messages, sizes cycling through 10 choices: 20 are empty.
+                "0" => assert_eq!(e, 20, "{l}: only the empty ones"),
+                "1m" => assert_eq!(r, 0, "{l}"),
+                _ => assert!(e > 100 && r > 50, "{l}"),
+            }
+            if sc == "off" {
+                assert_eq!(field::<u64>(l, "single_copy"), 0, "{l}");
+            }
+        }
+    }
+}
+
+/// Lossy network (5% of datagrams dropped on receipt), both recovering protocols, data
+/// forced through the transport: everything arrives, in order, intact.
+#[test]
+fn all_to_all_under_five_percent_loss_holefill_and_gbn() {
+    for proto in ["holefill", "gbn"] {
+        let env = [
+            ("BULKWIRE_FAULTS", "loss=0.05"),
+            ("BULKWIRE_PROTOCOL", proto),
+            ("BULKWIRE_SINGLE_COPY", "off"),
+            ("BULKWIRE_EAGER", "8k"),
+        ];
+        let out = probe(&["-n", "3", "mix", "150", "300000"], &env, LIMIT);
+        check_mix(&out, 3, 150);
+        eprintln!("{proto}: {:?}", out.elapsed);
+    }
+}
+
+#[test]
+fn sixty_four_mib_by_single_copy_and_through_the_transport() {
+    for sc in ["on", "off"] {
+        let out = probe(
+            &["-n", "2", "big", "64"],
+            &[("BULKWIRE_SINGLE_COPY", sc)],
+            LIMIT,
+        );
+        ok(&out);
+        let l = out.lines("big bytes=")[0];
+        assert_eq!(field::<u64>(l, "bytes"), 64 << 20);
+        assert_eq!(
+            field::<u64>(l, "single_copy"),
+            if sc == "on" { 1 } else { 0 },
+            "{l}"
+        );
+        assert_eq!(out.lines("big rank=1 echo_ok").len(), 1, "{out:#?}");
+        eprintln!("{l}");
+    }
+}
+
+#[test]
+fn sixteen_mib_under_loss() {
+    let env = [
+        ("BULKWIRE_FAULTS", "loss=0.05"),
+        ("BULKWIRE_SINGLE_COPY", "off"),
+    ];
+    let out = probe(&["-n", "2", "big", "16"], &env, LIMIT);
+    ok(&out);
+    eprintln!("{}", out.lines("big bytes=")[0]);
+}
+
+/// Seed 000 Fig. 4: after a long computation the pre-posted receive is already complete:
+/// the wait is small compared with the message's transfer time, for every size, by single
+/// copy and through the transport.
+#[test]
+fn overlap_wait_after_computing_is_small() {
+    for sc in ["on", "off"] {
+        let out = probe(
+            &[
+                "-n", "2", "overlap", "400", "8", "65536", "1048576", "16777216",
+            ],
+            &[("BULKWIRE_SINGLE_COPY", sc)],
+            LIMIT,
+        );
+        ok(&out);
+        let lines = out.lines("overlap ");
+        assert_eq!(lines.len(), 4, "{out:#?}");
+        for l in lines {
+            let (size, wait, transfer): (usize, f64, f64) = (
+                field(l, "size"),
+                field(l, "wait_us"),
+                field(l, "transfer_us"),
+            );
+            eprintln!("single_copy={sc} {l}");
+            assert!(field::<u64>(l, "takeovers") >= 1, "{l}");
+            // The loaded 2-core machine adds jitter: small messages get an absolute bound.
+            if size >= 1 << 20 {
+                assert!(wait < transfer / 4.0, "{l}");
+            }
+            assert!(wait < 2000.0, "{l}");
+        }
+    }
+}
+
+/// A peer killed while we wait on it: the wait ends at once with an error naming it (the
+/// launcher's failure notice), for a blocking receive and a pending rendezvous receive.
+#[test]
+fn killed_peer_ends_waits_with_an_error_naming_it() {
+    let out = probe(&["-n", "2", "die"], &[], LIMIT);
+    assert_ne!(out.code, Some(0));
+    let l = out.lines("die ")[0];
+    assert!(l.contains("rank 1 died (signal 9, SIGKILL)"), "{l}");
+    assert!(l.contains("peer=Some(1)"), "{l}");
+    assert!(field::<u64>(l, "after_ms") < 5000, "{l}");
+}
+
+/// A peer that stops answering (SIGSTOP: alive to the launcher, silent on the wire): the
+/// transport declares it dead after BULKWIRE_DEAD_AFTER_MS and the wait ends naming it.
+#[test]
+fn silent_peer_is_declared_dead_and_named() {
+    let out = probe(
+        &["-n", "2", "stop"],
+        &[("BULKWIRE_DEAD_AFTER_MS", "500")],
+        LIMIT,
+    );
+    assert_ne!(out.code, Some(0));
+    let l = out.lines("stop ")[0];
+    assert!(l.contains("rank 1 is dead"), "{l}");
+    assert!(l.contains("peer=Some(1)"), "{l}");
+    let ms: u64 = field(l, "after_ms");
+    assert!((400..5000).contains(&ms), "{l}");
+    assert!(
+        out.stderr.contains("rank 0 aborted: rank 1 stopped"),
+        "{out:#?}"
+    );
+}
+
+/// The kernel refuses process_vm_readv mid-job (non-dumpable sender, reader without
+/// CAP_SYS_PTRACE): the rendezvous falls back to the transport and the data arrives.
+#[test]
+fn refused_single_copy_falls_back_to_the_transport() {
+    let out = probe(&["-n", "2", "refuse"], &[], LIMIT);
+    ok(&out);
+    let l = out.lines("refuse ")[0];
+    assert!(l.contains("peers_before=[1]"), "{l}");
+    assert!(l.contains("peers_after=[]"), "{l}");
+    assert_eq!(field::<u64>(l, "refused"), 1, "{l}");
+    assert_eq!(field::<u64>(l, "single_copy"), 0, "{l}");
+    // The test knob: every read refused, all data still arrives.
+    let out = probe(
+        &["-n", "2", "big", "4"],
+        &[("BULKWIRE_SINGLE_COPY", "refuse")],
+        LIMIT,
+    );
+    ok(&out);
+    assert!(field::<u64>(out.lines("big bytes=")[0], "refused") >= 1);
+}
+
+/// Launched as `bsprun -n 4` launches (the launcher library behind it): the processes
+/// join through the job environment instead of spawning, and the job succeeds.
+#[test]
+fn launched_by_the_launcher_four_processes() {
+    let mark = format!("p2p-launch-{}-{}", std::process::id(), rand_u64());
+    let opts = bulkwire_launch::LaunchOpts {
+        timeout: Some(LIMIT),
+        env: vec![("BWP2P_TEST_MARK".into(), mark.clone().into())],
+        ..Default::default()
+    };
+    let args: Vec<std::ffi::OsString> = ["-n", "4", "mix", "300", "100000"]
+        .iter()
+        .map(Into::into)
+        .collect();
+    let outcome = bulkwire_launch::launch(4, PROBE, &args, &opts).unwrap();
+    assert!(outcome.success(), "{:?}", outcome.failures);
+    assert_no_leftovers(&mark);
+}

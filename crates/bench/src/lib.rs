@@ -10,6 +10,7 @@ pub mod group;
 pub mod kernels;
 pub mod mpi;
 pub mod netns;
+pub mod p2pk;
 pub mod pair;
 pub mod raw;
 pub mod report;

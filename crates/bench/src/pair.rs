@@ -15,6 +15,7 @@ use bulkwire_protocol::PeerStats;
 use serde::{Deserialize, Serialize};
 
 use crate::kernels::{self, Role};
+use crate::p2pk;
 use crate::raw::{self, RawChannel, RawTcp, RawUdp};
 
 /// What carries the messages.
@@ -25,6 +26,13 @@ pub enum Stack {
     /// A protocol of `bulkwire_protocol::PROTOCOLS` over a link (`udp`, `shm`, `auto`), or `tcp`:
     /// bulkwire's upper layers over kernel TCP (the link is then ignored).
     Proto { protocol: String, link: String },
+    /// The point-to-point library (`Comm`) over such a stack, with or without its progress
+    /// thread.
+    P2p {
+        protocol: String,
+        link: String,
+        progress: bool,
+    },
 }
 
 impl Stack {
@@ -34,6 +42,23 @@ impl Stack {
             Stack::Raw { link } => format!("raw {}", link.to_uppercase()),
             Stack::Proto { protocol, .. } if protocol == job::TCP => "bulkwire/tcp".into(),
             Stack::Proto { protocol, link } => format!("{protocol}/{link}"),
+            Stack::P2p {
+                protocol,
+                link,
+                progress,
+            } => {
+                let under = Stack::Proto {
+                    protocol: protocol.clone(),
+                    link: link.clone(),
+                }
+                .label();
+                let thread = if *progress {
+                    ""
+                } else {
+                    ", no progress thread"
+                };
+                format!("p2p over {under}{thread}")
+            }
         }
     }
 
@@ -41,7 +66,7 @@ impl Stack {
     pub fn lossy(&self) -> bool {
         match self {
             Stack::Raw { .. } => true,
-            Stack::Proto { protocol, .. } => protocol == "utopia",
+            Stack::Proto { protocol, .. } | Stack::P2p { protocol, .. } => protocol == "utopia",
         }
     }
 }
@@ -59,6 +84,13 @@ pub enum Measure {
     Bandwidth {
         sizes: Vec<usize>,
         warmup: usize,
+        reps: usize,
+    },
+    /// Seed 000's overlap: pre-post a receive, compute for `compute_ms`, wait; the waits.
+    /// Point-to-point stacks only.
+    Overlap {
+        sizes: Vec<usize>,
+        compute_ms: u64,
         reps: usize,
     },
 }
@@ -218,15 +250,23 @@ pub fn worker_main(args: &[OsString]) -> Result<(), String> {
                 }
             }
         }
+        Stack::P2p {
+            protocol,
+            link,
+            progress,
+        } => {
+            let mut cfg = bulkwire_p2p::Config::from_env().map_err(|e| e.to_string())?;
+            cfg.job = Some(job_config(protocol, link, faults)?);
+            if !progress {
+                cfg.progress = None;
+            }
+            let comm = bulkwire_p2p::Comm::from_control(ctl, cfg).map_err(|e| e.to_string())?;
+            let result = measure_p2p(&comm, role, &spec)?;
+            write_result(role, &result, out)?;
+            return comm.finalize().map_err(|e| e.to_string());
+        }
         Stack::Proto { protocol, link } => {
-            let mut cfg = JobConfig::from_env().map_err(|e| e.to_string())?;
-            cfg.protocol = Some(protocol.clone());
-            cfg.link = match link.as_str() {
-                "udp" => LinkKind::Udp,
-                "shm" => LinkKind::Shm,
-                _ => LinkKind::Auto,
-            };
-            cfg.faults = faults;
+            let cfg = job_config(protocol, link, faults)?;
             let (mut engine, _) =
                 job::connect_transport(&mut ctl, &cfg).map_err(|e| e.to_string())?;
             let result = measure_proto(&mut engine, role, &spec)?;
@@ -250,6 +290,81 @@ fn exchange(
         .map(|b| Card::from_bytes(b).and_then(|c| c.addrs.first().copied()))
         .collect::<Option<Vec<_>>>()
         .ok_or_else(|| "a peer published an unusable card".into())
+}
+
+/// The job configuration of a stack: the environment's, with its protocol, link and faults.
+fn job_config(protocol: &str, link: &str, faults: FaultConfig) -> Result<JobConfig, String> {
+    let mut cfg = JobConfig::from_env().map_err(|e| e.to_string())?;
+    cfg.protocol = Some(protocol.to_string());
+    cfg.link = match link {
+        "udp" => LinkKind::Udp,
+        "shm" => LinkKind::Shm,
+        _ => LinkKind::Auto,
+    };
+    cfg.faults = faults;
+    Ok(cfg)
+}
+
+fn measure_p2p(c: &bulkwire_p2p::Comm, role: Role, spec: &PairSpec) -> Result<PairResult, String> {
+    let peer = 1 - c.rank();
+    let label = spec.stack.label();
+    let mut points = Vec::new();
+    match &spec.measure {
+        Measure::Latency {
+            sizes,
+            warmup,
+            iters,
+        } => {
+            for &size in sizes {
+                let samples = p2pk::pingpong(c, role, peer, size, *warmup, *iters)
+                    .map_err(|x| format!("{label}: {size} B ping-pong: {x}"))?;
+                points.push(Point {
+                    size,
+                    samples,
+                    delivered: None,
+                });
+            }
+        }
+        Measure::Bandwidth {
+            sizes,
+            warmup,
+            reps,
+        } => {
+            for &size in sizes {
+                let w = window_for(size);
+                let s = p2pk::stream(c, role, peer, size, w, *warmup, *reps)
+                    .map_err(|x| format!("{label}: {size} B stream: {x}"))?;
+                points.push(stream_point(size, w, &s));
+            }
+        }
+        Measure::Overlap {
+            sizes,
+            compute_ms,
+            reps,
+        } => {
+            for &size in sizes {
+                let samples = p2pk::overlap(
+                    c,
+                    role,
+                    peer,
+                    size,
+                    Duration::from_millis(*compute_ms),
+                    *reps,
+                )
+                .map_err(|x| format!("{label}: {size} B overlap: {x}"))?;
+                points.push(Point {
+                    size,
+                    samples,
+                    delivered: None,
+                });
+            }
+        }
+    }
+    Ok(PairResult {
+        spec: spec.clone(),
+        points,
+        counters: None,
+    })
 }
 
 fn write_result(role: Role, result: &PairResult, out: &OsString) -> Result<(), String> {
@@ -296,6 +411,12 @@ fn measure_proto<T: Transport>(
                 points.push(stream_point(size, w, &s));
             }
         }
+        Measure::Overlap { .. } => {
+            return Err(format!(
+                "{}: the overlap benchmark needs the point-to-point layer",
+                spec.stack.label()
+            ));
+        }
     }
     Ok(PairResult {
         spec: spec.clone(),
@@ -333,6 +454,12 @@ fn measure_raw(r: &mut dyn RawChannel, role: Role, spec: &PairSpec) -> Result<Pa
                     .map_err(|x| format!("{}: {size} B stream: {x}", spec.stack.label()))?;
                 points.push(stream_point(size, w, &s));
             }
+        }
+        Measure::Overlap { .. } => {
+            return Err(format!(
+                "{}: the overlap benchmark needs the point-to-point layer",
+                spec.stack.label()
+            ));
         }
     }
     Ok(PairResult {

@@ -113,7 +113,7 @@ impl Series {
             label: r.spec.stack.label(),
             group: match r.spec.stack {
                 Stack::Raw { .. } => Group::Baseline,
-                Stack::Proto { .. } => Group::Bulkwire,
+                Stack::Proto { .. } | Stack::P2p { .. } => Group::Bulkwire,
             },
             points: r
                 .points
@@ -986,6 +986,325 @@ impl Suite {
             log_y: true,
             series: sec.series.clone(),
         });
+        sec
+    }
+
+    /// The point-to-point stacks of the overlap benchmark.
+    fn p2p_stacks(&self) -> Vec<Stack> {
+        let mut v: Vec<Stack> = bulkwire_protocol::PROTOCOLS
+            .iter()
+            .map(|p| Stack::P2p {
+                protocol: p.to_string(),
+                link: "udp".into(),
+                progress: true,
+            })
+            .collect();
+        v.push(Stack::P2p {
+            protocol: bulkwire_engine::job::TCP.into(),
+            link: "tcp".into(),
+            progress: true,
+        });
+        v.push(Stack::P2p {
+            protocol: "utopia".into(),
+            link: "shm".into(),
+            progress: true,
+        });
+        v.push(Stack::P2p {
+            protocol: "holefill".into(),
+            link: "udp".into(),
+            progress: false,
+        });
+        v
+    }
+
+    /// Number of runs [`Suite::overlap`] makes.
+    pub fn overlap_runs(&self) -> usize {
+        self.p2p_stacks().len() + 2
+    }
+
+    /// Seed 000 Fig. 4: pre-post a receive, compute, then wait; the wait against message
+    /// size, for every stack under the point-to-point layer, with and without its
+    /// progress thread, beside MPI.
+    pub fn overlap(&self) -> Section {
+        let sizes: Vec<usize> = self.pick(
+            vec![8, 64 << 10],
+            vec![8, 64 << 10, 1 << 20, 16 << 20],
+            vec![
+                8,
+                1 << 10,
+                16 << 10,
+                64 << 10,
+                256 << 10,
+                1 << 20,
+                4 << 20,
+                16 << 20,
+            ],
+        );
+        let compute_ms: u64 = self.pick(10, 100, 200);
+        let reps = self.pick(2, 5, 9);
+        let mut sec = Section::new(
+            "overlap",
+            "Overlap of computation and communication (seed 000 Fig. 4)",
+        );
+        let measure = Measure::Overlap {
+            sizes: sizes.clone(),
+            compute_ms,
+            reps,
+        };
+        for stack in self.p2p_stacks() {
+            (self.progress)(&format!("overlap: {}", stack.label()));
+            let spec = PairSpec {
+                stack: stack.clone(),
+                measure: measure.clone(),
+                faults: String::new(),
+            };
+            match pair::run(&self.exe, &spec, Duration::from_secs(900)) {
+                Ok(r) => {
+                    sec.series.push(Series::from_pair(&r));
+                    sec.results.push(r);
+                }
+                Err(e) => sec.skipped.push(format!("{}: {e}", stack.label())),
+            }
+        }
+        self.run_mpi(
+            "overlap",
+            2,
+            0,
+            reps,
+            compute_ms as f64 / 1e3,
+            &sizes,
+            &mut sec,
+        );
+        let mut header = vec!["stack".to_string()];
+        header.extend(sizes.iter().map(|&n| size_label(n)));
+        let mut t = Table {
+            title: format!(
+                "Wait after {compute_ms} ms of computation (us, median): pre-post, compute, wait"
+            ),
+            header,
+            rows: Vec::new(),
+            note: format!(
+                "Rank 0 posts a receive, tells rank 1 to send, computes {compute_ms} ms without \
+                 calling the library, then waits; {reps} repetitions. A wait near zero at every \
+                 size means the message arrived during the computation (seed 000: Utopia and \
+                 RMPP); a wait growing with the size means it did not (UDP and TCP there). \
+                 bulkwire's progress thread is what makes the difference: the row without it \
+                 is the same stack."
+            ),
+        };
+        for s in &sec.series {
+            let mut row = vec![s.label.clone()];
+            for &n in &sizes {
+                row.push(s.at(n).map_or("-".into(), us));
+            }
+            t.rows.push(row);
+        }
+        sec.tables = vec![t];
+        sec.charts.push(Chart {
+            file: "overlap.svg".into(),
+            title: "Wait after a long computation against message size".into(),
+            x_label: "message size (bytes)".into(),
+            y_label: "wait (us)".into(),
+            y_scale: 1e6,
+            log_x: true,
+            log_y: true,
+            series: sec.series.clone(),
+        });
+        sec
+    }
+
+    /// The stacks of the layers table: the same path (UDP, or shared memory) measured at
+    /// each level.
+    fn layer_stacks(&self) -> Vec<(&'static str, Stack)> {
+        vec![
+            ("link (raw UDP)", Stack::Raw { link: "udp".into() }),
+            (
+                "protocol (holefill over UDP)",
+                Stack::Proto {
+                    protocol: "holefill".into(),
+                    link: "udp".into(),
+                },
+            ),
+            (
+                "p2p (over holefill/UDP)",
+                Stack::P2p {
+                    protocol: "holefill".into(),
+                    link: "udp".into(),
+                    progress: true,
+                },
+            ),
+            (
+                "protocol (utopia over shared memory)",
+                Stack::Proto {
+                    protocol: "utopia".into(),
+                    link: "shm".into(),
+                },
+            ),
+            (
+                "p2p (over utopia/shm)",
+                Stack::P2p {
+                    protocol: "utopia".into(),
+                    link: "shm".into(),
+                    progress: true,
+                },
+            ),
+        ]
+    }
+
+    /// Number of runs [`Suite::layers`] makes.
+    pub fn layers_runs(&self) -> usize {
+        2 * self.layer_stacks().len() + 4
+    }
+
+    /// Seed 004 Table 3: latency, throughput and N/2 at each level of the stack.
+    pub fn layers(&self) -> Section {
+        let mut sec = Section::new(
+            "layers",
+            "Each level of the stack: latency, throughput, N/2 (seed 004 Table 3)",
+        );
+        let (warmup, iters) = self.pick((20, 100), (300, 3000), (2000, 20000));
+        let sizes: Vec<usize> = self.pick(
+            vec![1 << 10, 64 << 10],
+            vec![1 << 10, 16 << 10, 256 << 10, 1 << 20],
+            (10..=20).map(|k| 1usize << k).collect(),
+        );
+        let (bw_warmup, reps) = self.pick((1, 2), (1, 3), (2, 7));
+        let mut t = Table {
+            title: "Basic performance parameters at each level".into(),
+            header: [
+                "level",
+                "latency, 8 B half round trip (us)",
+                "throughput at the largest size (GB/s)",
+                "N/2 (Hockney)",
+            ]
+            .map(String::from)
+            .to_vec(),
+            rows: Vec::new(),
+            note: format!(
+                "Two processes on this host. Latency: median of {iters} ping-pongs. Throughput \
+                 and N/2: OSU streaming over {} to {}, Hockney fit. MPI rows: Open MPI's own \
+                 ping-pong and streaming, the top of its stack.",
+                size_label(sizes[0]),
+                size_label(*sizes.last().unwrap())
+            ),
+        };
+        let mut row_of = |name: String, lat: Option<f64>, bw: Option<(f64, f64)>| {
+            t.rows.push(vec![
+                name,
+                lat.map_or("-".into(), us),
+                bw.map_or("-".into(), |(r, _)| gbs(r)),
+                bw.map_or("-".into(), |(_, n)| size_label(n.round().max(0.0) as usize)),
+            ]);
+        };
+        for (name, stack) in self.layer_stacks() {
+            (self.progress)(&format!("layers: {name} latency"));
+            let lat = pair::run(
+                &self.exe,
+                &PairSpec {
+                    stack: stack.clone(),
+                    measure: Measure::Latency {
+                        sizes: vec![8],
+                        warmup,
+                        iters,
+                    },
+                    faults: String::new(),
+                },
+                Duration::from_secs(600),
+            );
+            (self.progress)(&format!("layers: {name} bandwidth"));
+            let bw = pair::run(
+                &self.exe,
+                &PairSpec {
+                    stack: stack.clone(),
+                    measure: Measure::Bandwidth {
+                        sizes: sizes.clone(),
+                        warmup: bw_warmup,
+                        reps,
+                    },
+                    faults: String::new(),
+                },
+                Duration::from_secs(600),
+            );
+            let lat_v = match &lat {
+                Ok(r) => Some(Summary::of(&r.points[0].samples).median),
+                Err(e) => {
+                    sec.skipped.push(format!("{name}: {e}"));
+                    None
+                }
+            };
+            let bw_v = match &bw {
+                Ok(r) => {
+                    let s = Series::from_pair(r);
+                    let pts: Vec<(f64, f64)> = s
+                        .points
+                        .iter()
+                        .map(|p| (p.size as f64, p.size as f64 / p.median))
+                        .collect();
+                    let top = s.points.last().map_or(f64::NAN, |p| p.median);
+                    Some((top, hockney(&pts).map_or(f64::NAN, |h| h.n_half)))
+                }
+                Err(e) => {
+                    sec.skipped.push(format!("{name}: {e}"));
+                    None
+                }
+            };
+            for r in [lat, bw].into_iter().flatten() {
+                sec.series.push(Series::from_pair(&r));
+                sec.results.push(r);
+            }
+            row_of(name.to_string(), lat_v, bw_v);
+        }
+        for net in [MpiNet::Shm, MpiNet::Tcp] {
+            let mpi = match self.mpi() {
+                Ok(m) => m,
+                Err(e) => {
+                    sec.skipped.push(format!("MPI: {e}"));
+                    break;
+                }
+            };
+            (self.progress)(&format!("layers: MPI {}", net.label()));
+            let lat = mpi.run(
+                "latency",
+                2,
+                net,
+                warmup,
+                iters,
+                0.0,
+                &[8],
+                Duration::from_secs(600),
+            );
+            (self.progress)(&format!("layers: MPI {} bandwidth", net.label()));
+            let bw = mpi.run(
+                "bandwidth",
+                2,
+                net,
+                bw_warmup,
+                reps,
+                64.0,
+                &sizes,
+                Duration::from_secs(600),
+            );
+            let name = format!("MPI ({} {})", short_mpi(&mpi.version), net.label());
+            let lat_v = lat.as_ref().ok().map(|v| v[0].median);
+            let bw_v = bw.as_ref().ok().map(|v| {
+                let pts: Vec<(f64, f64)> = v
+                    .iter()
+                    .map(|p| (p.size as f64, p.size as f64 / p.median))
+                    .collect();
+                (
+                    v.last().map_or(f64::NAN, |p| p.median),
+                    hockney(&pts).map_or(f64::NAN, |h| h.n_half),
+                )
+            });
+            for r in [lat, bw] {
+                match r {
+                    Ok(v) => sec.mpi.extend(v),
+                    Err(e) => sec.skipped.push(format!("{name}: {e}")),
+                }
+            }
+            row_of(name, lat_v, bw_v);
+        }
+        sec.tables = vec![t];
         sec
     }
 

@@ -333,7 +333,8 @@ impl Comm {
             Some(j) => j.clone(),
             None => JobConfig::from_env().map_err(|e| Error::Config(e.to_string()))?,
         };
-        let (engine, info) = job::connect(&mut ctl, &jc).map_err(|e| match e {
+        // Any stack: a protocol over a link, or kernel TCP (`BULKWIRE_PROTOCOL=tcp`).
+        let (engine, info) = job::connect_transport(&mut ctl, &jc).map_err(|e| match e {
             bulkwire_engine::Error::JobFailed(m) => Error::JobFailed {
                 rank: None,
                 message: m,
@@ -351,7 +352,7 @@ impl Comm {
         let w = waker.clone();
         job.on_failure(move |_| w());
         let policy = engine.policy();
-        let mut state = State::new(Box::new(engine), cfg.settings(), &info.local, &vm);
+        let mut state = State::new(engine, cfg.settings(), &info.local, &vm);
         state.set_job(job.clone());
         Ok(Comm::build(
             state,

@@ -71,7 +71,15 @@ fn smoke_suite_writes_a_complete_report() {
         .iter()
         .map(|s| s["name"].as_str().unwrap())
         .collect();
-    for want in ["latency", "bandwidth", "alltoall", "exchange", "loss"] {
+    for want in [
+        "latency",
+        "bandwidth",
+        "layers",
+        "alltoall",
+        "overlap",
+        "exchange",
+        "loss",
+    ] {
         assert!(
             names.contains(&want),
             "section {want} missing from {names:?}"

@@ -66,12 +66,18 @@ enum Experiment {
     Exchange,
     /// Client/server wait against bit-error rate per protocol (seed 000 Fig. 5 and 6).
     Loss,
+    /// Pre-post, compute, wait: the wait against message size (seed 000 Fig. 4).
+    Overlap,
+    /// Latency, throughput and N/2 at each level of the stack (seed 004 Table 3).
+    Layers,
 }
 
-const ALL: [Experiment; 5] = [
+const ALL: [Experiment; 7] = [
     Experiment::Latency,
     Experiment::Bandwidth,
+    Experiment::Layers,
     Experiment::Alltoall,
+    Experiment::Overlap,
     Experiment::Exchange,
     Experiment::Loss,
 ];
@@ -83,6 +89,8 @@ impl Experiment {
             Experiment::Alltoall => s.alltoall_runs(),
             Experiment::Exchange => s.exchange_runs(),
             Experiment::Loss => s.loss_runs(),
+            Experiment::Overlap => s.overlap_runs(),
+            Experiment::Layers => s.layers_runs(),
         }
     }
 
@@ -93,6 +101,8 @@ impl Experiment {
             Experiment::Alltoall => s.alltoall(),
             Experiment::Exchange => s.exchange(),
             Experiment::Loss => s.loss(),
+            Experiment::Overlap => s.overlap(),
+            Experiment::Layers => s.layers(),
         }
     }
 }

@@ -127,7 +127,7 @@ pub trait Transport: Send {
                 idle_since = now;
                 continue;
             }
-            if now - idle_since < spin || self.has_unsent() {
+            if now.saturating_sub(idle_since) < spin || self.has_unsent() {
                 if policy.yield_cpu {
                     std::thread::yield_now();
                 } else {

@@ -239,6 +239,14 @@ impl Transport for Engine {
         self.ep.protocol().accept(now, from, id);
     }
 
+    fn hold_colour(&mut self, hold: u8) {
+        self.ep.protocol().hold_colour(hold);
+    }
+
+    fn queued_bytes(&self, peer: Rank) -> u64 {
+        self.ep.queued_bytes(peer)
+    }
+
     fn peer_stats(&self, peer: Rank) -> PeerStats {
         self.ep.peer_stats(peer)
     }

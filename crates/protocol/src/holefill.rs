@@ -1886,7 +1886,10 @@ mod tests {
             .unwrap();
         let r = out(&mut c, 20 * US);
         give(&mut a, 30 * US, &r[0]);
-        assert!(a.outstanding(1), "colour 5 does not free a packet held at 5");
+        assert!(
+            a.outstanding(1),
+            "colour 5 does not free a packet held at 5"
+        );
         c.set_colour(6);
         c.send(40 * US, 0, Bytes::from_static(b"c6"), false)
             .unwrap();

@@ -181,7 +181,8 @@ impl Bsp {
     pub fn end(self) -> Result<(), BspError> {
         let pid = self.pid();
         let launched = self.launched;
-        self.rt.end()?;
+        self.rt.end_sync()?;
+        self.rt.finish()?;
         if launched && pid != 0 {
             std::process::exit(0);
         }

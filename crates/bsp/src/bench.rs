@@ -77,13 +77,13 @@ pub fn measure(rt: &Runtime, cfg: &BenchConfig) -> Result<BenchResult, BspError>
     rt.with(|c| c.push_reg(addr, words * 8));
     rt.sync()?;
     let superstep = |c: &mut Core, h: usize| -> Result<(), BspError> {
-        for i in 0..h {
+        for (i, v) in src.iter().enumerate().take(h) {
             let (to, at) = if p == 1 {
                 (0, i)
             } else {
                 ((s + 1 + i % (p - 1)) % p, s + (i / (p - 1)) * p)
             };
-            c.put("bsp_put", to as u32, &src[i].to_le_bytes(), addr, at * 8)?;
+            c.put("bsp_put", to as u32, &v.to_le_bytes(), addr, at * 8)?;
         }
         c.sync(false)
     };

@@ -840,10 +840,8 @@ impl Core {
             Schedule::Pid => (0..p).filter(|&d| d != me).map(|d| d as u32).collect(),
         };
         x.order.retain(|&d| outgoing[d as usize].is_some());
-        for d in 0..p {
-            if outgoing[d].is_none() {
-                x.fed[d] = true;
-            }
+        for (fed, o) in x.fed.iter_mut().zip(&outgoing) {
+            *fed = o.is_none();
         }
         let r = self.wait(|c| c.poll_exchange(&mut x, &mut outgoing));
         for s in 0..p {

@@ -41,16 +41,27 @@ impl Runtime {
     /// mpirun), or starts one of `p` processes with itself as pid 0. Under a launcher of
     /// N processes the computation has min(p, N) processes; the others wait here for it
     /// to end and exit with status 0.
+    ///
+    /// Only pid 0's `p` counts: with `bsp_init` the other processes run the SPMD function
+    /// before `main` has computed it (the standard's example reads it from input).
     pub fn begin(p: u32) -> Result<Runtime, BspError> {
-        if p == 0 {
+        let spawned = matches!(bulkwire_launch::job_env(), Ok(Some(e)) if e.rank > 0);
+        if p == 0 && !spawned {
             return Err(BspError::Misuse(
                 "bsp_begin: the number of processes must be at least 1".into(),
             ));
         }
         let cfg = Config::from_env()?;
         let jcfg = JobConfig::from_env().map_err(|e| BspError::Config(e.to_string()))?;
-        let mut ctl = self_spawn(p)?;
-        let p = p.min(ctl.nprocs());
+        let mut ctl = self_spawn(p.max(1))?;
+        let asked = ctl.allgather(&p.to_le_bytes())?;
+        let p0 = asked
+            .first()
+            .and_then(|b| <[u8; 4]>::try_from(b.as_slice()).ok())
+            .map(u32::from_le_bytes)
+            .filter(|&n| n > 0)
+            .ok_or_else(|| BspError::Protocol("pid 0 sent no process count".into()))?;
+        let p = p0.min(ctl.nprocs());
         let (engine, _) = job::connect(&mut ctl, &jcfg)?;
         let state = ctl.state();
         if ctl.rank() >= p {
@@ -133,11 +144,18 @@ impl Runtime {
         self.with(|c| c.sync(false)).map_err(|e| self.explain(e))
     }
 
-    /// `bsp_end`: the last superstep ends (its communication is delivered), every process
-    /// checks that all others ended too, and the job's part of this process is over.
-    /// With `BULKWIRE_STATS=1`, pid 0 prints the packet statistics of every process.
-    /// The caller decides what happens next (the C ABI exits all processes but pid 0).
-    pub fn end(self) -> Result<(), BspError> {
+    /// `bsp_end`, first half: the last superstep ends (its communication is delivered)
+    /// and every process checks that all the others are ending too. A misuse found here
+    /// leaves the runtime intact, for [`Runtime::fail`].
+    pub fn end_sync(&self) -> Result<(), BspError> {
+        self.with(|c| c.sync(true)).map_err(|e| self.explain(e))
+    }
+
+    /// `bsp_end`, second half (after [`Runtime::end_sync`]): waits until every process
+    /// has passed the last barrier, prints the statistics (pid 0, `BULKWIRE_STATS=1`) and
+    /// leaves the job. The caller decides what happens next (the C ABI exits all
+    /// processes but pid 0).
+    pub fn finish(self) -> Result<(), BspError> {
         let Runtime {
             shared,
             ctl,
@@ -148,10 +166,6 @@ impl Runtime {
             job,
             ..
         } = self;
-        let r = shared.with(|c| c.sync(true));
-        if let Err(e) = r {
-            return Err(explain_with(&job, e));
-        }
         let blob = if cfg.stats {
             shared.with(|c| stats::Snapshot::of(c).encode())
         } else {
@@ -159,7 +173,7 @@ impl Runtime {
         };
         match ctl {
             Some(mut ctl) => {
-                // Everyone has passed the last barrier once this exchange completes, so
+                // Once this exchange completes everyone has passed the last barrier, so
                 // nobody needs our transport any more.
                 let all = ctl
                     .allgather(&blob)
@@ -183,6 +197,19 @@ impl Runtime {
                 shared
                     .with(|c| c.flush(Duration::from_secs(1)))
                     .map_err(|e| explain_with(&job, e))
+            }
+        }
+    }
+
+    /// Reports an error of [`Runtime::finish`] (the job failed, or the launcher is gone)
+    /// and exits with the job's status.
+    pub fn finish_failed(e: BspError) -> ! {
+        IN_JOB.store(false, Ordering::SeqCst);
+        match e {
+            BspError::JobFailed { exit_code, .. } => std::process::exit(exit_code.max(1)),
+            e => {
+                let _ = writeln!(std::io::stderr(), "bsp_end: {e}");
+                std::process::exit(1)
             }
         }
     }

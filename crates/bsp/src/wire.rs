@@ -293,8 +293,11 @@ pub fn reduce_msg(step: u32, round: u8, rows: &[Option<Vec<u8>>]) -> Vec<u8> {
     buf
 }
 
-/// Decodes a REDUCE message of a job of `p` processes: its round and `(pid, row bytes)`.
-pub fn parse_reduce(msg: &[u8], p: u32) -> Option<(u8, Vec<(u32, &[u8])>)> {
+/// The rows a REDUCE message carries: `(pid, row bytes)`.
+pub type Rows<'a> = Vec<(u32, &'a [u8])>;
+
+/// Decodes a REDUCE message of a job of `p` processes: its round and rows.
+pub fn parse_reduce(msg: &[u8], p: u32) -> Option<(u8, Rows<'_>)> {
     let mut r = Reader::at(msg, HEAD);
     let round = r.u8()?;
     let n = r.size()?;

@@ -774,6 +774,11 @@ impl Core {
     fn exchange(&mut self, step: u32, rows: &[Row]) -> Result<(), BspError> {
         let p = self.p as usize;
         let me = self.pid as usize;
+        if self.out[me].buf.is_empty() && rows.iter().all(|r| r.sends.is_empty()) {
+            // Nobody communicates: the barrier was the whole superstep.
+            self.queue = Queue::default();
+            return Ok(());
+        }
         let outs = std::mem::replace(&mut self.out, (0..p).map(|_| Outbox::default()).collect());
         let mut x = Exchange {
             step,

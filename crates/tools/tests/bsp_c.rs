@@ -41,6 +41,13 @@ fn program(name: &str) -> PathBuf {
     if let Some(p) = map.get(name) {
         return p.clone();
     }
+    let lib = Path::new(BSPCC).with_file_name("libbulkwire.a");
+    assert!(
+        lib.exists(),
+        "{} is missing: run `cargo build --profile test -p bulkwire-capi` before the tests \
+         (.ci/test does)",
+        lib.display()
+    );
     let example = !source_dir(false).join(format!("{name}.c")).exists();
     let dir = source_dir(example);
     let exe = out_dir().join(name);

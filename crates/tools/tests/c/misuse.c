@@ -63,6 +63,19 @@ int main(int argc, char **argv) {
             bsp_pop_reg(x);
         }
         bsp_sync();
+    } else if (!strcmp(c, "push_swapped")) {
+        /* The same number of registrations, different variables in a different order:
+         * BSPlib cannot tell, but the put that follows overflows the remote area. */
+        static char big[16], small[4];
+        if (s == 0) {
+            bsp_push_reg(big, sizeof big);
+            bsp_push_reg(small, sizeof small);
+        } else {
+            bsp_push_reg(small, sizeof small);
+            bsp_push_reg(big, sizeof big);
+        }
+        bsp_sync();
+        if (s == 0) bsp_put(1 % p, big, big, 0, sizeof big);
     } else if (!strcmp(c, "pop_mismatch")) {
         int y;
         bsp_push_reg(&y, sizeof y);

@@ -123,10 +123,10 @@ struct Exchange {
     queue: Queue,
 }
 
-/// One BSP process: registrations, the superstep's outgoing data, the message queue, and
-/// the transport. Lives behind [`bulkwire_engine::progress::Shared`].
+/// The user side of one BSP process: registrations, the superstep's outgoing data and the
+/// message queue. Only user calls touch it, so recording a put costs no more than an
+/// uncontended lock; the transport side ([`Net`]) is shared with the progress thread.
 pub struct Core {
-    t: Box<dyn Transport>,
     pid: u32,
     p: u32,
     cfg: Config,
@@ -137,21 +137,30 @@ pub struct Core {
     tagsize: usize,
     next_tagsize: Option<usize>,
     queue: Queue,
+    pub counters: Counters,
+}
+
+/// The transport side of one BSP process: what the progress thread may drive while the
+/// program computes. Lives behind [`bulkwire_engine::progress::Shared`].
+pub struct Net {
+    t: Box<dyn Transport>,
+    p: u32,
+    /// The superstep of the process: messages of it and of the next are valid.
+    step: u32,
     /// Messages taken from the transport, not consumed yet: (sender, bytes).
     inbox: VecDeque<(u32, Vec<u8>)>,
     /// An error met by the progress thread, reported at the next sync.
     failure: Option<BspError>,
-    pub counters: Counters,
 }
 
 impl Core {
     /// A process of a BSP computation of `p` processes over `t` (which may connect more
-    /// ranks; those at `p` and above are not used).
-    pub fn new(mut t: Box<dyn Transport>, p: u32, cfg: Config) -> Core {
+    /// ranks; those at `p` and above are not used): its user side and its transport side.
+    pub fn new(mut t: Box<dyn Transport>, p: u32, cfg: Config) -> (Core, Net) {
         let pid = t.rank();
         // Colours from the first barrier on; until then nothing is freed implicitly.
         t.set_colour(0);
-        Core {
+        let core = Core {
             pid,
             p,
             cfg,
@@ -161,11 +170,16 @@ impl Core {
             tagsize: 0,
             next_tagsize: None,
             queue: Queue::default(),
+            counters: Counters::default(),
+        };
+        let net = Net {
+            t,
+            p,
+            step: 0,
             inbox: VecDeque::new(),
             failure: None,
-            counters: Counters::default(),
-            t,
-        }
+        };
+        (core, net)
     }
 
     pub fn pid(&self) -> u32 {
@@ -174,14 +188,6 @@ impl Core {
 
     pub fn nprocs(&self) -> u32 {
         self.p
-    }
-
-    pub fn transport(&self) -> &dyn Transport {
-        &*self.t
-    }
-
-    pub fn transport_mut(&mut self) -> &mut dyn Transport {
-        &mut *self.t
     }
 
     fn check_pid(&self, call: &str, pid: u32) -> Result<(), BspError> {
@@ -472,108 +478,19 @@ impl Core {
         self.queue.pop();
     }
 
-    /// An error the progress thread met, if any.
-    fn take_failure(&mut self) -> Result<(), BspError> {
-        match self.failure.take() {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
-    }
-
-    /// Moves the transport's events into the inbox, checking each message's header.
-    /// True if any arrived.
-    fn drain_events(&mut self) -> Result<bool, BspError> {
-        let mut any = false;
-        while let Some(e) = self.t.poll_event() {
-            match e {
-                Event::Message { from, data, .. } => {
-                    let ok = from < self.p
-                        && wire::head(&data).is_some_and(|(k, s)| {
-                            (wire::REDUCE..=wire::REPLY).contains(&k)
-                                && (s == self.step || s == self.step.wrapping_add(1))
-                        });
-                    if !ok {
-                        return Err(BspError::Protocol(format!(
-                            "pid {from} sent a message that is not of this superstep ({}) \
-                             or the next: is it running the same program?",
-                            self.step
-                        )));
-                    }
-                    self.inbox.push_back((from, data));
-                    any = true;
-                }
-                // Announcing protocols (rmpp) wait for a posted receive; BSP takes all.
-                Event::Announce { from, id, .. } => self.t.accept(from, id),
-                Event::Sent { .. } => {}
-                Event::PeerDead { peer, silent_for } => {
-                    return Err(BspError::Transport(bulkwire_engine::Error::PeerDead {
-                        peer,
-                        silent_for,
-                    }));
-                }
-            }
-        }
-        Ok(any)
-    }
-
-    /// Drives the transport until `poll` says done: spinning, then blocking, as
-    /// `Transport::wait_for` does, and ending with an error as soon as the job fails.
-    fn wait(
-        &mut self,
-        mut poll: impl FnMut(&mut Core) -> Result<Poll, BspError>,
-    ) -> Result<(), BspError> {
-        let policy = self.t.policy();
-        let spin = policy.spin.as_nanos() as Time;
-        let mut idle_since = self.t.now();
-        loop {
-            let deadline = match poll(self)? {
-                Poll::Done => return Ok(()),
-                Poll::Wait(d) => d,
-            };
-            self.t.check()?;
-            let prog = self.t.step()?;
-            let arrived = self.drain_events()?;
-            let now = self.t.now();
-            if prog.any() || arrived || deadline.is_some_and(|d| now >= d) {
-                idle_since = now;
-                continue;
-            }
-            if now - idle_since < spin || self.t.has_unsent() {
-                if policy.yield_cpu {
-                    std::thread::yield_now();
-                } else {
-                    std::hint::spin_loop();
-                }
-                continue;
-            }
-            let timeout = deadline.map(|d| Duration::from_nanos(d.saturating_sub(now)));
-            self.t.block(timeout)?;
-            idle_since = self.t.now();
-        }
-    }
-
-    /// Takes the first inbox message `want` accepts.
-    fn take(&mut self, mut want: impl FnMut(u32, u8, u32) -> bool) -> Option<(u32, Vec<u8>)> {
-        let i = self
-            .inbox
-            .iter()
-            .position(|(from, m)| wire::head(m).is_some_and(|(k, s)| want(*from, k, s)))?;
-        self.inbox.remove(i)
-    }
-
     /// Ends the superstep (`bsp_sync`, or `bsp_end` with `ending`).
-    pub fn sync(&mut self, ending: bool) -> Result<(), BspError> {
-        self.take_failure()?;
+    pub fn sync(&mut self, n: &mut Net, ending: bool) -> Result<(), BspError> {
+        n.take_failure()?;
         let step = self.step;
         // This sync's barrier messages carry the colour of the barriers passed, but only a
         // process past the next barrier proves everyone has them (docs/bsp.md).
-        self.t.hold_colour(step.wrapping_add(1) as u8);
+        n.t.hold_colour(step.wrapping_add(1) as u8);
         self.fill_deferred();
         let row = self.my_row(ending);
-        let rows = self.reduce(step, row)?;
+        let rows = self.reduce(n, step, row)?;
         self.check_rows(&rows)?;
-        self.t.set_colour(step.wrapping_add(1) as u8);
-        self.exchange(step, &rows)?;
+        n.t.set_colour(step.wrapping_add(1) as u8);
+        self.exchange(n, step, &rows)?;
         let me = self.pid as usize;
         let pushes: Vec<Vec<u64>> = rows
             .iter()
@@ -594,6 +511,7 @@ impl Core {
         }
         self.next_tagsize = None;
         self.step = step.wrapping_add(1);
+        n.step = self.step;
         self.counters.supersteps += 1;
         Ok(())
     }
@@ -627,7 +545,7 @@ impl Core {
     }
 
     /// The barrier: dissemination of every process's row.
-    fn reduce(&mut self, step: u32, row: Row) -> Result<Vec<Row>, BspError> {
+    fn reduce(&mut self, n: &mut Net, step: u32, row: Row) -> Result<Vec<Row>, BspError> {
         let p = self.p;
         let me = self.pid;
         let mut known: Vec<Option<Vec<u8>>> = vec![None; p as usize];
@@ -640,18 +558,18 @@ impl Core {
             let to = (me + dist) % p;
             let from = (me + p - dist) % p;
             let msg = wire::reduce_msg(step, round, &known);
-            self.t.send(to, Bytes::from(msg), false)?;
-            self.t.expect(from, true);
+            n.t.send(to, Bytes::from(msg), false)?;
+            n.t.expect(from, true);
             let mut got = None;
-            let r = self.wait(|c| {
-                got = c.take(|f, k, s| f == from && k == wire::REDUCE && s == step);
+            let r = n.wait(|n| {
+                got = n.take(|f, k, s| f == from && k == wire::REDUCE && s == step);
                 Ok(if got.is_some() {
                     Poll::Done
                 } else {
                     Poll::Wait(None)
                 })
             });
-            self.t.expect(from, false);
+            n.t.expect(from, false);
             r?;
             let (_, msg) = got.expect("the wait ended with a message");
             let bad = || BspError::Protocol(format!("pid {from} sent a malformed barrier message"));
@@ -771,7 +689,7 @@ impl Core {
     }
 
     /// The data phase of the superstep: send by schedule, serve gets, receive, write.
-    fn exchange(&mut self, step: u32, rows: &[Row]) -> Result<(), BspError> {
+    fn exchange(&mut self, n: &mut Net, step: u32, rows: &[Row]) -> Result<(), BspError> {
         let p = self.p as usize;
         let me = self.pid as usize;
         if self.out[me].buf.is_empty() && rows.iter().all(|r| r.sends.is_empty()) {
@@ -805,9 +723,9 @@ impl Core {
             queue: Queue::default(),
         };
         for (s, row) in rows.iter().enumerate() {
-            for &(d, n, g) in &row.sends {
+            for &(d, bytes, g) in &row.sends {
                 if d as usize == me {
-                    x.expect[s] = n;
+                    x.expect[s] = bytes;
                     x.owes[s] = g;
                     x.senders_left += 1;
                 }
@@ -826,7 +744,7 @@ impl Core {
         let (own, _) = std::mem::take(&mut bufs[me]);
         if !own.is_empty() {
             self.counters.bytes_local += own.len() as u64;
-            self.on_data(&mut x, me as u32, own)?;
+            self.on_data(n, &mut x, me as u32, own)?;
         }
         if x.reply_left[me] > 0 {
             return Err(BspError::Protocol(
@@ -834,7 +752,7 @@ impl Core {
             ));
         }
         for s in 0..p {
-            self.update_waiting(&mut x, s);
+            self.update_waiting(n, &mut x, s);
         }
         let mut outgoing: Vec<Option<(Vec<u8>, Vec<usize>)>> = bufs
             .into_iter()
@@ -848,11 +766,11 @@ impl Core {
         for (fed, o) in x.fed.iter_mut().zip(&outgoing) {
             *fed = o.is_none();
         }
-        let r = self.wait(|c| c.poll_exchange(&mut x, &mut outgoing));
+        let r = n.wait(|n| self.poll_exchange(n, &mut x, &mut outgoing));
         for s in 0..p {
             if x.waiting[s] {
                 x.waiting[s] = false;
-                self.t.expect(s as u32, false);
+                n.t.expect(s as u32, false);
             }
         }
         r?;
@@ -860,35 +778,36 @@ impl Core {
         Ok(())
     }
 
-    fn update_waiting(&mut self, x: &mut Exchange, s: usize) {
+    fn update_waiting(&self, n: &mut Net, x: &mut Exchange, s: usize) {
         let w = s != self.pid as usize && (x.got[s] < x.expect[s] || x.reply_left[s] > 0);
         if w != x.waiting[s] {
             x.waiting[s] = w;
-            self.t.expect(s as u32, w);
+            n.t.expect(s as u32, w);
         }
     }
 
     fn poll_exchange(
         &mut self,
+        n: &mut Net,
         x: &mut Exchange,
         outgoing: &mut [Option<(Vec<u8>, Vec<usize>)>],
     ) -> Result<Poll, BspError> {
         let step = x.step;
         while let Some((from, m)) =
-            self.take(|_, k, s| s == step && (k == wire::DATA || k == wire::REPLY))
+            n.take(|_, k, s| s == step && (k == wire::DATA || k == wire::REPLY))
         {
             let kind = m[0];
             self.counters.bytes_in += m.len() as u64;
             if kind == wire::DATA {
-                self.on_data(x, from, m)?;
+                self.on_data(n, x, from, m)?;
             } else {
-                self.on_reply(x, from, m)?;
+                self.on_reply(n, x, from, m)?;
             }
         }
         if x.senders_left == 0 && !x.applied {
             self.apply(x)?;
         }
-        let deadline = self.feed(x, outgoing)?;
+        let deadline = self.feed(n, x, outgoing)?;
         let fed_all = x.next >= x.order.len() && x.cur.is_none();
         if fed_all && x.senders_left == 0 && x.replies_left == 0 {
             return Ok(Poll::Done);
@@ -900,12 +819,13 @@ impl Core {
     /// to try again if the rate cap holds us back.
     fn feed(
         &mut self,
+        n: &mut Net,
         x: &mut Exchange,
         outgoing: &mut [Option<(Vec<u8>, Vec<usize>)>],
     ) -> Result<Option<Time>, BspError> {
         loop {
             if let Some(d) = x.draining {
-                if self.t.queued_bytes(d) > 0 {
+                if n.t.queued_bytes(d) > 0 {
                     return Ok(None);
                 }
                 x.draining = None;
@@ -923,7 +843,7 @@ impl Core {
             let start = chunks[*k];
             let end = chunks.get(*k + 1).copied().unwrap_or(whole.len());
             if let Some(rate) = self.cfg.rate {
-                let now = self.t.now();
+                let now = n.t.now();
                 if now < x.next_send_at {
                     return Ok(Some(x.next_send_at));
                 }
@@ -934,27 +854,33 @@ impl Core {
             *k += 1;
             let last = *k == chunks.len();
             self.counters.bytes_out += chunk.len() as u64;
-            self.t.send(d, chunk, false)?;
+            n.t.send(d, chunk, false)?;
             x.sent[d as usize] = true;
             if last {
                 x.cur = None;
                 x.fed[d as usize] = true;
                 x.draining = Some(d);
-                self.maybe_end_phase(x, d as usize);
+                Self::maybe_end_phase(n, x, d as usize);
             }
         }
     }
 
     /// The last message of the superstep to `d` has been queued: ask for its ack.
-    fn maybe_end_phase(&mut self, x: &mut Exchange, d: usize) {
+    fn maybe_end_phase(n: &mut Net, x: &mut Exchange, d: usize) {
         if !x.ended[d] && x.sent[d] && x.fed[d] && (!x.owes[d] || x.got[d] == x.expect[d]) {
             x.ended[d] = true;
-            self.t.end_phase(d as u32);
+            n.t.end_phase(d as u32);
         }
     }
 
     /// A DATA chunk from `from`: serve its gets now, keep it to write its puts later.
-    fn on_data(&mut self, x: &mut Exchange, from: u32, m: Vec<u8>) -> Result<(), BspError> {
+    fn on_data(
+        &mut self,
+        n: &mut Net,
+        x: &mut Exchange,
+        from: u32,
+        m: Vec<u8>,
+    ) -> Result<(), BspError> {
         let s = from as usize;
         let me = self.pid as usize;
         if s != me {
@@ -987,18 +913,18 @@ impl Core {
         if let Some(rep) = reply {
             if s == me {
                 self.counters.bytes_local += (rep.len() - wire::HEAD) as u64;
-                self.on_reply(x, from, rep)?;
+                self.on_reply(n, x, from, rep)?;
             } else {
                 self.counters.bytes_out += rep.len() as u64;
-                self.t.send(from, Bytes::from(rep), false)?;
+                n.t.send(from, Bytes::from(rep), false)?;
                 x.sent[s] = true;
             }
         }
         x.data.push((from, m));
         if s != me && x.got[s] == x.expect[s] {
             x.senders_left -= 1;
-            self.update_waiting(x, s);
-            self.maybe_end_phase(x, s);
+            self.update_waiting(n, x, s);
+            Self::maybe_end_phase(n, x, s);
         }
         Ok(())
     }
@@ -1030,19 +956,25 @@ impl Core {
 
     /// Values for our gets from `from`: written once every get of the superstep has been
     /// served, i.e. once all data has arrived.
-    fn on_reply(&mut self, x: &mut Exchange, from: u32, m: Vec<u8>) -> Result<(), BspError> {
+    fn on_reply(
+        &mut self,
+        n: &mut Net,
+        x: &mut Exchange,
+        from: u32,
+        m: Vec<u8>,
+    ) -> Result<(), BspError> {
         let s = from as usize;
-        let n = (m.len() - wire::HEAD) as u64;
-        if n > x.reply_left[s] {
+        let len = (m.len() - wire::HEAD) as u64;
+        if len > x.reply_left[s] {
             return Err(BspError::Protocol(format!(
                 "pid {from} answered more get bytes than were asked for"
             )));
         }
-        x.reply_left[s] -= n;
+        x.reply_left[s] -= len;
         if x.reply_left[s] == 0 && s != self.pid as usize {
             x.replies_left -= 1;
         }
-        self.update_waiting(x, s);
+        self.update_waiting(n, x, s);
         if x.applied {
             Self::write_reply(x, s, &m[wire::HEAD..]);
         } else {
@@ -1113,6 +1045,105 @@ impl Core {
         }
         Ok(())
     }
+}
+
+impl Net {
+    pub fn transport(&self) -> &dyn Transport {
+        &*self.t
+    }
+
+    pub fn transport_mut(&mut self) -> &mut dyn Transport {
+        &mut *self.t
+    }
+
+    /// An error the progress thread met, if any.
+    fn take_failure(&mut self) -> Result<(), BspError> {
+        match self.failure.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Moves the transport's events into the inbox, checking each message's header.
+    /// True if any arrived.
+    fn drain_events(&mut self) -> Result<bool, BspError> {
+        let mut any = false;
+        while let Some(e) = self.t.poll_event() {
+            match e {
+                Event::Message { from, data, .. } => {
+                    let ok = from < self.p
+                        && wire::head(&data).is_some_and(|(k, s)| {
+                            (wire::REDUCE..=wire::REPLY).contains(&k)
+                                && (s == self.step || s == self.step.wrapping_add(1))
+                        });
+                    if !ok {
+                        return Err(BspError::Protocol(format!(
+                            "pid {from} sent a message that is not of this superstep ({}) \
+                             or the next: is it running the same program?",
+                            self.step
+                        )));
+                    }
+                    self.inbox.push_back((from, data));
+                    any = true;
+                }
+                // Announcing protocols (rmpp) wait for a posted receive; BSP takes all.
+                Event::Announce { from, id, .. } => self.t.accept(from, id),
+                Event::Sent { .. } => {}
+                Event::PeerDead { peer, silent_for } => {
+                    return Err(BspError::Transport(bulkwire_engine::Error::PeerDead {
+                        peer,
+                        silent_for,
+                    }));
+                }
+            }
+        }
+        Ok(any)
+    }
+
+    /// Drives the transport until `poll` says done: spinning, then blocking, as
+    /// `Transport::wait_for` does, and ending with an error as soon as the job fails.
+    fn wait(
+        &mut self,
+        mut poll: impl FnMut(&mut Net) -> Result<Poll, BspError>,
+    ) -> Result<(), BspError> {
+        let policy = self.t.policy();
+        let spin = policy.spin.as_nanos() as Time;
+        let mut idle_since = self.t.now();
+        loop {
+            let deadline = match poll(self)? {
+                Poll::Done => return Ok(()),
+                Poll::Wait(d) => d,
+            };
+            self.t.check()?;
+            let prog = self.t.step()?;
+            let arrived = self.drain_events()?;
+            let now = self.t.now();
+            if prog.any() || arrived || deadline.is_some_and(|d| now >= d) {
+                idle_since = now;
+                continue;
+            }
+            if now - idle_since < spin || self.t.has_unsent() {
+                if policy.yield_cpu {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+                continue;
+            }
+            let timeout = deadline.map(|d| Duration::from_nanos(d.saturating_sub(now)));
+            self.t.block(timeout)?;
+            idle_since = self.t.now();
+        }
+    }
+
+    /// Takes the first inbox message `want` accepts.
+    fn take(&mut self, mut want: impl FnMut(u32, u8, u32) -> bool) -> Option<(u32, Vec<u8>)> {
+        let i = self
+            .inbox
+            .iter()
+            .position(|(from, m)| wire::head(m).is_some_and(|(k, s)| want(*from, k, s)))?;
+        self.inbox.remove(i)
+    }
 
     /// Sends nothing more and waits (at most `timeout`) until the transport has delivered
     /// everything sent; for runs without a launcher, whose `end` has no other way to know
@@ -1136,7 +1167,7 @@ impl Exchange {
     }
 }
 
-impl Service for Core {
+impl Service for Net {
     fn progress(&mut self) -> bool {
         if self.failure.is_some() {
             return false;

@@ -3,8 +3,8 @@
 //! keeps one `Runtime` per process; the safe Rust API ([`crate::Bsp`]) wraps one.
 
 use std::io::Write;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bulkwire_engine::Transport;
@@ -13,7 +13,7 @@ use bulkwire_engine::progress::Shared;
 use bulkwire_launch::{Control, Failure, JobState, LaunchError, self_spawn};
 
 use crate::config::Config;
-use crate::core::Core;
+use crate::core::{Core, Net};
 use crate::{BspError, stats};
 
 /// Set between `bsp_begin` and `bsp_end`: a failure notice then ends the process even if
@@ -26,8 +26,14 @@ const WATCHDOG: Duration = Duration::from_secs(2);
 
 /// One process of a BSP computation.
 pub struct Runtime {
-    shared: Shared<Core>,
-    ctl: Option<Control>,
+    /// The user side: only user calls take it (cheap, uncontended).
+    core: Mutex<Core>,
+    /// The transport side, shared with the progress thread; gone after `finish`.
+    shared: Mutex<Option<Shared<Net>>>,
+    /// The job's control connection (none over a given transport, or after `finish`).
+    ctl: Mutex<Option<Control>>,
+    /// `bsp_end` has begun: calls from now on are outside the computation.
+    ended: AtomicBool,
     job: Option<Arc<JobState>>,
     pid: u32,
     p: u32,
@@ -91,7 +97,7 @@ impl Runtime {
         });
         IN_JOB.store(true, Ordering::SeqCst);
         let mut rt = Runtime::build(Box::new(engine), p, cfg);
-        rt.ctl = Some(ctl);
+        rt.ctl = Mutex::new(Some(ctl));
         rt.job = Some(state);
         Ok(rt)
     }
@@ -106,11 +112,17 @@ impl Runtime {
     fn build(t: Box<dyn Transport>, p: u32, cfg: Config) -> Runtime {
         let waker = t.waker();
         let protocol = t.protocol_name();
-        let core = Core::new(t, p, cfg.clone());
+        let (core, net) = Core::new(t, p, cfg.clone());
         let pid = core.pid();
         Runtime {
-            shared: Shared::new(core, waker, Shared::<Core>::interval_from_env()),
-            ctl: None,
+            core: Mutex::new(core),
+            shared: Mutex::new(Some(Shared::new(
+                net,
+                waker,
+                Shared::<Net>::interval_from_env(),
+            ))),
+            ctl: Mutex::new(None),
+            ended: AtomicBool::new(false),
             job: None,
             pid,
             p,
@@ -133,70 +145,89 @@ impl Runtime {
         self.start.elapsed().as_secs_f64()
     }
 
-    /// Runs `f` on the process's state, as a user call (the progress thread steps aside).
+    /// Runs `f` on the process's user side (registrations, outgoing data, queue).
     #[inline]
     pub fn with<R>(&self, f: impl FnOnce(&mut Core) -> R) -> R {
-        self.shared.with(f)
+        f(&mut lock(&self.core))
+    }
+
+    /// Runs `f` on the transport, as a user call (the progress thread steps aside);
+    /// `None` after `bsp_end`.
+    pub fn with_transport<R>(&self, f: impl FnOnce(&mut dyn Transport) -> R) -> Option<R> {
+        let g = lock(&self.shared);
+        g.as_ref().map(|sh| sh.with(|n| f(n.transport_mut())))
+    }
+
+    /// Whether `bsp_end` has begun.
+    #[inline]
+    pub fn ended(&self) -> bool {
+        self.ended.load(Ordering::Relaxed)
+    }
+
+    fn sync_ending(&self, ending: bool) -> Result<(), BspError> {
+        let mut core = lock(&self.core);
+        let g = lock(&self.shared);
+        let Some(sh) = g.as_ref() else {
+            return Err(BspError::Misuse("bsp_sync: called after bsp_end".into()));
+        };
+        sh.with(|n| core.sync(n, ending))
     }
 
     /// `bsp_sync`.
     pub fn sync(&self) -> Result<(), BspError> {
-        self.with(|c| c.sync(false)).map_err(|e| self.explain(e))
+        self.sync_ending(false).map_err(|e| self.explain(e))
     }
 
     /// `bsp_end`, first half: the last superstep ends (its communication is delivered)
     /// and every process checks that all the others are ending too. A misuse found here
     /// leaves the runtime intact, for [`Runtime::fail`].
     pub fn end_sync(&self) -> Result<(), BspError> {
-        self.with(|c| c.sync(true)).map_err(|e| self.explain(e))
+        self.ended.store(true, Ordering::SeqCst);
+        self.sync_ending(true).map_err(|e| self.explain(e))
     }
 
     /// `bsp_end`, second half (after [`Runtime::end_sync`]): waits until every process
     /// has passed the last barrier, prints the statistics (pid 0, `BULKWIRE_STATS=1`) and
     /// leaves the job. The caller decides what happens next (the C ABI exits all
     /// processes but pid 0).
-    pub fn finish(self) -> Result<(), BspError> {
-        let Runtime {
-            shared,
-            ctl,
-            pid,
-            cfg,
-            protocol,
-            p,
-            job,
-            ..
-        } = self;
-        let blob = if cfg.stats {
-            shared.with(|c| stats::Snapshot::of(c).encode())
+    pub fn finish(&self) -> Result<(), BspError> {
+        self.ended.store(true, Ordering::SeqCst);
+        let Some(shared) = lock(&self.shared).take() else {
+            return Err(BspError::Misuse("bsp_end: called twice".into()));
+        };
+        let blob = if self.cfg.stats {
+            let core = lock(&self.core);
+            shared.with(|n| stats::Snapshot::of(&core, n).encode())
         } else {
             Vec::new()
         };
+        let ctl = lock(&self.ctl).take();
         match ctl {
             Some(mut ctl) => {
                 // Once this exchange completes everyone has passed the last barrier, so
                 // nobody needs our transport any more.
                 let all = ctl
                     .allgather(&blob)
-                    .map_err(|e| explain_with(&job, e.into()))?;
+                    .map_err(|e| explain_with(&self.job, e.into()))?;
                 drop(shared);
                 IN_JOB.store(false, Ordering::SeqCst);
-                if pid == 0 && cfg.stats {
+                if self.pid == 0 && self.cfg.stats {
                     let snaps: Vec<stats::Snapshot> = all
                         .iter()
-                        .take(p as usize)
+                        .take(self.p as usize)
                         .filter_map(|b| stats::Snapshot::decode(b))
                         .collect();
-                    let table = stats::table(protocol, &snaps);
+                    let table = stats::table(self.protocol, &snaps);
                     let _ = std::io::stderr().lock().write_all(table.as_bytes());
                 }
-                ctl.finish(0).map_err(|e| explain_with(&job, e.into()))
+                ctl.finish(0).map_err(|e| explain_with(&self.job, e.into()))
             }
             None => {
                 // Without a launcher, wait (briefly) for the transport to deliver the
                 // last messages before it goes away.
                 shared
-                    .with(|c| c.flush(Duration::from_secs(1)))
-                    .map_err(|e| explain_with(&job, e))
+                    .with(|n| n.flush(Duration::from_secs(1)))
+                    .map_err(|e| explain_with(&self.job, e))
             }
         }
     }
@@ -223,7 +254,9 @@ impl Runtime {
     /// `bsp_abort`: stops every process; the launcher prints `msg` once. Exits with
     /// status 1.
     pub fn abort(&self, msg: &str) -> ! {
-        abort_job(self.ctl.as_ref(), self.pid, msg)
+        // try_lock: a thread stuck in bsp_end's final exchange must not stop an abort.
+        let ctl = self.ctl.try_lock().ok();
+        abort_job(ctl.as_ref().and_then(|g| g.as_ref()), self.pid, msg)
     }
 
     /// Ends this process after `e` met `call`: a misuse or another error aborts the job
@@ -270,6 +303,11 @@ fn explain_with(job: &Option<Arc<JobState>>, e: BspError) -> BspError {
         },
         (e, _) => e,
     }
+}
+
+/// Poison-tolerant lock: a panic elsewhere must not turn every later call into one.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Aborts the job with `msg` (through the launcher when there is one) and exits 1.

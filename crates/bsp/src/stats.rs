@@ -4,7 +4,7 @@
 
 use bulkwire_protocol::{PeerStats, Stats};
 
-use crate::core::{Core, Counters};
+use crate::core::{Core, Counters, Net};
 
 /// One process's figures, as pid 0 gathers them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -18,8 +18,8 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    pub fn of(c: &Core) -> Snapshot {
-        let t = c.transport();
+    pub fn of(c: &Core, n: &Net) -> Snapshot {
+        let t = n.transport();
         let peers: Vec<PeerStats> = (0..t.nprocs())
             .filter(|&r| r != t.rank())
             .map(|r| t.peer_stats(r))

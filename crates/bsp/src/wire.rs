@@ -238,9 +238,13 @@ impl Row {
         if n >= p as usize {
             return None;
         }
-        let mut sends = Vec::with_capacity(n);
+        let mut sends: Vec<(u32, u64, bool)> = Vec::with_capacity(n);
         for _ in 0..n {
             let d = u32::try_from(r.var()?).ok().filter(|&d| d < p)?;
+            // Strictly ascending: a destination listed twice would be waited for twice.
+            if sends.last().is_some_and(|l| l.0 >= d) {
+                return None;
+            }
             let v = r.var()?;
             sends.push((d, v >> 1, v & 1 == 1));
         }
@@ -346,6 +350,13 @@ mod tests {
             "destination 3 is not in a job of 3"
         );
         assert_eq!(Row::decode(&b[..b.len() - 1], 4), None);
+        let twice = Row {
+            sends: vec![(1, 1, false), (1, 2, false)],
+            ..Row::default()
+        };
+        let mut t = Vec::new();
+        twice.encode(&mut t);
+        assert_eq!(Row::decode(&t, 4), None, "a destination listed twice");
         let mut longer = b.clone();
         longer.push(0);
         assert_eq!(Row::decode(&longer, 4), None);

@@ -432,10 +432,11 @@ fn a_superstep_costs_one_message_each_way_at_two_processes() {
             bsp.sync().unwrap();
         }
         let rt = bsp.runtime();
-        rt.with(|c| {
-            let st = c.transport().peer_stats(1 - c.pid());
-            (c.counters.supersteps, st.messages_sent)
-        })
+        let pid = rt.pid();
+        let sent = rt
+            .with_transport(|t| t.peer_stats(1 - pid).messages_sent)
+            .unwrap();
+        (rt.with(|c| c.counters.supersteps), sent)
     });
     for (steps, msgs) in r {
         assert_eq!(steps, 100);

@@ -7,15 +7,27 @@
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::io::Write;
-use std::sync::{RwLock, RwLockReadGuard};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 use bulkwire_bsp::bench::{BenchConfig, measure};
 use bulkwire_bsp::{BspError, Runtime};
 
-static RT: RwLock<Option<Runtime>> = RwLock::new(None);
+/// The process's runtime, from `bsp_begin` on. It is leaked, never freed: `bsp_end`
+/// empties it and marks it ended, so a call from another thread at any moment finds
+/// either a live runtime or an ended one, never freed memory, and the hot path is one
+/// atomic load.
+static RT: AtomicPtr<Runtime> = AtomicPtr::new(std::ptr::null_mut());
 
-fn read() -> RwLockReadGuard<'static, Option<Runtime>> {
-    RT.read().unwrap_or_else(|e| e.into_inner())
+/// Serialises `bsp_begin` (two threads beginning at once).
+static BEGIN: Mutex<()> = Mutex::new(());
+
+/// The runtime if the computation is running.
+#[inline]
+fn current() -> Option<&'static Runtime> {
+    // SAFETY: a non-null pointer came from Box::into_raw and is never freed.
+    let rt = unsafe { RT.load(Ordering::Acquire).as_ref()? };
+    (!rt.ended()).then_some(rt)
 }
 
 /// Ends the process for a call made outside `bsp_begin` ... `bsp_end`.
@@ -31,8 +43,7 @@ fn outside(call: &str) -> ! {
 /// Runs `f` on the runtime; an error ends the job (see [`Runtime::fail`]).
 #[inline]
 fn with<R>(call: &str, f: impl FnOnce(&Runtime) -> Result<R, BspError>) -> R {
-    let g = read();
-    let Some(rt) = g.as_ref() else { outside(call) };
+    let Some(rt) = current() else { outside(call) };
     match f(rt) {
         Ok(r) => r,
         Err(e) => rt.fail(call, e),
@@ -106,16 +117,17 @@ pub extern "C" fn bsp_begin(maxprocs: c_int) {
             "the number of processes must be at least 1, got {maxprocs}"
         ));
     }
-    let mut g = RT.write().unwrap_or_else(|e| e.into_inner());
-    if g.is_some() {
-        drop(g);
-        with("bsp_begin", |_| {
-            misuse::<()>("bsp_begin: called twice".into())
-        });
-        return;
+    let _g = BEGIN.lock().unwrap_or_else(|e| e.into_inner());
+    if !RT.load(Ordering::Acquire).is_null() {
+        if current().is_some() {
+            with("bsp_begin", |_| {
+                misuse::<()>("bsp_begin: called twice".into())
+            });
+        }
+        fatal("called again after bsp_end".into());
     }
     match Runtime::begin(maxprocs.max(0) as u32) {
-        Ok(rt) => *g = Some(rt),
+        Ok(rt) => RT.store(Box::into_raw(Box::new(rt)), Ordering::Release),
         // Another process failed while this one joined: the launcher has said why.
         Err(BspError::JobFailed { exit_code, .. }) => std::process::exit(exit_code.max(1)),
         Err(bulkwire_bsp::BspError::Launch(bulkwire_launch::LaunchError::JobFailed(f))) => {
@@ -127,15 +139,8 @@ pub extern "C" fn bsp_begin(maxprocs: c_int) {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn bsp_end() {
-    let rt = {
-        let mut g = RT.write().unwrap_or_else(|e| e.into_inner());
-        match g.take() {
-            Some(rt) => rt,
-            None => {
-                drop(g);
-                outside("bsp_end")
-            }
-        }
+    let Some(rt) = current() else {
+        outside("bsp_end")
     };
     if let Err(e) = rt.end_sync() {
         rt.fail("bsp_end", e);
@@ -185,7 +190,7 @@ pub unsafe extern "C" fn bulkwire_bsp_abort_message(msg: *const c_char) -> ! {
         // SAFETY: the C shim passes a NUL-terminated buffer.
         unsafe { CStr::from_ptr(msg) }.to_string_lossy()
     };
-    match read().as_ref() {
+    match current() {
         Some(rt) => rt.abort(&text),
         None => bulkwire_bsp::abort_job(None, 0, &text),
     }
@@ -193,7 +198,7 @@ pub unsafe extern "C" fn bulkwire_bsp_abort_message(msg: *const c_char) -> ! {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn bsp_nprocs() -> c_int {
-    match read().as_ref() {
+    match current() {
         Some(rt) => rt.nprocs() as c_int,
         None => bulkwire_bsp::available_processors().min(c_int::MAX as u32) as c_int,
     }
@@ -201,12 +206,12 @@ pub extern "C" fn bsp_nprocs() -> c_int {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn bsp_pid() -> c_int {
-    read().as_ref().map_or(0, |rt| rt.pid() as c_int)
+    current().map_or(0, |rt| rt.pid() as c_int)
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn bsp_time() -> f64 {
-    read().as_ref().map_or(0.0, |rt| rt.time())
+    current().map_or(0.0, |rt| rt.time())
 }
 
 #[unsafe(no_mangle)]

@@ -24,8 +24,12 @@ int main(int argc, char **argv) {
     for (int q = 0; q < p; q++) bsp_put(q, &one, seen, s * (int)sizeof(int), sizeof one);
     bsp_sync();
     for (int q = 0; q < p; q++) CHECK_EQ(seen[q], 1);
+    /* bsp_end ends the last superstep like a sync: these puts arrive. */
+    int last = 100 + s;
+    bsp_put(0, &last, seen, s * (int)sizeof(int), sizeof last);
     if (s == 0) printf("basics ok p=%d\n", p);
     bsp_end();
+    for (int q = 0; q < p; q++) CHECK_EQ(seen[q], 100 + q);
     printf("only pid 0 after bsp_end\n");
     return 0;
 }

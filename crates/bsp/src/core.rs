@@ -5,7 +5,7 @@
 //! 1. **Repackaging.** Every put, get request and send of the superstep to one destination
 //!    is already one message (cut into chunks only under a rate cap); the protocol cuts it
 //!    into full packets.
-//! 2. **Reduction = barrier.** Each process's [`Row`] (whom it sends how many bytes, and its
+//! 2. **Reduction = barrier.** Each process's row (whom it sends how many bytes, and its
 //!    collective calls) is spread by dissemination: in round r a process sends everything it
 //!    knows to `pid + 2^r` and learns from `pid - 2^r`, so after ceil(log2 p) rounds every
 //!    process holds every row. That is the OR-reduction of the destination rows, and it is
@@ -498,7 +498,7 @@ impl Core {
                 r.ops
                     .iter()
                     .filter_map(|op| match *op {
-                        RegOp::Push(n) => Some(n),
+                        RegOp::Push(size) => Some(size),
                         RegOp::Pop(_) => None,
                     })
                     .collect()

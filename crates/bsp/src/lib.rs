@@ -6,7 +6,7 @@
 //!   sync can never write under a live borrow.
 //! - [`Runtime`] and [`core::Core`]: the raw, address-based calls the C ABI
 //!   (`bulkwire-capi`, `bsp.h`) is built on.
-//! - [`bench`]: bspbench's g and l.
+//! - [`mod@bench`]: bspbench's g and l.
 //!
 //! Environment: `BULKWIRE_BSP_SCHEDULE=latin|pid`, `BULKWIRE_BSP_RATE`,
 //! `BULKWIRE_BSP_CHUNK`, `BULKWIRE_STATS=1` ([`Config`]), plus the transport's

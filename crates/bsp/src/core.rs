@@ -80,6 +80,9 @@ pub struct Counters {
     pub bytes_local: u64,
 }
 
+/// How long a wait spins without yielding the CPU (when processes do not outnumber cores).
+const YIELD_AFTER: Time = 50_000;
+
 /// What a wait loop's poll says.
 enum Poll {
     Done,
@@ -1122,8 +1125,12 @@ impl Net {
                 idle_since = now;
                 continue;
             }
-            if now - idle_since < spin || self.t.has_unsent() {
-                if policy.yield_cpu {
+            let idle = now - idle_since;
+            if idle < spin || self.t.has_unsent() {
+                // Past a short wait, give the core away on every turn: when something
+                // else holds the other core, the peer we wait for may be queued behind
+                // us on this one, and a pure spin would cost it the whole budget.
+                if policy.yield_cpu || idle > YIELD_AFTER {
                     std::thread::yield_now();
                 } else {
                     std::hint::spin_loop();

@@ -481,6 +481,14 @@ impl Core {
         self.queue.pop();
     }
 
+    /// Frees what the computation held (messages, outgoing data, registrations): after
+    /// `bsp_end` pid 0 goes on without it.
+    pub fn release(&mut self) {
+        self.queue = Queue::default();
+        self.out = (0..self.p).map(|_| Outbox::default()).collect();
+        self.regs = Regs::default();
+    }
+
     /// Ends the superstep (`bsp_sync`, or `bsp_end` with `ending`).
     pub fn sync(&mut self, n: &mut Net, ending: bool) -> Result<(), BspError> {
         n.take_failure()?;

@@ -201,6 +201,7 @@ impl Runtime {
         } else {
             Vec::new()
         };
+        lock(&self.core).release();
         let ctl = lock(&self.ctl).take();
         match ctl {
             Some(mut ctl) => {

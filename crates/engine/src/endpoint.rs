@@ -244,6 +244,18 @@ impl Endpoint {
         self.proto.outstanding(peer) || self.pending.iter().any(|t| t.dst == peer)
     }
 
+    /// Bytes for `peer` not yet handed to the link: queued in the protocol and not cut
+    /// into packets, or cut and waiting for room in the link.
+    pub fn queued_bytes(&self, peer: Rank) -> u64 {
+        self.proto.queued_bytes(peer)
+            + self
+                .pending
+                .iter()
+                .filter(|t| t.dst == peer)
+                .map(|t| t.payload.len() as u64)
+                .sum::<u64>()
+    }
+
     /// Whether packets are waiting for room in the link.
     pub fn has_unsent(&self) -> bool {
         !self.pending.is_empty() || !self.control.is_empty()

@@ -202,7 +202,11 @@ impl Transport for Engine {
             self.last_now = self.now();
         }
         let p = self.ep.step(self.last_now)?;
-        self.idle_steps = if p.any() { 0 } else { self.idle_steps.wrapping_add(1) };
+        self.idle_steps = if p.any() {
+            0
+        } else {
+            self.idle_steps.wrapping_add(1)
+        };
         Ok(p)
     }
 
@@ -295,6 +299,14 @@ impl Transport for Engine {
     fn set_auto_accept(&mut self, on: bool) {
         let now = self.now();
         self.ep.protocol().set_auto_accept(now, on);
+    }
+
+    fn hold_colour(&mut self, hold: u8) {
+        self.ep.protocol().hold_colour(hold);
+    }
+
+    fn queued_bytes(&self, peer: Rank) -> u64 {
+        self.ep.queued_bytes(peer)
     }
 
     fn peer_stats(&self, peer: Rank) -> PeerStats {

@@ -76,6 +76,15 @@ pub trait Transport: Send {
     /// layers that post no receives (BSP, collectives). Other transports never announce.
     fn set_auto_accept(&mut self, _on: bool) {}
 
+    /// BSP: see [`bulkwire_protocol::Protocol::hold_colour`].
+    fn hold_colour(&mut self, _hold: u8) {}
+
+    /// Bytes for `peer` not handed to the network yet (0 when unknown): BSP pacing feeds
+    /// one destination at a time.
+    fn queued_bytes(&self, _peer: Rank) -> u64 {
+        0
+    }
+
     /// Statistics for `peer`.
     fn peer_stats(&self, peer: Rank) -> PeerStats;
 
@@ -222,6 +231,12 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     }
     fn set_auto_accept(&mut self, on: bool) {
         (**self).set_auto_accept(on)
+    }
+    fn hold_colour(&mut self, hold: u8) {
+        (**self).hold_colour(hold)
+    }
+    fn queued_bytes(&self, peer: Rank) -> u64 {
+        (**self).queued_bytes(peer)
     }
     fn peer_stats(&self, peer: Rank) -> PeerStats {
         (**self).peer_stats(peer)

@@ -705,6 +705,12 @@ impl Protocol for Gbn {
         !p.slots.is_empty() || !p.out.is_empty()
     }
 
+    fn queued_bytes(&self, peer: Rank) -> u64 {
+        self.peers
+            .get(peer as usize)
+            .map_or(0, |p| p.out.pending_bytes())
+    }
+
     fn peer_stats(&self, peer: Rank) -> PeerStats {
         let p = &self.peers[peer as usize];
         PeerStats {

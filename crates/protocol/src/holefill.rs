@@ -36,9 +36,9 @@
 //! leaves for that peer at the same time (the ack rides on it).
 //!
 //! **Colours** (BSP, [`Protocol::set_colour`]). Each sent packet remembers the colour it
-//! first left under. A packet from any peer whose colour is ahead (modulo 256, within
-//! half the space) of the colour of some of our unacknowledged packets acknowledges them
-//! implicitly. Until `set_colour` is called nothing is freed this way, so the protocol is
+//! first left under (or the later one [`Protocol::hold_colour`] asked for). A packet from
+//! any peer whose colour is ahead (modulo 256, within half the space) of the colour of
+//! some of our unacknowledged packets acknowledges them implicitly. Until `set_colour` is called nothing is freed this way, so the protocol is
 //! also correct outside BSP.
 //!
 //! **Liveness.** Each peer with unacknowledged packets has a retransmission timer (RFC
@@ -404,6 +404,8 @@ pub struct Holefill {
     /// Peers with data waiting for a free send buffer.
     blocked: VecDeque<Rank>,
     colour: u8,
+    /// Colour recorded in packets first sent from now on (see [`Protocol::hold_colour`]).
+    hold: u8,
     colours_on: bool,
     /// Colour of the latest implicit-acknowledgement sweep.
     swept: u8,
@@ -463,6 +465,7 @@ impl Holefill {
             recv_free: recv_pool,
             blocked: VecDeque::new(),
             colour: 0,
+            hold: 0,
             colours_on: false,
             swept: 0,
             peers,
@@ -867,7 +870,7 @@ impl Holefill {
             && out.len() < limit
             && self.can_send_new(&self.peers[peer as usize])
         {
-            let colour = self.colour;
+            let colour = self.hold;
             let p = &mut self.peers[peer as usize];
             let f = p.out.next_fragment(mp).expect("queue is not empty");
             let mut fl =
@@ -1177,7 +1180,18 @@ impl Protocol for Holefill {
 
     fn set_colour(&mut self, colour: u8) {
         self.colour = colour;
+        self.hold = colour;
         self.colours_on = true;
+    }
+
+    fn hold_colour(&mut self, hold: u8) {
+        self.hold = hold;
+    }
+
+    fn queued_bytes(&self, peer: Rank) -> u64 {
+        self.peers
+            .get(peer as usize)
+            .map_or(0, |p| p.out.pending_bytes())
     }
 
     fn end_phase(&mut self, peer: Rank) {
@@ -1855,6 +1869,34 @@ mod tests {
         out(&mut a, 60 * US);
         give(&mut a, 70 * US, &r[0]);
         assert!(a.outstanding(1));
+    }
+
+    #[test]
+    fn held_packets_need_a_colour_ahead_of_the_hold() {
+        let (mut a, mut b, mut c) = three(true);
+        // A barrier message: sent before passing barrier 5, so it carries colour 4, but
+        // only a process past barrier 6 proves everyone has it.
+        a.hold_colour(5);
+        a.send(0, 1, Bytes::from_static(b"row"), false).unwrap();
+        let pk = out(&mut a, 0);
+        assert_eq!(pk[0].0.colour, 4, "the carried colour is the honest one");
+        give(&mut b, 10 * US, &pk[0]);
+        c.set_colour(5);
+        c.send(20 * US, 0, Bytes::from_static(b"c5"), false)
+            .unwrap();
+        let r = out(&mut c, 20 * US);
+        give(&mut a, 30 * US, &r[0]);
+        assert!(
+            a.outstanding(1),
+            "colour 5 does not free a packet held at 5"
+        );
+        c.set_colour(6);
+        c.send(40 * US, 0, Bytes::from_static(b"c6"), false)
+            .unwrap();
+        let r = out(&mut c, 40 * US);
+        give(&mut a, 50 * US, &r[0]);
+        assert!(!a.outstanding(1));
+        assert_eq!(a.peer_stats(1).implicit_acks, 1);
     }
 
     #[test]

@@ -185,6 +185,19 @@ pub trait Protocol: Send {
     /// RMPP: accept every message on arrival (and whatever is announced now), for upper
     /// layers that post no receives (BSP, collectives). Other protocols never announce.
     fn set_auto_accept(&mut self, _now: Time, _on: bool) {}
+
+    /// BSP: packets first sent from now on are acknowledged implicitly only by a packet
+    /// whose colour is ahead of `hold`, which may be ahead of the colour they carry;
+    /// [`Protocol::set_colour`] resets it to the new colour. A BSP layer sends the messages
+    /// of a barrier before it has passed it: they carry the honest colour (barriers
+    /// passed) but must outlive the packets of the superstep before them (docs/bsp.md).
+    fn hold_colour(&mut self, _hold: u8) {}
+
+    /// Bytes queued for `peer` that have not been cut into packets yet (0 when the
+    /// protocol does not know). BSP pacing feeds one destination at a time with it.
+    fn queued_bytes(&self, _peer: Rank) -> u64 {
+        0
+    }
 }
 
 /// Builds a protocol by name, for `BULKWIRE_PROTOCOL`.

@@ -172,6 +172,12 @@ impl Protocol for Utopia {
         !self.peers[peer as usize].out.is_empty()
     }
 
+    fn queued_bytes(&self, peer: Rank) -> u64 {
+        self.peers
+            .get(peer as usize)
+            .map_or(0, |p| p.out.pending_bytes())
+    }
+
     fn peer_stats(&self, peer: Rank) -> PeerStats {
         self.peers[peer as usize].stats
     }

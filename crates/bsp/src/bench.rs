@@ -1,0 +1,143 @@
+//! bspbench's measurement of the BSP parameters (Bisseling, "Parallel Scientific
+//! Computation", program bspbench): the time of an h-relation of single-word puts for
+//! h = 0..=hmax, fitted by least squares to t(h) = l + g h, and the time of an empty
+//! superstep. Each time is the median of a few batch means (bspbench takes one mean),
+//! which keeps a shared machine's hiccups out of the fit. Every process sends h words and receives h words: word i goes to
+//! `(s + 1 + i mod (p-1)) mod p`, so each process talks to all others.
+
+use crate::BspError;
+use crate::runtime::Runtime;
+
+/// What to measure.
+#[derive(Clone, Debug)]
+pub struct BenchConfig {
+    /// Largest h (bspbench: 256).
+    pub hmax: usize,
+    /// Step between measured h.
+    pub hstep: usize,
+    /// Supersteps timed per batch, for every h (and for the empty superstep).
+    pub iters: usize,
+    /// Batches per h; the median batch mean counts, so that a batch in which the
+    /// machine was busy with something else does not (this is a shared 2-core VM).
+    pub batches: usize,
+    /// Untimed supersteps before each measurement.
+    pub warmup: usize,
+}
+
+impl Default for BenchConfig {
+    fn default() -> Self {
+        BenchConfig {
+            hmax: 256,
+            hstep: 1,
+            iters: 100,
+            batches: 5,
+            warmup: 10,
+        }
+    }
+}
+
+/// The fitted parameters, in microseconds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BenchResult {
+    pub p: u32,
+    /// Time per word (8 bytes) of an h-relation.
+    pub g_us: f64,
+    /// Fixed cost of a superstep with communication.
+    pub l_us: f64,
+    /// Time of a superstep without communication.
+    pub empty_us: f64,
+    /// Every measurement: h and the time of one superstep.
+    pub samples: Vec<(usize, f64)>,
+}
+
+/// Least squares fit of `t = l + g h` over `samples`; returns `(g, l)`.
+pub fn fit(samples: &[(usize, f64)]) -> (f64, f64) {
+    let n = samples.len() as f64;
+    if n < 2.0 {
+        return (0.0, samples.first().map_or(0.0, |s| s.1));
+    }
+    let sx: f64 = samples.iter().map(|s| s.0 as f64).sum();
+    let sy: f64 = samples.iter().map(|s| s.1).sum();
+    let sxx: f64 = samples.iter().map(|s| (s.0 as f64).powi(2)).sum();
+    let sxy: f64 = samples.iter().map(|s| s.0 as f64 * s.1).sum();
+    let den = n * sxx - sx * sx;
+    if den == 0.0 {
+        return (0.0, sy / n);
+    }
+    let g = (n * sxy - sx * sy) / den;
+    (g, (sy - g * sx) / n)
+}
+
+/// Measures g, l and the empty superstep on the computation `rt` belongs to. Collective:
+/// every process calls it at the same point. Each process returns its own timings (they
+/// agree closely, every superstep being a barrier).
+pub fn measure(rt: &Runtime, cfg: &BenchConfig) -> Result<BenchResult, BspError> {
+    let p = rt.nprocs() as usize;
+    let s = rt.pid() as usize;
+    let words = cfg.hmax.max(1) * 2 + p;
+    let dest = vec![0f64; words];
+    let addr = dest.as_ptr() as usize;
+    let src: Vec<f64> = (0..cfg.hmax.max(1)).map(|i| i as f64).collect();
+    rt.with(|c| c.push_reg(addr, words * 8));
+    rt.sync()?;
+    // Each put is a call of its own, as in bspbench: its cost is part of g.
+    let superstep = |h: usize| -> Result<(), BspError> {
+        for (i, v) in src.iter().enumerate().take(h) {
+            let (to, at) = if p == 1 {
+                (0, i)
+            } else {
+                ((s + 1 + i % (p - 1)) % p, s + (i / (p - 1)) * p)
+            };
+            rt.with(|c| c.put("bsp_put", to as u32, &v.to_le_bytes(), addr, at * 8))?;
+        }
+        rt.sync()
+    };
+    let time = |h: usize| -> Result<f64, BspError> {
+        for _ in 0..cfg.warmup {
+            superstep(h)?;
+        }
+        let mut means = Vec::with_capacity(cfg.batches.max(1));
+        for _ in 0..cfg.batches.max(1) {
+            let t0 = std::time::Instant::now();
+            for _ in 0..cfg.iters.max(1) {
+                superstep(h)?;
+            }
+            means.push(t0.elapsed().as_secs_f64() * 1e6 / cfg.iters.max(1) as f64);
+        }
+        means.sort_by(f64::total_cmp);
+        Ok(means[means.len() / 2])
+    };
+    let empty_us = time(0)?;
+    let mut samples = Vec::new();
+    let mut h = 0;
+    while h <= cfg.hmax {
+        samples.push((h, time(h)?));
+        h += cfg.hstep.max(1);
+    }
+    rt.with(|c| c.pop_reg("bsp_pop_reg", addr))?;
+    rt.sync()?;
+    drop(dest);
+    // bspbench fits from h = p on: below it not every process talks to every other.
+    let tail: Vec<(usize, f64)> = samples.iter().copied().filter(|s| s.0 >= p).collect();
+    let (g_us, l_us) = fit(if tail.len() >= 2 { &tail } else { &samples });
+    Ok(BenchResult {
+        p: p as u32,
+        g_us,
+        l_us,
+        empty_us,
+        samples,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fit_recovers_a_line() {
+        let s: Vec<(usize, f64)> = (0..10).map(|h| (h, 5.0 + 0.25 * h as f64)).collect();
+        let (g, l) = fit(&s);
+        assert!((g - 0.25).abs() < 1e-12 && (l - 5.0).abs() < 1e-12);
+        assert_eq!(fit(&[(3, 2.0)]), (0.0, 2.0));
+    }
+}

@@ -1,0 +1,66 @@
+//! A BSP program written against the safe Rust API, for the tests of `bulkwire-bsp`
+//! (`tests/processes.rs`). Run by itself it starts its own job:
+//!
+//! ```text
+//! bsp-probe P sum       every pid puts its pid + 1 into pid 0, which prints the sum
+//! bsp-probe P abort     pid 1 aborts: the job stops with its message
+//! bsp-probe P spmd      the SPMD part in a function (bulkwire_bsp::init)
+//! ```
+
+use bulkwire_bsp::{Bsp, available_processors, init};
+
+fn sum(p: u32) {
+    let mut bsp = Bsp::begin(p).unwrap_or_else(|e| panic!("begin: {e}"));
+    let (p, s) = (bsp.nprocs(), bsp.pid());
+    let all = bsp.push_reg(vec![0u32; p as usize]);
+    bsp.sync().unwrap_or_else(|e| bsp.fail("bsp_sync", e));
+    if let Err(e) = bsp.put(0, &[s + 1], &all, s as usize) {
+        bsp.fail("bsp_put", e);
+    }
+    bsp.sync().unwrap_or_else(|e| bsp.fail("bsp_sync", e));
+    if s == 0 {
+        let total: u32 = bsp.area(&all).iter().sum();
+        assert_eq!(total, p * (p + 1) / 2);
+        println!("sum ok p={p} total={total} t={:.3}", bsp.time());
+    }
+    bsp.end().unwrap_or_else(|e| panic!("end: {e}"));
+    println!("after end pid 0");
+}
+
+fn abort(p: u32) {
+    let mut bsp = Bsp::begin(p).unwrap_or_else(|e| panic!("begin: {e}"));
+    if bsp.pid() == 1 % bsp.nprocs() {
+        bsp.abort("the probe gives up");
+    }
+    loop {
+        bsp.sync().unwrap_or_else(|e| bsp.fail("bsp_sync", e));
+    }
+}
+
+static P: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+fn spmd() {
+    sum(P.load(std::sync::atomic::Ordering::SeqCst));
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let p = args
+        .first()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(available_processors);
+    match args.get(1).map(String::as_str) {
+        Some("sum") => sum(p),
+        Some("abort") => abort(p),
+        Some("spmd") => {
+            init(spmd);
+            println!("sequential part");
+            P.store(p, std::sync::atomic::Ordering::SeqCst);
+            spmd();
+        }
+        _ => {
+            eprintln!("usage: bsp-probe P sum|abort|spmd");
+            std::process::exit(2)
+        }
+    }
+}

@@ -1,0 +1,1213 @@
+//! The state of one BSP process and what its calls do: DRMA and BSMP calls only record
+//! (puts are copied at once into the message for their destination), and `sync` does the
+//! communication of the superstep, as seed 003's messaging layer (section 3):
+//!
+//! 1. **Repackaging.** Every put, get request and send of the superstep to one destination
+//!    is already one message (cut into chunks only under a rate cap); the protocol cuts it
+//!    into full packets.
+//! 2. **Reduction = barrier.** Each process's row (whom it sends how many bytes, and its
+//!    collective calls) is spread by dissemination: in round r a process sends everything it
+//!    knows to `pid + 2^r` and learns from `pid - 2^r`, so after ceil(log2 p) rounds every
+//!    process holds every row. That is the OR-reduction of the destination rows, and it is
+//!    the barrier.
+//! 3. **Total exchange** is folded into it: the rows carry sizes, so each process knows
+//!    what it will receive from whom before anything is sent.
+//! 4. **Destination scheduling and pacing.** Messages go out in latin-square order, one
+//!    destination at a time: the next is handed to the transport only when the previous
+//!    one has left it (`queued_bytes`), so the protocol's round-robin cannot undo the
+//!    schedule; an optional rate cap spaces the chunks.
+//! 5. **Completion.** A process continues when every announced byte has arrived and every
+//!    get it asked for has been answered. Get requests are served as they arrive, before
+//!    any put of the superstep is written: puts (and get results) are written only once
+//!    every message of the superstep has arrived.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use bulkwire_engine::progress::Service;
+use bulkwire_engine::{Event, Transport};
+use bulkwire_protocol::Time;
+use bytes::Bytes;
+
+use crate::BspError;
+use crate::bsmp::Queue;
+use crate::config::{Config, Schedule};
+use crate::error::misuse;
+use crate::regs::{Regs, Unregistered};
+use crate::wire::{self, Rec, RegOp, Row};
+
+/// What one destination gets this superstep.
+#[derive(Default)]
+struct Outbox {
+    /// DATA chunks, each a header then records.
+    buf: Vec<u8>,
+    /// Where each chunk starts in `buf`.
+    chunks: Vec<usize>,
+    /// Record bytes of the last chunk plus the reply bytes its gets ask for.
+    weight: usize,
+    /// Get requests, in order: where each value goes and its length.
+    gets: Vec<(usize, usize)>,
+    get_bytes: u64,
+    /// `hpput`/`hpsend` data read at the sync: position in `buf`, source, length.
+    deferred: Vec<(usize, usize, usize)>,
+}
+
+impl Outbox {
+    /// Makes room for a record of `rec` bytes asking for `reply` bytes: starts a chunk
+    /// when there is none or the current one would pass `limit`.
+    #[inline]
+    fn reserve(&mut self, step: u32, limit: Option<usize>, rec: usize, reply: usize) {
+        let add = rec + reply;
+        if self.chunks.is_empty() || limit.is_some_and(|c| self.weight > 0 && self.weight + add > c)
+        {
+            self.chunks.push(self.buf.len());
+            wire::put_head(&mut self.buf, wire::DATA, step);
+            self.weight = 0;
+        }
+        self.weight += add;
+        self.buf.reserve(rec);
+    }
+}
+
+/// Counters for the statistics `bsp_end` prints.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub supersteps: u64,
+    /// Bytes of DATA and REPLY messages handed to the transport / received.
+    pub bytes_out: u64,
+    pub bytes_in: u64,
+    /// Bytes of puts and gets within this process (no transport).
+    pub bytes_local: u64,
+}
+
+/// How long a wait spins without yielding the CPU (when processes do not outnumber cores).
+const YIELD_AFTER: Time = 50_000;
+
+/// What a wait loop's poll says.
+enum Poll {
+    Done,
+    /// Not yet; poll again after progress, or at this time at the latest.
+    Wait(Option<Time>),
+}
+
+/// State of one superstep's data phase.
+struct Exchange {
+    step: u32,
+    /// Bytes announced by each sender for us, bytes arrived.
+    expect: Vec<u64>,
+    got: Vec<u64>,
+    /// The sender's data holds get requests for us: we answer it.
+    owes: Vec<bool>,
+    senders_left: usize,
+    /// DATA chunks arrived (ours included), to be applied.
+    data: Vec<(u32, Vec<u8>)>,
+    /// Replies that arrived before all data did.
+    held: Vec<(u32, Vec<u8>)>,
+    /// Our get requests per server, reply bytes still due, and where the next byte goes.
+    gets: Vec<Vec<(usize, usize)>>,
+    reply_left: Vec<u64>,
+    cursor: Vec<(usize, usize)>,
+    replies_left: usize,
+    applied: bool,
+    /// Destinations in schedule order, and the next one to feed.
+    order: Vec<u32>,
+    next: usize,
+    /// The destination being fed: its data and the next chunk.
+    cur: Option<(u32, Bytes, Vec<usize>, usize)>,
+    /// A destination whose data must leave the transport before the next is fed.
+    draining: Option<u32>,
+    next_send_at: Time,
+    /// All our data to a destination is queued / anything was sent / end_phase called.
+    fed: Vec<bool>,
+    sent: Vec<bool>,
+    ended: Vec<bool>,
+    /// `Transport::expect` is on for the peer.
+    waiting: Vec<bool>,
+    queue: Queue,
+}
+
+/// The user side of one BSP process: registrations, the superstep's outgoing data and the
+/// message queue. Only user calls touch it, so recording a put costs no more than an
+/// uncontended lock; the transport side ([`Net`]) is shared with the progress thread.
+pub struct Core {
+    pid: u32,
+    p: u32,
+    cfg: Config,
+    /// Index of the current superstep (syncs completed).
+    step: u32,
+    regs: Regs,
+    out: Vec<Outbox>,
+    tagsize: usize,
+    next_tagsize: Option<usize>,
+    queue: Queue,
+    pub counters: Counters,
+}
+
+/// The transport side of one BSP process: what the progress thread may drive while the
+/// program computes. Lives behind [`bulkwire_engine::progress::Shared`].
+pub struct Net {
+    t: Box<dyn Transport>,
+    p: u32,
+    /// The superstep of the process: messages of it and of the next are valid.
+    step: u32,
+    /// Messages taken from the transport, not consumed yet: (sender, bytes).
+    inbox: VecDeque<(u32, Vec<u8>)>,
+    /// An error met by the progress thread, reported at the next sync.
+    failure: Option<BspError>,
+}
+
+impl Core {
+    /// A process of a BSP computation of `p` processes over `t` (which may connect more
+    /// ranks; those at `p` and above are not used): its user side and its transport side.
+    pub fn new(mut t: Box<dyn Transport>, p: u32, cfg: Config) -> (Core, Net) {
+        let pid = t.rank();
+        // Colours from the first barrier on; until then nothing is freed implicitly.
+        t.set_colour(0);
+        let core = Core {
+            pid,
+            p,
+            cfg,
+            step: 0,
+            regs: Regs::default(),
+            out: (0..p).map(|_| Outbox::default()).collect(),
+            tagsize: 0,
+            next_tagsize: None,
+            queue: Queue::default(),
+            counters: Counters::default(),
+        };
+        let net = Net {
+            t,
+            p,
+            step: 0,
+            inbox: VecDeque::new(),
+            failure: None,
+        };
+        (core, net)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    pub fn nprocs(&self) -> u32 {
+        self.p
+    }
+
+    fn check_pid(&self, call: &str, pid: u32) -> Result<(), BspError> {
+        if pid >= self.p {
+            return misuse(format!(
+                "{call}: pid {pid} is not a process of this computation (pids are 0..{})",
+                self.p - 1
+            ));
+        }
+        Ok(())
+    }
+
+    /// The slot registered at `addr`, for a call naming it.
+    fn slot(&self, call: &str, addr: usize) -> Result<u32, BspError> {
+        self.regs.lookup(addr).or_else(|why| {
+            let hint = match why {
+                Unregistered::Pending => {
+                    " (it was registered in this superstep; registrations take effect at \
+                     the next bsp_sync)"
+                        .to_string()
+                }
+                Unregistered::Inside { base, offset } => format!(
+                    " (it lies {offset} bytes inside the area registered at {base:#x}: \
+                     name that address and pass the offset)"
+                ),
+                Unregistered::Unknown => String::new(),
+            };
+            misuse(format!("{call}: address {addr:#x} is not registered{hint}"))
+        })
+    }
+
+    /// Checks `[offset, offset + n)` against what `pid` registered in `slot`.
+    fn check_bounds(
+        &self,
+        call: &str,
+        pid: u32,
+        slot: u32,
+        addr: usize,
+        offset: usize,
+        n: usize,
+    ) -> Result<(), BspError> {
+        let reg = self.regs.get(slot).expect("lookup gives live slots");
+        let size = reg.sizes[pid as usize];
+        if (offset as u64)
+            .checked_add(n as u64)
+            .is_none_or(|end| end > size)
+        {
+            let (verb, prep) = if call.contains("get") {
+                ("reading", "from")
+            } else {
+                ("writing", "into")
+            };
+            return misuse(format!(
+                "{call}: {verb} {n} bytes at offset {offset} {prep} pid {pid}'s area \
+                 (registered here at {addr:#x}), but pid {pid} registered it with {size} \
+                 bytes"
+            ));
+        }
+        Ok(())
+    }
+
+    fn chunk_limit(&self, pid: u32) -> Option<usize> {
+        // Our own data never travels: one chunk.
+        if pid == self.pid {
+            None
+        } else {
+            self.cfg.chunk
+        }
+    }
+
+    /// `bsp_put`: copies `src` now; it is written into `pid`'s area registered as `dst`,
+    /// at `offset`, at the end of the superstep.
+    pub fn put(
+        &mut self,
+        call: &str,
+        pid: u32,
+        src: &[u8],
+        dst: usize,
+        offset: usize,
+    ) -> Result<(), BspError> {
+        self.check_pid(call, pid)?;
+        let slot = self.slot(call, dst)?;
+        self.check_bounds(call, pid, slot, dst, offset, src.len())?;
+        self.put_record(pid, slot, offset, src.len(), |buf, range| {
+            buf.extend_from_slice(&src[range]);
+        });
+        Ok(())
+    }
+
+    /// `bsp_hpput`: like [`Core::put`], but `src` is read at the sync.
+    ///
+    /// # Safety
+    /// `src` must be readable for `n` bytes at the next sync.
+    pub unsafe fn hpput(
+        &mut self,
+        call: &str,
+        pid: u32,
+        src: usize,
+        dst: usize,
+        offset: usize,
+        n: usize,
+    ) -> Result<(), BspError> {
+        self.check_pid(call, pid)?;
+        let slot = self.slot(call, dst)?;
+        self.check_bounds(call, pid, slot, dst, offset, n)?;
+        let mut holes = Vec::new();
+        self.put_record(pid, slot, offset, n, |buf, range| {
+            holes.push((buf.len(), src + range.start, range.len()));
+            buf.resize(buf.len() + range.len(), 0);
+        });
+        self.out[pid as usize].deferred.extend(holes);
+        Ok(())
+    }
+
+    /// Appends PUT records for `n` bytes (split at the chunk limit); `fill` appends the
+    /// bytes of each piece.
+    fn put_record(
+        &mut self,
+        pid: u32,
+        slot: u32,
+        offset: usize,
+        n: usize,
+        mut fill: impl FnMut(&mut Vec<u8>, std::ops::Range<usize>),
+    ) {
+        let limit = self.chunk_limit(pid);
+        let step = self.step;
+        let o = &mut self.out[pid as usize];
+        let piece = limit.unwrap_or(usize::MAX).max(1);
+        let mut done = 0;
+        loop {
+            let k = (n - done).min(piece);
+            let off = (offset + done) as u64;
+            let rec = 1 + wire::var_len(slot as u64) + wire::var_len(off) + wire::var_len(k as u64);
+            o.reserve(step, limit, rec + k, 0);
+            o.buf.push(wire::REC_PUT);
+            wire::put_var(&mut o.buf, slot as u64);
+            wire::put_var(&mut o.buf, off);
+            wire::put_var(&mut o.buf, k as u64);
+            fill(&mut o.buf, done..done + k);
+            done += k;
+            if done >= n {
+                break;
+            }
+        }
+    }
+
+    /// `bsp_get`: at the end of the superstep, `n` bytes at `offset` of `pid`'s area
+    /// registered as `src` are read (before any put of the superstep is written) and
+    /// written to `dst`.
+    pub fn get(
+        &mut self,
+        call: &str,
+        pid: u32,
+        src: usize,
+        offset: usize,
+        dst: usize,
+        n: usize,
+    ) -> Result<(), BspError> {
+        self.check_pid(call, pid)?;
+        let slot = self.slot(call, src)?;
+        self.check_bounds(call, pid, slot, src, offset, n)?;
+        let limit = self.chunk_limit(pid);
+        let step = self.step;
+        let o = &mut self.out[pid as usize];
+        let piece = limit.unwrap_or(usize::MAX).max(1);
+        let mut done = 0;
+        loop {
+            let k = (n - done).min(piece);
+            let off = (offset + done) as u64;
+            let rec = 1 + wire::var_len(slot as u64) + wire::var_len(off) + wire::var_len(k as u64);
+            o.reserve(step, limit, rec, k);
+            o.buf.push(wire::REC_GET);
+            wire::put_var(&mut o.buf, slot as u64);
+            wire::put_var(&mut o.buf, off);
+            wire::put_var(&mut o.buf, k as u64);
+            o.gets.push((dst + done, k));
+            o.get_bytes += k as u64;
+            done += k;
+            if done >= n {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn tagsize(&self) -> usize {
+        self.tagsize
+    }
+
+    /// `bsp_set_tagsize`: the size from the next superstep on; returns the current one.
+    pub fn set_tagsize(&mut self, size: usize) -> usize {
+        self.next_tagsize = Some(size);
+        self.tagsize
+    }
+
+    /// `bsp_send`: `tag` and `payload` are copied now and readable by `pid` in the next
+    /// superstep.
+    pub fn send(
+        &mut self,
+        call: &str,
+        pid: u32,
+        tag: &[u8],
+        payload: &[u8],
+    ) -> Result<(), BspError> {
+        self.send_record(call, pid, tag, payload.len(), |buf| {
+            buf.extend_from_slice(payload);
+            None
+        })
+    }
+
+    /// `bsp_hpsend`: like [`Core::send`], but the payload is read at the sync.
+    ///
+    /// # Safety
+    /// `payload` must be readable for `n` bytes at the next sync.
+    pub unsafe fn hpsend(
+        &mut self,
+        call: &str,
+        pid: u32,
+        tag: &[u8],
+        payload: usize,
+        n: usize,
+    ) -> Result<(), BspError> {
+        self.send_record(call, pid, tag, n, |buf| {
+            let at = buf.len();
+            buf.resize(at + n, 0);
+            Some((at, payload, n))
+        })
+    }
+
+    fn send_record(
+        &mut self,
+        call: &str,
+        pid: u32,
+        tag: &[u8],
+        n: usize,
+        fill: impl FnOnce(&mut Vec<u8>) -> Option<(usize, usize, usize)>,
+    ) -> Result<(), BspError> {
+        self.check_pid(call, pid)?;
+        if tag.len() != self.tagsize {
+            return misuse(format!(
+                "{call}: a tag of {} bytes, but the tag size is {} (bsp_set_tagsize)",
+                tag.len(),
+                self.tagsize
+            ));
+        }
+        let limit = self.chunk_limit(pid);
+        let step = self.step;
+        let o = &mut self.out[pid as usize];
+        let rec = 1 + wire::var_len(tag.len() as u64) + tag.len() + wire::var_len(n as u64) + n;
+        o.reserve(step, limit, rec, 0);
+        o.buf.push(wire::REC_SEND);
+        wire::put_var(&mut o.buf, tag.len() as u64);
+        o.buf.extend_from_slice(tag);
+        wire::put_var(&mut o.buf, n as u64);
+        if let Some(d) = fill(&mut o.buf) {
+            o.deferred.push(d);
+        }
+        Ok(())
+    }
+
+    /// `bsp_push_reg`: staged, effective at the next sync.
+    pub fn push_reg(&mut self, addr: usize, size: usize) {
+        self.regs.push(addr, size);
+    }
+
+    /// `bsp_pop_reg`: staged, effective at the next sync.
+    pub fn pop_reg(&mut self, call: &str, addr: usize) -> Result<(), BspError> {
+        if !self.regs.pop(addr) {
+            return misuse(format!(
+                "{call}: address {addr:#x} is not registered (nothing to pop)"
+            ));
+        }
+        Ok(())
+    }
+
+    /// `bsp_qsize`: messages in the queue and their payload bytes.
+    pub fn qsize(&self) -> (usize, u64) {
+        self.queue.size()
+    }
+
+    /// The first message: its tag and payload (valid until the next sync).
+    pub fn first_message(&self) -> Option<(&[u8], &[u8])> {
+        self.queue.first()
+    }
+
+    /// Removes the first message.
+    pub fn pop_message(&mut self) {
+        self.queue.pop();
+    }
+
+    /// Frees what the computation held (messages, outgoing data, registrations): after
+    /// `bsp_end` pid 0 goes on without it.
+    pub fn release(&mut self) {
+        self.queue = Queue::default();
+        self.out = (0..self.p).map(|_| Outbox::default()).collect();
+        self.regs = Regs::default();
+    }
+
+    /// Ends the superstep (`bsp_sync`, or `bsp_end` with `ending`).
+    pub fn sync(&mut self, n: &mut Net, ending: bool) -> Result<(), BspError> {
+        n.take_failure()?;
+        let step = self.step;
+        // This sync's barrier messages carry the colour of the barriers passed, but only a
+        // process past the next barrier proves everyone has them (docs/bsp.md).
+        n.t.hold_colour(step.wrapping_add(1) as u8);
+        self.fill_deferred();
+        let row = self.my_row(ending);
+        let rows = self.reduce(n, step, row)?;
+        self.check_rows(&rows)?;
+        n.t.set_colour(step.wrapping_add(1) as u8);
+        self.exchange(n, step, &rows)?;
+        let me = self.pid as usize;
+        let pushes: Vec<Vec<u64>> = rows
+            .iter()
+            .map(|r| {
+                r.ops
+                    .iter()
+                    .filter_map(|op| match *op {
+                        RegOp::Push(size) => Some(size),
+                        RegOp::Pop(_) => None,
+                    })
+                    .collect()
+            })
+            .collect();
+        self.regs
+            .commit(|k| pushes.iter().map(|v| v[k]).collect::<Vec<u64>>().into());
+        if let Some(t) = rows[me].tagsize {
+            self.tagsize = t as usize;
+        }
+        self.next_tagsize = None;
+        self.step = step.wrapping_add(1);
+        n.step = self.step;
+        self.counters.supersteps += 1;
+        Ok(())
+    }
+
+    /// Reads the sources of `hpput` and `hpsend` into the messages.
+    fn fill_deferred(&mut self) {
+        for o in &mut self.out {
+            for (at, src, n) in o.deferred.drain(..) {
+                // SAFETY: the caller of hpput/hpsend promised `src` readable for `n` bytes
+                // until this sync; `at..at+n` was reserved in `buf` for it.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(src as *const u8, o.buf.as_mut_ptr().add(at), n)
+                };
+            }
+        }
+    }
+
+    fn my_row(&self, ending: bool) -> Row {
+        Row {
+            ending,
+            sends: self
+                .out
+                .iter()
+                .enumerate()
+                .filter(|&(d, o)| d != self.pid as usize && !o.buf.is_empty())
+                .map(|(d, o)| (d as u32, o.buf.len() as u64, !o.gets.is_empty()))
+                .collect(),
+            ops: self.regs.ops().to_vec(),
+            tagsize: self.next_tagsize.map(|t| t as u64),
+        }
+    }
+
+    /// The barrier: dissemination of every process's row.
+    fn reduce(&mut self, n: &mut Net, step: u32, row: Row) -> Result<Vec<Row>, BspError> {
+        let p = self.p;
+        let me = self.pid;
+        let mut known: Vec<Option<Vec<u8>>> = vec![None; p as usize];
+        let mut mine = Vec::new();
+        row.encode(&mut mine);
+        known[me as usize] = Some(mine);
+        let mut dist = 1u32;
+        let mut round = 0u8;
+        while dist < p {
+            let to = (me + dist) % p;
+            let from = (me + p - dist) % p;
+            let msg = wire::reduce_msg(step, round, &known);
+            n.t.send(to, Bytes::from(msg), false)?;
+            n.t.expect(from, true);
+            let mut got = None;
+            let r = n.wait(|n| {
+                got = n.take(|f, k, s| f == from && k == wire::REDUCE && s == step);
+                Ok(if got.is_some() {
+                    Poll::Done
+                } else {
+                    Poll::Wait(None)
+                })
+            });
+            n.t.expect(from, false);
+            r?;
+            let (_, msg) = got.expect("the wait ended with a message");
+            let bad = || BspError::Protocol(format!("pid {from} sent a malformed barrier message"));
+            let (r, rows) = wire::parse_reduce(&msg, p).ok_or_else(bad)?;
+            if r != round {
+                return Err(bad());
+            }
+            for (pid, b) in rows {
+                if known[pid as usize].is_none() {
+                    known[pid as usize] = Some(b.to_vec());
+                }
+            }
+            dist <<= 1;
+            round = round.wrapping_add(1);
+        }
+        known
+            .into_iter()
+            .enumerate()
+            .map(|(pid, b)| {
+                b.and_then(|b| Row::decode(&b, p)).ok_or_else(|| {
+                    BspError::Protocol(format!(
+                        "the barrier of superstep {step} did not bring a valid row of pid {pid}"
+                    ))
+                })
+            })
+            .collect()
+    }
+
+    /// The rules every process can check once it holds every row: all end together, make
+    /// the same registration calls, and set the same tag size.
+    fn check_rows(&self, rows: &[Row]) -> Result<(), BspError> {
+        let step = self.step;
+        let list = |v: &[usize]| {
+            let s: Vec<String> = v.iter().map(|p| p.to_string()).collect();
+            format!(
+                "{} {}",
+                if v.len() == 1 { "pid" } else { "pids" },
+                s.join(", ")
+            )
+        };
+        let ending: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].ending).collect();
+        if !ending.is_empty() && ending.len() < rows.len() {
+            let syncing: Vec<usize> = (0..rows.len()).filter(|&i| !rows[i].ending).collect();
+            return misuse(format!(
+                "bsp_end: {} called bsp_end while {} called bsp_sync (superstep {step}); \
+                 every process must call bsp_end together",
+                list(&ending),
+                list(&syncing)
+            ));
+        }
+        let count = |ops: &[RegOp], push: bool| {
+            ops.iter()
+                .filter(|o| matches!(o, RegOp::Push(_)) == push)
+                .count()
+        };
+        let r0 = &rows[0];
+        for (pid, r) in rows.iter().enumerate().skip(1) {
+            for (push, call, verb) in [
+                (true, "bsp_push_reg", "registered"),
+                (false, "bsp_pop_reg", "popped"),
+            ] {
+                let (a, b) = (count(&r0.ops, push), count(&r.ops, push));
+                if a != b {
+                    return misuse(format!(
+                        "{call}: in superstep {step} pid 0 {verb} {a} area{} but pid {pid} \
+                         {verb} {b}; registration is collective: every process makes the \
+                         same calls in the same order",
+                        if a == 1 { "" } else { "s" }
+                    ));
+                }
+            }
+            for (k, (x, y)) in r0.ops.iter().zip(&r.ops).enumerate() {
+                match (x, y) {
+                    (RegOp::Push(_), RegOp::Push(_)) => {}
+                    (RegOp::Pop(a), RegOp::Pop(b)) if a == b => {}
+                    (RegOp::Pop(a), RegOp::Pop(b)) => {
+                        return misuse(format!(
+                            "bsp_pop_reg: in superstep {step} pid 0 and pid {pid} popped \
+                             different registrations (call {}: pid 0 popped registration \
+                             #{a}, pid {pid} #{b}); pops must name the same registration \
+                             on every process",
+                            k + 1
+                        ));
+                    }
+                    _ => {
+                        return misuse(format!(
+                            "bsp_push_reg/bsp_pop_reg: in superstep {step} pid 0 and pid \
+                             {pid} pushed and popped registrations in different orders \
+                             (call {} was a {} on pid 0 and a {} on pid {pid})",
+                            k + 1,
+                            name(x),
+                            name(y)
+                        ));
+                    }
+                }
+            }
+            if r0.tagsize != r.tagsize {
+                let say = |t: Option<u64>| match t {
+                    Some(t) => format!("set the tag size to {t}"),
+                    None => "did not call it".to_string(),
+                };
+                return misuse(format!(
+                    "bsp_set_tagsize: in superstep {step} pid 0 {} but pid {pid} {}; it is \
+                     collective: every process sets the same size in the same superstep",
+                    say(r0.tagsize),
+                    say(r.tagsize)
+                ));
+            }
+        }
+        fn name(op: &RegOp) -> &'static str {
+            match op {
+                RegOp::Push(_) => "bsp_push_reg",
+                RegOp::Pop(_) => "bsp_pop_reg",
+            }
+        }
+        Ok(())
+    }
+
+    /// The data phase of the superstep: send by schedule, serve gets, receive, write.
+    fn exchange(&mut self, n: &mut Net, step: u32, rows: &[Row]) -> Result<(), BspError> {
+        let p = self.p as usize;
+        let me = self.pid as usize;
+        if self.out[me].buf.is_empty() && rows.iter().all(|r| r.sends.is_empty()) {
+            // Nobody communicates: the barrier was the whole superstep.
+            self.queue = Queue::default();
+            return Ok(());
+        }
+        let outs = std::mem::replace(&mut self.out, (0..p).map(|_| Outbox::default()).collect());
+        let mut x = Exchange {
+            step,
+            expect: vec![0; p],
+            got: vec![0; p],
+            owes: vec![false; p],
+            senders_left: 0,
+            data: Vec::new(),
+            held: Vec::new(),
+            gets: Vec::with_capacity(p),
+            reply_left: vec![0; p],
+            cursor: vec![(0, 0); p],
+            replies_left: 0,
+            applied: false,
+            order: Vec::new(),
+            next: 0,
+            cur: None,
+            draining: None,
+            next_send_at: 0,
+            fed: vec![false; p],
+            sent: vec![false; p],
+            ended: vec![false; p],
+            waiting: vec![false; p],
+            queue: Queue::default(),
+        };
+        for (s, row) in rows.iter().enumerate() {
+            for &(d, bytes, g) in &row.sends {
+                if d as usize == me {
+                    x.expect[s] = bytes;
+                    x.owes[s] = g;
+                    x.senders_left += 1;
+                }
+            }
+        }
+        let mut bufs = Vec::with_capacity(p);
+        for (d, o) in outs.into_iter().enumerate() {
+            x.reply_left[d] = o.get_bytes;
+            if o.get_bytes > 0 && d != me {
+                x.replies_left += 1;
+            }
+            x.gets.push(o.gets);
+            bufs.push((o.buf, o.chunks));
+        }
+        // Our own data is local: its gets are served first, like anyone's.
+        let (own, _) = std::mem::take(&mut bufs[me]);
+        if !own.is_empty() {
+            self.counters.bytes_local += own.len() as u64;
+            self.on_data(n, &mut x, me as u32, own)?;
+        }
+        if x.reply_left[me] > 0 {
+            return Err(BspError::Protocol(
+                "a get from this process was not answered by itself".into(),
+            ));
+        }
+        for s in 0..p {
+            self.update_waiting(n, &mut x, s);
+        }
+        let mut outgoing: Vec<Option<(Vec<u8>, Vec<usize>)>> = bufs
+            .into_iter()
+            .map(|(b, c)| (!b.is_empty()).then_some((b, c)))
+            .collect();
+        x.order = match self.cfg.schedule {
+            Schedule::Latin => (1..p).map(|t| ((me + t) % p) as u32).collect(),
+            Schedule::Pid => (0..p).filter(|&d| d != me).map(|d| d as u32).collect(),
+        };
+        x.order.retain(|&d| outgoing[d as usize].is_some());
+        for (fed, o) in x.fed.iter_mut().zip(&outgoing) {
+            *fed = o.is_none();
+        }
+        let r = n.wait(|n| self.poll_exchange(n, &mut x, &mut outgoing));
+        for s in 0..p {
+            if x.waiting[s] {
+                x.waiting[s] = false;
+                n.t.expect(s as u32, false);
+            }
+        }
+        r?;
+        self.queue = x.queue;
+        Ok(())
+    }
+
+    fn update_waiting(&self, n: &mut Net, x: &mut Exchange, s: usize) {
+        let w = s != self.pid as usize && (x.got[s] < x.expect[s] || x.reply_left[s] > 0);
+        if w != x.waiting[s] {
+            x.waiting[s] = w;
+            n.t.expect(s as u32, w);
+        }
+    }
+
+    fn poll_exchange(
+        &mut self,
+        n: &mut Net,
+        x: &mut Exchange,
+        outgoing: &mut [Option<(Vec<u8>, Vec<usize>)>],
+    ) -> Result<Poll, BspError> {
+        let step = x.step;
+        while let Some((from, m)) =
+            n.take(|_, k, s| s == step && (k == wire::DATA || k == wire::REPLY))
+        {
+            let kind = m[0];
+            self.counters.bytes_in += m.len() as u64;
+            if kind == wire::DATA {
+                self.on_data(n, x, from, m)?;
+            } else {
+                self.on_reply(n, x, from, m)?;
+            }
+        }
+        if x.senders_left == 0 && !x.applied {
+            self.apply(x)?;
+        }
+        let deadline = self.feed(n, x, outgoing)?;
+        let fed_all = x.next >= x.order.len() && x.cur.is_none();
+        if fed_all && x.senders_left == 0 && x.replies_left == 0 {
+            return Ok(Poll::Done);
+        }
+        Ok(Poll::Wait(deadline))
+    }
+
+    /// Hands the next chunks to the transport, one destination at a time. Returns when
+    /// to try again if the rate cap holds us back.
+    fn feed(
+        &mut self,
+        n: &mut Net,
+        x: &mut Exchange,
+        outgoing: &mut [Option<(Vec<u8>, Vec<usize>)>],
+    ) -> Result<Option<Time>, BspError> {
+        loop {
+            if let Some(d) = x.draining {
+                if n.t.queued_bytes(d) > 0 {
+                    return Ok(None);
+                }
+                x.draining = None;
+            }
+            if x.cur.is_none() {
+                let Some(&d) = x.order.get(x.next) else {
+                    return Ok(None);
+                };
+                x.next += 1;
+                let (buf, chunks) = outgoing[d as usize].take().expect("scheduled once");
+                x.cur = Some((d, Bytes::from(buf), chunks, 0));
+            }
+            let (d, whole, chunks, k) = x.cur.as_mut().expect("set above");
+            let d = *d;
+            let start = chunks[*k];
+            let end = chunks.get(*k + 1).copied().unwrap_or(whole.len());
+            if let Some(rate) = self.cfg.rate {
+                let now = n.t.now();
+                if now < x.next_send_at {
+                    return Ok(Some(x.next_send_at));
+                }
+                let ns = ((end - start) as u128 * 1_000_000_000 / rate as u128) as Time;
+                x.next_send_at = x.next_send_at.max(now) + ns;
+            }
+            let chunk = whole.slice(start..end);
+            *k += 1;
+            let last = *k == chunks.len();
+            self.counters.bytes_out += chunk.len() as u64;
+            n.t.send(d, chunk, false)?;
+            x.sent[d as usize] = true;
+            if last {
+                x.cur = None;
+                x.fed[d as usize] = true;
+                x.draining = Some(d);
+                Self::maybe_end_phase(n, x, d as usize);
+            }
+        }
+    }
+
+    /// The last message of the superstep to `d` has been queued: ask for its ack.
+    fn maybe_end_phase(n: &mut Net, x: &mut Exchange, d: usize) {
+        if !x.ended[d] && x.sent[d] && x.fed[d] && (!x.owes[d] || x.got[d] == x.expect[d]) {
+            x.ended[d] = true;
+            n.t.end_phase(d as u32);
+        }
+    }
+
+    /// A DATA chunk from `from`: serve its gets now, keep it to write its puts later.
+    fn on_data(
+        &mut self,
+        n: &mut Net,
+        x: &mut Exchange,
+        from: u32,
+        m: Vec<u8>,
+    ) -> Result<(), BspError> {
+        let s = from as usize;
+        let me = self.pid as usize;
+        if s != me {
+            x.got[s] += m.len() as u64;
+            if x.got[s] > x.expect[s] {
+                return Err(BspError::Protocol(format!(
+                    "pid {from} sent more data than it announced ({} > {} bytes)",
+                    x.got[s], x.expect[s]
+                )));
+            }
+        }
+        let mut reply: Option<Vec<u8>> = None;
+        let mut r = wire::Reader::at(&m, wire::HEAD);
+        while let Some(rec) = wire::next_rec(&mut r) {
+            let rec = rec.map_err(|()| {
+                BspError::Protocol(format!("pid {from} sent a malformed data record"))
+            })?;
+            if let Rec::Get { slot, offset, len } = rec {
+                let src = self.local_range("bsp_get", from, slot, offset, len)?;
+                let out = reply.get_or_insert_with(|| {
+                    let mut v = Vec::with_capacity(wire::HEAD + len);
+                    wire::put_head(&mut v, wire::REPLY, x.step);
+                    v
+                });
+                // SAFETY: `local_range` checked the range against the registered area,
+                // which the program keeps valid while registered.
+                out.extend_from_slice(unsafe { std::slice::from_raw_parts(src as *const u8, len) });
+            }
+        }
+        if let Some(rep) = reply {
+            if s == me {
+                self.counters.bytes_local += (rep.len() - wire::HEAD) as u64;
+                self.on_reply(n, x, from, rep)?;
+            } else {
+                self.counters.bytes_out += rep.len() as u64;
+                n.t.send(from, Bytes::from(rep), false)?;
+                x.sent[s] = true;
+            }
+        }
+        x.data.push((from, m));
+        if s != me && x.got[s] == x.expect[s] {
+            x.senders_left -= 1;
+            self.update_waiting(n, x, s);
+            Self::maybe_end_phase(n, x, s);
+        }
+        Ok(())
+    }
+
+    /// The address of `[offset, offset + len)` of our area in `slot`, checked.
+    fn local_range(
+        &self,
+        call: &str,
+        from: u32,
+        slot: u32,
+        offset: usize,
+        len: usize,
+    ) -> Result<usize, BspError> {
+        match self.regs.get(slot) {
+            Some(reg) if offset.checked_add(len).is_some_and(|e| e <= reg.size) => {
+                Ok(reg.addr + offset)
+            }
+            Some(reg) => Err(BspError::Protocol(format!(
+                "{call} from pid {from}: {len} bytes at offset {offset} do not fit the {} \
+                 bytes registered here",
+                reg.size
+            ))),
+            None => Err(BspError::Protocol(format!(
+                "{call} from pid {from} names registration #{slot}, which this process does \
+                 not have"
+            ))),
+        }
+    }
+
+    /// Values for our gets from `from`: written once every get of the superstep has been
+    /// served, i.e. once all data has arrived.
+    fn on_reply(
+        &mut self,
+        n: &mut Net,
+        x: &mut Exchange,
+        from: u32,
+        m: Vec<u8>,
+    ) -> Result<(), BspError> {
+        let s = from as usize;
+        let len = (m.len() - wire::HEAD) as u64;
+        if len > x.reply_left[s] {
+            return Err(BspError::Protocol(format!(
+                "pid {from} answered more get bytes than were asked for"
+            )));
+        }
+        x.reply_left[s] -= len;
+        if x.reply_left[s] == 0 && s != self.pid as usize {
+            x.replies_left -= 1;
+        }
+        self.update_waiting(n, x, s);
+        if x.applied {
+            Self::write_reply(x, s, &m[wire::HEAD..]);
+        } else {
+            x.held.push((from, m));
+        }
+        Ok(())
+    }
+
+    fn write_reply(x: &mut Exchange, s: usize, mut bytes: &[u8]) {
+        let (mut i, mut off) = x.cursor[s];
+        while !bytes.is_empty() {
+            let (dst, len) = x.gets[s][i];
+            let k = (len - off).min(bytes.len());
+            // SAFETY: `dst` was given to bsp_get as writable for `len` bytes until the
+            // end of the superstep; reply sizes were checked against the requests.
+            unsafe { std::ptr::copy(bytes.as_ptr(), (dst + off) as *mut u8, k) };
+            bytes = &bytes[k..];
+            off += k;
+            if off == len {
+                i += 1;
+                off = 0;
+            }
+        }
+        x.cursor[s] = (i, off);
+    }
+
+    /// Every message of the superstep is here and every get served: write the puts in pid
+    /// order, queue the BSMP messages, and write the get results held so far.
+    fn apply(&mut self, x: &mut Exchange) -> Result<(), BspError> {
+        x.applied = true;
+        let mut data = std::mem::take(&mut x.data);
+        data.sort_by_key(|(from, _)| *from);
+        for (from, m) in data {
+            let mut has_send = false;
+            let mut r = wire::Reader::at(&m, wire::HEAD);
+            while let Some(rec) = wire::next_rec(&mut r) {
+                match rec.map_err(|()| {
+                    BspError::Protocol(format!("pid {from} sent a malformed data record"))
+                })? {
+                    Rec::Put { slot, offset, data } => {
+                        let dst = self.local_range("bsp_put", from, slot, offset, data.len())?;
+                        // SAFETY: the range was checked against the registered area. A
+                        // program may register overlapping areas, hence `copy`.
+                        unsafe {
+                            std::ptr::copy(m[data.clone()].as_ptr(), dst as *mut u8, data.len())
+                        };
+                    }
+                    Rec::Send { .. } => has_send = true,
+                    Rec::Get { .. } => {}
+                }
+            }
+            if has_send {
+                let at = x.queue.hold(m);
+                let mut r = wire::Reader::at(x.queue_buf(at), wire::HEAD);
+                let mut sends = Vec::new();
+                while let Some(Ok(rec)) = wire::next_rec(&mut r) {
+                    if let Rec::Send { tag, payload } = rec {
+                        sends.push((tag, payload));
+                    }
+                }
+                for (tag, payload) in sends {
+                    x.queue.push(at, tag, payload);
+                }
+            }
+        }
+        for (from, m) in std::mem::take(&mut x.held) {
+            Self::write_reply(x, from as usize, &m[wire::HEAD..]);
+        }
+        Ok(())
+    }
+}
+
+impl Net {
+    pub fn transport(&self) -> &dyn Transport {
+        &*self.t
+    }
+
+    pub fn transport_mut(&mut self) -> &mut dyn Transport {
+        &mut *self.t
+    }
+
+    /// An error the progress thread met, if any.
+    fn take_failure(&mut self) -> Result<(), BspError> {
+        match self.failure.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Moves the transport's events into the inbox, checking each message's header.
+    /// True if any arrived.
+    fn drain_events(&mut self) -> Result<bool, BspError> {
+        let mut any = false;
+        while let Some(e) = self.t.poll_event() {
+            match e {
+                Event::Message { from, data, .. } => {
+                    let ok = from < self.p
+                        && wire::head(&data).is_some_and(|(k, s)| {
+                            (wire::REDUCE..=wire::REPLY).contains(&k)
+                                && (s == self.step || s == self.step.wrapping_add(1))
+                        });
+                    if !ok {
+                        return Err(BspError::Protocol(format!(
+                            "pid {from} sent a message that is not of this superstep ({}) \
+                             or the next: is it running the same program?",
+                            self.step
+                        )));
+                    }
+                    self.inbox.push_back((from, data));
+                    any = true;
+                }
+                // Announcing protocols (rmpp) wait for a posted receive; BSP takes all.
+                Event::Announce { from, id, .. } => self.t.accept(from, id),
+                Event::Sent { .. } => {}
+                Event::PeerDead { peer, silent_for } => {
+                    return Err(BspError::Transport(bulkwire_engine::Error::PeerDead {
+                        peer,
+                        silent_for,
+                    }));
+                }
+            }
+        }
+        Ok(any)
+    }
+
+    /// Drives the transport until `poll` says done: spinning, then blocking, as
+    /// `Transport::wait_for` does, and ending with an error as soon as the job fails.
+    fn wait(
+        &mut self,
+        mut poll: impl FnMut(&mut Net) -> Result<Poll, BspError>,
+    ) -> Result<(), BspError> {
+        let policy = self.t.policy();
+        let spin = policy.spin.as_nanos() as Time;
+        let mut idle_since = self.t.now();
+        loop {
+            let deadline = match poll(self)? {
+                Poll::Done => return Ok(()),
+                Poll::Wait(d) => d,
+            };
+            self.t.check()?;
+            let prog = self.t.step()?;
+            let arrived = self.drain_events()?;
+            let now = self.t.now();
+            if prog.any() || arrived || deadline.is_some_and(|d| now >= d) {
+                idle_since = now;
+                continue;
+            }
+            let idle = now - idle_since;
+            if idle < spin || self.t.has_unsent() {
+                // Past a short wait, give the core away on every turn: when something
+                // else holds the other core, the peer we wait for may be queued behind
+                // us on this one, and a pure spin would cost it the whole budget.
+                if policy.yield_cpu || idle > YIELD_AFTER {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+                continue;
+            }
+            let timeout = deadline.map(|d| Duration::from_nanos(d.saturating_sub(now)));
+            self.t.block(timeout)?;
+            idle_since = self.t.now();
+        }
+    }
+
+    /// Takes the first inbox message `want` accepts.
+    fn take(&mut self, mut want: impl FnMut(u32, u8, u32) -> bool) -> Option<(u32, Vec<u8>)> {
+        let i = self
+            .inbox
+            .iter()
+            .position(|(from, m)| wire::head(m).is_some_and(|(k, s)| want(*from, k, s)))?;
+        self.inbox.remove(i)
+    }
+
+    /// Sends nothing more and waits (at most `timeout`) until the transport has delivered
+    /// everything sent; for runs without a launcher, whose `end` has no other way to know
+    /// the last messages arrived.
+    pub fn flush(&mut self, timeout: Duration) -> Result<(), BspError> {
+        let t0 = self.t.now();
+        let limit = t0 + timeout.as_nanos() as Time;
+        self.wait(|c| {
+            Ok(if !c.t.busy() || c.t.now() >= limit {
+                Poll::Done
+            } else {
+                Poll::Wait(Some(limit))
+            })
+        })
+    }
+}
+
+impl Exchange {
+    fn queue_buf(&self, at: usize) -> &[u8] {
+        self.queue.buf(at)
+    }
+}
+
+impl Service for Net {
+    fn progress(&mut self) -> bool {
+        if self.failure.is_some() {
+            return false;
+        }
+        let moved = match self.t.step() {
+            Ok(p) => p.any(),
+            Err(e) => {
+                self.failure = Some(e.into());
+                return false;
+            }
+        };
+        match self.drain_events() {
+            Ok(any) => moved || any,
+            Err(e) => {
+                self.failure = Some(e);
+                false
+            }
+        }
+    }
+
+    fn block(&mut self, timeout: Duration) {
+        let _ = self.t.block(Some(timeout));
+    }
+
+    fn busy(&self) -> bool {
+        self.t.busy()
+    }
+}

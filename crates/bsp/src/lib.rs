@@ -1,0 +1,29 @@
+//! BSPlib for bulkwire: supersteps, DRMA (`put`, `get`) and BSMP (`send`, `move`) over
+//! any [`bulkwire_engine::Transport`], with seed 003's superstep-aware messaging layer
+//! (see [`core`] and `docs/bsp.md`).
+//!
+//! - [`Bsp`]: the safe Rust API. Registered memory belongs to the `Bsp` ([`Area`]), so a
+//!   sync can never write under a live borrow.
+//! - [`Runtime`] and [`core::Core`]: the raw, address-based calls the C ABI
+//!   (`bulkwire-capi`, `bsp.h`) is built on.
+//! - [`mod@bench`]: bspbench's g and l.
+//!
+//! Environment: `BULKWIRE_BSP_SCHEDULE=latin|pid`, `BULKWIRE_BSP_RATE`,
+//! `BULKWIRE_BSP_CHUNK`, `BULKWIRE_STATS=1` ([`Config`]), plus the transport's
+//! (`BULKWIRE_PROTOCOL`, `BULKWIRE_FAULTS`, ...).
+
+mod api;
+pub mod bench;
+mod bsmp;
+mod config;
+pub mod core;
+mod error;
+mod regs;
+mod runtime;
+pub mod stats;
+mod wire;
+
+pub use api::{Area, Bsp, Message, Pod, available_processors, init};
+pub use config::{Config, Schedule};
+pub use error::BspError;
+pub use runtime::{Runtime, abort_job};

@@ -1,0 +1,326 @@
+//! A running BSP process: the [`Core`] behind a progress thread, the job's control
+//! connection, and what `bsp_begin`, `bsp_end` and `bsp_abort` do with them. The C ABI
+//! keeps one `Runtime` per process; the safe Rust API ([`crate::Bsp`]) wraps one.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bulkwire_engine::Transport;
+use bulkwire_engine::job::{self, JobConfig};
+use bulkwire_engine::progress::Shared;
+use bulkwire_launch::{Control, Failure, JobState, LaunchError, self_spawn};
+
+use crate::config::Config;
+use crate::core::{Core, Net};
+use crate::{BspError, stats};
+
+/// Set between `bsp_begin` and `bsp_end`: a failure notice then ends the process even if
+/// it is computing and never calls the library again.
+static IN_JOB: AtomicBool = AtomicBool::new(false);
+
+/// How long a process that learnt of a failure may take to stop on its own (it normally
+/// does at its next call) before the watchdog ends it.
+const WATCHDOG: Duration = Duration::from_secs(2);
+
+/// One process of a BSP computation.
+pub struct Runtime {
+    /// The user side: only user calls take it (cheap, uncontended).
+    core: Mutex<Core>,
+    /// The transport side, shared with the progress thread; gone after `finish`.
+    shared: Mutex<Option<Shared<Net>>>,
+    /// The job's control connection (none over a given transport, or after `finish`).
+    ctl: Mutex<Option<Control>>,
+    /// `bsp_end` has begun: calls from now on are outside the computation.
+    ended: AtomicBool,
+    job: Option<Arc<JobState>>,
+    pid: u32,
+    p: u32,
+    start: Instant,
+    cfg: Config,
+    protocol: &'static str,
+}
+
+impl Runtime {
+    /// `bsp_begin(p)`: joins the job this process was launched in (`bsprun`, srun,
+    /// mpirun), or starts one of `p` processes with itself as pid 0. Under a launcher of
+    /// N processes the computation has min(p, N) processes; the others wait here for it
+    /// to end and exit with status 0.
+    ///
+    /// Only pid 0's `p` counts: with `bsp_init` the other processes run the SPMD function
+    /// before `main` has computed it (the standard's example reads it from input).
+    pub fn begin(p: u32) -> Result<Runtime, BspError> {
+        let spawned = matches!(bulkwire_launch::job_env(), Ok(Some(e)) if e.rank > 0);
+        if p == 0 && !spawned {
+            return Err(BspError::Misuse(
+                "bsp_begin: the number of processes must be at least 1".into(),
+            ));
+        }
+        let cfg = Config::from_env()?;
+        let jcfg = JobConfig::from_env().map_err(|e| BspError::Config(e.to_string()))?;
+        let mut ctl = self_spawn(p.max(1))?;
+        let asked = ctl.allgather(&p.to_le_bytes())?;
+        let p0 = asked
+            .first()
+            .and_then(|b| <[u8; 4]>::try_from(b.as_slice()).ok())
+            .map(u32::from_le_bytes)
+            .filter(|&n| n > 0)
+            .ok_or_else(|| BspError::Protocol("pid 0 sent no process count".into()))?;
+        let p = p0.min(ctl.nprocs());
+        // Any stack: a protocol over a link, or kernel TCP (`BULKWIRE_PROTOCOL=tcp`).
+        let (engine, _) = job::connect_transport(&mut ctl, &jcfg)?;
+        let state = ctl.state();
+        if ctl.rank() >= p {
+            // Not in the computation: take part in the final exchange of bsp_end, leave.
+            drop(engine);
+            let code = match ctl.allgather(&[]) {
+                Ok(_) => ctl.finish(0).map_or(1, |()| 0),
+                Err(_) => state.failure().map_or(1, |f| f.exit_code()),
+            };
+            std::process::exit(code);
+        }
+        let waker = engine.waker();
+        // A failure notice wakes a process blocked in the transport at once, and ends one
+        // that is computing if it does not stop by itself soon.
+        state.on_failure(move |f: &Failure| {
+            waker();
+            let code = f.exit_code().max(1);
+            let _ = std::thread::Builder::new()
+                .name("bulkwire-watchdog".into())
+                .spawn(move || {
+                    std::thread::sleep(WATCHDOG);
+                    if IN_JOB.load(Ordering::SeqCst) {
+                        // SAFETY: _exit ends the process without running anything else.
+                        unsafe { libc::_exit(code) };
+                    }
+                });
+        });
+        IN_JOB.store(true, Ordering::SeqCst);
+        let mut rt = Runtime::build(engine, p, cfg);
+        rt.ctl = Mutex::new(Some(ctl));
+        rt.job = Some(state);
+        Ok(rt)
+    }
+
+    /// A process over a transport built by the caller (threads of one program, tests,
+    /// other launchers): no launcher, so `end` cannot wait for the others and `abort`
+    /// only ends this process.
+    pub fn over(t: Box<dyn Transport>, p: u32, cfg: Config) -> Runtime {
+        Runtime::build(t, p, cfg)
+    }
+
+    fn build(t: Box<dyn Transport>, p: u32, cfg: Config) -> Runtime {
+        let waker = t.waker();
+        let protocol = t.protocol_name();
+        let (core, net) = Core::new(t, p, cfg.clone());
+        let pid = core.pid();
+        Runtime {
+            core: Mutex::new(core),
+            shared: Mutex::new(Some(Shared::new(
+                net,
+                waker,
+                Shared::<Net>::interval_from_env(),
+            ))),
+            ctl: Mutex::new(None),
+            ended: AtomicBool::new(false),
+            job: None,
+            pid,
+            p,
+            start: Instant::now(),
+            cfg,
+            protocol,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    pub fn nprocs(&self) -> u32 {
+        self.p
+    }
+
+    /// Seconds since `bsp_begin`.
+    pub fn time(&self) -> f64 {
+        self.start.elapsed().as_secs_f64()
+    }
+
+    /// Runs `f` on the process's user side (registrations, outgoing data, queue).
+    #[inline]
+    pub fn with<R>(&self, f: impl FnOnce(&mut Core) -> R) -> R {
+        f(&mut lock(&self.core))
+    }
+
+    /// Runs `f` on the transport, as a user call (the progress thread steps aside);
+    /// `None` after `bsp_end`.
+    pub fn with_transport<R>(&self, f: impl FnOnce(&mut dyn Transport) -> R) -> Option<R> {
+        let g = lock(&self.shared);
+        g.as_ref().map(|sh| sh.with(|n| f(n.transport_mut())))
+    }
+
+    /// Whether `bsp_end` has begun.
+    #[inline]
+    pub fn ended(&self) -> bool {
+        self.ended.load(Ordering::Relaxed)
+    }
+
+    fn sync_ending(&self, ending: bool) -> Result<(), BspError> {
+        let mut core = lock(&self.core);
+        let g = lock(&self.shared);
+        let Some(sh) = g.as_ref() else {
+            return Err(BspError::Misuse("bsp_sync: called after bsp_end".into()));
+        };
+        sh.with(|n| core.sync(n, ending))
+    }
+
+    /// `bsp_sync`.
+    pub fn sync(&self) -> Result<(), BspError> {
+        self.sync_ending(false).map_err(|e| self.explain(e))
+    }
+
+    /// `bsp_end`, first half: the last superstep ends (its communication is delivered)
+    /// and every process checks that all the others are ending too. A misuse found here
+    /// leaves the runtime intact, for [`Runtime::fail`].
+    pub fn end_sync(&self) -> Result<(), BspError> {
+        self.ended.store(true, Ordering::SeqCst);
+        self.sync_ending(true).map_err(|e| self.explain(e))
+    }
+
+    /// `bsp_end`, second half (after [`Runtime::end_sync`]): waits until every process
+    /// has passed the last barrier, prints the statistics (pid 0, `BULKWIRE_STATS=1`) and
+    /// leaves the job. The caller decides what happens next (the C ABI exits all
+    /// processes but pid 0).
+    pub fn finish(&self) -> Result<(), BspError> {
+        self.ended.store(true, Ordering::SeqCst);
+        let Some(shared) = lock(&self.shared).take() else {
+            return Err(BspError::Misuse("bsp_end: called twice".into()));
+        };
+        let blob = if self.cfg.stats {
+            let core = lock(&self.core);
+            shared.with(|n| stats::Snapshot::of(&core, n).encode())
+        } else {
+            Vec::new()
+        };
+        lock(&self.core).release();
+        let ctl = lock(&self.ctl).take();
+        match ctl {
+            Some(mut ctl) => {
+                // Once this exchange completes everyone has passed the last barrier, so
+                // nobody needs our transport any more.
+                let all = ctl
+                    .allgather(&blob)
+                    .map_err(|e| explain_with(&self.job, e.into()))?;
+                drop(shared);
+                IN_JOB.store(false, Ordering::SeqCst);
+                if self.pid == 0 && self.cfg.stats {
+                    let snaps: Vec<stats::Snapshot> = all
+                        .iter()
+                        .take(self.p as usize)
+                        .filter_map(|b| stats::Snapshot::decode(b))
+                        .collect();
+                    let table = stats::table(self.protocol, &snaps);
+                    let _ = std::io::stderr().lock().write_all(table.as_bytes());
+                }
+                ctl.finish(0).map_err(|e| explain_with(&self.job, e.into()))
+            }
+            None => {
+                // Without a launcher, wait (briefly) for the transport to deliver the
+                // last messages before it goes away.
+                shared
+                    .with(|n| n.flush(Duration::from_secs(1)))
+                    .map_err(|e| explain_with(&self.job, e))
+            }
+        }
+    }
+
+    /// Reports an error of [`Runtime::finish`] (the job failed, or the launcher is gone)
+    /// and exits with the job's status.
+    pub fn finish_failed(e: BspError) -> ! {
+        IN_JOB.store(false, Ordering::SeqCst);
+        match e {
+            BspError::JobFailed { exit_code, .. } => std::process::exit(exit_code.max(1)),
+            e => {
+                let _ = writeln!(std::io::stderr(), "bsp_end: {e}");
+                std::process::exit(1)
+            }
+        }
+    }
+
+    /// Makes a failure of the job (another process died, aborted...) say so with the
+    /// launcher's words and exit status.
+    fn explain(&self, e: BspError) -> BspError {
+        explain_with(&self.job, e)
+    }
+
+    /// `bsp_abort`: stops every process; the launcher prints `msg` once. Exits with
+    /// status 1.
+    pub fn abort(&self, msg: &str) -> ! {
+        // try_lock: a thread stuck in bsp_end's final exchange must not stop an abort.
+        let ctl = self.ctl.try_lock().ok();
+        abort_job(ctl.as_ref().and_then(|g| g.as_ref()), self.pid, msg)
+    }
+
+    /// Ends this process after `e` met `call`: a misuse or another error aborts the job
+    /// with a message naming the call; a failure elsewhere (already reported by the
+    /// launcher) exits quietly with the job's status.
+    pub fn fail(&self, call: &str, e: BspError) -> ! {
+        match self.explain(e) {
+            BspError::JobFailed { message, exit_code } => {
+                IN_JOB.store(false, Ordering::SeqCst);
+                // The launcher has printed the cause, unless it is the one that is gone.
+                let reported = self
+                    .job
+                    .as_ref()
+                    .and_then(|j| j.failure())
+                    .is_some_and(|f| !matches!(f, Failure::LauncherLost { .. }));
+                if !reported {
+                    let _ = writeln!(std::io::stderr(), "{call}: {message}");
+                }
+                std::process::exit(exit_code.max(1))
+            }
+            BspError::Misuse(m) => self.abort(&m),
+            e => self.abort(&format!("{call}: {e}")),
+        }
+    }
+
+    /// The protocol carrying this process's packets.
+    pub fn protocol(&self) -> &'static str {
+        self.protocol
+    }
+}
+
+fn explain_with(job: &Option<Arc<JobState>>, e: BspError) -> BspError {
+    let failure = job.as_ref().and_then(|j| j.failure());
+    match (e, failure) {
+        (BspError::JobFailed { .. }, Some(f))
+        | (BspError::Launch(LaunchError::JobFailed(_)), Some(f))
+        | (BspError::Launch(LaunchError::LauncherLost(_)), Some(f)) => BspError::JobFailed {
+            message: f.to_string(),
+            exit_code: f.exit_code(),
+        },
+        (BspError::Transport(_), Some(f)) => BspError::JobFailed {
+            message: f.to_string(),
+            exit_code: f.exit_code(),
+        },
+        (e, _) => e,
+    }
+}
+
+/// Poison-tolerant lock: a panic elsewhere must not turn every later call into one.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Aborts the job with `msg` (through the launcher when there is one) and exits 1.
+pub fn abort_job(ctl: Option<&Control>, pid: u32, msg: &str) -> ! {
+    IN_JOB.store(false, Ordering::SeqCst);
+    let msg = msg.trim_end_matches('\n');
+    match ctl {
+        Some(c) => c.abort(msg),
+        None => {
+            let _ = writeln!(std::io::stderr(), "pid {pid} aborted: {msg}");
+            std::process::exit(1)
+        }
+    }
+}

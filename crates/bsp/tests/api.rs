@@ -1,0 +1,493 @@
+//! The safe Rust API, with every process a thread over the in-process link (optionally
+//! lossy), so the BSP rules are checked quickly and deterministically in what they
+//! compute, over each protocol.
+
+use std::sync::Arc;
+
+use bulkwire_bsp::{Bsp, BspError, Config, Schedule};
+use bulkwire_engine::{Endpoint, EndpointConfig, Engine, WaitPolicy};
+use bulkwire_link::{FaultConfig, Faulty, Link, inproc};
+use bulkwire_protocol::{Common, wire::HEADER_LEN};
+
+/// Runs `f` as `p` processes over `protocol`, with `faults` on every link, and returns
+/// what each returned.
+fn run<R: Send + 'static>(
+    p: u32,
+    protocol: &str,
+    faults: &str,
+    cfg: Config,
+    f: impl Fn(&mut Bsp) -> R + Send + Sync + 'static,
+) -> Vec<R> {
+    spawn(p, protocol, faults, cfg, true, f)
+}
+
+/// Like [`run`]; without `end`, the processes just drop their `Bsp` (after an error).
+fn spawn<R: Send + 'static>(
+    p: u32,
+    protocol: &str,
+    faults: &str,
+    cfg: Config,
+    end: bool,
+    f: impl Fn(&mut Bsp) -> R + Send + Sync + 'static,
+) -> Vec<R> {
+    let mtu = 9000;
+    let f = Arc::new(f);
+    let links = inproc::network(p, mtu, 4096);
+    let handles: Vec<_> = links
+        .into_iter()
+        .map(|l| {
+            let rank = l.rank();
+            let link: Box<dyn Link> = if faults.is_empty() {
+                Box::new(l)
+            } else {
+                let mut fc = FaultConfig::parse(faults).unwrap();
+                fc.seed = fc.seed.wrapping_add(rank as u64);
+                Box::new(Faulty::new(l, fc))
+            };
+            let common = Common::new(rank, p, mtu - HEADER_LEN);
+            let proto = bulkwire_protocol::by_name(protocol, common).unwrap();
+            let engine = Engine::new(
+                Endpoint::new(link, proto, EndpointConfig::new(42)),
+                WaitPolicy::for_host(p as usize),
+            );
+            let f = f.clone();
+            let cfg = cfg.clone();
+            std::thread::spawn(move || {
+                let mut bsp = Bsp::over(Box::new(engine), p, cfg);
+                let r = f(&mut bsp);
+                if end {
+                    bsp.end().unwrap();
+                }
+                r
+            })
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+fn holefill<R: Send + 'static>(
+    p: u32,
+    f: impl Fn(&mut Bsp) -> R + Send + Sync + 'static,
+) -> Vec<R> {
+    run(p, "holefill", "", Config::default(), f)
+}
+
+/// Processes that end in an error: no `bsp_end`.
+fn failing<R: Send + 'static>(p: u32, f: impl Fn(&mut Bsp) -> R + Send + Sync + 'static) -> Vec<R> {
+    spawn(p, "holefill", "", Config::default(), false, f)
+}
+
+#[test]
+fn puts_land_after_the_sync_and_gets_read_before_puts_write() {
+    for p in [1, 2, 3, 5] {
+        holefill(p, |bsp| {
+            let (p, s) = (bsp.nprocs(), bsp.pid());
+            let x = bsp.push_reg(vec![s as u64 * 100]);
+            let got = bsp.push_reg(vec![0u64; 1]);
+            bsp.sync().unwrap();
+            let next = (s + 1) % p;
+            let prev = (s + p - 1) % p;
+            // Put ours into the next one's x, and get the previous one's x: the get must
+            // see the value from before the superstep's puts.
+            bsp.put(next, &[s as u64 * 100 + 1], &x, 0).unwrap();
+            bsp.get(prev, &x, 0, &got, 0, 1).unwrap();
+            assert_eq!(
+                bsp.area(&x)[0],
+                s as u64 * 100,
+                "nothing lands before the sync"
+            );
+            bsp.sync().unwrap();
+            assert_eq!(bsp.area(&x)[0], prev as u64 * 100 + 1);
+            assert_eq!(bsp.area(&got)[0], prev as u64 * 100);
+        });
+    }
+}
+
+#[test]
+fn put_copies_its_source_at_once_and_hpput_reads_it_at_the_sync() {
+    holefill(3, |bsp| {
+        let (p, s) = (bsp.nprocs(), bsp.pid());
+        let dst = bsp.push_reg(vec![0u32; 2 * p as usize]);
+        let src = bsp.push_reg(vec![0u32; 1]);
+        bsp.sync().unwrap();
+        let mut v = [7u32];
+        for q in 0..p {
+            bsp.put(q, &v, &dst, 2 * s as usize).unwrap();
+            bsp.hpput(q, &src, 0, &dst, 2 * s as usize + 1, 1).unwrap();
+        }
+        v[0] = 8; // too late for the put
+        assert_eq!(v, [8]);
+        bsp.area_mut(&src)[0] = 9; // in time for the hpput
+        bsp.sync().unwrap();
+        let want: Vec<u32> = (0..p).flat_map(|_| [7, 9]).collect();
+        assert_eq!(bsp.area(&dst), &want[..]);
+    });
+}
+
+#[test]
+fn registrations_shadow_pop_and_empty_areas_work() {
+    holefill(4, |bsp| {
+        let (p, s) = (bsp.nprocs(), bsp.pid());
+        let a = bsp.push_reg(vec![0i32; 4]);
+        // An empty area on all but pid 0, registered as the same logical area.
+        let e = bsp.push_reg(if s == 0 {
+            vec![0i32; p as usize]
+        } else {
+            Vec::new()
+        });
+        bsp.sync().unwrap();
+        bsp.put(0, &[s as i32 + 1], &e, s as usize).unwrap();
+        bsp.put((s + 1) % p, &[5], &a, 3).unwrap();
+        let r = bsp.put(1 % p, &[5], &e, 0);
+        if p > 1 {
+            let msg = r.unwrap_err().to_string();
+            assert!(
+                msg.contains("bsp_put") && msg.contains("pid 1") && msg.contains("0 bytes"),
+                "{msg}"
+            );
+        }
+        bsp.sync().unwrap();
+        if s == 0 {
+            let want: Vec<i32> = (1..=p as i32).collect();
+            assert_eq!(bsp.area(&e), &want[..]);
+        }
+        assert_eq!(bsp.area(&a)[3], 5);
+        // Pop: still usable in this superstep, gone after the sync.
+        bsp.pop_reg(&e).unwrap();
+        bsp.put(0, &[9], &e, 0).unwrap();
+        bsp.sync().unwrap();
+        let r = bsp.put(0, &[9], &a, 4);
+        let msg = r.unwrap_err().to_string();
+        assert!(
+            msg.contains("offset 16") && msg.contains("16 bytes"),
+            "{msg}"
+        );
+    });
+}
+
+#[test]
+fn bsmp_messages_arrive_in_the_next_superstep_with_the_tag_size_of_the_sender() {
+    holefill(3, |bsp| {
+        let (p, s) = (bsp.nprocs(), bsp.pid());
+        assert_eq!(bsp.set_tagsize(4), 0, "the initial tag size is 0");
+        assert_eq!(bsp.tagsize(), 0, "not before the sync");
+        for q in 0..p {
+            bsp.send(q, &[], format!("hello {q} from {s}").as_bytes())
+                .unwrap();
+        }
+        assert_eq!(bsp.qsize(), (0, 0));
+        bsp.sync().unwrap();
+        assert_eq!(bsp.tagsize(), 4);
+        let (n, bytes) = bsp.qsize();
+        assert_eq!(n, p as usize);
+        assert_eq!(
+            bytes,
+            (0..p).map(|q| format!("hello {s} from {q}").len()).sum()
+        );
+        let mut seen = Vec::new();
+        while let Some((len, tag)) = bsp.get_tag() {
+            assert!(tag.is_empty());
+            let mut buf = vec![0u8; len];
+            assert_eq!(bsp.move_message(&mut buf), Some(len));
+            seen.push(String::from_utf8(buf).unwrap());
+        }
+        seen.sort();
+        let want: Vec<String> = (0..p).map(|q| format!("hello {s} from {q}")).collect();
+        assert_eq!(seen, want);
+        assert_eq!(bsp.move_message(&mut []), None);
+        // Now with 4-byte tags; a message is readable only in the superstep after.
+        for q in 0..p {
+            bsp.send(q, &(s * 1000 + q).to_le_bytes(), &[s as u8; 3])
+                .unwrap();
+        }
+        let e = bsp.send(0, &[1, 2], b"x").unwrap_err().to_string();
+        assert!(e.contains("bsp_send") && e.contains("tag size is 4"), "{e}");
+        bsp.sync().unwrap();
+        let mut from = Vec::new();
+        while let Some(m) = bsp.hpmove() {
+            let tag = u32::from_le_bytes(m.tag.try_into().unwrap());
+            assert_eq!(tag % 1000, s);
+            assert_eq!(m.payload, &[(tag / 1000) as u8; 3]);
+            from.push(tag / 1000);
+        }
+        from.sort();
+        assert_eq!(from, (0..p).collect::<Vec<_>>());
+        // Unread messages are gone after the next sync.
+        bsp.send((s + 1) % p, &[0; 4], b"lost").unwrap();
+        bsp.sync().unwrap();
+        assert_eq!(bsp.qsize().0, 1);
+        bsp.sync().unwrap();
+        assert_eq!(bsp.qsize(), (0, 0));
+    });
+}
+
+#[test]
+fn misuse_is_reported_with_the_call_and_the_numbers() {
+    let r = holefill(2, |bsp| {
+        let a = bsp.push_reg(vec![0u8; 10]);
+        let early = bsp.put(0, &[1], &a, 0).unwrap_err().to_string();
+        bsp.sync().unwrap();
+        let far = bsp.put(1, &[1, 2], &a, 9).unwrap_err().to_string();
+        let nopid = bsp.put(2, &[1], &a, 0).unwrap_err().to_string();
+        let getfar = bsp.get(0, &a, 20, &a, 0, 1).unwrap_err().to_string();
+        let tagged = bsp.send(1, &[0], b"").unwrap_err().to_string();
+        (early, far, nopid, getfar, tagged)
+    });
+    let (early, far, nopid, getfar, tagged) = &r[0];
+    assert!(
+        early.contains("bsp_put") && early.contains("next bsp_sync"),
+        "{early}"
+    );
+    assert!(
+        far.contains("writing 2 bytes at offset 9")
+            && far.contains("pid 1 registered it with 10 bytes"),
+        "{far}"
+    );
+    assert!(
+        nopid.contains("pid 2 is not a process") && nopid.contains("0..1"),
+        "{nopid}"
+    );
+    assert!(
+        getfar.starts_with("bsp_get: reading 1 bytes at offset 20"),
+        "{getfar}"
+    );
+    assert!(tagged.contains("tag size is 0"), "{tagged}");
+}
+
+#[test]
+fn collective_mismatches_are_caught_by_every_process() {
+    // Different numbers of registrations.
+    let r = failing(3, |bsp| {
+        if bsp.pid() != 1 {
+            bsp.push_reg(vec![0u8; 1]);
+        }
+        bsp.sync().unwrap_err().to_string()
+    });
+    for e in &r {
+        assert!(
+            e.starts_with(
+                "bsp_push_reg: in superstep 0 pid 0 registered 1 area but pid 1 registered 0"
+            ),
+            "{e}"
+        );
+    }
+    // Pops of different registrations.
+    let r = failing(2, |bsp| {
+        let a = bsp.push_reg(vec![0u8; 1]);
+        let b = bsp.push_reg(vec![0u8; 1]);
+        bsp.sync().unwrap();
+        if bsp.pid() == 0 {
+            bsp.pop_reg(&a).unwrap();
+        } else {
+            bsp.pop_reg(&b).unwrap();
+        }
+        bsp.sync().unwrap_err().to_string()
+    });
+    for e in &r {
+        assert!(
+            e.contains("bsp_pop_reg") && e.contains("different registrations"),
+            "{e}"
+        );
+    }
+    // Push and pop in different orders.
+    let r = failing(2, |bsp| {
+        let a = bsp.push_reg(vec![0u8; 1]);
+        bsp.sync().unwrap();
+        if bsp.pid() == 0 {
+            bsp.pop_reg(&a).unwrap();
+            bsp.push_reg(vec![0u8; 2]);
+        } else {
+            bsp.push_reg(vec![0u8; 2]);
+            bsp.pop_reg(&a).unwrap();
+        }
+        bsp.sync().unwrap_err().to_string()
+    });
+    for e in &r {
+        assert!(e.contains("different orders"), "{e}");
+    }
+    // Tag sizes.
+    let r = failing(2, |bsp| {
+        bsp.set_tagsize(4 * bsp.pid() as usize);
+        bsp.sync().unwrap_err().to_string()
+    });
+    for e in &r {
+        assert!(
+            e.contains("bsp_set_tagsize")
+                && e.contains("pid 0 set the tag size to 0 but pid 1 set the tag size to 4"),
+            "{e}"
+        );
+    }
+}
+
+/// A deterministic random program: every process can compute what all of them do in
+/// each superstep, so each checks its own memory against a model after every sync.
+fn random_program(bsp: &mut Bsp, steps: u32, big: bool) {
+    let (p, s) = (bsp.nprocs() as usize, bsp.pid() as usize);
+    let region = 64usize; // words each source owns in every area
+    let words = region * p;
+    let x = bsp.push_reg(vec![0u64; words]);
+    let y = bsp.push_reg(vec![0u64; words]);
+    let big_area = bsp.push_reg(vec![0u8; if big { 3 << 20 } else { 0 }]);
+    bsp.sync().unwrap();
+    let mut model = vec![vec![0u64; words]; p];
+    let rnd = |step: u32, pid: usize, i: u64| {
+        let mut z = (step as u64) << 40 ^ (pid as u64) << 20 ^ i ^ 0x9e37_79b9_7f4a_7c15;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    for step in 0..steps {
+        // What process q does this superstep: puts into its region of some areas of x,
+        // and gets of words of others' x into its region of y (here y is local only).
+        let ops = |q: usize| -> Vec<(usize, usize, u64, bool)> {
+            let n = rnd(step, q, 0) % 20;
+            (0..n)
+                .map(|i| {
+                    let r = rnd(step, q, i + 1);
+                    let to = (r % p as u64) as usize;
+                    let at = q * region + (r >> 8) as usize % region;
+                    (to, at, r >> 16, r & 1 == 0)
+                })
+                .collect()
+        };
+        let pre = model.clone();
+        let mut gets = Vec::new();
+        for q in 0..p {
+            for (i, (to, at, v, is_put)) in ops(q).into_iter().enumerate() {
+                if is_put {
+                    model[to][at] = v;
+                } else if q == s {
+                    // Get the word `at` of process `to`'s x into our y at i.
+                    gets.push((to, at, i, pre[to][at]));
+                }
+            }
+        }
+        for (i, (to, at, v, is_put)) in ops(s).into_iter().enumerate() {
+            if is_put {
+                bsp.put(to as u32, &[v], &x, at).unwrap();
+            } else {
+                bsp.get(to as u32, &x, at, &y, i, 1).unwrap();
+            }
+        }
+        if big && step % 3 == 1 {
+            let to = (s + 1) % p;
+            let data: Vec<u8> = (0..(3 << 20)).map(|i| (i as u32 ^ step) as u8).collect();
+            bsp.put(to as u32, &data, &big_area, 0).unwrap();
+        }
+        bsp.sync().unwrap();
+        assert_eq!(
+            bsp.area(&x),
+            &model[s][..],
+            "pid {s} after superstep {step}"
+        );
+        for (_, _, i, want) in gets {
+            assert_eq!(
+                bsp.area(&y)[i],
+                want,
+                "get {i} of pid {s} in superstep {step}"
+            );
+        }
+        if big && step % 3 == 1 {
+            let b = bsp.area(&big_area);
+            assert!(
+                b.iter()
+                    .enumerate()
+                    .all(|(i, &v)| v == (i as u32 ^ step) as u8)
+            );
+        }
+    }
+}
+
+#[test]
+fn random_programs_match_the_model() {
+    for p in [2, 4] {
+        holefill(p, |bsp| random_program(bsp, 30, true));
+    }
+}
+
+#[test]
+fn random_programs_match_the_model_under_loss_with_every_protocol() {
+    for proto in ["holefill", "gbn"] {
+        run(3, proto, "loss=0.05,seed=3", Config::default(), |bsp| {
+            random_program(bsp, 25, false)
+        });
+    }
+}
+
+#[test]
+fn pid_schedule_rate_cap_and_chunks_deliver_the_same() {
+    let cfg = Config {
+        schedule: Schedule::Pid,
+        rate: Some(2_000_000_000),
+        chunk: Some(1000),
+        stats: false,
+    };
+    run(3, "holefill", "", cfg, |bsp| random_program(bsp, 12, true));
+}
+
+#[test]
+fn a_superstep_costs_one_message_each_way_at_two_processes() {
+    let r = holefill(2, |bsp| {
+        for _ in 0..100 {
+            bsp.sync().unwrap();
+        }
+        let rt = bsp.runtime();
+        let pid = rt.pid();
+        let sent = rt
+            .with_transport(|t| t.peer_stats(1 - pid).messages_sent)
+            .unwrap();
+        (rt.with(|c| c.counters.supersteps), sent)
+    });
+    for (steps, msgs) in r {
+        assert_eq!(steps, 100);
+        assert_eq!(msgs, 100, "one barrier message per superstep");
+    }
+}
+
+#[test]
+fn hp_sends_and_many_small_puts_at_eight_processes() {
+    holefill(8, move |bsp| {
+        let (p, s) = (bsp.nprocs(), bsp.pid());
+        bsp.set_tagsize(4);
+        let words = bsp.push_reg(vec![0u32; 1000 * p as usize]);
+        let pay = bsp.push_reg(vec![s as u16; 5]);
+        bsp.sync().unwrap();
+        for q in 0..p {
+            for i in 0..1000 {
+                bsp.put(q, &[s * 1000 + i], &words, (s * 1000 + i) as usize)
+                    .unwrap();
+            }
+            bsp.hpsend(q, &s.to_le_bytes(), &pay, 1, 3).unwrap();
+        }
+        bsp.area_mut(&pay)[2] = 77;
+        bsp.sync().unwrap();
+        let w = bsp.area(&words);
+        assert!(w.iter().enumerate().all(|(i, &v)| v == i as u32));
+        let mut n = 0;
+        while let Some(m) = bsp.hpmove() {
+            let from = u32::from_le_bytes(m.tag.try_into().unwrap());
+            let want: Vec<u8> = [from as u16, 77, from as u16]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect();
+            assert_eq!(m.payload, &want[..]);
+            n += 1;
+        }
+        assert_eq!(n, p);
+    });
+}
+
+#[test]
+fn errors_are_values_in_the_rust_api() {
+    let r = holefill(1, |bsp| {
+        let a = bsp.push_reg(vec![1u8]);
+        bsp.sync().unwrap();
+        bsp.pop_reg(&a).unwrap();
+        let twice = bsp.pop_reg(&a).unwrap_err();
+        bsp.sync().unwrap();
+        let gone = bsp.put(0, &[1], &a, 0).unwrap_err();
+        (twice, gone)
+    });
+    assert!(matches!(&r[0].0, BspError::Misuse(m) if m.contains("already popped")));
+    assert!(matches!(&r[0].1, BspError::Misuse(m) if m.contains("popped and freed")));
+}

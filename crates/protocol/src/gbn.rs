@@ -535,6 +535,11 @@ impl Gbn {
         if s.attempts == 1 {
             // Karn: only a packet sent once gives an unambiguous round trip.
             p.rtt.sample(now.saturating_sub(s.sent_at));
+        } else {
+            // New data acknowledged: the path works again, so the timeout returns to the
+            // estimate (RFC 6298 section 5), even without a sample; otherwise a run of
+            // losses recovered only by retransmissions would keep the longest back-off.
+            p.rtt.reset_backoff();
         }
         self.release(now, from, i + 1);
     }
@@ -1489,15 +1494,16 @@ mod tests {
         assert_eq!(rto, 12 * MS, "srtt + 4 * rttvar after one sample of 4 ms");
         assert_eq!(gaps, [rto, 2 * rto, 4 * rto, 80 * MS, 80 * MS, 80 * MS]);
         assert_eq!(a.peer_stats(1).timeouts, 6);
-        // The ACK of a retransmitted packet is not a sample.
+        // The ACK of a retransmitted packet is not a sample (Karn).
         rx_all(&mut b, now, &d);
         rx_all(&mut a, now + MS, &tx(&mut b, now));
         assert!(!a.outstanding(1));
         assert_eq!(a.peer_stats(1).srtt_ns, 4 * MS);
-        // The back-off persists until a clean sample clears it.
+        // New data acknowledged clears the back-off (RFC 6298 section 5): the timeout is
+        // the estimate again, not the capped 80 ms that a run of losses would keep.
         a.send(now, 1, pattern(1, 2), false).unwrap();
         tx(&mut a, now);
-        assert_eq!(a.poll_timeout().unwrap() - now, 80 * MS);
+        assert_eq!(a.poll_timeout().unwrap() - now, rto);
     }
 
     /// A huge window is legal with 32-bit sequence numbers; memory follows the packets

@@ -10,6 +10,7 @@ use std::time::Duration;
 use bulkwire_engine::job::{self, JobConfig, LinkKind};
 use bulkwire_engine::{Transport, WaitPolicy};
 use bulkwire_launch::{Card, Control, LaunchOpts};
+use bulkwire_link::Rank;
 use bulkwire_link::{FaultConfig, Faulty, UdpConfig, UdpLink};
 use bulkwire_protocol::PeerStats;
 use serde::{Deserialize, Serialize};
@@ -224,9 +225,9 @@ pub fn worker_main(args: &[OsString]) -> Result<(), String> {
                         .map_err(|e| e.to_string())?;
                     if faults.is_active() {
                         let mut ch = RawUdp::new(Faulty::new(udp, faults), peer, policy);
-                        measure_raw(&mut ch, role, &spec)
+                        measure(&mut OnRaw(&mut ch), role, &spec)
                     } else {
-                        measure_raw(&mut RawUdp::new(udp, peer, policy), role, &spec)
+                        measure(&mut OnRaw(&mut RawUdp::new(udp, peer, policy)), role, &spec)
                     }
                 }
                 "tcp" => {
@@ -241,7 +242,7 @@ pub fn worker_main(args: &[OsString]) -> Result<(), String> {
                     }
                     .map_err(|e| e.to_string())?;
                     let mut ch = RawTcp::new(stream, policy).map_err(|e| e.to_string())?;
-                    measure_raw(&mut ch, role, &spec)
+                    measure(&mut OnRaw(&mut ch), role, &spec)
                 }
                 other => {
                     return Err(format!(
@@ -261,7 +262,8 @@ pub fn worker_main(args: &[OsString]) -> Result<(), String> {
                 cfg.progress = None;
             }
             let comm = bulkwire_p2p::Comm::from_control(ctl, cfg).map_err(|e| e.to_string())?;
-            let result = measure_p2p(&comm, role, &spec)?;
+            let peer = 1 - comm.rank();
+            let result = measure(&mut OnComm { c: &comm, peer }, role, &spec)?;
             write_result(role, &result, out)?;
             return comm.finalize().map_err(|e| e.to_string());
         }
@@ -269,7 +271,14 @@ pub fn worker_main(args: &[OsString]) -> Result<(), String> {
             let cfg = job_config(protocol, link, faults)?;
             let (mut engine, _) =
                 job::connect_transport(&mut ctl, &cfg).map_err(|e| e.to_string())?;
-            let result = measure_proto(&mut engine, role, &spec)?;
+            let peer = 1 - engine.rank();
+            let idle = spec.stack.lossy().then_some(Duration::from_millis(50));
+            let k = &mut OnTransport {
+                t: &mut engine,
+                peer,
+                idle,
+            };
+            let result = measure(k, role, &spec)?;
             write_result(role, &result, out)?;
             return job::finish(&mut engine, ctl, 0).map_err(|e| e.to_string());
         }
@@ -305,8 +314,159 @@ fn job_config(protocol: &str, link: &str, faults: FaultConfig) -> Result<JobConf
     Ok(cfg)
 }
 
-fn measure_p2p(c: &bulkwire_p2p::Comm, role: Role, spec: &PairSpec) -> Result<PairResult, String> {
-    let peer = 1 - c.rank();
+fn write_result(role: Role, result: &PairResult, out: &OsString) -> Result<(), String> {
+    if role == Role::Initiator {
+        let json = serde_json::to_vec_pretty(result).map_err(|e| e.to_string())?;
+        std::fs::write(out, json).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// The kernels of one kind of stack, so that one function walks every measurement.
+trait Kernels {
+    fn pingpong(
+        &mut self,
+        role: Role,
+        size: usize,
+        warmup: usize,
+        iters: usize,
+    ) -> Result<Vec<f64>, String>;
+
+    fn stream(
+        &mut self,
+        role: Role,
+        size: usize,
+        window: usize,
+        warmup: usize,
+        reps: usize,
+    ) -> Result<Vec<kernels::StreamSample>, String>;
+
+    /// Seed 000's overlap; only the point-to-point layer has posted receives.
+    fn overlap(
+        &mut self,
+        _role: Role,
+        _size: usize,
+        _compute: Duration,
+        _reps: usize,
+    ) -> Result<Vec<f64>, String> {
+        Err("the overlap benchmark needs the point-to-point layer".into())
+    }
+
+    /// Protocol counters toward the peer, where the stack has them.
+    fn counters(&self) -> Option<Counters> {
+        None
+    }
+}
+
+/// A transport (a protocol over a link, or kernel TCP).
+struct OnTransport<'a, T: Transport> {
+    t: &'a mut T,
+    peer: Rank,
+    /// Lossy stacks: how long a stream receiver waits before counting a message lost.
+    idle: Option<Duration>,
+}
+
+impl<T: Transport> Kernels for OnTransport<'_, T> {
+    fn pingpong(
+        &mut self,
+        role: Role,
+        size: usize,
+        warmup: usize,
+        iters: usize,
+    ) -> Result<Vec<f64>, String> {
+        kernels::pingpong(self.t, role, self.peer, size, warmup, iters).map_err(|e| e.to_string())
+    }
+    fn stream(
+        &mut self,
+        role: Role,
+        size: usize,
+        window: usize,
+        warmup: usize,
+        reps: usize,
+    ) -> Result<Vec<kernels::StreamSample>, String> {
+        kernels::stream(
+            self.t, role, self.peer, size, window, warmup, reps, self.idle,
+        )
+        .map_err(|e| e.to_string())
+    }
+    fn counters(&self) -> Option<Counters> {
+        Some(Counters::from(&self.t.peer_stats(self.peer)))
+    }
+}
+
+/// A bare channel (raw UDP, raw TCP).
+struct OnRaw<'a>(&'a mut dyn RawChannel);
+
+impl Kernels for OnRaw<'_> {
+    fn pingpong(
+        &mut self,
+        role: Role,
+        size: usize,
+        warmup: usize,
+        iters: usize,
+    ) -> Result<Vec<f64>, String> {
+        raw::pingpong(self.0, role, size, warmup, iters).map_err(|e| e.to_string())
+    }
+    fn stream(
+        &mut self,
+        role: Role,
+        size: usize,
+        window: usize,
+        warmup: usize,
+        reps: usize,
+    ) -> Result<Vec<kernels::StreamSample>, String> {
+        raw::stream(
+            self.0,
+            role,
+            size,
+            window,
+            warmup,
+            reps,
+            Duration::from_millis(50),
+        )
+        .map_err(|e| e.to_string())
+    }
+}
+
+/// The point-to-point library.
+struct OnComm<'a> {
+    c: &'a bulkwire_p2p::Comm,
+    peer: Rank,
+}
+
+impl Kernels for OnComm<'_> {
+    fn pingpong(
+        &mut self,
+        role: Role,
+        size: usize,
+        warmup: usize,
+        iters: usize,
+    ) -> Result<Vec<f64>, String> {
+        p2pk::pingpong(self.c, role, self.peer, size, warmup, iters).map_err(|e| e.to_string())
+    }
+    fn stream(
+        &mut self,
+        role: Role,
+        size: usize,
+        window: usize,
+        warmup: usize,
+        reps: usize,
+    ) -> Result<Vec<kernels::StreamSample>, String> {
+        p2pk::stream(self.c, role, self.peer, size, window, warmup, reps).map_err(|e| e.to_string())
+    }
+    fn overlap(
+        &mut self,
+        role: Role,
+        size: usize,
+        compute: Duration,
+        reps: usize,
+    ) -> Result<Vec<f64>, String> {
+        p2pk::overlap(self.c, role, self.peer, size, compute, reps).map_err(|e| e.to_string())
+    }
+}
+
+/// Runs `spec`'s measurement on `k`, size by size.
+fn measure(k: &mut dyn Kernels, role: Role, spec: &PairSpec) -> Result<PairResult, String> {
     let label = spec.stack.label();
     let mut points = Vec::new();
     match &spec.measure {
@@ -316,7 +476,8 @@ fn measure_p2p(c: &bulkwire_p2p::Comm, role: Role, spec: &PairSpec) -> Result<Pa
             iters,
         } => {
             for &size in sizes {
-                let samples = p2pk::pingpong(c, role, peer, size, *warmup, *iters)
+                let samples = k
+                    .pingpong(role, size, *warmup, *iters)
                     .map_err(|x| format!("{label}: {size} B ping-pong: {x}"))?;
                 points.push(Point {
                     size,
@@ -332,7 +493,8 @@ fn measure_p2p(c: &bulkwire_p2p::Comm, role: Role, spec: &PairSpec) -> Result<Pa
         } => {
             for &size in sizes {
                 let w = window_for(size);
-                let s = p2pk::stream(c, role, peer, size, w, *warmup, *reps)
+                let s = k
+                    .stream(role, size, w, *warmup, *reps)
                     .map_err(|x| format!("{label}: {size} B stream: {x}"))?;
                 points.push(stream_point(size, w, &s));
             }
@@ -343,15 +505,9 @@ fn measure_p2p(c: &bulkwire_p2p::Comm, role: Role, spec: &PairSpec) -> Result<Pa
             reps,
         } => {
             for &size in sizes {
-                let samples = p2pk::overlap(
-                    c,
-                    role,
-                    peer,
-                    size,
-                    Duration::from_millis(*compute_ms),
-                    *reps,
-                )
-                .map_err(|x| format!("{label}: {size} B overlap: {x}"))?;
+                let samples = k
+                    .overlap(role, size, Duration::from_millis(*compute_ms), *reps)
+                    .map_err(|x| format!("{label}: {size} B overlap: {x}"))?;
                 points.push(Point {
                     size,
                     samples,
@@ -363,109 +519,7 @@ fn measure_p2p(c: &bulkwire_p2p::Comm, role: Role, spec: &PairSpec) -> Result<Pa
     Ok(PairResult {
         spec: spec.clone(),
         points,
-        counters: None,
-    })
-}
-
-fn write_result(role: Role, result: &PairResult, out: &OsString) -> Result<(), String> {
-    if role == Role::Initiator {
-        let json = serde_json::to_vec_pretty(result).map_err(|e| e.to_string())?;
-        std::fs::write(out, json).map_err(|e| e.to_string())?;
-    }
-    Ok(())
-}
-
-fn measure_proto<T: Transport>(
-    e: &mut T,
-    role: Role,
-    spec: &PairSpec,
-) -> Result<PairResult, String> {
-    let peer = 1 - e.rank();
-    let idle = spec.stack.lossy().then_some(Duration::from_millis(50));
-    let mut points = Vec::new();
-    match &spec.measure {
-        Measure::Latency {
-            sizes,
-            warmup,
-            iters,
-        } => {
-            for &size in sizes {
-                let samples = kernels::pingpong(e, role, peer, size, *warmup, *iters)
-                    .map_err(|x| format!("{}: {size} B ping-pong: {x}", spec.stack.label()))?;
-                points.push(Point {
-                    size,
-                    samples,
-                    delivered: None,
-                });
-            }
-        }
-        Measure::Bandwidth {
-            sizes,
-            warmup,
-            reps,
-        } => {
-            for &size in sizes {
-                let w = window_for(size);
-                let s = kernels::stream(e, role, peer, size, w, *warmup, *reps, idle)
-                    .map_err(|x| format!("{}: {size} B stream: {x}", spec.stack.label()))?;
-                points.push(stream_point(size, w, &s));
-            }
-        }
-        Measure::Overlap { .. } => {
-            return Err(format!(
-                "{}: the overlap benchmark needs the point-to-point layer",
-                spec.stack.label()
-            ));
-        }
-    }
-    Ok(PairResult {
-        spec: spec.clone(),
-        points,
-        counters: Some(Counters::from(&e.peer_stats(peer))),
-    })
-}
-
-fn measure_raw(r: &mut dyn RawChannel, role: Role, spec: &PairSpec) -> Result<PairResult, String> {
-    let mut points = Vec::new();
-    match &spec.measure {
-        Measure::Latency {
-            sizes,
-            warmup,
-            iters,
-        } => {
-            for &size in sizes {
-                let samples = raw::pingpong(r, role, size, *warmup, *iters)
-                    .map_err(|x| format!("{}: {size} B ping-pong: {x}", spec.stack.label()))?;
-                points.push(Point {
-                    size,
-                    samples,
-                    delivered: None,
-                });
-            }
-        }
-        Measure::Bandwidth {
-            sizes,
-            warmup,
-            reps,
-        } => {
-            for &size in sizes {
-                let w = window_for(size);
-                let s = raw::stream(r, role, size, w, *warmup, *reps, Duration::from_millis(50))
-                    .map_err(|x| format!("{}: {size} B stream: {x}", spec.stack.label()))?;
-                points.push(stream_point(size, w, &s));
-            }
-        }
-        Measure::Overlap { .. } => {
-            return Err(format!(
-                "{}: the overlap benchmark needs the point-to-point layer",
-                spec.stack.label()
-            ));
-        }
-    }
-    Ok(PairResult {
-        spec: spec.clone(),
-        points,
-        counters: None,
+        counters: k.counters(),
     })
 }
 

@@ -130,6 +130,18 @@ impl Series {
             .find(|p| p.size == size)
             .map(|p| p.median)
     }
+
+    /// For a bandwidth series: the bandwidth at the largest size, and n_1/2 of the Hockney
+    /// fit of per-message time against size.
+    pub fn throughput_and_n_half(&self) -> (f64, f64) {
+        let pts: Vec<(f64, f64)> = self
+            .points
+            .iter()
+            .map(|p| (p.size as f64, p.size as f64 / p.median))
+            .collect();
+        let top = self.points.last().map_or(f64::NAN, |p| p.median);
+        (top, hockney(&pts).map_or(f64::NAN, |h| h.n_half))
+    }
 }
 
 /// A chart of some of a section's series.
@@ -345,15 +357,20 @@ impl Suite {
         v
     }
 
+    /// Runs one two-process measurement of `stack`, without injected faults.
+    fn pair(&self, stack: &Stack, measure: &Measure) -> Result<PairResult, String> {
+        let spec = PairSpec {
+            stack: stack.clone(),
+            measure: measure.clone(),
+            faults: String::new(),
+        };
+        pair::run(&self.exe, &spec, Duration::from_secs(900))
+    }
+
     fn run_pairs(&self, measure: &Measure, sec: &mut Section) {
         for stack in self.stacks() {
             (self.progress)(&format!("{}: {}", sec.name, stack.label()));
-            let spec = PairSpec {
-                stack: stack.clone(),
-                measure: measure.clone(),
-                faults: String::new(),
-            };
-            match pair::run(&self.exe, &spec, Duration::from_secs(900)) {
+            match self.pair(&stack, measure) {
                 Ok(r) => {
                     sec.series.push(Series::from_pair(&r));
                     sec.results.push(r);
@@ -1053,12 +1070,7 @@ impl Suite {
         };
         for stack in self.p2p_stacks() {
             (self.progress)(&format!("overlap: {}", stack.label()));
-            let spec = PairSpec {
-                stack: stack.clone(),
-                measure: measure.clone(),
-                faults: String::new(),
-            };
-            match pair::run(&self.exe, &spec, Duration::from_secs(900)) {
+            match self.pair(&stack, &measure) {
                 Ok(r) => {
                     sec.series.push(Series::from_pair(&r));
                     sec.results.push(r);
@@ -1198,56 +1210,34 @@ impl Suite {
         };
         for (name, stack) in self.layer_stacks() {
             (self.progress)(&format!("layers: {name} latency"));
-            let lat = pair::run(
-                &self.exe,
-                &PairSpec {
-                    stack: stack.clone(),
-                    measure: Measure::Latency {
-                        sizes: vec![8],
-                        warmup,
-                        iters,
-                    },
-                    faults: String::new(),
+            let lat = self.pair(
+                &stack,
+                &Measure::Latency {
+                    sizes: vec![8],
+                    warmup,
+                    iters,
                 },
-                Duration::from_secs(600),
             );
             (self.progress)(&format!("layers: {name} bandwidth"));
-            let bw = pair::run(
-                &self.exe,
-                &PairSpec {
-                    stack: stack.clone(),
-                    measure: Measure::Bandwidth {
-                        sizes: sizes.clone(),
-                        warmup: bw_warmup,
-                        reps,
-                    },
-                    faults: String::new(),
+            let bw = self.pair(
+                &stack,
+                &Measure::Bandwidth {
+                    sizes: sizes.clone(),
+                    warmup: bw_warmup,
+                    reps,
                 },
-                Duration::from_secs(600),
             );
-            let lat_v = match &lat {
-                Ok(r) => Some(Summary::of(&r.points[0].samples).median),
-                Err(e) => {
-                    sec.skipped.push(format!("{name}: {e}"));
-                    None
-                }
-            };
-            let bw_v = match &bw {
-                Ok(r) => {
-                    let s = Series::from_pair(r);
-                    let pts: Vec<(f64, f64)> = s
-                        .points
-                        .iter()
-                        .map(|p| (p.size as f64, p.size as f64 / p.median))
-                        .collect();
-                    let top = s.points.last().map_or(f64::NAN, |p| p.median);
-                    Some((top, hockney(&pts).map_or(f64::NAN, |h| h.n_half)))
-                }
-                Err(e) => {
-                    sec.skipped.push(format!("{name}: {e}"));
-                    None
-                }
-            };
+            for e in [&lat, &bw].into_iter().filter_map(|r| r.as_ref().err()) {
+                sec.skipped.push(format!("{name}: {e}"));
+            }
+            let lat_v = lat
+                .as_ref()
+                .ok()
+                .map(|r| Summary::of(&r.points[0].samples).median);
+            let bw_v = bw
+                .as_ref()
+                .ok()
+                .map(|r| Series::from_pair(r).throughput_and_n_half());
             for r in [lat, bw].into_iter().flatten() {
                 sec.series.push(Series::from_pair(&r));
                 sec.results.push(r);
@@ -1287,14 +1277,12 @@ impl Suite {
             let name = format!("MPI ({} {})", short_mpi(&mpi.version), net.label());
             let lat_v = lat.as_ref().ok().map(|v| v[0].median);
             let bw_v = bw.as_ref().ok().map(|v| {
-                let pts: Vec<(f64, f64)> = v
-                    .iter()
-                    .map(|p| (p.size as f64, p.size as f64 / p.median))
-                    .collect();
-                (
-                    v.last().map_or(f64::NAN, |p| p.median),
-                    hockney(&pts).map_or(f64::NAN, |h| h.n_half),
-                )
+                Series {
+                    label: name.clone(),
+                    group: Group::Mpi,
+                    points: v.iter().map(Stat::from).collect(),
+                }
+                .throughput_and_n_half()
             });
             for r in [lat, bw] {
                 match r {

@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use bulkwire_engine::job::{self, JobConfig};
 use bulkwire_engine::{Error, Event, Transport};
-use bulkwire_launch::{Control, LaunchOpts};
 use bulkwire_link::Rank;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use crate::jobs;
 use crate::kernels::TIMEOUT;
 
 /// The order in which a process sends to the others.
@@ -77,30 +77,8 @@ impl GroupResult {
 
 /// Runs `spec` as a job of `n` processes of `exe`.
 pub fn run(exe: &Path, n: u32, spec: &GroupSpec, timeout: Duration) -> Result<GroupResult, String> {
-    let out = std::env::temp_dir().join(format!(
-        "bwbench-group-{}-{}.json",
-        std::process::id(),
-        SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    ));
-    let json = serde_json::to_string(spec).map_err(|e| e.to_string())?;
-    let args: Vec<OsString> = vec!["__group".into(), json.into(), out.clone().into()];
-    let opts = LaunchOpts {
-        timeout: Some(timeout),
-        report: Some("bwbench".into()),
-        ..LaunchOpts::default()
-    };
-    let outcome = bulkwire_launch::launch(n, exe, &args, &opts).map_err(|e| e.to_string())?;
-    let result = std::fs::read(&out);
-    let _ = std::fs::remove_file(&out);
-    if !outcome.success() {
-        let why: Vec<String> = outcome.failures.iter().map(|f| f.to_string()).collect();
-        return Err(why.join("; "));
-    }
-    let bytes = result.map_err(|e| format!("no result ({e})"))?;
-    serde_json::from_slice(&bytes).map_err(|e| e.to_string())
+    jobs::run(exe, n, "__group", spec, &[], timeout)
 }
-
-static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// First byte of every message: what it is for.
 const DATA: u8 = 1;
@@ -165,15 +143,9 @@ fn barrier<T: Transport>(t: &mut T, inbox: &mut Inbox) -> Result<(), Error> {
 
 /// The worker side of [`run`].
 pub fn worker_main(args: &[OsString]) -> Result<(), String> {
-    let [json, out] = args else {
-        return Err("usage: __group SPEC_JSON OUT_PATH".into());
-    };
-    let spec: GroupSpec =
-        serde_json::from_str(&json.to_string_lossy()).map_err(|e| format!("bad spec: {e}"))?;
-    let env = bulkwire_launch::job_env()
-        .map_err(|e| e.to_string())?
-        .ok_or("not started by a launcher")?;
-    let mut ctl = Control::join(&env).map_err(|e| e.to_string())?;
+    let w = jobs::Worker::<GroupSpec>::parse(args)?;
+    let spec = w.spec.clone();
+    let mut ctl = w.join()?;
     let mut cfg = JobConfig::from_env().map_err(|e| e.to_string())?;
     cfg.protocol = Some(spec.protocol.clone());
     let (mut t, _) = job::connect_transport(&mut ctl, &cfg).map_err(|e| e.to_string())?;
@@ -241,8 +213,7 @@ pub fn worker_main(args: &[OsString]) -> Result<(), String> {
             retransmits: all.iter().map(|r| r.retrans).sum(),
             drops: all.iter().map(|r| r.drops).sum(),
         };
-        let json = serde_json::to_vec_pretty(&res).map_err(|e| e.to_string())?;
-        std::fs::write(out, json).map_err(|e| e.to_string())?;
+        w.write(&res)?;
     } else {
         let mut m = vec![REPORT];
         m.extend(serde_json::to_vec(&mine).map_err(|e| e.to_string())?);

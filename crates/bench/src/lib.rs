@@ -5,8 +5,10 @@
 //! the simulated network ([`simexp`], [`errors`]), kernel TCP between namespaces
 //! ([`netns`]) and the user's MPI ([`mpi`]); [`report`] writes them up.
 
+pub mod bspk;
 pub mod errors;
 pub mod group;
+pub mod jobs;
 pub mod kernels;
 pub mod mpi;
 pub mod netns;

@@ -9,12 +9,13 @@ use std::time::Duration;
 
 use bulkwire_engine::job::{self, JobConfig, LinkKind};
 use bulkwire_engine::{Transport, WaitPolicy};
-use bulkwire_launch::{Card, Control, LaunchOpts};
+use bulkwire_launch::{Card, Control};
 use bulkwire_link::Rank;
 use bulkwire_link::{FaultConfig, Faulty, UdpConfig, UdpLink};
 use bulkwire_protocol::PeerStats;
 use serde::{Deserialize, Serialize};
 
+use crate::jobs;
 use crate::kernels::{self, Role};
 use crate::p2pk;
 use crate::raw::{self, RawChannel, RawTcp, RawUdp};
@@ -160,44 +161,16 @@ pub struct PairResult {
 /// Runs `spec` as a job of two processes of `exe`, which must call [`worker_main`] with
 /// the arguments after its first.
 pub fn run(exe: &Path, spec: &PairSpec, timeout: Duration) -> Result<PairResult, String> {
-    let dir = std::env::temp_dir();
-    let out = dir.join(format!(
-        "bwbench-{}-{}.json",
-        std::process::id(),
-        SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    ));
-    let json = serde_json::to_string(spec).map_err(|e| e.to_string())?;
-    let args: Vec<OsString> = vec!["__pair".into(), json.into(), out.clone().into()];
-    let opts = LaunchOpts {
-        timeout: Some(timeout),
-        report: Some("bwbench".into()),
-        ..LaunchOpts::default()
-    };
-    let outcome = bulkwire_launch::launch(2, exe, &args, &opts).map_err(|e| e.to_string())?;
-    let result = std::fs::read(&out);
-    let _ = std::fs::remove_file(&out);
-    if !outcome.success() {
-        let why: Vec<String> = outcome.failures.iter().map(|f| f.to_string()).collect();
-        return Err(format!("{}: {}", spec.stack.label(), why.join("; ")));
-    }
-    let bytes = result.map_err(|e| format!("{}: no result ({e})", spec.stack.label()))?;
-    serde_json::from_slice(&bytes).map_err(|e| e.to_string())
+    jobs::run(exe, 2, "__pair", spec, &[], timeout)
+        .map_err(|e| format!("{}: {e}", spec.stack.label()))
 }
-
-static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// The worker side of [`run`]: `args` are the spec (JSON) and the output path. Joins the
 /// job, measures, and rank 0 writes the result.
 pub fn worker_main(args: &[OsString]) -> Result<(), String> {
-    let [json, out] = args else {
-        return Err("usage: __pair SPEC_JSON OUT_PATH".into());
-    };
-    let spec: PairSpec =
-        serde_json::from_str(&json.to_string_lossy()).map_err(|e| format!("bad spec: {e}"))?;
-    let env = bulkwire_launch::job_env()
-        .map_err(|e| e.to_string())?
-        .ok_or("not started by a launcher")?;
-    let mut ctl = Control::join(&env).map_err(|e| e.to_string())?;
+    let w = jobs::Worker::<PairSpec>::parse(args)?;
+    let spec = w.spec.clone();
+    let mut ctl = w.join()?;
     if ctl.nprocs() != 2 {
         return Err(format!(
             "a pair experiment needs 2 processes, not {}",
@@ -264,7 +237,7 @@ pub fn worker_main(args: &[OsString]) -> Result<(), String> {
             let comm = bulkwire_p2p::Comm::from_control(ctl, cfg).map_err(|e| e.to_string())?;
             let peer = 1 - comm.rank();
             let result = measure(&mut OnComm { c: &comm, peer }, role, &spec)?;
-            write_result(role, &result, out)?;
+            write_result(role, &result, &w)?;
             return comm.finalize().map_err(|e| e.to_string());
         }
         Stack::Proto { protocol, link } => {
@@ -279,11 +252,11 @@ pub fn worker_main(args: &[OsString]) -> Result<(), String> {
                 idle,
             };
             let result = measure(k, role, &spec)?;
-            write_result(role, &result, out)?;
+            write_result(role, &result, &w)?;
             return job::finish(&mut engine, ctl, 0).map_err(|e| e.to_string());
         }
     }?;
-    write_result(role, &result, out)?;
+    write_result(role, &result, &w)?;
     ctl.finish(0).map_err(|e| e.to_string())
 }
 
@@ -314,10 +287,9 @@ fn job_config(protocol: &str, link: &str, faults: FaultConfig) -> Result<JobConf
     Ok(cfg)
 }
 
-fn write_result(role: Role, result: &PairResult, out: &OsString) -> Result<(), String> {
+fn write_result(role: Role, result: &PairResult, w: &jobs::Worker<PairSpec>) -> Result<(), String> {
     if role == Role::Initiator {
-        let json = serde_json::to_vec_pretty(result).map_err(|e| e.to_string())?;
-        std::fs::write(out, json).map_err(|e| e.to_string())?;
+        w.write(result)?;
     }
     Ok(())
 }

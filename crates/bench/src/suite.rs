@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::bspk::{self, BspResult, BspSpec};
 use crate::errors::{self, ErrorCurve, ErrorRateConfig};
 use crate::group::{self, GroupResult, GroupSpec, Schedule};
 use crate::mpi::{Mpi, MpiNet, MpiPoint};
@@ -187,6 +188,8 @@ pub struct Section {
     pub simulated: Vec<SimRounds>,
     /// Error-rate curves (seed 000 Fig. 6).
     pub curves: Vec<ErrorCurve>,
+    /// BSP parameter fits.
+    pub bsp: Vec<(String, BspResult)>,
     /// Stacks that could not be measured, and why.
     pub skipped: Vec<String>,
 }
@@ -205,6 +208,7 @@ impl Section {
             groups: Vec::new(),
             simulated: Vec::new(),
             curves: Vec::new(),
+            bsp: Vec::new(),
             skipped: Vec::new(),
         }
     }
@@ -1293,6 +1297,193 @@ impl Suite {
             row_of(name, lat_v, bw_v);
         }
         sec.tables = vec![t];
+        sec
+    }
+
+    /// The BSP stacks: the seed's BSPlib over UDP, and what one host gets by default.
+    fn bsp_stacks() -> [(&'static str, [(&'static str, &'static str); 2]); 2] {
+        [
+            (
+                "holefill/udp",
+                [
+                    ("BULKWIRE_PROTOCOL", "holefill"),
+                    ("BULKWIRE_TRANSPORT", "udp"),
+                ],
+            ),
+            (
+                "utopia/shm",
+                [
+                    ("BULKWIRE_PROTOCOL", "utopia"),
+                    ("BULKWIRE_TRANSPORT", "shm"),
+                ],
+            ),
+        ]
+    }
+
+    fn bsp_procs(&self) -> Vec<u32> {
+        self.pick(vec![2], vec![2, 4], vec![2, 4])
+    }
+
+    /// Number of runs [`Suite::bsp`] makes.
+    pub fn bsp_runs(&self) -> usize {
+        Self::bsp_stacks().len() * self.bsp_procs().len() + 1 + 4 * self.bsp_procs().len()
+    }
+
+    /// bspbench's g and l by least squares over h-relations of 8-byte puts, and the time
+    /// of an empty superstep, at p = 2 and 4, beside MPI's barrier and all-to-all.
+    pub fn bsp(&self) -> Section {
+        let mut sec = Section::new("bsp", "BSP parameters: g, l and the empty superstep");
+        let spec = BspSpec {
+            hmax: self.pick(32, 256, 256),
+            hstep: self.pick(8, 4, 1),
+            iters: self.pick(10, 50, 100),
+            batches: self.pick(2, 3, 5),
+            warmup: self.pick(2, 5, 10),
+        };
+        let procs = self.bsp_procs();
+        for (label, env) in Self::bsp_stacks() {
+            for &p in &procs {
+                (self.progress)(&format!("bsp: {label} p={p}"));
+                match bspk::run(&self.exe, p, &spec, &env, Duration::from_secs(900)) {
+                    Ok(r) => sec.bsp.push((label.to_string(), r)),
+                    Err(e) => sec.skipped.push(format!("BSP {label} p={p}: {e}")),
+                }
+            }
+        }
+        (self.progress)("bsp: raw UDP half round trip");
+        let (warmup, iters) = self.pick((20, 100), (500, 3000), (2000, 20000));
+        let raw = self
+            .pair(
+                &Stack::Raw { link: "udp".into() },
+                &Measure::Latency {
+                    sizes: vec![8],
+                    warmup,
+                    iters,
+                },
+            )
+            .map(|r| Summary::of(&r.points[0].samples).median);
+        if let Err(e) = &raw {
+            sec.skipped.push(format!("raw UDP: {e}"));
+        }
+        let mut t = Table {
+            title: "BSP parameters (bspbench method), and MPI's counterparts".into(),
+            header: [
+                "stack",
+                "p",
+                "empty superstep / barrier (us)",
+                "l (us)",
+                "g (us per 8-byte word)",
+            ]
+            .map(String::from)
+            .to_vec(),
+            rows: Vec::new(),
+            note: format!(
+                "bulkwire: h-relations of 8-byte puts, h = 0..{} in steps of {}, each time the \
+                 median of {} batch means of {} supersteps; t(h) = l + g h by least squares \
+                 from h = p. MPI: MPI_Barrier for the empty superstep; l and g fitted the same \
+                 way to MPI_Alltoall of h-relations (h words each process sends). p above \
+                 the core count is oversubscribed.",
+                spec.hmax, spec.hstep, spec.batches, spec.iters
+            ),
+        };
+        for (label, r) in &sec.bsp {
+            t.rows.push(vec![
+                format!("bulkwire BSP, {label}"),
+                r.nprocs.to_string(),
+                format!("{:.2}", r.empty_us),
+                format!("{:.2}", r.l_us),
+                format!("{:.4}", r.g_us),
+            ]);
+        }
+        for net in [MpiNet::Shm, MpiNet::Tcp] {
+            let mpi = match self.mpi() {
+                Ok(m) => m,
+                Err(e) => {
+                    sec.skipped.push(format!("MPI: {e}"));
+                    break;
+                }
+            };
+            let name = format!("{} {}", short_mpi(&mpi.version), net.label());
+            for &p in &procs {
+                (self.progress)(&format!("bsp: MPI {} barrier p={p}", net.label()));
+                let barrier = mpi.run(
+                    "barrier",
+                    p,
+                    net,
+                    warmup,
+                    iters / 10,
+                    0.0,
+                    &[0],
+                    Duration::from_secs(600),
+                );
+                (self.progress)(&format!("bsp: MPI {} alltoall p={p}", net.label()));
+                // Bytes per pair giving h-relations of up to ~256 words per process.
+                let pair_bytes: Vec<usize> = [1usize, 8, 32, 64, 128, 256]
+                    .iter()
+                    .map(|h| (h * 8 / (p as usize - 1)).max(8) / 8 * 8)
+                    .collect();
+                let a2a = mpi.run(
+                    "alltoall",
+                    p,
+                    net,
+                    10,
+                    self.pick(20, 200, 1000),
+                    0.0,
+                    &pair_bytes,
+                    Duration::from_secs(600),
+                );
+                let empty = barrier.as_ref().ok().map(|v| v[0].median * 1e6);
+                let fit = a2a.as_ref().ok().and_then(|v| {
+                    let pts: Vec<(f64, f64)> = v
+                        .iter()
+                        .map(|m| ((m.size * (p as usize - 1) / 8) as f64, m.median * 1e6))
+                        .collect();
+                    crate::stats::fit_line(&pts)
+                });
+                for r in [barrier, a2a] {
+                    match r {
+                        Ok(v) => sec.mpi.extend(v),
+                        Err(e) => sec.skipped.push(format!("{name} p={p}: {e}")),
+                    }
+                }
+                t.rows.push(vec![
+                    name.clone(),
+                    p.to_string(),
+                    empty.map_or("-".into(), |x| format!("{x:.2}")),
+                    fit.map_or("-".into(), |f| format!("{:.2}", f.a)),
+                    fit.map_or("-".into(), |f| format!("{:.4}", f.b)),
+                ]);
+            }
+        }
+        sec.tables = vec![t];
+        let empty2 = sec
+            .bsp
+            .iter()
+            .find(|(l, r)| l == "holefill/udp" && r.nprocs == 2)
+            .map(|(_, r)| r.empty_us * 1e-6);
+        if let (Some(e), Ok(raw)) = (empty2, &raw) {
+            let r = e / raw;
+            sec.targets.push(Target {
+                what: "BSP empty superstep at p=2 (holefill/udp) vs raw UDP half round trip".into(),
+                measured: format!("{r:.2}x ({:.2} us vs {:.2} us)", e * 1e6, raw * 1e6),
+                target: "<= 2.5x".into(),
+                met: Some(r <= 2.5),
+            });
+        }
+        let barrier2 = sec
+            .mpi
+            .iter()
+            .filter(|m| m.kind == "barrier" && m.nprocs == 2)
+            .map(|m| m.median)
+            .last();
+        if let (Some(e), Some(b)) = (empty2, barrier2) {
+            sec.targets.push(Target {
+                what: "BSP empty superstep at p=2 (holefill/udp) vs MPI_Barrier over TCP".into(),
+                measured: format!("{:.2} us vs {:.2} us", e * 1e6, b * 1e6),
+                target: "faster".into(),
+                met: Some(e < b),
+            });
+        }
         sec
     }
 

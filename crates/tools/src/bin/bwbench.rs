@@ -70,12 +70,15 @@ enum Experiment {
     Overlap,
     /// Latency, throughput and N/2 at each level of the stack (seed 004 Table 3).
     Layers,
+    /// BSP: g and l by least squares over h-relations, and the empty superstep.
+    Bsp,
 }
 
-const ALL: [Experiment; 7] = [
+const ALL: [Experiment; 8] = [
     Experiment::Latency,
     Experiment::Bandwidth,
     Experiment::Layers,
+    Experiment::Bsp,
     Experiment::Alltoall,
     Experiment::Overlap,
     Experiment::Exchange,
@@ -91,6 +94,7 @@ impl Experiment {
             Experiment::Loss => s.loss_runs(),
             Experiment::Overlap => s.overlap_runs(),
             Experiment::Layers => s.layers_runs(),
+            Experiment::Bsp => s.bsp_runs(),
         }
     }
 
@@ -103,6 +107,7 @@ impl Experiment {
             Experiment::Loss => s.loss(),
             Experiment::Overlap => s.overlap(),
             Experiment::Layers => s.layers(),
+            Experiment::Bsp => s.bsp(),
         }
     }
 }
@@ -113,6 +118,7 @@ fn main() -> ExitCode {
     let worker = match argv.get(1).and_then(|a| a.to_str()) {
         Some("__pair") => Some(bulkwire_bench::pair::worker_main as fn(&[OsString]) -> _),
         Some("__group") => Some(bulkwire_bench::group::worker_main as fn(&[OsString]) -> _),
+        Some("__bsp") => Some(bulkwire_bench::bspk::worker_main as fn(&[OsString]) -> _),
         _ => None,
     };
     if let Some(w) = worker {

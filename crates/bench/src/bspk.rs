@@ -1,0 +1,71 @@
+//! The BSP parameters by bspbench's method (Bisseling): the time of an h-relation of
+//! 8-byte puts for h = 0..hmax fitted to t(h) = l + g h, and the time of an empty
+//! superstep, measured by the BSP library's own kernel in a job of p processes.
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::time::Duration;
+
+use bulkwire_bsp::bench::{BenchConfig, measure};
+use serde::{Deserialize, Serialize};
+
+use crate::jobs;
+
+/// What to measure.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BspSpec {
+    pub hmax: usize,
+    pub hstep: usize,
+    pub iters: usize,
+    pub batches: usize,
+    pub warmup: usize,
+}
+
+/// The fitted parameters, microseconds, and every (h, superstep time) measured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BspResult {
+    pub nprocs: u32,
+    pub g_us: f64,
+    pub l_us: f64,
+    pub empty_us: f64,
+    pub samples: Vec<(usize, f64)>,
+}
+
+/// Runs `spec` on `p` processes of `exe` with extra environment `env` (the stack).
+pub fn run(
+    exe: &Path,
+    p: u32,
+    spec: &BspSpec,
+    env: &[(&str, &str)],
+    timeout: Duration,
+) -> Result<BspResult, String> {
+    jobs::run(exe, p, "__bsp", spec, env, timeout)
+}
+
+/// The worker side of [`run`]: a BSP program of the launched job's size.
+pub fn worker_main(args: &[OsString]) -> Result<(), String> {
+    let w = jobs::Worker::<BspSpec>::parse(args)?;
+    let p = bulkwire_launch::job_env()
+        .map_err(|e| e.to_string())?
+        .ok_or("not started by a launcher")?
+        .nprocs;
+    let bsp = bulkwire_bsp::Bsp::begin(p).map_err(|e| e.to_string())?;
+    let cfg = BenchConfig {
+        hmax: w.spec.hmax,
+        hstep: w.spec.hstep,
+        iters: w.spec.iters,
+        batches: w.spec.batches,
+        warmup: w.spec.warmup,
+    };
+    let r = measure(bsp.runtime(), &cfg).map_err(|e| e.to_string())?;
+    if bsp.pid() == 0 {
+        w.write(&BspResult {
+            nprocs: r.p,
+            g_us: r.g_us,
+            l_us: r.l_us,
+            empty_us: r.empty_us,
+            samples: r.samples,
+        })?;
+    }
+    bsp.end().map_err(|e| e.to_string())
+}

@@ -1,0 +1,84 @@
+//! How `bwbench` runs an experiment as a job of its own processes: the spec travels to the
+//! workers as JSON on their command line, each worker joins the job, and rank 0 writes
+//! its result as JSON to a file the parent reads back.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bulkwire_launch::{Control, LaunchOpts};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+static SERIAL: AtomicU64 = AtomicU64::new(0);
+
+/// Runs `n` processes of `exe` in worker `mode` (the first argument the binary dispatches
+/// on) with `spec`, extra environment `env`, for at most `timeout`; returns what rank 0
+/// wrote.
+pub fn run<S: Serialize, R: DeserializeOwned>(
+    exe: &Path,
+    n: u32,
+    mode: &str,
+    spec: &S,
+    env: &[(&str, &str)],
+    timeout: Duration,
+) -> Result<R, String> {
+    let out = std::env::temp_dir().join(format!(
+        "bwbench-{}-{}.json",
+        std::process::id(),
+        SERIAL.fetch_add(1, Ordering::Relaxed)
+    ));
+    let json = serde_json::to_string(spec).map_err(|e| e.to_string())?;
+    let args: Vec<OsString> = vec![mode.into(), json.into(), out.clone().into()];
+    let opts = LaunchOpts {
+        timeout: Some(timeout),
+        report: Some("bwbench".into()),
+        env: env.iter().map(|(k, v)| (k.into(), v.into())).collect(),
+        ..LaunchOpts::default()
+    };
+    let outcome = bulkwire_launch::launch(n, exe, &args, &opts).map_err(|e| e.to_string())?;
+    let result = std::fs::read(&out);
+    let _ = std::fs::remove_file(&out);
+    if !outcome.success() {
+        let why: Vec<String> = outcome.failures.iter().map(|f| f.to_string()).collect();
+        return Err(why.join("; "));
+    }
+    let bytes = result.map_err(|e| format!("no result ({e})"))?;
+    serde_json::from_slice(&bytes).map_err(|e| e.to_string())
+}
+
+/// A worker's view of its arguments: the spec and where rank 0 writes the result.
+pub struct Worker<S> {
+    pub spec: S,
+    out: PathBuf,
+}
+
+impl<S: DeserializeOwned> Worker<S> {
+    /// Parses `args` (those after the mode).
+    pub fn parse(args: &[OsString]) -> Result<Worker<S>, String> {
+        let [json, out] = args else {
+            return Err("usage: MODE SPEC_JSON OUT_PATH".into());
+        };
+        let spec =
+            serde_json::from_str(&json.to_string_lossy()).map_err(|e| format!("bad spec: {e}"))?;
+        Ok(Worker {
+            spec,
+            out: out.into(),
+        })
+    }
+
+    /// Joins the job this worker was launched in.
+    pub fn join(&self) -> Result<Control, String> {
+        let env = bulkwire_launch::job_env()
+            .map_err(|e| e.to_string())?
+            .ok_or("not started by a launcher")?;
+        Control::join(&env).map_err(|e| e.to_string())
+    }
+
+    /// Writes the result (call on rank 0 only).
+    pub fn write<R: Serialize>(&self, result: &R) -> Result<(), String> {
+        let json = serde_json::to_vec_pretty(result).map_err(|e| e.to_string())?;
+        std::fs::write(&self.out, json).map_err(|e| e.to_string())
+    }
+}

@@ -56,6 +56,10 @@ impl SimCluster {
         mut make: impl FnMut(Common) -> Box<dyn Protocol>,
     ) -> SimCluster {
         let net = SimNet::new(cfg.clone());
+        // A simulated node reads its buffer at no system-call cost, so a few receive
+        // slots do; 32 full-size slots per node would dominate the memory of a big cluster.
+        let mut ep_cfg = ep_cfg;
+        ep_cfg.rx_slots = ep_cfg.rx_slots.min(4);
         let nodes = (0..cfg.nodes)
             .map(|r| {
                 let link = net.link(r);

@@ -125,6 +125,30 @@ impl Common {
             Ok(())
         }
     }
+
+    /// The checks every [`Protocol::send`] makes before queueing `len` bytes for `to`, in
+    /// this order: `to` may be sent to ([`Common::check_peer`]), the message is within
+    /// `max_message`, and `to` has not been declared dead. `closed` tells the last (the
+    /// protocol's own per-peer state, so it is asked only once `to` is known to be valid);
+    /// a protocol that keeps no such state passes `|| false`.
+    pub fn check_send(
+        &self,
+        to: Rank,
+        len: usize,
+        closed: impl FnOnce() -> bool,
+    ) -> Result<(), ProtoError> {
+        self.check_peer(to)?;
+        if len as u64 > self.max_message {
+            return Err(ProtoError::TooLarge {
+                len: len as u64,
+                max: self.max_message,
+            });
+        }
+        if closed() {
+            return Err(ProtoError::PeerDead { peer: to });
+        }
+        Ok(())
+    }
 }
 
 /// A reliable-delivery protocol as a sans-IO state machine, for all the peers of one

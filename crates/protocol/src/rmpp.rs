@@ -1065,17 +1065,9 @@ impl Protocol for Rmpp {
         data: Bytes,
         notify: bool,
     ) -> Result<MsgId, ProtoError> {
-        self.c.check_peer(to)?;
-        if data.len() as u64 > self.c.max_message {
-            return Err(ProtoError::TooLarge {
-                len: data.len() as u64,
-                max: self.c.max_message,
-            });
-        }
+        self.c
+            .check_send(to, data.len(), || self.peers[to as usize].closed)?;
         let p = &mut self.peers[to as usize];
-        if p.closed {
-            return Err(ProtoError::PeerDead { peer: to });
-        }
         p.stats.messages_sent += 1;
         let id = p.out.push(data, notify);
         if self.can_open(to) {

@@ -76,7 +76,9 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-use crate::common::{Added, OutQueue, ReadySet, Reassembler, Rtt, SeqSpace, Timers};
+use crate::common::{
+    Added, BadVar, OutQueue, ReadySet, Reassembler, Rtt, SeqSpace, Timers, env_bool, env_num,
+};
 use crate::wire::{Header, Kind, flags};
 use crate::{Common, Event, MsgId, PeerStats, ProtoError, Protocol, Rank, Time, Transmit};
 
@@ -126,12 +128,8 @@ pub enum GbnConfigError {
     },
     #[error("gbn needs at least 2 receive slots (one is always kept free), not {0}")]
     RxSlots(u32),
-    #[error("{var}={value:?} is not a valid {what}")]
-    Env {
-        var: &'static str,
-        value: String,
-        what: &'static str,
-    },
+    #[error(transparent)]
+    Env(#[from] BadVar),
 }
 
 impl GbnConfig {
@@ -166,38 +164,13 @@ impl GbnConfig {
     /// [`GbnConfig::from_env`] over any variable lookup (testable without touching the
     /// process environment).
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<GbnConfig, GbnConfigError> {
-        fn num(
-            get: &impl Fn(&str) -> Option<String>,
-            var: &'static str,
-            dflt: u32,
-        ) -> Result<u32, GbnConfigError> {
-            match get(var) {
-                None => Ok(dflt),
-                Some(v) => v.trim().parse().map_err(|_| GbnConfigError::Env {
-                    var,
-                    value: v,
-                    what: "unsigned number",
-                }),
-            }
-        }
         let d = GbnConfig::default();
-        const CUM: &str = "BULKWIRE_GBN_CUMULATIVE_ACKS";
-        let cumulative_acks = match get(CUM).as_deref().map(str::trim) {
-            None => d.cumulative_acks,
-            Some("1" | "true" | "yes" | "on") => true,
-            Some("0" | "false" | "no" | "off") => false,
-            Some(v) => {
-                return Err(GbnConfigError::Env {
-                    var: CUM,
-                    value: v.to_string(),
-                    what: "boolean (0 or 1)",
-                });
-            }
-        };
+        let cumulative_acks =
+            env_bool(&get, "BULKWIRE_GBN_CUMULATIVE_ACKS")?.unwrap_or(d.cumulative_acks);
         let cfg = GbnConfig {
-            window: num(&get, "BULKWIRE_GBN_WINDOW", d.window)?,
-            seq_bits: num(&get, "BULKWIRE_GBN_SEQ_BITS", d.seq_bits)?,
-            rx_slots: num(&get, "BULKWIRE_GBN_RX_SLOTS", d.rx_slots)?,
+            window: env_num(&get, "BULKWIRE_GBN_WINDOW")?.unwrap_or(d.window),
+            seq_bits: env_num(&get, "BULKWIRE_GBN_SEQ_BITS")?.unwrap_or(d.seq_bits),
+            rx_slots: env_num(&get, "BULKWIRE_GBN_RX_SLOTS")?.unwrap_or(d.rx_slots),
             cumulative_acks,
         };
         cfg.validate()?;
@@ -1034,7 +1007,7 @@ mod tests {
         );
         assert!(matches!(
             GbnConfig::from_lookup(env(&[("BULKWIRE_GBN_WINDOW", "eight")])),
-            Err(GbnConfigError::Env { .. })
+            Err(GbnConfigError::Env(_))
         ));
         assert!(matches!(
             GbnConfig::from_lookup(env(&[("BULKWIRE_GBN_WINDOW", "256")])),
@@ -1042,7 +1015,7 @@ mod tests {
         ));
         assert!(matches!(
             GbnConfig::from_lookup(env(&[("BULKWIRE_GBN_CUMULATIVE_ACKS", "maybe")])),
-            Err(GbnConfigError::Env { .. })
+            Err(GbnConfigError::Env(_))
         ));
     }
 

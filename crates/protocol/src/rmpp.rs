@@ -83,7 +83,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use bytes::Bytes;
 
-use crate::common::{OutQueue, ReadySet, Rtt, Timers};
+use crate::common::{BadVar, OutQueue, ReadySet, Rtt, Timers, env_bool, env_num};
 use crate::wire::{Header, Kind, flags};
 use crate::{Common, Event, MsgId, PeerStats, ProtoError, Protocol, Rank, Time, Transmit};
 
@@ -119,12 +119,8 @@ impl Default for RmppConfig {
 /// Why an [`RmppConfig`] was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RmppConfigError {
-    #[error("{var}={value:?} is not a valid {what}")]
-    Env {
-        var: &'static str,
-        value: String,
-        what: &'static str,
-    },
+    #[error(transparent)]
+    Env(#[from] BadVar),
     #[error("window {0} is not in 1..=2^30 (message ids are compared within half their space)")]
     Window(u32),
     #[error("burst must be at least 1")]
@@ -158,34 +154,9 @@ impl RmppConfig {
     pub fn from_lookup(
         get: impl Fn(&str) -> Option<String>,
     ) -> Result<RmppConfig, RmppConfigError> {
-        let num = |var: &'static str| -> Result<Option<u64>, RmppConfigError> {
-            match get(var) {
-                None => Ok(None),
-                Some(v) => v
-                    .trim()
-                    .parse::<u64>()
-                    .map(Some)
-                    .map_err(|_| RmppConfigError::Env {
-                        var,
-                        value: v,
-                        what: "non-negative integer",
-                    }),
-            }
-        };
+        let num = |var| env_num::<u64>(&get, var);
         let d = RmppConfig::default();
-        const AUTO: &str = "BULKWIRE_RMPP_AUTO_ACCEPT";
-        let auto_accept = match get(AUTO).as_deref().map(str::trim) {
-            None => d.auto_accept,
-            Some("1" | "true" | "yes" | "on") => true,
-            Some("0" | "false" | "no" | "off") => false,
-            Some(v) => {
-                return Err(RmppConfigError::Env {
-                    var: AUTO,
-                    value: v.to_string(),
-                    what: "boolean (0 or 1)",
-                });
-            }
-        };
+        let auto_accept = env_bool(&get, "BULKWIRE_RMPP_AUTO_ACCEPT")?.unwrap_or(d.auto_accept);
         let cfg = RmppConfig {
             window: num("BULKWIRE_RMPP_WINDOW")?
                 .map_or(d.window, |v| v.min(u32::MAX as u64) as u32),

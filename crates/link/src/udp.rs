@@ -873,27 +873,7 @@ impl Link for UdpLink {
     }
 
     fn wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {
-        let mut pfd = libc::pollfd {
-            fd: self.fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ts = timeout.map(|t| libc::timespec {
-            tv_sec: t.as_secs().min(i32::MAX as u64) as _,
-            tv_nsec: t.subsec_nanos() as _,
-        });
-        let tsp = ts
-            .as_ref()
-            .map_or(ptr::null(), |t| t as *const libc::timespec);
-        // SAFETY: one valid pollfd; ppoll gives nanosecond timeouts where poll has ms.
-        let r = unsafe { libc::ppoll(&mut pfd, 1, tsp, ptr::null()) };
-        if r < 0 {
-            let err = io::Error::last_os_error();
-            if err.kind() != io::ErrorKind::Interrupted {
-                return Err(err);
-            }
-        }
-        Ok(())
+        crate::poll_readable(self.fd, timeout)
     }
 
     fn poll_fd(&self) -> Option<RawFd> {

@@ -1214,6 +1214,7 @@ mod tests {
 
     use super::*;
     use crate::SEC;
+    use crate::testkit::env;
 
     type Packet = (Header, Bytes);
 
@@ -1278,14 +1279,6 @@ mod tests {
 
     #[test]
     fn config_from_environment_and_validation() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| {
-                pairs
-                    .iter()
-                    .find(|(n, _)| *n == k)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
         assert_eq!(
             HolefillConfig::from_lookup(env(&[])).unwrap(),
             HolefillConfig::default()

@@ -17,6 +17,8 @@ pub mod gbn;
 pub mod holefill;
 pub mod rmpp;
 pub mod stats;
+#[cfg(test)]
+pub(crate) mod testkit;
 pub mod utopia;
 pub mod wire;
 

@@ -82,6 +82,36 @@ impl WakeFd {
         // SAFETY: reads 8 bytes into a valid u64 from our own non-blocking eventfd.
         unsafe { libc::read(self.0.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
     }
+
+    /// How a transport sleeps: in `poll` on its own descriptors `fds`, this waker and the
+    /// job's failure notice (so a failure ends the sleep at once), at most `wait`, rounded
+    /// up to whole milliseconds. Drains the waker if it rang.
+    pub(crate) fn sleep(
+        &self,
+        mut fds: Vec<libc::pollfd>,
+        job: Option<&JobState>,
+        wait: Option<Duration>,
+    ) -> Result<(), Error> {
+        let pfd = |fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        fds.reserve(2);
+        let wake_at = fds.len();
+        fds.push(pfd(self.fd()));
+        if let Some(f) = job.and_then(|j| j.wake_fd()) {
+            fds.push(pfd(f));
+        }
+        let wait = wait.map(|w| {
+            Duration::from_millis(w.as_micros().div_ceil(1000).min(i32::MAX as u128) as u64)
+        });
+        bulkwire_link::poll_fds(&mut fds, wait)?;
+        if fds[wake_at].revents != 0 {
+            self.drain();
+        }
+        Ok(())
+    }
 }
 
 /// An [`Endpoint`] driven on the monotonic clock: the [`Transport`] of a protocol over a
@@ -125,37 +155,6 @@ impl Engine {
     /// The endpoint, for statistics and protocol hooks.
     pub fn endpoint(&mut self) -> &mut Endpoint {
         &mut self.ep
-    }
-
-    /// Sleeps in `poll` on the link's descriptor, the waker and the job's failure notice
-    /// (so a failure ends the sleep at once), at most `wait`.
-    fn poll_sleep(&self, fd: std::os::fd::RawFd, wait: Option<Duration>) -> Result<(), Error> {
-        let pfd = |fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let mut fds = [pfd(fd), pfd(self.wake.0.as_raw_fd()), pfd(-1)];
-        let mut nfds = 2;
-        if let Some(f) = self.job.as_ref().and_then(|j| j.wake_fd()) {
-            fds[2] = pfd(f);
-            nfds = 3;
-        }
-        let ms = wait.map_or(-1, |w| {
-            w.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
-        });
-        // SAFETY: fds is a valid array of at least nfds pollfd structures.
-        let r = unsafe { libc::poll(fds.as_mut_ptr(), nfds, ms) };
-        if r < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                return Err(e.into());
-            }
-        }
-        if fds[1].revents != 0 {
-            self.wake.drain();
-        }
-        Ok(())
     }
 
     /// The next message from `from`, waiting for it; other events that come first are
@@ -233,7 +232,12 @@ impl Transport for Engine {
                 // The link may need to advertise the sleep (shared memory) and may find
                 // input that arrived meanwhile: then there is no sleep at all.
                 let r = if self.ep.link().prepare_sleep() {
-                    self.poll_sleep(fd, wait)
+                    let link = libc::pollfd {
+                        fd,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    };
+                    self.wake.sleep(vec![link], self.job.as_deref(), wait)
                 } else {
                     Ok(())
                 };

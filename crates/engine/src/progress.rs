@@ -267,15 +267,9 @@ fn sleep_on(fd: RawFd, stop: Option<&OwnedFd>, timeout: Duration) {
             revents: 0,
         },
     ];
-    // Not shorter than 20 us, so a timer already due cannot make this a busy loop.
-    let t = timeout.max(Duration::from_micros(20));
-    let ts = libc::timespec {
-        tv_sec: t.as_secs().min(i32::MAX as u64) as libc::time_t,
-        tv_nsec: t.subsec_nanos() as libc::c_long,
-    };
-    // SAFETY: two valid pollfd structures (a negative fd is ignored by the kernel), a valid
-    // timespec and no signal mask.
-    unsafe { libc::ppoll(fds.as_mut_ptr(), 2, &ts, std::ptr::null()) };
+    // Not shorter than 20 us, so a timer already due cannot make this a busy loop. A
+    // failed sleep is a spurious wake-up: the caller looks again.
+    let _ = bulkwire_link::poll_fds(&mut fds, Some(timeout.max(Duration::from_micros(20))));
 }
 
 #[cfg(test)]

@@ -647,34 +647,7 @@ impl Transport for TcpTransport {
                 revents: 0,
             });
         }
-        let wake_at = fds.len();
-        fds.push(libc::pollfd {
-            fd: self.wake.fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        });
-        if let Some(fd) = self.job.as_ref().and_then(|j| j.wake_fd()) {
-            fds.push(libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            });
-        }
-        let ms = timeout.map_or(-1, |w| {
-            w.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
-        });
-        // SAFETY: `fds` is a valid, initialised array of `fds.len()` pollfd structures.
-        let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e.into());
-            }
-        }
-        if fds[wake_at].revents != 0 {
-            self.wake.drain();
-        }
-        Ok(())
+        self.wake.sleep(fds, self.job.as_deref(), timeout)
     }
 
     fn waker(&self) -> Waker {

@@ -6,14 +6,13 @@ mod common;
 
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bulkwire_engine::{Event, TcpConfig, TcpTransport, Transport, WaitPolicy};
 use bulkwire_launch::{Failure, JobState};
 use bytes::Bytes;
-use common::{Checker, bytes_of, plan};
+use common::{plan, run_plan};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -32,45 +31,13 @@ fn mesh(n: u32) -> Vec<TcpTransport> {
 fn delivers_random_traffic_exactly_once_in_order() {
     const P: u32 = 4;
     let msgs = plan(21, P, 300, 4 << 20, 40 << 20, 0);
-    let checker = Arc::new(Mutex::new(Checker::new(P, &msgs)));
-    let done = Arc::new(AtomicUsize::new(0));
-    let start = Instant::now();
-    let threads: Vec<_> = mesh(P)
-        .into_iter()
-        .enumerate()
-        .map(|(r, mut t)| {
-            let r = r as u32;
-            let mine: Vec<_> = msgs.iter().filter(|m| m.src == r).cloned().collect();
-            let expected = msgs.iter().filter(|m| m.dst == r).count();
-            let (checker, done) = (checker.clone(), done.clone());
-            std::thread::spawn(move || {
-                assert_eq!(t.protocol_name(), "tcp");
-                for m in &mine {
-                    t.send(m.dst, bytes_of(m), false).unwrap();
-                }
-                let (mut got, mut finished) = (0, false);
-                loop {
-                    assert!(start.elapsed() < LIMIT, "rank {r}: got {got}/{expected}");
-                    if let Ok(ev) = t.wait_for(Some(Duration::from_millis(20)), |t| t.poll_event())
-                    {
-                        checker.lock().unwrap().check(r, &ev);
-                        got += 1;
-                    }
-                    if got == expected && !t.busy() && !finished {
-                        finished = true;
-                        done.fetch_add(1, Ordering::SeqCst);
-                    }
-                    if finished && done.load(Ordering::SeqCst) == P as usize {
-                        // Keep the connections open until every rank is done, then
-                        // return the transport so none closes early.
-                        return t;
-                    }
-                }
-            })
-        })
-        .collect();
-    let ts: Vec<TcpTransport> = threads.into_iter().map(|h| h.join().unwrap()).collect();
-    let c = checker.lock().unwrap();
+    let deadline = Instant::now() + LIMIT;
+    let ts = mesh(P);
+    for t in &ts {
+        assert_eq!(t.protocol_name(), "tcp");
+    }
+    // Each rank returns its transport, so every connection stays open until all are done.
+    let (c, ts) = run_plan(ts, &msgs, deadline, |t| t);
     assert!(c.complete(), "missing {}", c.missing());
     // Byte and message statistics agree with the plan.
     for (r, t) in ts.iter().enumerate() {

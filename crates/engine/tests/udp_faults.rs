@@ -4,14 +4,12 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bulkwire_engine::{Endpoint, EndpointConfig, Engine, Event, Transport, WaitPolicy};
+use bulkwire_engine::{Endpoint, EndpointConfig, Engine, WaitPolicy};
 use bulkwire_link::{FaultConfig, Faulty, Link, UdpConfig, UdpLink};
 use bulkwire_protocol::{Common, SEC, wire::HEADER_LEN};
-use common::{Checker, bytes_of, plan};
+use common::{plan, run_plan};
 
 const P: u32 = 4;
 const LIMIT: Duration = Duration::from_secs(120);
@@ -54,52 +52,11 @@ fn engines(protocol: &str, faults: &str) -> Vec<Engine> {
 
 fn run(protocol: &str, faults: &str, seed: u64) {
     let msgs = plan(seed, P, 240, 4 << 20, 40 << 20, 0);
-    let checker = Arc::new(Mutex::new(Checker::new(P, &msgs)));
-    let done = Arc::new(AtomicUsize::new(0));
-    let start = Instant::now();
-    let threads: Vec<_> = engines(protocol, faults)
-        .into_iter()
-        .enumerate()
-        .map(|(r, mut e)| {
-            let r = r as u32;
-            let mine: Vec<_> = msgs.iter().filter(|m| m.src == r).cloned().collect();
-            let expected = msgs.iter().filter(|m| m.dst == r).count();
-            let (checker, done) = (checker.clone(), done.clone());
-            std::thread::spawn(move || {
-                for m in &mine {
-                    e.send(m.dst, bytes_of(m), false).unwrap();
-                }
-                let mut got = 0;
-                let mut finished = false;
-                // Keep serving (acknowledging, retransmitting) until every rank is done.
-                loop {
-                    assert!(
-                        start.elapsed() < LIMIT,
-                        "rank {r}: time limit, got {got}/{expected}"
-                    );
-                    let ev = e.wait_for(Some(Duration::from_millis(20)), |t| t.poll_event());
-                    match ev {
-                        // rmpp: a receive is always posted here.
-                        Ok(Event::Announce { from, id, .. }) => e.accept(from, id),
-                        Ok(ev) => {
-                            checker.lock().unwrap().check(r, &ev);
-                            got += 1;
-                        }
-                        Err(_) => {}
-                    }
-                    if got == expected && !e.busy() && !finished {
-                        finished = true;
-                        done.fetch_add(1, Ordering::SeqCst);
-                    }
-                    if finished && done.load(Ordering::SeqCst) == P as usize {
-                        return e.endpoint().drops().total();
-                    }
-                }
-            })
-        })
-        .collect();
-    let corrupt_drops: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
-    let c = checker.lock().unwrap();
+    let deadline = Instant::now() + LIMIT;
+    let (c, drops) = run_plan(engines(protocol, faults), &msgs, deadline, |mut e| {
+        e.endpoint().drops().total()
+    });
+    let corrupt_drops: u64 = drops.into_iter().sum();
     assert!(c.complete(), "{protocol}: missing {}", c.missing());
     if faults.contains("corrupt") {
         assert!(

@@ -137,3 +137,119 @@ impl<L: Link + ?Sized> Link for Box<L> {
         (**self).end_sleep()
     }
 }
+
+/// Blocks in `ppoll` until one of `fds` is ready (see their `revents`) or `timeout` passes
+/// (`None`: no limit; nanosecond resolution, where `poll` has milliseconds). A signal
+/// (`EINTR`) ends the wait early like a spurious wake-up; other failures are errors.
+pub fn poll_fds(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::Result<()> {
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: t.as_secs().min(i32::MAX as u64) as _,
+        tv_nsec: t.subsec_nanos() as _,
+    });
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `fds` is a valid, initialised array of `fds.len()` pollfd structures (a
+    // negative fd is ignored by the kernel), `tsp` a valid timespec or null, no signal mask.
+    let r = unsafe {
+        libc::ppoll(
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            tsp,
+            std::ptr::null(),
+        )
+    };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Waits for `fd` to be readable, at most `timeout` ([`poll_fds`] on one descriptor).
+pub fn poll_readable(fd: std::os::fd::RawFd, timeout: Option<Duration>) -> io::Result<()> {
+    poll_fds(
+        &mut [libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        }],
+        timeout,
+    )
+}
+
+/// A size in bytes as a user writes it in a `BULKWIRE_*` variable: a non-negative integer,
+/// optionally followed by `k`, `m` or `g` (either case; binary multiples, 2^10, 2^20, 2^30),
+/// white space around either part allowed. `None` when it is not one, or overflows. Callers
+/// apply their own bounds.
+pub fn parse_size(v: &str) -> Option<usize> {
+    let v = v.trim();
+    let (num, mul) = match v.char_indices().last()? {
+        (i, 'k' | 'K') => (&v[..i], 1usize << 10),
+        (i, 'm' | 'M') => (&v[..i], 1 << 20),
+        (i, 'g' | 'G') => (&v[..i], 1 << 30),
+        _ => (v, 1),
+    };
+    num.trim().parse::<usize>().ok()?.checked_mul(mul)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("65536"), Some(65536));
+        assert_eq!(parse_size(" 64k "), Some(64 << 10));
+        assert_eq!(parse_size("8M"), Some(8 << 20));
+        assert_eq!(parse_size("2 g"), Some(2 << 30));
+        assert_eq!(parse_size("0"), Some(0));
+        for bad in [
+            "",
+            " ",
+            "k",
+            "-1",
+            "12Q",
+            "1.5m",
+            "é",
+            "99999999999999999999",
+        ] {
+            assert_eq!(parse_size(bad), None, "{bad:?}");
+        }
+        assert_eq!(
+            parse_size(&format!("{}g", usize::MAX >> 20)),
+            None,
+            "overflow"
+        );
+    }
+
+    #[test]
+    fn poll_waits_for_readable_or_timeout() {
+        let mut fds = [0; 2];
+        // SAFETY: a valid array of two descriptors for pipe to fill.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        let t = std::time::Instant::now();
+        poll_readable(fds[0], Some(Duration::from_millis(20))).unwrap();
+        assert!(t.elapsed() >= Duration::from_millis(20), "times out");
+        // SAFETY: writes one byte from a valid buffer to our pipe.
+        assert_eq!(unsafe { libc::write(fds[1], [1u8].as_ptr().cast(), 1) }, 1);
+        let mut p = [libc::pollfd {
+            fd: fds[0],
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        poll_fds(&mut p, None).unwrap();
+        assert_eq!(p[0].revents, libc::POLLIN);
+        assert!(
+            poll_readable(-5, Some(Duration::ZERO)).is_ok(),
+            "ignored fd"
+        );
+        // SAFETY: closes the two descriptors pipe gave us, once.
+        unsafe {
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+        }
+    }
+}

@@ -14,8 +14,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
-use crate::shm::poll_one;
-use crate::{Link, Rank, RxBatch, Tx};
+use crate::{Link, Rank, RxBatch, Tx, poll_readable};
 
 /// Which link a peer is reached through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -186,7 +185,7 @@ impl<N: Link, F: Link> Link for RouteLink<N, F> {
 
     fn wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {
         let r = if self.prepare_sleep() {
-            poll_one(self.epoll.as_raw_fd(), timeout)
+            poll_readable(self.epoll.as_raw_fd(), timeout)
         } else {
             Ok(())
         };

@@ -846,7 +846,7 @@ impl Link for ShmLink {
 
     fn wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {
         let r = if self.prepare_sleep() {
-            poll_one(self.doorbell.sock.as_raw_fd(), timeout)
+            crate::poll_readable(self.doorbell.sock.as_raw_fd(), timeout)
         } else {
             Ok(())
         };
@@ -883,29 +883,4 @@ impl Link for ShmLink {
         self.flag(self.me).store(0, Ordering::Relaxed);
         self.doorbell.drain();
     }
-}
-
-/// Waits for `fd` to be readable, at most `timeout` (nanosecond resolution).
-pub(crate) fn poll_one(fd: RawFd, timeout: Option<Duration>) -> io::Result<()> {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ts = timeout.map(|t| libc::timespec {
-        tv_sec: t.as_secs().min(i32::MAX as u64) as _,
-        tv_nsec: t.subsec_nanos() as _,
-    });
-    let tsp = ts
-        .as_ref()
-        .map_or(ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: one valid pollfd and a valid (or null) timespec.
-    let r = unsafe { libc::ppoll(&mut pfd, 1, tsp, ptr::null()) };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
-    Ok(())
 }

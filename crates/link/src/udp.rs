@@ -165,7 +165,9 @@ impl UdpConfig {
             cfg.mtu = Some(m);
         }
         if let Some(v) = var("BULKWIRE_SOCKBUF") {
-            cfg.sockbuf = parse_size(&v).ok_or(EnvError {
+            // setsockopt takes an int and the kernel doubles it.
+            let bytes = crate::parse_size(&v).filter(|&b| b > 0 && b <= 1 << 30);
+            cfg.sockbuf = bytes.ok_or(EnvError {
                 var: "BULKWIRE_SOCKBUF",
                 value: v.clone(),
                 reason: "expected a size in bytes, optionally with K, M or G (binary), at most 1G",
@@ -185,20 +187,6 @@ fn parse_bool(var: &'static str, v: &str) -> Result<bool, EnvError> {
             reason: "expected 0 or 1 (or on/off, true/false, yes/no)",
         }),
     }
-}
-
-fn parse_size(v: &str) -> Option<usize> {
-    let v = v.trim();
-    let (num, mult) = match v.as_bytes().last()? {
-        b'k' | b'K' => (&v[..v.len() - 1], 1usize << 10),
-        b'm' | b'M' => (&v[..v.len() - 1], 1 << 20),
-        b'g' | b'G' => (&v[..v.len() - 1], 1 << 30),
-        _ => (v, 1),
-    };
-    let n: usize = num.trim().parse().ok()?;
-    let bytes = n.checked_mul(mult)?;
-    // setsockopt takes an int and the kernel doubles it.
-    (bytes > 0 && bytes <= 1 << 30).then_some(bytes)
 }
 
 /// Counters of a [`UdpLink`], monotonic since construction.
@@ -885,27 +873,7 @@ impl Link for UdpLink {
     }
 
     fn wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {
-        let mut pfd = libc::pollfd {
-            fd: self.fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ts = timeout.map(|t| libc::timespec {
-            tv_sec: t.as_secs().min(i32::MAX as u64) as _,
-            tv_nsec: t.subsec_nanos() as _,
-        });
-        let tsp = ts
-            .as_ref()
-            .map_or(ptr::null(), |t| t as *const libc::timespec);
-        // SAFETY: one valid pollfd; ppoll gives nanosecond timeouts where poll has ms.
-        let r = unsafe { libc::ppoll(&mut pfd, 1, tsp, ptr::null()) };
-        if r < 0 {
-            let err = io::Error::last_os_error();
-            if err.kind() != io::ErrorKind::Interrupted {
-                return Err(err);
-            }
-        }
-        Ok(())
+        crate::poll_readable(self.fd, timeout)
     }
 
     fn poll_fd(&self) -> Option<RawFd> {

@@ -234,17 +234,6 @@ pub const DEFAULT_EAGER: usize = 64 << 10;
 /// rendezvous beats an eager message's two copies (docs/p2p.md).
 pub const DEFAULT_EAGER_LOCAL: usize = 16 << 10;
 
-fn parse_size(v: &str) -> Option<usize> {
-    let v = v.trim();
-    let (num, mul) = match v.char_indices().last()? {
-        (i, 'k' | 'K') => (&v[..i], 1usize << 10),
-        (i, 'm' | 'M') => (&v[..i], 1 << 20),
-        (i, 'g' | 'G') => (&v[..i], 1 << 30),
-        _ => (v, 1),
-    };
-    num.trim().parse::<usize>().ok()?.checked_mul(mul)
-}
-
 impl Config {
     /// The defaults overridden by `BULKWIRE_EAGER` (bytes, `k`/`m` suffixes allowed; sets
     /// both limits), `BULKWIRE_EAGER_LOCAL` (the limit toward single-copy peers),
@@ -253,7 +242,7 @@ impl Config {
     pub fn from_env() -> Result<Config, Error> {
         let size = |var: &str| -> Result<Option<usize>, Error> {
             match std::env::var(var) {
-                Ok(v) => parse_size(&v).map(Some).ok_or_else(|| {
+                Ok(v) => bulkwire_link::parse_size(&v).map(Some).ok_or_else(|| {
                     Error::Config(format!(
                         "{var}={v:?}: expected a size in bytes (suffix k, m, g allowed)"
                     ))

@@ -76,7 +76,9 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-use crate::common::{Added, OutQueue, ReadySet, Reassembler, Rtt, SeqSpace, Timers};
+use crate::common::{
+    Added, BadVar, OutQueue, ReadySet, Reassembler, Rtt, SeqSpace, Timers, env_bool, env_num,
+};
 use crate::wire::{Header, Kind, flags};
 use crate::{Common, Event, MsgId, PeerStats, ProtoError, Protocol, Rank, Time, Transmit};
 
@@ -126,12 +128,8 @@ pub enum GbnConfigError {
     },
     #[error("gbn needs at least 2 receive slots (one is always kept free), not {0}")]
     RxSlots(u32),
-    #[error("{var}={value:?} is not a valid {what}")]
-    Env {
-        var: &'static str,
-        value: String,
-        what: &'static str,
-    },
+    #[error(transparent)]
+    Env(#[from] BadVar),
 }
 
 impl GbnConfig {
@@ -166,38 +164,13 @@ impl GbnConfig {
     /// [`GbnConfig::from_env`] over any variable lookup (testable without touching the
     /// process environment).
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<GbnConfig, GbnConfigError> {
-        fn num(
-            get: &impl Fn(&str) -> Option<String>,
-            var: &'static str,
-            dflt: u32,
-        ) -> Result<u32, GbnConfigError> {
-            match get(var) {
-                None => Ok(dflt),
-                Some(v) => v.trim().parse().map_err(|_| GbnConfigError::Env {
-                    var,
-                    value: v,
-                    what: "unsigned number",
-                }),
-            }
-        }
         let d = GbnConfig::default();
-        const CUM: &str = "BULKWIRE_GBN_CUMULATIVE_ACKS";
-        let cumulative_acks = match get(CUM).as_deref().map(str::trim) {
-            None => d.cumulative_acks,
-            Some("1" | "true" | "yes" | "on") => true,
-            Some("0" | "false" | "no" | "off") => false,
-            Some(v) => {
-                return Err(GbnConfigError::Env {
-                    var: CUM,
-                    value: v.to_string(),
-                    what: "boolean (0 or 1)",
-                });
-            }
-        };
+        let cumulative_acks =
+            env_bool(&get, "BULKWIRE_GBN_CUMULATIVE_ACKS")?.unwrap_or(d.cumulative_acks);
         let cfg = GbnConfig {
-            window: num(&get, "BULKWIRE_GBN_WINDOW", d.window)?,
-            seq_bits: num(&get, "BULKWIRE_GBN_SEQ_BITS", d.seq_bits)?,
-            rx_slots: num(&get, "BULKWIRE_GBN_RX_SLOTS", d.rx_slots)?,
+            window: env_num(&get, "BULKWIRE_GBN_WINDOW")?.unwrap_or(d.window),
+            seq_bits: env_num(&get, "BULKWIRE_GBN_SEQ_BITS")?.unwrap_or(d.seq_bits),
+            rx_slots: env_num(&get, "BULKWIRE_GBN_RX_SLOTS")?.unwrap_or(d.rx_slots),
             cumulative_acks,
         };
         cfg.validate()?;
@@ -617,17 +590,9 @@ impl Protocol for Gbn {
         data: Bytes,
         notify: bool,
     ) -> Result<MsgId, ProtoError> {
-        self.c.check_peer(to)?;
-        if data.len() as u64 > self.c.max_message {
-            return Err(ProtoError::TooLarge {
-                len: data.len() as u64,
-                max: self.c.max_message,
-            });
-        }
+        self.c
+            .check_send(to, data.len(), || self.peers[to as usize].closed)?;
         let p = &mut self.peers[to as usize];
-        if p.closed {
-            return Err(ProtoError::PeerDead { peer: to });
-        }
         p.stats.messages_sent += 1;
         let id = p.out.push(data, notify);
         self.fill(to);
@@ -740,20 +705,13 @@ impl Protocol for Gbn {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testkit::{Duo, common, deref_duo, env, events, exchange, pattern, rx, rx_all, tx};
     use crate::{MS, US};
     use proptest::prelude::*;
-    use rand::{RngExt, SeedableRng};
+    use rand::RngExt;
     use rand_chacha::ChaCha8Rng;
 
     const MP: usize = 100;
-
-    fn common(rank: Rank, mp: usize) -> Common {
-        let mut c = Common::new(rank, 2, mp);
-        c.rto_initial = 10 * MS;
-        c.rto_min = MS;
-        c.rto_max = 80 * MS;
-        c
-    }
 
     fn cfg(window: u32, seq_bits: u32, rx_slots: u32) -> GbnConfig {
         GbnConfig {
@@ -771,34 +729,9 @@ mod tests {
         )
     }
 
-    /// Everything `g` transmits now.
-    fn tx(g: &mut Gbn, now: Time) -> Vec<Transmit> {
-        let mut v = Vec::new();
-        g.poll_transmit(now, &mut v, usize::MAX);
-        v
-    }
-
-    /// Hands `t` to `g` as the engine would: source filled in, length from the payload.
-    fn rx(g: &mut Gbn, now: Time, t: &Transmit) {
-        let mut h = t.hdr;
-        h.src = 1 - h.dst;
-        h.len = t.payload.len() as u32;
-        g.handle(now, &h, &t.payload);
-    }
-
-    fn rx_all(g: &mut Gbn, now: Time, ts: &[Transmit]) {
-        for t in ts {
-            rx(g, now, t);
-        }
-    }
-
     /// (kind, seq) of each packet, for compact assertions.
     fn ks(ts: &[Transmit]) -> Vec<(Kind, u32)> {
         ts.iter().map(|t| (t.hdr.kind, t.hdr.seq)).collect()
-    }
-
-    fn events(g: &mut Gbn) -> Vec<Event> {
-        std::iter::from_fn(|| g.poll_event()).collect()
     }
 
     fn messages(g: &mut Gbn) -> Vec<(MsgId, Vec<u8>)> {
@@ -811,180 +744,100 @@ mod tests {
             .collect()
     }
 
-    fn pattern(n: usize, salt: u32) -> Bytes {
-        (0..n)
-            .map(|i| (i as u32).wrapping_mul(31).wrapping_add(salt) as u8)
-            .collect::<Vec<_>>()
-            .into()
-    }
-
     use SlotState::{Idle, InTransit, Ready, Retransmit};
 
     /// One lossy, duplicating, reordering network between two gbn endpoints, in virtual
     /// time. `fate` decides how many copies of each packet arrive (0: lost).
     struct Net {
-        g: [Gbn; 2],
-        now: Time,
-        wire: Vec<(Time, u64, usize, Transmit)>,
-        n: u64,
-        rng: ChaCha8Rng,
-        latency: Time,
-        jitter: Time,
+        d: Duo<Gbn>,
         poll_prob: f64,
         #[allow(clippy::type_complexity)]
         fate: Box<dyn FnMut(&mut ChaCha8Rng, usize, &Transmit) -> usize>,
-        /// Messages received by each node, and Sent notifications each got.
-        got: [Vec<(MsgId, Vec<u8>)>; 2],
-        sent: [Vec<MsgId>; 2],
-        /// What each node queued for the other.
-        want: [Vec<Bytes>; 2],
-        notify: [Vec<bool>; 2],
         /// Every (sender, seq) put on the wire, to check wrap-around really happened.
         seqs: [Vec<u32>; 2],
         steps: u64,
     }
 
+    deref_duo!(Net => Gbn);
+
     impl Net {
         fn new(cfg: GbnConfig, mp: usize, seed: u64) -> Net {
             let (a, b) = pair(cfg, mp);
             Net {
-                g: [a, b],
-                now: 0,
-                wire: Vec::new(),
-                n: 0,
-                rng: ChaCha8Rng::seed_from_u64(seed),
-                latency: 10 * US,
-                jitter: 0,
+                d: Duo::new([a, b], seed),
                 poll_prob: 1.0,
                 fate: Box::new(|_, _, _| 1),
-                got: [Vec::new(), Vec::new()],
-                sent: [Vec::new(), Vec::new()],
-                want: [Vec::new(), Vec::new()],
-                notify: [Vec::new(), Vec::new()],
                 seqs: [Vec::new(), Vec::new()],
                 steps: 0,
             }
         }
 
-        fn send(&mut self, from: usize, data: Bytes, notify: bool) {
-            let id = self.g[from]
-                .send(self.now, 1 - from as Rank, data.clone(), notify)
-                .unwrap();
-            assert_eq!(id as usize, self.want[from].len());
-            self.want[from].push(data);
-            self.notify[from].push(notify);
-        }
-
         fn poll(&mut self, i: usize) {
-            while let Some(e) = self.g[i].poll_event() {
+            let d = &mut self.d;
+            while let Some(e) = d.g[i].poll_event() {
                 match e {
                     Event::Message { from, id, data } => {
                         assert_eq!(from as usize, 1 - i);
-                        self.got[i].push((id, data));
+                        d.got[i].push((id, data));
                     }
                     Event::Sent { to, id } => {
                         assert_eq!(to as usize, 1 - i);
                         // Reported only once the receiver has taken in the whole message.
-                        let r = &self.g[1 - i].peers[i];
+                        let r = &d.g[1 - i].peers[i];
                         assert_eq!(cmp_pos(id, 0, r.rcv_msg, 0), Ordering::Less);
-                        self.sent[i].push(id);
+                        d.sent[i].push(id);
                     }
                     Event::Announce { .. } => panic!("gbn never announces"),
                 }
             }
         }
 
-        fn done(&self) -> bool {
-            (0..2).all(|i| {
-                self.got[1 - i].len() == self.want[i].len() && !self.g[i].outstanding(1 - i as Rank)
-            })
-        }
-
         /// Runs until everything is delivered and acknowledged, or `limit` of virtual
         /// time passes; returns the virtual time taken.
         fn run(&mut self, limit: Time) -> Time {
-            let start = self.now;
-            while !self.done() {
-                assert!(
-                    self.now - start <= limit,
-                    "not done after {} ms: got {}/{} and {}/{}; {:?} {:?}",
-                    (self.now - start) / MS,
-                    self.got[1].len(),
-                    self.want[0].len(),
-                    self.got[0].len(),
-                    self.want[1].len(),
-                    self.g[0].peer_stats(1),
-                    self.g[1].peer_stats(0),
-                );
+            let start = self.d.now;
+            while !self.d.done() {
+                self.d.assert_within(start, limit);
                 self.step();
             }
             self.poll(0);
             self.poll(1);
-            self.now - start
+            self.d.now - start
         }
 
         fn step(&mut self) {
             self.steps += 1;
             for i in 0..2 {
-                for t in tx(&mut self.g[i], self.now) {
+                for t in tx(&mut self.d.g[i], self.d.now) {
                     if t.hdr.kind == Kind::Data {
                         self.seqs[i].push(t.hdr.seq);
                     }
-                    let copies = (self.fate)(&mut self.rng, i, &t);
-                    for _ in 0..copies {
-                        let at = self.now + self.latency + self.rng.random_range(0..=self.jitter);
-                        self.wire.push((at, self.n, 1 - i, t.clone()));
-                        self.n += 1;
-                    }
+                    let copies = (self.fate)(&mut self.d.rng, i, &t);
+                    self.d.put(i, &t, copies);
                 }
             }
             for i in 0..2 {
-                if self.rng.random_bool(self.poll_prob) {
+                if self.d.rng.random_bool(self.poll_prob) {
                     self.poll(i);
                 }
             }
-            let next = self
-                .wire
-                .iter()
-                .map(|w| w.0)
-                .chain(self.g[0].poll_timeout())
-                .chain(self.g[1].poll_timeout())
-                .min();
-            let Some(next) = next else {
+            let Some(next) = self.d.next([]) else {
                 // Nothing in flight and no timer: only the hosts' polls are missing.
                 self.poll(0);
                 self.poll(1);
                 return;
             };
-            self.now = self.now.max(next);
-            self.wire.sort_by_key(|w| (w.0, w.1));
-            let k = self.wire.partition_point(|w| w.0 <= self.now);
-            for (_, _, to, t) in self.wire.drain(..k).collect::<Vec<_>>() {
-                rx(&mut self.g[to], self.now, &t);
-            }
-            for g in &mut self.g {
+            self.d.advance(next);
+            for g in &self.d.g {
                 assert!(g.rx_free() >= 1, "the last receive slot was taken");
-                if g.poll_timeout().is_some_and(|t| t <= self.now) {
-                    g.handle_timeout(self.now);
-                }
             }
+            self.d.fire_timers();
         }
 
         /// Everything arrived exactly once, intact, in order; each notify was reported
-        /// once.
+        /// once, in order.
         fn check(&self) {
-            for i in 0..2 {
-                let got = &self.got[1 - i];
-                assert_eq!(got.len(), self.want[i].len());
-                for (k, (id, data)) in got.iter().enumerate() {
-                    assert_eq!(*id as usize, k);
-                    assert!(data[..] == self.want[i][k][..], "message {k} corrupted");
-                }
-                let notified: Vec<MsgId> = (0..self.want[i].len() as MsgId)
-                    .filter(|&k| self.notify[i][k as usize])
-                    .collect();
-                assert_eq!(self.sent[i], notified);
-            }
+            self.d.check(true);
         }
     }
 
@@ -1017,14 +870,6 @@ mod tests {
 
     #[test]
     fn config_from_environment() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| {
-                pairs
-                    .iter()
-                    .find(|(n, _)| *n == k)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
         assert_eq!(GbnConfig::from_lookup(env(&[])), Ok(GbnConfig::default()));
         let c = GbnConfig::from_lookup(env(&[
             ("BULKWIRE_GBN_WINDOW", "3"),
@@ -1042,7 +887,7 @@ mod tests {
         );
         assert!(matches!(
             GbnConfig::from_lookup(env(&[("BULKWIRE_GBN_WINDOW", "eight")])),
-            Err(GbnConfigError::Env { .. })
+            Err(GbnConfigError::Env(_))
         ));
         assert!(matches!(
             GbnConfig::from_lookup(env(&[("BULKWIRE_GBN_WINDOW", "256")])),
@@ -1050,7 +895,7 @@ mod tests {
         ));
         assert!(matches!(
             GbnConfig::from_lookup(env(&[("BULKWIRE_GBN_CUMULATIVE_ACKS", "maybe")])),
-            Err(GbnConfigError::Env { .. })
+            Err(GbnConfigError::Env(_))
         ));
     }
 
@@ -1866,11 +1711,7 @@ mod tests {
                     1
                 }
             });
-            for (i, sizes) in s.sizes.iter().enumerate() {
-                for (k, &n) in sizes.iter().enumerate() {
-                    net.send(i, pattern(n, (k * 7 + i) as u32), k % 3 == 1);
-                }
-            }
+            net.send_sizes(&s.sizes);
             let t = net.run(3_600 * crate::SEC);
             if std::env::var_os("GBN_TRACE").is_some() {
                 eprintln!("{} ms virtual, {} steps: {:?}", t / MS, net.steps, s);
@@ -1900,11 +1741,7 @@ mod tests {
                 b.handle(now, h, p);
                 a.handle(now, &Header { src: 1, dst: 0, ..*h }, p);
                 if k % 3 == 0 {
-                    let (da, db) = (tx(&mut a, now), tx(&mut b, now));
-                    rx_all(&mut b, now, &da);
-                    rx_all(&mut a, now, &db);
-                    events(&mut a);
-                    events(&mut b);
+                    exchange(&mut a, &mut b, now);
                 }
                 if k % 7 == 0 {
                     a.handle_timeout(now + crate::SEC);

@@ -67,7 +67,9 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-use crate::common::{Added, OutQueue, ReadySet, Reassembler, Rtt, SeqSpace, Timers};
+use crate::common::{
+    Added, BadVar, OutQueue, ReadySet, Reassembler, Rtt, SeqSpace, Timers, env_num,
+};
 use crate::wire::{Header, Kind, flags};
 use crate::{Common, Event, MS, MsgId, PeerStats, ProtoError, Protocol, Rank, Time, Transmit, US};
 
@@ -116,8 +118,8 @@ impl Default for HolefillConfig {
 /// Why a [`HolefillConfig`] was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum HolefillConfigError {
-    #[error("{var}={value:?} is not a non-negative integer")]
-    Env { var: &'static str, value: String },
+    #[error(transparent)]
+    Env(#[from] BadVar),
     #[error("seq_bits {0} is not in 2..=32")]
     SeqBits(u32),
     #[error("buffers {0}: at least 2 are needed (one to send, one to receive)")]
@@ -182,16 +184,7 @@ impl HolefillConfig {
     pub fn from_lookup(
         get: impl Fn(&str) -> Option<String>,
     ) -> Result<HolefillConfig, HolefillConfigError> {
-        let num = |var: &'static str| -> Result<Option<u64>, HolefillConfigError> {
-            match get(var) {
-                None => Ok(None),
-                Some(v) => v
-                    .trim()
-                    .parse::<u64>()
-                    .map(Some)
-                    .map_err(|_| HolefillConfigError::Env { var, value: v }),
-            }
-        };
+        let num = |var| env_num::<u64>(&get, var);
         let d = HolefillConfig::default();
         let u32_of = |v: u64| v.min(u32::MAX as u64) as u32;
         let mut cfg = HolefillConfig {
@@ -1003,17 +996,9 @@ impl Protocol for Holefill {
         data: Bytes,
         notify: bool,
     ) -> Result<MsgId, ProtoError> {
-        self.c.check_peer(to)?;
-        if data.len() as u64 > self.c.max_message {
-            return Err(ProtoError::TooLarge {
-                len: data.len() as u64,
-                max: self.c.max_message,
-            });
-        }
+        self.c
+            .check_send(to, data.len(), || self.peers[to as usize].closed)?;
         let p = &mut self.peers[to as usize];
-        if p.closed {
-            return Err(ProtoError::PeerDead { peer: to });
-        }
         p.stats.messages_sent += 1;
         let id = p.out.push(data, notify);
         p.last_msg = Some(id);
@@ -1229,6 +1214,7 @@ mod tests {
 
     use super::*;
     use crate::SEC;
+    use crate::testkit::env;
 
     type Packet = (Header, Bytes);
 
@@ -1293,14 +1279,6 @@ mod tests {
 
     #[test]
     fn config_from_environment_and_validation() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| {
-                pairs
-                    .iter()
-                    .find(|(n, _)| *n == k)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
         assert_eq!(
             HolefillConfig::from_lookup(env(&[])).unwrap(),
             HolefillConfig::default()
@@ -1330,7 +1308,7 @@ mod tests {
         assert_eq!(c.unwrap().window, 32);
         assert!(matches!(
             HolefillConfig::from_lookup(env(&[("BULKWIRE_HOLEFILL_WINDOW", "many")])),
-            Err(HolefillConfigError::Env { .. })
+            Err(HolefillConfigError::Env(_))
         ));
         assert!(matches!(
             HolefillConfig::from_lookup(env(&[("BULKWIRE_HOLEFILL_WINDOW", "600")])),

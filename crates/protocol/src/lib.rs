@@ -17,6 +17,8 @@ pub mod gbn;
 pub mod holefill;
 pub mod rmpp;
 pub mod stats;
+#[cfg(test)]
+pub(crate) mod testkit;
 pub mod utopia;
 pub mod wire;
 
@@ -124,6 +126,30 @@ impl Common {
         } else {
             Ok(())
         }
+    }
+
+    /// The checks every [`Protocol::send`] makes before queueing `len` bytes for `to`, in
+    /// this order: `to` may be sent to ([`Common::check_peer`]), the message is within
+    /// `max_message`, and `to` has not been declared dead. `closed` tells the last (the
+    /// protocol's own per-peer state, so it is asked only once `to` is known to be valid);
+    /// a protocol that keeps no such state passes `|| false`.
+    pub fn check_send(
+        &self,
+        to: Rank,
+        len: usize,
+        closed: impl FnOnce() -> bool,
+    ) -> Result<(), ProtoError> {
+        self.check_peer(to)?;
+        if len as u64 > self.max_message {
+            return Err(ProtoError::TooLarge {
+                len: len as u64,
+                max: self.max_message,
+            });
+        }
+        if closed() {
+            return Err(ProtoError::PeerDead { peer: to });
+        }
+        Ok(())
     }
 }
 

@@ -83,7 +83,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use bytes::Bytes;
 
-use crate::common::{OutQueue, ReadySet, Rtt, Timers};
+use crate::common::{BadVar, OutQueue, ReadySet, Rtt, Timers, env_bool, env_num};
 use crate::wire::{Header, Kind, flags};
 use crate::{Common, Event, MsgId, PeerStats, ProtoError, Protocol, Rank, Time, Transmit};
 
@@ -119,12 +119,8 @@ impl Default for RmppConfig {
 /// Why an [`RmppConfig`] was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RmppConfigError {
-    #[error("{var}={value:?} is not a valid {what}")]
-    Env {
-        var: &'static str,
-        value: String,
-        what: &'static str,
-    },
+    #[error(transparent)]
+    Env(#[from] BadVar),
     #[error("window {0} is not in 1..=2^30 (message ids are compared within half their space)")]
     Window(u32),
     #[error("burst must be at least 1")]
@@ -158,34 +154,9 @@ impl RmppConfig {
     pub fn from_lookup(
         get: impl Fn(&str) -> Option<String>,
     ) -> Result<RmppConfig, RmppConfigError> {
-        let num = |var: &'static str| -> Result<Option<u64>, RmppConfigError> {
-            match get(var) {
-                None => Ok(None),
-                Some(v) => v
-                    .trim()
-                    .parse::<u64>()
-                    .map(Some)
-                    .map_err(|_| RmppConfigError::Env {
-                        var,
-                        value: v,
-                        what: "non-negative integer",
-                    }),
-            }
-        };
+        let num = |var| env_num::<u64>(&get, var);
         let d = RmppConfig::default();
-        const AUTO: &str = "BULKWIRE_RMPP_AUTO_ACCEPT";
-        let auto_accept = match get(AUTO).as_deref().map(str::trim) {
-            None => d.auto_accept,
-            Some("1" | "true" | "yes" | "on") => true,
-            Some("0" | "false" | "no" | "off") => false,
-            Some(v) => {
-                return Err(RmppConfigError::Env {
-                    var: AUTO,
-                    value: v.to_string(),
-                    what: "boolean (0 or 1)",
-                });
-            }
-        };
+        let auto_accept = env_bool(&get, "BULKWIRE_RMPP_AUTO_ACCEPT")?.unwrap_or(d.auto_accept);
         let cfg = RmppConfig {
             window: num("BULKWIRE_RMPP_WINDOW")?
                 .map_or(d.window, |v| v.min(u32::MAX as u64) as u32),
@@ -1065,17 +1036,9 @@ impl Protocol for Rmpp {
         data: Bytes,
         notify: bool,
     ) -> Result<MsgId, ProtoError> {
-        self.c.check_peer(to)?;
-        if data.len() as u64 > self.c.max_message {
-            return Err(ProtoError::TooLarge {
-                len: data.len() as u64,
-                max: self.c.max_message,
-            });
-        }
+        self.c
+            .check_send(to, data.len(), || self.peers[to as usize].closed)?;
         let p = &mut self.peers[to as usize];
-        if p.closed {
-            return Err(ProtoError::PeerDead { peer: to });
-        }
         p.stats.messages_sent += 1;
         let id = p.out.push(data, notify);
         if self.can_open(to) {
@@ -1260,20 +1223,12 @@ impl Protocol for Rmpp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testkit::{Duo, common, deref_duo, env, events, exchange, pattern, rx, rx_all, tx};
     use crate::{MS, SEC, US};
     use proptest::prelude::*;
-    use rand::{RngExt, SeedableRng};
-    use rand_chacha::ChaCha8Rng;
+    use rand::RngExt;
 
     const MP: usize = 100;
-
-    fn common(rank: Rank, mp: usize) -> Common {
-        let mut c = Common::new(rank, 2, mp);
-        c.rto_initial = 10 * MS;
-        c.rto_min = MS;
-        c.rto_max = 80 * MS;
-        c
-    }
 
     fn cfg(window: u32, auto: bool) -> RmppConfig {
         RmppConfig {
@@ -1290,39 +1245,8 @@ mod tests {
         )
     }
 
-    fn tx(g: &mut Rmpp, now: Time) -> Vec<Transmit> {
-        let mut v = Vec::new();
-        g.poll_transmit(now, &mut v, usize::MAX);
-        v
-    }
-
-    /// Hands `t` to `g` as the engine would: source filled in, length from the payload.
-    fn rx(g: &mut Rmpp, now: Time, t: &Transmit) {
-        let mut h = t.hdr;
-        h.src = 1 - h.dst;
-        h.len = t.payload.len() as u32;
-        g.handle(now, &h, &t.payload);
-    }
-
-    fn rx_all(g: &mut Rmpp, now: Time, ts: &[Transmit]) {
-        for t in ts {
-            rx(g, now, t);
-        }
-    }
-
     fn kinds(ts: &[Transmit]) -> Vec<Kind> {
         ts.iter().map(|t| t.hdr.kind).collect()
-    }
-
-    fn events(g: &mut Rmpp) -> Vec<Event> {
-        std::iter::from_fn(|| g.poll_event()).collect()
-    }
-
-    fn pattern(n: usize, salt: u32) -> Bytes {
-        (0..n)
-            .map(|i| (i as u32).wrapping_mul(31).wrapping_add(salt) as u8)
-            .collect::<Vec<_>>()
-            .into()
     }
 
     /// (id, head length) of each Announce, and the messages, in `evs`.
@@ -1368,14 +1292,6 @@ mod tests {
     fn config_defaults_and_environment() {
         let d = RmppConfig::default();
         assert!(d.validate().is_ok() && !d.auto_accept);
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| {
-                pairs
-                    .iter()
-                    .find(|(n, _)| *n == k)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
         assert_eq!(RmppConfig::from_lookup(env(&[])), Ok(d));
         let c = RmppConfig::from_lookup(env(&[
             ("BULKWIRE_RMPP_WINDOW", "8"),
@@ -1783,66 +1699,40 @@ mod tests {
     /// One lossy, duplicating, reordering network between two rmpp endpoints in virtual
     /// time, whose receivers accept each announced message after a random delay.
     struct Net {
-        g: [Rmpp; 2],
-        now: Time,
-        wire: Vec<(Time, u64, usize, Transmit)>,
-        n: u64,
-        rng: ChaCha8Rng,
-        latency: Time,
-        jitter: Time,
+        d: Duo<Rmpp>,
         drop: f64,
         dup: f64,
         /// Longest wait before an announced message is accepted.
         accept_delay: Time,
         pending_accept: Vec<(Time, usize, MsgId)>,
-        got: [Vec<(MsgId, Vec<u8>)>; 2],
-        sent: [Vec<MsgId>; 2],
-        want: [Vec<Bytes>; 2],
-        notify: [Vec<bool>; 2],
     }
+
+    deref_duo!(Net => Rmpp);
 
     impl Net {
         fn new(c: RmppConfig, mp: usize, seed: u64) -> Net {
             let (a, b) = pair(c, mp);
             Net {
-                g: [a, b],
-                now: 0,
-                wire: Vec::new(),
-                n: 0,
-                rng: ChaCha8Rng::seed_from_u64(seed),
-                latency: 10 * US,
-                jitter: 0,
+                d: Duo::new([a, b], seed),
                 drop: 0.0,
                 dup: 0.0,
                 accept_delay: 0,
                 pending_accept: Vec::new(),
-                got: [Vec::new(), Vec::new()],
-                sent: [Vec::new(), Vec::new()],
-                want: [Vec::new(), Vec::new()],
-                notify: [Vec::new(), Vec::new()],
             }
         }
 
-        fn send(&mut self, from: usize, data: Bytes, notify: bool) {
-            let id = self.g[from]
-                .send(self.now, 1 - from as Rank, data.clone(), notify)
-                .unwrap();
-            assert_eq!(id as usize, self.want[from].len());
-            self.want[from].push(data);
-            self.notify[from].push(notify);
-        }
-
         fn poll(&mut self, i: usize) {
-            while let Some(e) = self.g[i].poll_event() {
+            let d = &mut self.d;
+            while let Some(e) = d.g[i].poll_event() {
                 match e {
                     Event::Message { from, id, data } => {
                         assert_eq!(from as usize, 1 - i);
-                        self.got[i].push((id, data));
+                        d.got[i].push((id, data));
                     }
                     Event::Sent { to, id } => {
                         assert_eq!(to as usize, 1 - i);
                         // Only once the receiver has the whole message.
-                        let r = &self.g[1 - i].peers[i];
+                        let r = &d.g[1 - i].peers[i];
                         assert!(
                             before(id, r.next_deliver)
                                 || matches!(
@@ -1850,7 +1740,7 @@ mod tests {
                                     Some(RxState::Complete { .. })
                                 )
                         );
-                        self.sent[i].push(id);
+                        d.sent[i].push(id);
                     }
                     Event::Announce {
                         from,
@@ -1859,77 +1749,45 @@ mod tests {
                         head,
                     } => {
                         assert_eq!(from as usize, 1 - i);
-                        let w = &self.want[1 - i][id as usize];
+                        let w = &d.want[1 - i][id as usize];
                         assert_eq!(total, w.len() as u64);
                         assert_eq!(head[..], w[..head.len()]);
-                        let at = self.now + self.rng.random_range(0..=self.accept_delay);
+                        let at = d.now + d.rng.random_range(0..=self.accept_delay);
                         self.pending_accept.push((at, i, id));
                     }
                 }
             }
         }
 
-        fn done(&self) -> bool {
-            (0..2).all(|i| {
-                self.got[1 - i].len() == self.want[i].len() && !self.g[i].outstanding(1 - i as Rank)
-            })
-        }
-
         fn run(&mut self, limit: Time) -> Time {
-            let start = self.now;
-            while !self.done() {
-                assert!(
-                    self.now - start <= limit,
-                    "not done after {} ms: got {}/{} and {}/{}; {:?} {:?}",
-                    (self.now - start) / MS,
-                    self.got[1].len(),
-                    self.want[0].len(),
-                    self.got[0].len(),
-                    self.want[1].len(),
-                    self.g[0].peer_stats(1),
-                    self.g[1].peer_stats(0),
-                );
+            let start = self.d.now;
+            while !self.d.done() {
+                self.d.assert_within(start, limit);
                 self.step();
             }
-            self.now - start
+            self.d.now - start
         }
 
         fn step(&mut self) {
             for i in 0..2 {
-                for t in tx(&mut self.g[i], self.now) {
-                    let copies = if self.rng.random_bool(self.drop) {
+                for t in tx(&mut self.d.g[i], self.d.now) {
+                    let copies = if self.d.rng.random_bool(self.drop) {
                         0
-                    } else if self.rng.random_bool(self.dup) {
+                    } else if self.d.rng.random_bool(self.dup) {
                         2
                     } else {
                         1
                     };
-                    for _ in 0..copies {
-                        let at = self.now + self.latency + self.rng.random_range(0..=self.jitter);
-                        self.wire.push((at, self.n, 1 - i, t.clone()));
-                        self.n += 1;
-                    }
+                    self.d.put(i, &t, copies);
                 }
                 self.poll(i);
             }
-            let next = self
-                .wire
-                .iter()
-                .map(|w| w.0)
-                .chain(self.pending_accept.iter().map(|p| p.0))
-                .chain(self.g[0].poll_timeout())
-                .chain(self.g[1].poll_timeout())
-                .min();
-            let Some(next) = next else {
+            let accepts = self.pending_accept.iter().map(|p| p.0);
+            let Some(next) = self.d.next(accepts) else {
                 return;
             };
-            self.now = self.now.max(next);
-            self.wire.sort_by_key(|w| (w.0, w.1));
-            let k = self.wire.partition_point(|w| w.0 <= self.now);
-            for (_, _, to, t) in self.wire.drain(..k).collect::<Vec<_>>() {
-                rx(&mut self.g[to], self.now, &t);
-            }
-            let now = self.now;
+            self.d.advance(next);
+            let now = self.d.now;
             let due: Vec<_> = self
                 .pending_accept
                 .iter()
@@ -1938,29 +1796,16 @@ mod tests {
                 .collect();
             self.pending_accept.retain(|p| p.0 > now);
             for (_, i, id) in due {
-                self.g[i].accept(now, 1 - i as Rank, id);
+                self.d.g[i].accept(now, 1 - i as Rank, id);
             }
-            for g in &mut self.g {
-                if g.poll_timeout().is_some_and(|t| t <= now) {
-                    g.handle_timeout(now);
-                }
-            }
+            self.d.fire_timers();
         }
 
+        /// Everything arrived exactly once, intact, in order; each notify was reported
+        /// once (in any order); nothing is left open on either side.
         fn check(&self) {
+            self.d.check(false);
             for i in 0..2 {
-                let got = &self.got[1 - i];
-                assert_eq!(got.len(), self.want[i].len());
-                for (k, (id, data)) in got.iter().enumerate() {
-                    assert_eq!(*id as usize, k);
-                    assert!(data[..] == self.want[i][k][..], "message {k} corrupted");
-                }
-                let mut sent = self.sent[i].clone();
-                sent.sort_unstable();
-                let notified: Vec<MsgId> = (0..self.want[i].len() as MsgId)
-                    .filter(|&k| self.notify[i][k as usize])
-                    .collect();
-                assert_eq!(sent, notified);
                 assert_eq!(self.g[i].records_from(1 - i as Rank), 0);
                 assert_eq!(self.g[i].open_to(1 - i as Rank), 0);
                 assert_eq!(self.g[i].announced_bytes(), 0);
@@ -2061,11 +1906,7 @@ mod tests {
             net.dup = s.dup;
             net.jitter = s.jitter;
             net.accept_delay = s.accept_delay;
-            for (i, sizes) in s.sizes.iter().enumerate() {
-                for (k, &n) in sizes.iter().enumerate() {
-                    net.send(i, pattern(n, (k * 7 + i) as u32), k % 3 == 1);
-                }
-            }
+            net.send_sizes(&s.sizes);
             net.run(3_600 * SEC);
             net.check();
             for g in &mut net.g {
@@ -2097,11 +1938,7 @@ mod tests {
                     a.accept(now, 1, h.msg);
                 }
                 if k % 3 == 0 {
-                    let (da, db) = (tx(&mut a, now), tx(&mut b, now));
-                    rx_all(&mut b, now, &da);
-                    rx_all(&mut a, now, &db);
-                    events(&mut a);
-                    events(&mut b);
+                    exchange(&mut a, &mut b, now);
                 }
                 if k % 7 == 0 {
                     a.handle_timeout(now + SEC);

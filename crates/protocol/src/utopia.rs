@@ -60,13 +60,8 @@ impl Protocol for Utopia {
         data: Bytes,
         notify: bool,
     ) -> Result<MsgId, ProtoError> {
-        self.c.check_peer(to)?;
-        if data.len() as u64 > self.c.max_message {
-            return Err(ProtoError::TooLarge {
-                len: data.len() as u64,
-                max: self.c.max_message,
-            });
-        }
+        // Utopia keeps no dead-peer state: it never refuses a peer as dead.
+        self.c.check_send(to, data.len(), || false)?;
         let p = &mut self.peers[to as usize];
         if p.out.is_empty() {
             self.ready.push_back(to);

@@ -1,9 +1,14 @@
-//! Random traffic for delivery tests: who sends what to whom, and how to check that every
-//! message arrived exactly once, intact and in per-pair order.
+//! Random traffic for delivery tests: who sends what to whom, how to check that every
+//! message arrived exactly once, intact and in per-pair order, and how to run it over a
+//! transport per rank, ranks as threads.
 
 #![allow(dead_code)]
 
-use bulkwire_engine::Event;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bulkwire_engine::{Event, Transport};
 use bytes::Bytes;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -161,4 +166,67 @@ impl Checker {
 /// The plan's message as a `Bytes`.
 pub fn bytes_of(m: &Msg) -> Bytes {
     Bytes::from(payload(m.key, m.len))
+}
+
+/// Runs the plan `msgs` over `transports` (rank = index), each rank on a thread: it sends
+/// its own messages, then serves (receiving, acknowledging, retransmitting; accepting what
+/// rmpp announces, as a receive is always posted here) until every rank has received all
+/// its messages and has nothing left to send, checking each delivery. A rank still at it at
+/// `deadline` fails the test. Once every rank is done, `finish` turns each rank's transport
+/// into what the run returns for it (so no rank closes its connections early).
+pub fn run_plan<T, R>(
+    transports: Vec<T>,
+    msgs: &[Msg],
+    deadline: Instant,
+    finish: fn(T) -> R,
+) -> (Checker, Vec<R>)
+where
+    T: Transport + 'static,
+    R: Send + 'static,
+{
+    let p = transports.len() as u32;
+    let checker = Arc::new(Mutex::new(Checker::new(p, msgs)));
+    let done = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = transports
+        .into_iter()
+        .enumerate()
+        .map(|(r, mut t)| {
+            let r = r as u32;
+            let mine: Vec<_> = msgs.iter().filter(|m| m.src == r).cloned().collect();
+            let expected = msgs.iter().filter(|m| m.dst == r).count();
+            let (checker, done) = (checker.clone(), done.clone());
+            std::thread::spawn(move || {
+                for m in &mine {
+                    t.send(m.dst, bytes_of(m), false).unwrap();
+                }
+                let mut got = 0;
+                let mut finished = false;
+                // Keep serving (acknowledging, retransmitting) until every rank is done.
+                loop {
+                    assert!(
+                        Instant::now() < deadline,
+                        "rank {r}: time limit, got {got}/{expected}"
+                    );
+                    match t.wait_for(Some(Duration::from_millis(20)), |t| t.poll_event()) {
+                        Ok(Event::Announce { from, id, .. }) => t.accept(from, id),
+                        Ok(ev) => {
+                            checker.lock().unwrap().check(r, &ev);
+                            got += 1;
+                        }
+                        Err(_) => {}
+                    }
+                    if got == expected && !t.busy() && !finished {
+                        finished = true;
+                        done.fetch_add(1, Ordering::SeqCst);
+                    }
+                    if finished && done.load(Ordering::SeqCst) == p as usize {
+                        return finish(t);
+                    }
+                }
+            })
+        })
+        .collect();
+    let results = threads.into_iter().map(|h| h.join().unwrap()).collect();
+    let checker = Arc::into_inner(checker).unwrap().into_inner().unwrap();
+    (checker, results)
 }

@@ -355,14 +355,7 @@ impl Comm {
         let policy = engine.policy();
         let mut state = State::new(Box::new(engine), cfg.settings(), &info.local, &vm);
         state.set_job(job.clone());
-        let mut comm = Comm::build(
-            state,
-            waker,
-            policy,
-            cfg.progress,
-            Some(ctl),
-            Some(job),
-        );
+        let mut comm = Comm::build(state, waker, policy, cfg.progress, Some(ctl), Some(job));
         comm.local = info.local;
         Ok(comm)
     }

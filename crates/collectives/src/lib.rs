@@ -9,11 +9,11 @@
 //!   (scatter + allgather) and reductions (reduce-scatter + allgather / gather);
 //!   alltoall by posting everything in latin-square order (small) or by pairwise exchange
 //!   (large). [`Thresholds`] has the switch points; `docs/collectives.md` the reasoning.
-//! - **Network cache** ([`shm`]): when every process runs on this host, barrier,
-//!   broadcast, scatter, gather, allgather, alltoall and alltoallv go through a shared
-//!   segment partitioned among the processes: each process writes its data once into its
-//!   own part, readers copy straight out of it, and a completion step frees the part for
-//!   reuse. `BULKWIRE_COLL=auto|netcache|p2p` chooses (default `auto`).
+//! - **Network cache** ([`shm`]): when every process runs on this host, every collective
+//!   goes through a shared segment partitioned among the processes: each process writes
+//!   its data once into its own part, readers copy straight out of it, and a completion
+//!   step frees the part for reuse (reductions read the parts and reduce in rank order).
+//!   `BULKWIRE_COLL=auto|netcache|p2p` chooses (default `auto`).
 //! - **Messages never meet the user's**: collectives use a reserved tag range that
 //!   wildcard receives never match and user calls cannot name.
 //! - **Failures**: a collective that fails on one process fails the job (MPI's default
@@ -129,6 +129,11 @@ pub struct Thresholds {
     /// Allreduce: recursive doubling below; ring reduce-scatter + allgather from here
     /// (commutative operations with at least p elements).
     pub allreduce_long: usize,
+    /// Reductions through the network cache: while p vectors together are below this,
+    /// whoever needs the result reads all of them and reduces alone (one generation);
+    /// from here each process reduces a slice and the slices are gathered (two
+    /// generations, the reading and the arithmetic shared out).
+    pub netcache_reduce_long: usize,
 }
 
 impl Default for Thresholds {
@@ -140,6 +145,7 @@ impl Default for Thresholds {
             alltoall_long: 32 << 10,
             reduce_long: 64 << 10,
             allreduce_long: 64 << 10,
+            netcache_reduce_long: 64 << 10,
         }
     }
 }
@@ -246,6 +252,7 @@ impl Config {
             t.alltoall_long,
             t.reduce_long,
             t.allreduce_long,
+            t.netcache_reduce_long,
         ] {
             v.extend_from_slice(&(x as u64).to_le_bytes());
         }
@@ -428,8 +435,7 @@ impl<'c> Coll<'c> {
         &self.cfg
     }
 
-    /// Whether the network cache carries barrier, broadcast, scatter, gather, allgather,
-    /// alltoall and alltoallv.
+    /// Whether the network cache carries the collectives.
     pub fn uses_netcache(&self) -> bool {
         self.lock().shm.is_some()
     }
@@ -441,6 +447,15 @@ impl<'c> Coll<'c> {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether a network-cache reduction of `len` bytes goes in one generation (every
+    /// process reads all vectors) rather than as reduce-scatter + allgather.
+    fn whole(&self, len: usize) -> bool {
+        !self.large(
+            self.cfg.thresholds.netcache_reduce_long,
+            len * self.p as usize,
+        )
     }
 
     fn large(&self, threshold: usize, n: usize) -> bool {
@@ -812,13 +827,27 @@ impl<'c> Coll<'c> {
         let ring = op.is_commutative()
             && self.large(self.cfg.thresholds.reduce_long, send.len())
             && (count >= p as usize || self.cfg.family == Family::Large);
-        self.call(|_, net| {
+        let comm = self.comm;
+        let whole = self.whole(send.len());
+        self.call(|shm, net| {
             if send.is_empty() {
                 return Ok(Algorithm::Local);
             }
             if p == 1 {
                 recv.copy_from_slice(send);
                 return Ok(Algorithm::Local);
+            }
+            if let Some(s) = shm {
+                let w = whole && s.fits(send.len());
+                if me == root {
+                    recv.copy_from_slice(send);
+                    s.reduce(comm, recv, dt, op, Some(root as usize), w)?;
+                } else {
+                    // Only read from: a copy stands in for the caller's immutable buffer.
+                    let mut mine = send.to_vec();
+                    s.reduce(comm, &mut mine, dt, op, Some(root as usize), w)?;
+                }
+                return Ok(Algorithm::NetCache);
             }
             if ring {
                 algo::reduce_ring(net, send, recv, root, dt, op)?;
@@ -874,9 +903,16 @@ impl<'c> Coll<'c> {
         let ring = op.is_commutative()
             && self.large(self.cfg.thresholds.allreduce_long, buf.len())
             && (count >= p as usize || self.cfg.family == Family::Large);
-        self.call(|_, net| {
+        let comm = self.comm;
+        let whole = self.whole(buf.len());
+        self.call(|shm, net| {
             if p == 1 || buf.is_empty() {
                 return Ok(Algorithm::Local);
+            }
+            if let Some(s) = shm {
+                let w = whole && s.fits(buf.len());
+                s.reduce(comm, buf, dt, op, None, w)?;
+                return Ok(Algorithm::NetCache);
             }
             if ring {
                 algo::allreduce_ring(net, buf, dt, op)?;

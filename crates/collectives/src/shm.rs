@@ -37,7 +37,9 @@ use bulkwire_link::{HostGroup, Rendezvous};
 use bulkwire_p2p::Comm;
 
 use crate::Error;
+use crate::algo::pieces;
 use crate::net::{Net, X, fail_job};
+use crate::op::{Datatype, Op};
 
 /// Bytes at the start of a half that hold the alltoallv header (the round count).
 const HEADER: usize = 64;
@@ -46,6 +48,17 @@ const HEADER: usize = 64;
 const ALIGN: usize = 64;
 /// How often waits look at the peers' processes.
 const WATCH_EVERY: Duration = Duration::from_millis(100);
+/// How often waits drive p2p (see [`Watch::check`]).
+const POKE_EVERY: Duration = Duration::from_micros(200);
+
+/// One read of [`Shm::take_each`]: `out` from part `w`'s generation `g`, at `at` in its
+/// half.
+struct Take<'b> {
+    w: usize,
+    g: u64,
+    at: usize,
+    out: &'b mut [u8],
+}
 
 /// Who reads a generation: every other part, or one.
 #[derive(Clone, Copy, Debug)]
@@ -60,6 +73,8 @@ struct Watch {
     me: usize,
     dead_after: Duration,
     last: Option<Instant>,
+    /// When the waits last drove p2p.
+    poked: Option<Instant>,
     /// Since when each peer has looked stopped or dead.
     bad_since: Vec<Option<Instant>>,
     /// Why the last wait was ended.
@@ -81,6 +96,15 @@ impl Watch {
             return Err(io::Error::other("the job failed"));
         }
         let now = Instant::now();
+        // A process waiting here is not in p2p: drive it now and then, so that what it
+        // owes its peers (a queued eager message, acknowledgements, answers to pings)
+        // goes out even without the progress thread (BULKWIRE_PROGRESS_US=0), where a
+        // peer waiting in p2p for this process's last message would otherwise wait for
+        // as long as this process waits here.
+        if self.poked.is_none_or(|t| now - t >= POKE_EVERY) {
+            self.poked = Some(now);
+            comm.progress();
+        }
         if self.last.is_some_and(|t| now - t < WATCH_EVERY) {
             return Ok(());
         }
@@ -196,6 +220,8 @@ pub struct Shm {
     /// The last generation written into each of this process's halves, and its readers.
     halves: [Option<(u64, Who)>; 2],
     watch: Watch,
+    /// Scratch for reductions (kept: a vector's zeroing costs as much as the reduction).
+    scratch: [Vec<u8>; 2],
 }
 
 impl std::fmt::Debug for Shm {
@@ -266,9 +292,11 @@ impl Shm {
                 me,
                 dead_after,
                 last: None,
+                poked: None,
                 bad_since: vec![None; n],
                 failure: None,
             },
+            scratch: [Vec::new(), Vec::new()],
         })
     }
 
@@ -303,15 +331,89 @@ impl Shm {
                     &one
                 }
             };
-            let watch = &mut self.watch;
-            let r = self
-                .nc
-                .wait_complete(readers, pg, &mut || watch.check(comm));
-            if let Err(e) = r {
-                return Err(self.lost(comm, e));
+            let done = |nc: &NetCache, r: usize| nc.completed(r).is_ok_and(|d| d >= pg);
+            if !readers.iter().all(|&r| done(&self.nc, r)) {
+                let readers = readers.to_vec();
+                self.wait_until(
+                    comm,
+                    |nc| readers.iter().all(|&r| done(nc, r)),
+                    || format!("the readers of generation {pg} of this process's part"),
+                )?;
             }
         }
         Ok(h * self.half)
+    }
+
+    /// Waits until `cond` holds: spins (unless processes outnumber cores), then yields,
+    /// then naps, watching the job and the peers (see [`Watch`]).
+    fn wait_until(
+        &mut self,
+        comm: &Comm,
+        mut cond: impl FnMut(&NetCache) -> bool,
+        what: impl Fn() -> String,
+    ) -> Result<(), Error> {
+        if cond(&self.nc) {
+            return Ok(());
+        }
+        let start = Instant::now();
+        let spec = self.nc.wait;
+        let mut k = 0u32;
+        loop {
+            for _ in 0..64 {
+                if cond(&self.nc) {
+                    return Ok(());
+                }
+                std::hint::spin_loop();
+            }
+            k = k.wrapping_add(1);
+            // The clock and the checks cost more than a poll: every 16 rounds while
+            // spinning, every round once yielding (a yield costs more than they do).
+            if !k.is_multiple_of(16) && !spec.spin.is_zero() {
+                continue;
+            }
+            if let Err(e) = self.watch.check(comm) {
+                let e = io::Error::other(format!("{e} (waiting for {})", what()));
+                return Err(self.lost(comm, e));
+            }
+            let t = start.elapsed();
+            if t >= spec.spin + spec.yield_for {
+                std::thread::sleep(spec.nap);
+            } else if t >= spec.spin {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Reads each of `items` as soon as its writer has published its generation, in
+    /// whatever order they come, and completes it.
+    fn take_each(&mut self, comm: &Comm, mut items: Vec<Take<'_>>) -> Result<(), Error> {
+        loop {
+            let mut i = 0;
+            while i < items.len() {
+                let t = &items[i];
+                if self.nc.published(t.w).is_ok_and(|g| g >= t.g) {
+                    let t = items.swap_remove(i);
+                    let off = (t.g % 2) as usize * self.half + t.at;
+                    self.read(comm, t.w, off, t.out)?;
+                    self.complete(comm, t.w, t.g)?;
+                } else {
+                    i += 1;
+                }
+            }
+            let Some(first) = items.first() else {
+                return Ok(());
+            };
+            let (w, g) = (first.w, first.g);
+            let want: Vec<(usize, u64)> = items.iter().map(|t| (t.w, t.g)).collect();
+            self.wait_until(
+                comm,
+                |nc| {
+                    want.iter()
+                        .any(|&(w, g)| nc.published(w).is_ok_and(|x| x >= g))
+                },
+                || format!("part {w} to publish generation {g}"),
+            )?;
+        }
     }
 
     fn write(&mut self, comm: &Comm, off: usize, data: &[u8]) -> Result<(), Error> {
@@ -325,7 +427,10 @@ impl Shm {
     fn publish(&mut self, comm: &Comm, len: usize, who: Who) -> Result<(), Error> {
         match self.nc.publish(len) {
             Ok(g) => {
-                self.halves[(g % 2) as usize] = Some((g, who));
+                // A generation only its writer needs (a reduction's root) has no reader
+                // to wait for before its half is reused.
+                let read = !matches!(who, Who::One(r) if r == self.me);
+                self.halves[(g % 2) as usize] = read.then_some((g, who));
                 self.gens[self.me] = g;
                 Ok(())
             }
@@ -335,11 +440,12 @@ impl Shm {
 
     /// Waits for part `w`'s generation `g`; the byte offset of its half.
     fn await_gen(&mut self, comm: &Comm, w: usize, g: u64) -> Result<usize, Error> {
-        let watch = &mut self.watch;
-        match self.nc.wait_published(w, g, &mut || watch.check(comm)) {
-            Ok(_) => Ok((g % 2) as usize * self.half),
-            Err(e) => Err(self.lost(comm, e)),
-        }
+        self.wait_until(
+            comm,
+            |nc| nc.published(w).is_ok_and(|x| x >= g),
+            || format!("part {w} to publish generation {g}"),
+        )?;
+        Ok((g % 2) as usize * self.half)
     }
 
     fn read(&mut self, comm: &Comm, w: usize, off: usize, out: &mut [u8]) -> Result<(), Error> {
@@ -369,6 +475,29 @@ impl Shm {
         let off = self.await_gen(comm, w, g)?;
         self.read(comm, w, off + at, out)?;
         self.complete(comm, w, g)
+    }
+
+    /// Reads of round `r` of every other part's block: bytes `range` of each `b`-byte
+    /// block of `recv`, from offset `at` of the writer's half.
+    fn blocks<'b>(
+        &self,
+        recv: &'b mut [u8],
+        b: usize,
+        range: std::ops::Range<usize>,
+        r: usize,
+        at: usize,
+    ) -> Vec<Take<'b>> {
+        let me = self.me;
+        recv.chunks_mut(b)
+            .enumerate()
+            .filter(|&(w, _)| w != me)
+            .map(|(w, blk)| Take {
+                w,
+                g: self.gens[w] + r as u64 + 1,
+                at,
+                out: &mut blk[range.clone()],
+            })
+            .collect()
     }
 
     /// The mirror: every part in `writers` other than this process published `k` more.
@@ -472,10 +601,8 @@ impl Shm {
             recv[root * b..(root + 1) * b].copy_from_slice(send);
             for r in 0..rounds {
                 let (lo, hi) = (r * c, (r * c + c).min(b));
-                for w in self.ring() {
-                    let g = self.gens[w] + r as u64 + 1;
-                    self.take(comm, w, g, 0, &mut recv[w * b + lo..w * b + hi])?;
-                }
+                let items = self.blocks(recv, b, lo..hi, r, 0);
+                self.take_each(comm, items)?;
             }
         }
         self.advance((0..self.n).filter(|&w| w != root), rounds as u64);
@@ -492,10 +619,8 @@ impl Shm {
             let off = self.begin(comm)?;
             self.write(comm, off, &send[lo..hi])?;
             self.publish(comm, hi - lo, Who::All)?;
-            for w in self.ring() {
-                let g = self.gens[w] + r as u64 + 1;
-                self.take(comm, w, g, 0, &mut recv[w * b + lo..w * b + hi])?;
-            }
+            let items = self.blocks(recv, b, lo..hi, r, 0);
+            self.take_each(comm, items)?;
         }
         self.advance(0..self.n, rounds as u64);
         Ok(())
@@ -520,10 +645,8 @@ impl Shm {
                 self.write(comm, off + j * s, &send[j * b + lo..j * b + hi])?;
             }
             self.publish(comm, n * s, Who::All)?;
-            for w in self.ring() {
-                let g = self.gens[w] + r as u64 + 1;
-                self.take(comm, w, g, me * s, &mut recv[w * b + lo..w * b + hi])?;
-            }
+            let items = self.blocks(recv, b, lo..hi, r, me * s);
+            self.take_each(comm, items)?;
         }
         self.advance(0..n, rounds as u64);
         Ok(())
@@ -606,6 +729,145 @@ impl Shm {
         for w in self.ring() {
             self.gens[w] = base[w] + theirs[w].unwrap_or(0);
         }
+        Ok(())
+    }
+
+    /// Whether a reduction of `len` bytes fits one generation of each part (then every
+    /// process that needs the result reads every part and reduces it all itself).
+    pub fn fits(&self, len: usize) -> bool {
+        len <= self.half
+    }
+
+    /// A reduction through the cache, in rank order (any associative `op`). `buf` is this
+    /// process's input and, where a result is due (everywhere for an allreduce, `root =
+    /// None`; at the root for a reduce), the result.
+    ///
+    /// - `whole` (the vector fits a half): one generation. Each process writes its vector;
+    ///   whoever needs the result reads every part and reduces, rank 0 first.
+    /// - otherwise, per chunk of a half, two generations: each process writes its chunk;
+    ///   process j reduces slice j of it over all parts (reduce-scatter, the work shared
+    ///   by all) and writes that; whoever needs the result reads every slice (allgather).
+    pub fn reduce(
+        &mut self,
+        comm: &Comm,
+        buf: &mut [u8],
+        dt: Datatype,
+        op: &Op,
+        root: Option<usize>,
+        whole: bool,
+    ) -> Result<(), Error> {
+        let [mut acc, mut tmp] = std::mem::take(&mut self.scratch);
+        let r = self.reduce_with(comm, buf, dt, op, root, whole, &mut acc, &mut tmp);
+        self.scratch = [acc, tmp];
+        r
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn reduce_with(
+        &mut self,
+        comm: &Comm,
+        buf: &mut [u8],
+        dt: Datatype,
+        op: &Op,
+        root: Option<usize>,
+        whole: bool,
+        acc: &mut Vec<u8>,
+        tmp: &mut Vec<u8>,
+    ) -> Result<(), Error> {
+        let (n, me, z) = (self.n, self.me, dt.size());
+        let due = root.is_none_or(|r| r == me);
+        let readers = root.map_or(Who::All, Who::One);
+        let base = self.gens.clone();
+        let fill = |v: &mut Vec<u8>, len: usize| {
+            if v.len() < len {
+                v.resize(len, 0);
+            }
+        };
+        if whole {
+            let len = buf.len();
+            let off = self.begin(comm)?;
+            self.write(comm, off, buf)?;
+            self.publish(comm, len, readers)?;
+            if due {
+                fill(acc, len);
+                fill(tmp, len);
+                for (w, &bw) in base.iter().enumerate() {
+                    let t = if w == 0 {
+                        &mut acc[..len]
+                    } else {
+                        &mut tmp[..len]
+                    };
+                    if w == me {
+                        t.copy_from_slice(buf);
+                    } else {
+                        self.take(comm, w, bw + 1, 0, t)?;
+                    }
+                    if w > 0 {
+                        op.apply(dt, &acc[..len], &mut tmp[..len]);
+                        std::mem::swap(acc, tmp);
+                    }
+                }
+                buf.copy_from_slice(&acc[..len]);
+            }
+            self.advance(0..n, 1);
+            return Ok(());
+        }
+        let c = (self.half / z).max(1) * z;
+        let mut k = 0u64;
+        for lo in (0..buf.len()).step_by(c) {
+            let hi = (lo + c).min(buf.len());
+            let pc = pieces(hi - lo, z, n as u32);
+            let mine = pc[me].clone();
+            // Generation A: the chunk.
+            let off = self.begin(comm)?;
+            self.write(comm, off, &buf[lo..hi])?;
+            self.publish(comm, hi - lo, Who::All)?;
+            // Slice `me` over all parts, in rank order.
+            let sl = mine.len();
+            fill(acc, sl);
+            fill(tmp, sl);
+            for (w, &bw) in base.iter().enumerate() {
+                let t = if w == 0 {
+                    &mut acc[..sl]
+                } else {
+                    &mut tmp[..sl]
+                };
+                if w == me {
+                    t.copy_from_slice(&buf[lo + mine.start..lo + mine.end]);
+                } else {
+                    self.take(comm, w, bw + 2 * k + 1, mine.start, t)?;
+                }
+                if w > 0 {
+                    op.apply(dt, &acc[..sl], &mut tmp[..sl]);
+                    std::mem::swap(acc, tmp);
+                }
+            }
+            // Generation B: this process's reduced slice.
+            let off = self.begin(comm)?;
+            self.write(comm, off, &acc[..sl])?;
+            self.publish(comm, sl, readers)?;
+            if due {
+                buf[lo + mine.start..lo + mine.end].copy_from_slice(&acc[..sl]);
+                let mut items = Vec::with_capacity(n);
+                let mut rest = &mut buf[lo..hi];
+                for (w, r) in pc.iter().enumerate() {
+                    let (now, later) = std::mem::take(&mut rest).split_at_mut(r.len());
+                    rest = later;
+                    if w != me {
+                        let g = base[w] + 2 * k + 2;
+                        items.push(Take {
+                            w,
+                            g,
+                            at: 0,
+                            out: now,
+                        });
+                    }
+                }
+                self.take_each(comm, items)?;
+            }
+            k += 1;
+        }
+        self.advance(0..n, 2 * k);
         Ok(())
     }
 }

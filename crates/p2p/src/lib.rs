@@ -467,6 +467,16 @@ impl Comm {
         self.job_error()
     }
 
+    /// Drives the transport once (sends what is queued, receives, acknowledges, answers
+    /// pings) without waiting. For layers that wait outside p2p (the collectives' shared
+    /// memory), so that traffic this process owes its peers is not held up, with or
+    /// without the progress thread.
+    pub fn progress(&self) {
+        self.shared.with(|s| {
+            s.pump();
+        });
+    }
+
     /// Tells the launcher that this process has failed (`msg` says why) without exiting:
     /// every process of the job, this one included, then sees `JobFailed`, so requests
     /// that wait on processes stuck behind this failure end too. Returns false when there

@@ -241,7 +241,8 @@ fn val<T: Num>(r: u32, i: usize, salt: u64) -> T {
 
 fn reduce_typed<T: Num>(c: &Coll, counts: &[usize], salt: u64) -> Result<usize, String> {
     let (me, p) = (c.comm().rank(), c.comm().size());
-    let ops: [(&str, Op, fn(T, T) -> T); 5] = [
+    type Case<T> = (&'static str, Op, fn(T, T) -> T);
+    let ops: [Case<T>; 5] = [
         ("sum", Op::Sum, T::add),
         ("min", Op::Min, T::lo),
         ("max", Op::Max, T::hi),

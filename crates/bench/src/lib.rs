@@ -2,10 +2,12 @@
 //! OSU methodology (warm-up, iterations, a window of 64 for bandwidth, powers of two) and
 //! the Hockney fit t(n) = t0 + n / r_inf with n_1/2 = t0 * r_inf. The experiments of
 //! `bwbench` are in [`suite`], over two-process ([`pair`]) and p-process ([`group`]) jobs,
-//! the simulated network ([`simexp`], [`errors`]), kernel TCP between namespaces
+//! collective latency over p processes ([`coll`]), the simulated network ([`simexp`],
+//! [`errors`]), kernel TCP between namespaces
 //! ([`netns`]) and the user's MPI ([`mpi`]); [`report`] writes them up.
 
 pub mod bspk;
+pub mod coll;
 pub mod errors;
 pub mod group;
 pub mod jobs;

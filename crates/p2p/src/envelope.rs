@@ -79,6 +79,24 @@ pub fn wire_tag_ok(tag: i32) -> bool {
     tag != -1
 }
 
+/// Number of tags reserved for the collectives layer (`bulkwire-collectives`): the lowest
+/// `COLL_TAGS` negative tags, `i32::MIN..i32::MIN + COLL_TAGS`. Like every negative tag
+/// they are never matched by a wildcard receive and a user cannot send or receive them
+/// (the user API refuses negative tags), so a collective's messages never meet the user's
+/// point-to-point traffic; only [`crate::Comm::isend_coll_raw`] and
+/// [`crate::Comm::irecv_coll_raw`] take them. The rest of the negative range stays p2p's.
+pub const COLL_TAGS: u32 = 1 << 30;
+
+/// The `n`-th collectives tag (`n` taken modulo [`COLL_TAGS`]).
+pub fn coll_tag(n: u32) -> i32 {
+    i32::MIN + (n % COLL_TAGS) as i32
+}
+
+/// Whether `tag` is in the collectives' reserved range.
+pub fn is_coll_tag(tag: i32) -> bool {
+    (tag as i64) < i32::MIN as i64 + COLL_TAGS as i64
+}
+
 fn u64_at(b: &[u8], at: usize) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[at..at + 8]);
@@ -217,6 +235,20 @@ pub fn control(e: &Envelope) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn coll_tags_are_reserved_and_distinct_from_user_tags() {
+        assert_eq!(coll_tag(0), i32::MIN);
+        assert_eq!(coll_tag(COLL_TAGS - 1), i32::MIN + (COLL_TAGS as i32 - 1));
+        assert_eq!(coll_tag(COLL_TAGS), coll_tag(0));
+        for n in [0, 1, 77, COLL_TAGS - 1, u32::MAX] {
+            let t = coll_tag(n);
+            assert!(is_coll_tag(t) && t < -1 && wire_tag_ok(t), "{n}");
+        }
+        for t in [-2, -1, 0, 5, i32::MAX, i32::MIN + COLL_TAGS as i32] {
+            assert!(!is_coll_tag(t), "{t}");
+        }
+    }
 
     #[test]
     fn round_trips() {

@@ -294,6 +294,8 @@ pub struct Comm {
     ctl: Mutex<Option<Control>>,
     job: Option<Arc<JobState>>,
     finalized: AtomicBool,
+    /// For each rank, whether it runs on this host (all false without a launcher).
+    local: Vec<bool>,
 }
 
 /// Idle rounds of a wait between two reads of the clock.
@@ -346,14 +348,9 @@ impl Comm {
         let policy = engine.policy();
         let mut state = State::new(engine, cfg.settings(), &info.local, &vm);
         state.set_job(job.clone());
-        Ok(Comm::build(
-            state,
-            waker,
-            policy,
-            cfg.progress,
-            Some(ctl),
-            Some(job),
-        ))
+        let mut comm = Comm::build(state, waker, policy, cfg.progress, Some(ctl), Some(job));
+        comm.local = info.local;
+        Ok(comm)
     }
 
     /// A communicator over any transport (threads over an in-process link, tests). No
@@ -383,6 +380,7 @@ impl Comm {
             ctl: Mutex::new(ctl),
             job,
             finalized: AtomicBool::new(false),
+            local: vec![false; size as usize],
         }
     }
 
@@ -443,6 +441,85 @@ impl Comm {
     /// Times the progress thread took over while the user was away.
     pub fn progress_takeovers(&self) -> u64 {
         self.shared.takeovers()
+    }
+
+    // ---- hooks for the collectives layer (bulkwire-collectives) ------------------------
+
+    /// For each rank, whether it runs on this host (as the job's business cards say; all
+    /// false for a communicator built without a launcher).
+    pub fn host_local(&self) -> &[bool] {
+        &self.local
+    }
+
+    /// The job's failure, if another process has died or aborted (one atomic load when
+    /// the job is healthy).
+    pub fn job_failure(&self) -> Option<Error> {
+        if !self.job.as_ref()?.is_failed() {
+            return None;
+        }
+        self.job_error()
+    }
+
+    /// Drives the transport once (sends what is queued, receives, acknowledges, answers
+    /// pings) without waiting. For layers that wait outside p2p (the collectives' shared
+    /// memory), so that traffic this process owes its peers is not held up, with or
+    /// without the progress thread.
+    pub fn progress(&self) {
+        self.shared.with(|s| {
+            s.pump();
+        });
+    }
+
+    /// Tells the launcher that this process has failed (`msg` says why) without exiting:
+    /// every process of the job, this one included, then sees `JobFailed`, so requests
+    /// that wait on processes stuck behind this failure end too. Returns false when there
+    /// is no launcher to tell (a communicator over a bare transport).
+    pub fn fail_job(&self, msg: &str) -> bool {
+        let ctl = self.ctl.lock().unwrap_or_else(|e| e.into_inner());
+        ctl.as_ref().is_some_and(|c| c.notify_abort(msg).is_ok())
+    }
+
+    /// [`Comm::isend_raw`] with a tag of the collectives' reserved range
+    /// ([`envelope::coll_tag`]), which no user receive can match.
+    ///
+    /// # Safety
+    /// As for [`Comm::isend_raw`].
+    pub unsafe fn isend_coll_raw(
+        &self,
+        dest: Rank,
+        tag: i32,
+        ptr: *const u8,
+        len: usize,
+    ) -> Result<ReqId, Error> {
+        if !envelope::is_coll_tag(tag) {
+            return Err(Error::InvalidTag(tag.into()));
+        }
+        // SAFETY: forwarded contract.
+        self.shared
+            .with(|s| unsafe { s.isend(dest, tag, ptr, len, Keep::None, 0) })
+    }
+
+    /// [`Comm::irecv_raw`] from one rank with a tag of the collectives' reserved range.
+    ///
+    /// # Safety
+    /// As for [`Comm::irecv_raw`].
+    pub unsafe fn irecv_coll_raw(
+        &self,
+        src: Rank,
+        tag: i32,
+        ptr: *mut u8,
+        cap: usize,
+    ) -> Result<ReqId, Error> {
+        if !envelope::is_coll_tag(tag) {
+            return Err(Error::InvalidTag(tag.into()));
+        }
+        let buf = RecvBuf::Ptr {
+            ptr: state::Mem(ptr),
+            cap,
+        };
+        // SAFETY: forwarded contract.
+        self.shared
+            .with(|s| unsafe { s.irecv(Some(src), Some(tag), buf, Keep::None, 0) })
     }
 
     // ---- waiting ----------------------------------------------------------------------

@@ -1,0 +1,193 @@
+//! Collective latency, OSU-style (`osu_bcast`, `osu_alltoall`, ...): for each size, a
+//! warm-up, then iterations of barrier / time one call / the slowest process's time
+//! (a max-reduce to rank 0), exactly as `c/mpi_harness.c` measures the user's MPI, so the
+//! two sit side by side in one table. Like [`crate::group`], a spec goes to worker
+//! processes of the calling program (which must hand `__coll` arguments to
+//! [`worker_main`]), and rank 0 writes the result.
+//!
+//! Sizes mean what they mean to the harness: bytes per process for barrier (ignored),
+//! broadcast and the per-process block of scatter, gather, allgather and alltoall;
+//! reduce and allreduce reduce `size / 8` doubles (at least one) with a sum.
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use bulkwire_collectives::{Coll, Op};
+use bulkwire_launch::LaunchOpts;
+use bulkwire_p2p::Comm;
+use serde::{Deserialize, Serialize};
+
+use crate::stats::Summary;
+
+/// The collectives measured, by the harness's names.
+pub const KINDS: &[&str] = &[
+    "barrier",
+    "bcast",
+    "scatter",
+    "gather",
+    "allgather",
+    "alltoall",
+    "reduce",
+    "allreduce",
+];
+
+/// One collective-latency experiment over p processes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CollSpec {
+    /// One of [`KINDS`].
+    pub kind: String,
+    pub sizes: Vec<usize>,
+    pub warmup: usize,
+    pub iters: usize,
+    /// Environment of the workers on top of the caller's: how the job is carried, e.g.
+    /// `BULKWIRE_TRANSPORT=udp`, `BULKWIRE_COLL=p2p`.
+    pub env: Vec<(String, String)>,
+}
+
+/// Per size, the slowest process's seconds per call, one per iteration.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CollPoint {
+    pub size: usize,
+    pub seconds: Vec<f64>,
+}
+
+impl CollPoint {
+    pub fn summary(&self) -> Summary {
+        Summary::of(&self.seconds)
+    }
+}
+
+/// What rank 0 reports.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CollResult {
+    pub spec: CollSpec,
+    pub nprocs: u32,
+    /// Whether the network cache carried the collective (all processes on one host and
+    /// not `BULKWIRE_COLL=p2p`).
+    pub netcache: bool,
+    /// The transport protocol under p2p.
+    pub protocol: String,
+    pub points: Vec<CollPoint>,
+}
+
+static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Runs `spec` as a job of `n` processes of `exe` (which passes `__coll` arguments to
+/// [`worker_main`]).
+pub fn run(exe: &Path, n: u32, spec: &CollSpec, timeout: Duration) -> Result<CollResult, String> {
+    if !KINDS.contains(&spec.kind.as_str()) {
+        return Err(format!("unknown collective {:?}", spec.kind));
+    }
+    let out = std::env::temp_dir().join(format!(
+        "bwbench-coll-{}-{}.json",
+        std::process::id(),
+        SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let json = serde_json::to_string(spec).map_err(|e| e.to_string())?;
+    let args: Vec<OsString> = vec!["__coll".into(), json.into(), out.clone().into()];
+    let opts = LaunchOpts {
+        timeout: Some(timeout),
+        report: Some("bwbench".into()),
+        env: spec.env.iter().map(|(k, v)| (k.into(), v.into())).collect(),
+        ..LaunchOpts::default()
+    };
+    let outcome = bulkwire_launch::launch(n, exe, &args, &opts).map_err(|e| e.to_string())?;
+    let result = std::fs::read(&out);
+    let _ = std::fs::remove_file(&out);
+    if !outcome.success() {
+        let why: Vec<String> = outcome.failures.iter().map(|f| f.to_string()).collect();
+        return Err(why.join("; "));
+    }
+    let bytes = result.map_err(|e| format!("no result ({e})"))?;
+    serde_json::from_slice(&bytes).map_err(|e| e.to_string())
+}
+
+/// One call of `kind` with `size` (see the module documentation).
+fn call(c: &Coll, kind: &str, size: usize, b: &mut Bufs) -> Result<(), String> {
+    let p = c.comm().size() as usize;
+    let r = match kind {
+        "barrier" => c.barrier(),
+        "bcast" => c.broadcast(&mut b.send[..size], 0),
+        "scatter" => c.scatter(&b.send[..size * p], &mut b.recv[..size], 0),
+        "gather" => c.gather(&b.send[..size], &mut b.recv[..size * p], 0),
+        "allgather" => c.allgather(&b.send[..size], &mut b.recv[..size * p]),
+        "alltoall" => c.alltoall(&b.send[..size * p], &mut b.recv[..size * p]),
+        "reduce" => {
+            let k = (size / 8).max(1);
+            c.reduce(&b.dsend[..k], &mut b.drecv[..k], &Op::Sum, 0)
+        }
+        "allreduce" => {
+            let k = (size / 8).max(1);
+            c.allreduce(&b.dsend[..k], &mut b.drecv[..k], &Op::Sum)
+        }
+        other => return Err(format!("unknown collective {other:?}")),
+    };
+    r.map_err(|e| format!("{kind} of {size}: {e}"))
+}
+
+struct Bufs {
+    send: Vec<u8>,
+    recv: Vec<u8>,
+    dsend: Vec<f64>,
+    drecv: Vec<f64>,
+}
+
+/// The worker side of [`run`]: `__coll SPEC_JSON OUT_PATH`.
+pub fn worker_main(args: &[OsString]) -> Result<(), String> {
+    let [json, out] = args else {
+        return Err("usage: __coll SPEC_JSON OUT_PATH".into());
+    };
+    let spec: CollSpec =
+        serde_json::from_str(&json.to_string_lossy()).map_err(|e| format!("bad spec: {e}"))?;
+    let comm = Comm::init().map_err(|e| e.to_string())?;
+    let res = measure(&comm, &spec);
+    let res = res.and_then(|r| {
+        if comm.rank() == 0 {
+            let json = serde_json::to_vec_pretty(&r).map_err(|e| e.to_string())?;
+            std::fs::write(out, json).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    });
+    match res {
+        Ok(()) => comm.finalize().map_err(|e| e.to_string()),
+        Err(e) => Err(e),
+    }
+}
+
+fn measure(comm: &Comm, spec: &CollSpec) -> Result<CollResult, String> {
+    let c = Coll::new(comm).map_err(|e| e.to_string())?;
+    let (me, p) = (comm.rank(), comm.size() as usize);
+    let most = spec.sizes.iter().copied().max().unwrap_or(0);
+    let mut b = Bufs {
+        send: vec![me as u8 + 1; most * p],
+        recv: vec![0; most * p],
+        dsend: vec![me as f64; (most / 8).max(1)],
+        drecv: vec![0.0; (most / 8).max(1)],
+    };
+    let mut points = Vec::new();
+    for &size in &spec.sizes {
+        let mut seconds = Vec::with_capacity(spec.iters);
+        for i in 0..spec.warmup + spec.iters {
+            c.barrier().map_err(|e| e.to_string())?;
+            let t0 = Instant::now();
+            call(&c, &spec.kind, size, &mut b)?;
+            let dt = [t0.elapsed().as_secs_f64()];
+            let mut worst = [0.0f64];
+            c.reduce(&dt, &mut worst, &Op::Max, 0)
+                .map_err(|e| e.to_string())?;
+            if i >= spec.warmup {
+                seconds.push(worst[0]);
+            }
+        }
+        points.push(CollPoint { size, seconds });
+    }
+    let netcache = c.uses_netcache();
+    Ok(CollResult {
+        spec: spec.clone(),
+        nprocs: p as u32,
+        netcache,
+        protocol: comm.protocol_name().to_string(),
+        points,
+    })
+}

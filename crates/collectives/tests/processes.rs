@@ -1,0 +1,264 @@
+//! Collectives between real processes: jobs of `coll-probe` started by self-spawn (the
+//! launcher library behind `bsprun`), over the network cache, over p2p on UDP, and on UDP
+//! with 5% loss; p = 1 to 8; 64 MiB buffers; a killed and a stopped peer. Bounded in time,
+//! with no process left behind.
+//!
+//! The matrix runs small data everywhere and a few representative big cases, to keep the
+//! suite to a couple of minutes on two cores.
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const PROBE: &str = env!("CARGO_BIN_EXE_coll-probe");
+const LIMIT: Duration = Duration::from_secs(120);
+
+#[derive(Debug)]
+struct Out {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    elapsed: Duration,
+}
+
+impl Out {
+    fn lines(&self, prefix: &str) -> Vec<&str> {
+        self.stdout
+            .lines()
+            .filter(|l| l.starts_with(prefix))
+            .collect()
+    }
+}
+
+fn field<T: std::str::FromStr>(line: &str, key: &str) -> T {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{key}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key}= in {line:?}"))
+}
+
+/// Runs the probe with `args` and `env` in a clean job environment, killing it after
+/// `limit`; then checks that none of its processes is left.
+fn probe(args: &[&str], env: &[(&str, &str)], limit: Duration) -> Out {
+    let mark = format!("coll-{}-{}", std::process::id(), nanos());
+    let mut c = Command::new(PROBE);
+    c.args(args)
+        .env("BWCOLL_TEST_MARK", &mark)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("BULKWIRE_") || k.starts_with("SLURM_") || k.starts_with("OMPI_") {
+            c.env_remove(k);
+        }
+    }
+    c.envs(env.iter().copied());
+    let start = Instant::now();
+    let mut child = c.spawn().expect("spawn coll-probe");
+    let mut so = child.stdout.take().unwrap();
+    let mut se = child.stderr.take().unwrap();
+    let to = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = so.read_to_string(&mut s);
+        s
+    });
+    let te = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = se.read_to_string(&mut s);
+        s
+    });
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > limit {
+            // Rank 0 is the launcher: its death takes the others (PR_SET_PDEATHSIG).
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{args:?} {env:?} timed out after {limit:?}\nstdout:\n{}\nstderr:\n{}",
+                to.join().unwrap(),
+                te.join().unwrap()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let out = Out {
+        code: status.code(),
+        stdout: to.join().unwrap(),
+        stderr: te.join().unwrap(),
+        elapsed: start.elapsed(),
+    };
+    assert_no_leftovers(&mark);
+    out
+}
+
+fn nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+/// No process carrying `mark` in its environment outlives the job (five seconds to go).
+fn assert_no_leftovers(mark: &str) {
+    let needle = format!("BWCOLL_TEST_MARK={mark}");
+    let t0 = Instant::now();
+    loop {
+        let left: Vec<String> = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .bytes()
+                    .all(|b| b.is_ascii_digit())
+            })
+            .filter(|e| {
+                std::fs::read(e.path().join("environ"))
+                    .is_ok_and(|env| env.split(|&b| b == 0).any(|kv| kv == needle.as_bytes()))
+            })
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "left behind: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Every rank passed the suite, over the network cache or not as expected.
+fn suite(n: u32, sizes: &[&str], env: &[(&str, &str)], netcache: bool) -> Out {
+    let ns = n.to_string();
+    let mut args = vec!["-n", &ns, "suite"];
+    args.extend_from_slice(sizes);
+    let out = probe(&args, env, LIMIT);
+    assert_eq!(out.code, Some(0), "p={n} {env:?}: {out:#?}");
+    let lines = out.lines("suite ");
+    assert_eq!(lines.len(), n as usize, "{out:#?}");
+    for l in &lines {
+        assert!(field::<usize>(l, "checks") > 500, "{l}");
+        let nc: bool = field(l, "netcache");
+        assert_eq!(nc, netcache && n > 1, "{l}");
+    }
+    eprintln!("p={n} {env:?}: {:?}", out.elapsed);
+    out
+}
+
+const SIZES: &[&str] = &["0", "1", "7", "100", "5000", "70000"];
+
+/// p = 1 to 8 over the network cache (the default on one host), every collective, type
+/// and operation; with the smallest parts too, so that every message goes in chunks.
+#[test]
+fn network_cache_every_p() {
+    for n in 1..=8 {
+        suite(n, SIZES, &[], true);
+    }
+    for n in [3, 8] {
+        suite(
+            n,
+            &["1", "100", "5000"],
+            &[("BULKWIRE_COLL_PART", "1")],
+            true,
+        );
+    }
+    suite(4, &["3", "300"], &[("BULKWIRE_COLL", "netcache")], true);
+}
+
+/// p = 1 to 8 with the point-to-point algorithms over UDP (small and large families).
+#[test]
+fn p2p_over_udp_every_p() {
+    for n in 1..=8 {
+        let family = if n % 2 == 1 { "large" } else { "small" };
+        let env = [
+            ("BULKWIRE_TRANSPORT", "udp"),
+            ("BULKWIRE_COLL", "p2p"),
+            ("BULKWIRE_COLL_ALG", family),
+        ];
+        suite(n, &["0", "1", "7", "1000", "70000"], &env, false);
+    }
+}
+
+/// UDP with 5% of datagrams lost: holefill recovers, the collectives see nothing.
+#[test]
+fn p2p_over_udp_with_loss() {
+    for (n, family) in [(3, "small"), (4, "large"), (5, "auto")] {
+        let env = [
+            ("BULKWIRE_TRANSPORT", "udp"),
+            ("BULKWIRE_COLL", "p2p"),
+            ("BULKWIRE_COLL_ALG", family),
+            ("BULKWIRE_FAULTS", "loss=0.05"),
+            ("BULKWIRE_SINGLE_COPY", "off"),
+        ];
+        suite(n, &["0", "7", "1000", "70000"], &env, false);
+    }
+}
+
+/// 64 MiB buffers for every collective: through the network cache (in chunks), and
+/// through p2p over UDP with the data forced through the transport.
+#[test]
+fn sixty_four_mib() {
+    for (n, env) in [
+        (3, vec![]),
+        (
+            2,
+            vec![
+                ("BULKWIRE_TRANSPORT", "udp"),
+                ("BULKWIRE_COLL", "p2p"),
+                ("BULKWIRE_SINGLE_COPY", "off"),
+            ],
+        ),
+        (4, vec![("BULKWIRE_COLL", "p2p")]),
+    ] {
+        let ns = n.to_string();
+        let out = probe(&["-n", &ns, "big", "64"], &env, LIMIT);
+        assert_eq!(out.code, Some(0), "{env:?}: {out:#?}");
+        assert_eq!(out.lines("big ").len(), n, "{out:#?}");
+        eprintln!("64 MiB p={n} {env:?}: {:?}", out.elapsed);
+    }
+}
+
+/// A killed process: every other process's collective ends at once with an error
+/// naming it, over the network cache and over p2p.
+#[test]
+fn killed_peer_ends_collectives_naming_it() {
+    for mode in ["auto", "p2p"] {
+        let out = probe(&["-n", "3", "die"], &[("BULKWIRE_COLL", mode)], LIMIT);
+        assert_ne!(out.code, Some(0), "{out:#?}");
+        // The launcher says why the job failed.
+        assert!(out.stderr.contains("rank 1 died"), "{out:#?}");
+        let lines = out.lines("failed ");
+        assert_eq!(lines.len(), 2, "{mode}: {out:#?}");
+        for l in lines {
+            assert!(l.contains("rank 1 died"), "{l}");
+            // Rank 1 dies 300 ms into the broadcast; the launcher tells at once.
+            let ms: u64 = field(l, "ms");
+            assert!((250..2000).contains(&ms), "{l}");
+            assert_eq!(field::<bool>(l, "netcache"), mode == "auto", "{l}");
+        }
+    }
+}
+
+/// A stopped process (SIGSTOP: alive, silent) is declared dead after the job's
+/// `BULKWIRE_DEAD_AFTER_MS`, by the network cache's watch as by p2p's pings, and the
+/// job then fails, so every collective ends.
+#[test]
+fn stopped_peer_ends_collectives_after_dead_after() {
+    for mode in ["auto", "p2p"] {
+        let env = [("BULKWIRE_COLL", mode), ("BULKWIRE_DEAD_AFTER_MS", "500")];
+        let out = probe(&["-n", "3", "stop"], &env, LIMIT);
+        assert_ne!(out.code, Some(0), "{out:#?}");
+        let lines = out.lines("failed ");
+        assert_eq!(lines.len(), 2, "{mode}: {out:#?}");
+        for l in lines {
+            assert!(l.contains("rank 1"), "{l}");
+            let ms: u64 = field(l, "ms");
+            assert!((700..5000).contains(&ms), "{l}");
+        }
+        assert!(out.elapsed < Duration::from_secs(20), "{out:#?}");
+    }
+}

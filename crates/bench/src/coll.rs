@@ -35,8 +35,8 @@ pub const KINDS: &[&str] = &[
 /// One collective-latency experiment over p processes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CollSpec {
-    /// One of [`KINDS`].
-    pub kind: String,
+    /// Some of [`KINDS`], measured one after the other in the same job.
+    pub kinds: Vec<String>,
     pub sizes: Vec<usize>,
     pub warmup: usize,
     pub iters: usize,
@@ -45,9 +45,10 @@ pub struct CollSpec {
     pub env: Vec<(String, String)>,
 }
 
-/// Per size, the slowest process's seconds per call, one per iteration.
+/// Per collective and size, the slowest process's seconds per call, one per iteration.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CollPoint {
+    pub kind: String,
     pub size: usize,
     pub seconds: Vec<f64>,
 }
@@ -76,8 +77,8 @@ static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(
 /// Runs `spec` as a job of `n` processes of `exe` (which passes `__coll` arguments to
 /// [`worker_main`]).
 pub fn run(exe: &Path, n: u32, spec: &CollSpec, timeout: Duration) -> Result<CollResult, String> {
-    if !KINDS.contains(&spec.kind.as_str()) {
-        return Err(format!("unknown collective {:?}", spec.kind));
+    if let Some(k) = spec.kinds.iter().find(|k| !KINDS.contains(&k.as_str())) {
+        return Err(format!("unknown collective {k:?}"));
     }
     let out = std::env::temp_dir().join(format!(
         "bwbench-coll-{}-{}.json",
@@ -166,21 +167,14 @@ fn measure(comm: &Comm, spec: &CollSpec) -> Result<CollResult, String> {
         drecv: vec![0.0; (most / 8).max(1)],
     };
     let mut points = Vec::new();
-    for &size in &spec.sizes {
-        let mut seconds = Vec::with_capacity(spec.iters);
-        for i in 0..spec.warmup + spec.iters {
-            c.barrier().map_err(|e| e.to_string())?;
-            let t0 = Instant::now();
-            call(&c, &spec.kind, size, &mut b)?;
-            let dt = [t0.elapsed().as_secs_f64()];
-            let mut worst = [0.0f64];
-            c.reduce(&dt, &mut worst, &Op::Max, 0)
-                .map_err(|e| e.to_string())?;
-            if i >= spec.warmup {
-                seconds.push(worst[0]);
-            }
+    for kind in &spec.kinds {
+        for &size in &spec.sizes {
+            points.push(CollPoint {
+                kind: kind.clone(),
+                size,
+                seconds: time(&c, kind, size, spec, &mut b)?,
+            });
         }
-        points.push(CollPoint { size, seconds });
     }
     let netcache = c.uses_netcache();
     Ok(CollResult {
@@ -190,4 +184,28 @@ fn measure(comm: &Comm, spec: &CollSpec) -> Result<CollResult, String> {
         protocol: comm.protocol_name().to_string(),
         points,
     })
+}
+
+/// `spec.iters` timed calls of `kind` with `size` after `spec.warmup` untimed ones.
+fn time(
+    c: &Coll,
+    kind: &str,
+    size: usize,
+    spec: &CollSpec,
+    b: &mut Bufs,
+) -> Result<Vec<f64>, String> {
+    let mut seconds = Vec::with_capacity(spec.iters);
+    for i in 0..spec.warmup + spec.iters {
+        c.barrier().map_err(|e| e.to_string())?;
+        let t0 = Instant::now();
+        call(c, kind, size, b)?;
+        let dt = [t0.elapsed().as_secs_f64()];
+        let mut worst = [0.0f64];
+        c.reduce(&dt, &mut worst, &Op::Max, 0)
+            .map_err(|e| e.to_string())?;
+        if i >= spec.warmup {
+            seconds.push(worst[0]);
+        }
+    }
+    Ok(seconds)
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::bspk::{self, BspResult, BspSpec};
+use crate::coll::{self, CollResult, CollSpec};
 use crate::errors::{self, ErrorCurve, ErrorRateConfig};
 use crate::group::{self, GroupResult, GroupSpec, Schedule};
 use crate::mpi::{Mpi, MpiNet, MpiPoint};
@@ -190,6 +191,8 @@ pub struct Section {
     pub curves: Vec<ErrorCurve>,
     /// BSP parameter fits.
     pub bsp: Vec<(String, BspResult)>,
+    /// Collective-latency jobs, with every sample.
+    pub colls: Vec<(String, CollResult)>,
     /// Stacks that could not be measured, and why.
     pub skipped: Vec<String>,
 }
@@ -209,6 +212,7 @@ impl Section {
             simulated: Vec::new(),
             curves: Vec::new(),
             bsp: Vec::new(),
+            colls: Vec::new(),
             skipped: Vec::new(),
         }
     }
@@ -1169,7 +1173,7 @@ impl Suite {
 
     /// Number of runs [`Suite::layers`] makes.
     pub fn layers_runs(&self) -> usize {
-        2 * self.layer_stacks().len() + 4
+        2 * self.layer_stacks().len() + 3 + 4
     }
 
     /// Seed 004 Table 3: latency, throughput and N/2 at each level of the stack.
@@ -1198,8 +1202,11 @@ impl Suite {
             rows: Vec::new(),
             note: format!(
                 "Two processes on this host. Latency: median of {iters} ping-pongs. Throughput \
-                 and N/2: OSU streaming over {} to {}, Hockney fit. MPI rows: Open MPI's own \
-                 ping-pong and streaming, the top of its stack.",
+                 and N/2: OSU streaming over {} to {}, Hockney fit. BSP: latency l + g of a \
+                 superstep carrying one 8-byte put, throughput 8 B / g, N/2 = 8 l / g (bspbench \
+                 fit). Collectives: an 8-byte broadcast from one process to the other (the \
+                 slowest process's time), throughput and N/2 from broadcast times over the same \
+                 sizes. MPI rows: Open MPI's own ping-pong and streaming, the top of its stack.",
                 size_label(sizes[0]),
                 size_label(*sizes.last().unwrap())
             ),
@@ -1247,6 +1254,79 @@ impl Suite {
                 sec.results.push(r);
             }
             row_of(name.to_string(), lat_v, bw_v);
+        }
+        // The two levels above p2p. BSP: t(h) = l + g h over h-relations of 8-byte puts,
+        // so latency = l + g (one word), r_inf = 8 / g, N/2 = 8 l / g bytes.
+        (self.progress)("layers: BSP");
+        let spec = BspSpec {
+            hmax: self.pick(32, 128, 256),
+            hstep: self.pick(8, 8, 4),
+            iters: self.pick(10, 30, 100),
+            batches: self.pick(2, 3, 5),
+            warmup: self.pick(2, 5, 10),
+        };
+        let env = [
+            ("BULKWIRE_PROTOCOL", "holefill"),
+            ("BULKWIRE_TRANSPORT", "udp"),
+        ];
+        match bspk::run(&self.exe, 2, &spec, &env, Duration::from_secs(600)) {
+            Ok(r) => {
+                let bw = (r.g_us > 0.0).then(|| (8e6 / r.g_us, 8.0 * r.l_us / r.g_us));
+                row_of(
+                    "BSP (holefill/UDP, p=2; one-word superstep)".into(),
+                    Some((r.l_us + r.g_us) * 1e-6),
+                    bw,
+                );
+                sec.bsp.push(("holefill/udp".into(), r));
+            }
+            Err(e) => sec.skipped.push(format!("BSP: {e}")),
+        }
+        // Collectives: a broadcast from one process to the other, t(n) fitted like p2p.
+        for (name, env) in [
+            (
+                "collectives (broadcast, p=2, network cache)",
+                vec![("BULKWIRE_TRANSPORT", "shm"), ("BULKWIRE_COLL", "netcache")],
+            ),
+            (
+                "collectives (broadcast, p=2, p2p over holefill/UDP)",
+                vec![
+                    ("BULKWIRE_TRANSPORT", "udp"),
+                    ("BULKWIRE_PROTOCOL", "holefill"),
+                    ("BULKWIRE_COLL", "p2p"),
+                ],
+            ),
+        ] {
+            (self.progress)(&format!("layers: {name}"));
+            let mut all = vec![8];
+            all.extend(&sizes);
+            let spec = CollSpec {
+                kinds: vec!["bcast".into()],
+                sizes: all,
+                warmup: warmup.min(100),
+                iters: (iters / 10).max(20),
+                env: env
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            };
+            match coll::run(&self.exe, 2, &spec, Duration::from_secs(600)) {
+                Ok(r) => {
+                    let med: Vec<(f64, f64)> = r
+                        .points
+                        .iter()
+                        .map(|x| (x.size as f64, Summary::of(&x.seconds).median))
+                        .collect();
+                    let top = med.last().map(|&(n, t)| n / t);
+                    let fit = hockney(&med[1..]);
+                    row_of(
+                        name.into(),
+                        Some(med[0].1),
+                        top.map(|t| (t, fit.map_or(f64::NAN, |h| h.n_half))),
+                    );
+                    sec.colls.push((name.into(), r));
+                }
+                Err(e) => sec.skipped.push(format!("{name}: {e}")),
+            }
         }
         for net in [MpiNet::Shm, MpiNet::Tcp] {
             let mpi = match self.mpi() {
@@ -1483,6 +1563,259 @@ impl Suite {
                 met: Some(e < b),
             });
         }
+        sec
+    }
+
+    /// How bulkwire's collectives are carried in the collectives experiment: the default on
+    /// one host (the network cache), and every byte through UDP with the point-to-point
+    /// algorithms (what a job across hosts gets); the full run adds the point-to-point
+    /// algorithms over shared memory.
+    fn coll_stacks(&self) -> Vec<(&'static str, Vec<(&'static str, &'static str)>)> {
+        let mut v = vec![
+            (
+                "netcache",
+                vec![("BULKWIRE_TRANSPORT", "shm"), ("BULKWIRE_COLL", "netcache")],
+            ),
+            (
+                "p2p over holefill/udp",
+                vec![
+                    ("BULKWIRE_TRANSPORT", "udp"),
+                    ("BULKWIRE_PROTOCOL", "holefill"),
+                    ("BULKWIRE_COLL", "p2p"),
+                ],
+            ),
+        ];
+        if self.level == Level::Full {
+            v.push((
+                "p2p over utopia/shm",
+                vec![
+                    ("BULKWIRE_TRANSPORT", "shm"),
+                    ("BULKWIRE_PROTOCOL", "utopia"),
+                    ("BULKWIRE_COLL", "p2p"),
+                ],
+            ));
+        }
+        v
+    }
+
+    fn coll_procs(&self) -> Vec<u32> {
+        self.pick(vec![2], vec![2, 4], vec![2, 4])
+    }
+
+    fn coll_kinds(&self) -> Vec<&'static str> {
+        self.pick(
+            vec!["barrier", "bcast", "allgather", "alltoall", "allreduce"],
+            coll::KINDS.to_vec(),
+            coll::KINDS.to_vec(),
+        )
+    }
+
+    /// Number of runs [`Suite::collectives`] makes.
+    pub fn collectives_runs(&self) -> usize {
+        let p = self.coll_procs().len();
+        self.coll_stacks().len() * p + 2 * p * self.coll_kinds().len()
+    }
+
+    /// OSU-style latency of each collective per size and p, bulkwire beside MPI over
+    /// shared memory and over TCP.
+    pub fn collectives(&self) -> Section {
+        let mut sec = Section::new("collectives", "Collectives: latency per size and p");
+        let sizes: Vec<usize> = self.pick(
+            vec![8, 4 << 10],
+            vec![8, 1 << 10, 64 << 10],
+            vec![8, 128, 1 << 10, 8 << 10, 64 << 10, 256 << 10, 1 << 20],
+        );
+        let (warmup, iters) = self.pick((5, 20), (20, 200), (50, 500));
+        let kinds = self.coll_kinds();
+        let procs = self.coll_procs();
+        // (stack label, p, kind) -> series over sizes.
+        let mut rows: Vec<(String, u32, String, Series)> = Vec::new();
+        for (label, env) in self.coll_stacks() {
+            for &p in &procs {
+                (self.progress)(&format!("collectives: {label} p={p}"));
+                let spec = CollSpec {
+                    kinds: kinds.iter().map(|k| k.to_string()).collect(),
+                    sizes: sizes.clone(),
+                    warmup,
+                    iters,
+                    env: env
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                };
+                match coll::run(&self.exe, p, &spec, Duration::from_secs(900)) {
+                    Ok(r) => {
+                        for &k in &kinds {
+                            let points = r
+                                .points
+                                .iter()
+                                .filter(|x| x.kind == k)
+                                .map(|x| Stat::of(x.size, &x.seconds, None))
+                                .collect();
+                            let series = Series {
+                                label: format!("bulkwire {label}, {k}, p={p}"),
+                                group: Group::Bulkwire,
+                                points,
+                            };
+                            rows.push((label.to_string(), p, k.to_string(), series));
+                        }
+                        sec.colls.push((label.to_string(), r));
+                    }
+                    Err(e) => sec.skipped.push(format!("{label} p={p}: {e}")),
+                }
+            }
+        }
+        let mut mpi_name = None;
+        for net in [MpiNet::Shm, MpiNet::Tcp] {
+            let mpi = match self.mpi() {
+                Ok(m) => m,
+                Err(e) => {
+                    sec.skipped.push(format!("MPI: {e}"));
+                    break;
+                }
+            };
+            let label = format!("MPI {}", net.label());
+            mpi_name = Some(short_mpi(&mpi.version));
+            for &p in &procs {
+                for &k in &kinds {
+                    (self.progress)(&format!("collectives: {label} {k} p={p}"));
+                    match mpi.run(
+                        k,
+                        p,
+                        net,
+                        warmup,
+                        iters,
+                        0.0,
+                        &sizes,
+                        Duration::from_secs(600),
+                    ) {
+                        Ok(v) => {
+                            let series = Series {
+                                label: format!("{label}, {k}, p={p}"),
+                                group: Group::Mpi,
+                                points: v.iter().map(Stat::from).collect(),
+                            };
+                            sec.mpi.extend(v);
+                            rows.push((label.clone(), p, k.to_string(), series));
+                        }
+                        Err(e) => sec.skipped.push(format!("{label} {k} p={p}: {e}")),
+                    }
+                }
+            }
+        }
+        let find = |stack: &str, p: u32, k: &str, size: usize| {
+            rows.iter()
+                .find(|r| r.0 == stack && r.1 == p && r.2 == k)
+                .and_then(|r| r.3.at(size))
+        };
+        let mut columns: Vec<String> = self.coll_stacks().iter().map(|s| s.0.to_string()).collect();
+        if mpi_name.is_some() {
+            columns.extend(["MPI shm".to_string(), "MPI TCP".to_string()]);
+        }
+        for &p in &procs {
+            let mut header = vec!["collective".to_string(), "size".to_string()];
+            header.extend(columns.iter().map(|c| format!("{c} (us)")));
+            if mpi_name.is_some() {
+                header.push("netcache / MPI shm".into());
+                header.push("p2p over UDP / MPI TCP".into());
+            }
+            let mut t = Table {
+                title: format!("Collective latency at p = {p} (us)"),
+                header,
+                rows: Vec::new(),
+                note: format!(
+                    "OSU method: per call, a barrier, then the call timed on every process; the \
+                     slowest process's time, median of {iters} calls after {warmup} warm-up \
+                     calls, one job per stack running every collective. Sizes: bytes per \
+                     process (per block for scatter, gather, allgather, alltoall); reduce and \
+                     allreduce sum size/8 doubles. MPI: {}, the same loop in C, forced to \
+                     the ob1 layer with vader (shm) or tcp. One host{}.",
+                    mpi_name.clone().unwrap_or_else(|| "not measured".into()),
+                    if p as usize > std::thread::available_parallelism().map_or(1, |n| n.get()) {
+                        ", more processes than cores (oversubscribed)"
+                    } else {
+                        ""
+                    }
+                ),
+            };
+            for &k in &kinds {
+                for &size in &sizes {
+                    let mut row = vec![k.to_string(), size_label(size)];
+                    for c in &columns {
+                        row.push(find(c, p, k, size).map_or("-".into(), |x| us(x)));
+                    }
+                    if mpi_name.is_some() {
+                        let pair =
+                            |a: &str, b: &str| match (find(a, p, k, size), find(b, p, k, size)) {
+                                (Some(x), Some(y)) => ratio(x, y),
+                                _ => "-".into(),
+                            };
+                        row.push(pair("netcache", "MPI shm"));
+                        row.push(pair("p2p over holefill/udp", "MPI TCP"));
+                    }
+                    t.rows.push(row);
+                }
+            }
+            sec.tables.push(t);
+        }
+        // The issue's targets: alltoall and allgather at p = 4 (p = 2 where 4 is not run).
+        let tp = *procs.last().unwrap_or(&2);
+        for k in ["alltoall", "allgather"] {
+            for (ours, theirs, factor, want) in [
+                ("netcache", "MPI shm", 1.0, "no slower than MPI over shm"),
+                (
+                    "p2p over holefill/udp",
+                    "MPI TCP",
+                    0.5,
+                    ">= 2x faster than MPI over TCP",
+                ),
+            ] {
+                let ratios: Vec<(usize, f64)> = sizes
+                    .iter()
+                    .filter_map(|&z| Some((z, find(ours, tp, k, z)? / find(theirs, tp, k, z)?)))
+                    .collect();
+                let Some(&(z, worst)) = ratios.iter().max_by(|a, b| a.1.total_cmp(&b.1)) else {
+                    continue;
+                };
+                sec.targets.push(Target {
+                    what: format!("{k} at p={tp}: bulkwire {ours} / {theirs}"),
+                    measured: format!(
+                        "worst {worst:.2}x (at {}); all sizes: {}",
+                        size_label(z),
+                        ratios
+                            .iter()
+                            .map(|(z, r)| format!("{} {r:.2}x", size_label(*z)))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    target: format!("<= {factor}x ({want})"),
+                    met: Some(worst <= factor),
+                });
+            }
+        }
+        let chart_kind = if kinds.contains(&"alltoall") {
+            "alltoall"
+        } else {
+            kinds[0]
+        };
+        sec.charts.push(Chart {
+            file: "collectives.svg".into(),
+            title: format!("{chart_kind} latency at p={tp} against size"),
+            x_label: "bytes per process".into(),
+            y_label: "latency (us)".into(),
+            y_scale: 1e6,
+            log_x: true,
+            log_y: true,
+            series: rows
+                .iter()
+                .filter(|r| r.1 == tp && r.2 == chart_kind)
+                .map(|r| Series {
+                    label: r.0.clone(),
+                    ..r.3.clone()
+                })
+                .collect(),
+        });
+        sec.series = rows.into_iter().map(|r| r.3).collect();
         sec
     }
 

@@ -56,6 +56,7 @@ fn smoke_suite_writes_a_complete_report() {
         "bandwidth.svg",
         "alltoall.svg",
         "loss.svg",
+        "collectives.svg",
     ] {
         let p = dir.join(f);
         assert!(
@@ -75,6 +76,8 @@ fn smoke_suite_writes_a_complete_report() {
         "latency",
         "bandwidth",
         "layers",
+        "bsp",
+        "collectives",
         "alltoall",
         "overlap",
         "exchange",
@@ -111,6 +114,28 @@ fn smoke_suite_writes_a_complete_report() {
             .collect();
         assert!(skipped.is_empty(), "{name}: not measured: {skipped:?}");
     }
+    // The collectives ran where their labels say: the network cache, then p2p over UDP.
+    let coll = sections
+        .iter()
+        .find(|s| s["name"] == "collectives")
+        .unwrap();
+    let carried: Vec<(&str, bool, &str)> = coll["colls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c[0].as_str().unwrap(),
+                c[1]["netcache"].as_bool().unwrap(),
+                c[1]["protocol"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert!(
+        carried.contains(&("netcache", true, "utopia"))
+            && carried.contains(&("p2p over holefill/udp", false, "holefill")),
+        "collectives carried by {carried:?}"
+    );
     let mut all = Vec::new();
     figures(&json, "", &mut all);
     assert!(all.len() > 50, "only {} figures", all.len());

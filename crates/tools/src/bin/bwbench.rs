@@ -72,13 +72,16 @@ enum Experiment {
     Layers,
     /// BSP: g and l by least squares over h-relations, and the empty superstep.
     Bsp,
+    /// OSU-style latency of each collective per size and p (network cache, p2p over UDP).
+    Collectives,
 }
 
-const ALL: [Experiment; 8] = [
+const ALL: [Experiment; 9] = [
     Experiment::Latency,
     Experiment::Bandwidth,
     Experiment::Layers,
     Experiment::Bsp,
+    Experiment::Collectives,
     Experiment::Alltoall,
     Experiment::Overlap,
     Experiment::Exchange,
@@ -95,6 +98,7 @@ impl Experiment {
             Experiment::Overlap => s.overlap_runs(),
             Experiment::Layers => s.layers_runs(),
             Experiment::Bsp => s.bsp_runs(),
+            Experiment::Collectives => s.collectives_runs(),
         }
     }
 
@@ -108,6 +112,7 @@ impl Experiment {
             Experiment::Overlap => s.overlap(),
             Experiment::Layers => s.layers(),
             Experiment::Bsp => s.bsp(),
+            Experiment::Collectives => s.collectives(),
         }
     }
 }
@@ -119,6 +124,7 @@ fn main() -> ExitCode {
         Some("__pair") => Some(bulkwire_bench::pair::worker_main as fn(&[OsString]) -> _),
         Some("__group") => Some(bulkwire_bench::group::worker_main as fn(&[OsString]) -> _),
         Some("__bsp") => Some(bulkwire_bench::bspk::worker_main as fn(&[OsString]) -> _),
+        Some("__coll") => Some(bulkwire_bench::coll::worker_main as fn(&[OsString]) -> _),
         _ => None,
     };
     if let Some(w) = worker {

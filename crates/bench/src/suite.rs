@@ -1742,7 +1742,7 @@ impl Suite {
                 for &size in &sizes {
                     let mut row = vec![k.to_string(), size_label(size)];
                     for c in &columns {
-                        row.push(find(c, p, k, size).map_or("-".into(), |x| us(x)));
+                        row.push(find(c, p, k, size).map_or("-".into(), us));
                     }
                     if mpi_name.is_some() {
                         let pair =

@@ -1,1 +1,2 @@
+pub mod coll;
 pub mod p2p;

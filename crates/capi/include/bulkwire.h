@@ -1,15 +1,16 @@
 /*
- * bulkwire.h: point-to-point messaging (MPI-style send, receive, wait) for C.
+ * bulkwire.h: point-to-point messaging (MPI-style send, receive, wait) and collectives
+ * (barrier, broadcast, scatter, gather, allgather, alltoall(v), reduce, allreduce) for C.
  *
  * Link with libbulkwire.a (or -lbulkwire) and -lpthread -ldl -lm. Run under
  * `bsprun -n P ./prog`, under Slurm or mpirun with BULKWIRE_RENDEZVOUS set, or alone
  * (bw_init makes a job of one process; bw_init_spawn(P) starts P copies itself).
  *
- * Messages are bytes: counts are in bytes. Tags are 0 to 2147483647. Messages from one
- * source with one tag are received in the order they were sent. A message longer than
- * the receive buffer completes its receive with BW_ERR_TRUNCATE (the status gives the
- * message's full length). Every call returns BW_SUCCESS or an error code; for the
- * message naming the peer, call bw_last_error() on the same thread.
+ * Point-to-point messages are bytes: counts are in bytes. Tags are 0 to 2147483647.
+ * Messages from one source with one tag are received in the order they were sent. A
+ * message longer than the receive buffer completes its receive with BW_ERR_TRUNCATE (the
+ * status gives the message's full length). Every call returns BW_SUCCESS or an error
+ * code; for the message naming the peer, call bw_last_error() on the same thread.
  *
  * Buffers of requests in flight at the same time must not overlap (a send's buffer may
  * be shared by several sends).
@@ -107,6 +108,99 @@ int bw_probe(int source, int tag, bw_status *status);
  * on this thread (valid until the next error on this thread). */
 const char *bw_error_string(int code);
 const char *bw_last_error(void);
+
+/* ---- Collectives -------------------------------------------------------------------
+ *
+ * Every process of the job calls the same collectives in the same order with matching
+ * arguments (MPI's rule); calls from several threads are serialised. Counts are in
+ * elements of a bw_datatype (bytes: BW_BYTE). The first collective call sets the
+ * collectives up (on every process at once, as it is collective); bw_finalize ends them.
+ *
+ * Algorithms follow message size and process count; when every process runs on one host
+ * the data goes through a shared segment (the network cache) unless BULKWIRE_COLL=p2p.
+ * See docs/collectives.md.
+ *
+ * Errors. Arguments are checked before anything is sent: a NULL buffer with a nonzero
+ * count, a root out of range, a count too large, a bad datatype or operation return a
+ * code at once on the process that passed them, and nothing is communicated (if only
+ * some processes passed bad arguments, the others wait in the collective: end the job
+ * with bw_abort). A collective that fails while communicating (a dead peer, sizes that
+ * differ between processes) fails the whole job: every process's collective returns an
+ * error naming the cause, and further collectives return BW_ERR_JOB_FAILED.
+ * bw_last_error() names the call, this process's rank and the bounds, e.g.
+ * "bw_bcast on rank 1 of 4: root 4 is out of range: the ranks are 0 to 3". */
+
+/* More error codes. */
+#define BW_ERR_ROOT 14         /* root out of range */
+#define BW_ERR_COUNT 15        /* count too large for the address space */
+#define BW_ERR_DATATYPE 16     /* not a bw_datatype */
+#define BW_ERR_OP 17           /* not a built-in operation nor a live user operation */
+
+typedef int bw_datatype;
+#define BW_INT8 1
+#define BW_INT16 2
+#define BW_INT32 3
+#define BW_INT64 4
+#define BW_UINT8 5
+#define BW_UINT16 6
+#define BW_UINT32 7
+#define BW_UINT64 8
+#define BW_FLOAT 9
+#define BW_DOUBLE 10
+#define BW_BYTE BW_UINT8
+/* Bytes per element (0 for an invalid datatype). */
+size_t bw_datatype_size(bw_datatype dt);
+
+/* Reductions. Built-ins work on every datatype; integers wrap on overflow. Results are
+ * combined in rank order, x0 op x1 op ... op x(p-1), for operations that are not
+ * commutative; built-ins are commutative (floating-point sums may then be added in an
+ * order that depends on size and p, as in MPI). */
+typedef int bw_op;
+#define BW_OP_NULL 0
+#define BW_SUM 1
+#define BW_MIN 2
+#define BW_MAX 3
+#define BW_PROD 4
+
+/* A user operation: set inout[i] = in[i] op inout[i] for i < count, where `in` holds the
+ * combined values of lower ranks. Both arrays are aligned for dt. Must be associative;
+ * pass commutative = 0 unless it is also commutative. May be called from any thread that
+ * calls a collective, with the ctx given to bw_op_create. Handles are local to the
+ * process (not collective); bw_finalize frees them all. */
+typedef void (*bw_user_function)(const void *in, void *inout, size_t count, bw_datatype dt,
+                                 void *ctx);
+int bw_op_create(bw_user_function function, int commutative, void *ctx, bw_op *op);
+int bw_op_free(bw_op *op);              /* sets *op to BW_OP_NULL */
+
+/* Returns once every process has entered it. */
+int bw_barrier(void);
+/* root's count elements to every process's buf. */
+int bw_bcast(void *buf, size_t count, bw_datatype dt, int root);
+/* Block j (count elements) of root's sendbuf to process j's recvbuf. sendbuf (size x
+ * count elements) is read at the root only; elsewhere it may be NULL. */
+int bw_scatter(const void *sendbuf, void *recvbuf, size_t count, bw_datatype dt, int root);
+/* Every process's count elements into block i (for rank i) of root's recvbuf (size x
+ * count elements), written at the root only; elsewhere it may be NULL. */
+int bw_gather(const void *sendbuf, void *recvbuf, size_t count, bw_datatype dt, int root);
+/* As bw_gather, with the result at every process. */
+int bw_allgather(const void *sendbuf, void *recvbuf, size_t count, bw_datatype dt);
+/* Block j of sendbuf to process j, where it lands as block i (the sender's rank) of
+ * recvbuf. Both hold size x count elements. */
+int bw_alltoall(const void *sendbuf, void *recvbuf, size_t count, bw_datatype dt);
+/* Blocks of any length: sendcounts[j] elements at sendbuf + sdispls[j] (elements) to
+ * process j; recvcounts[i] elements from process i at recvbuf + rdispls[i]. Each array
+ * has size entries; what i sends to j must be what j expects from i; receive blocks must
+ * not overlap. */
+int bw_alltoallv(const void *sendbuf, const size_t sendcounts[], const size_t sdispls[],
+                 void *recvbuf, const size_t recvcounts[], const size_t rdispls[],
+                 bw_datatype dt);
+/* Elementwise reduction of every process's sendbuf into root's recvbuf (written at the
+ * root only; elsewhere it may be NULL). recvbuf == sendbuf at the root: in place. */
+int bw_reduce(const void *sendbuf, void *recvbuf, size_t count, bw_datatype dt, bw_op op,
+              int root);
+/* As bw_reduce, with the result at every process. recvbuf == sendbuf: in place. */
+int bw_allreduce(const void *sendbuf, void *recvbuf, size_t count, bw_datatype dt,
+                 bw_op op);
 
 #ifdef __cplusplus
 }

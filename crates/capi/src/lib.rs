@@ -1,9 +1,11 @@
 //! `libbulkwire`: bulkwire's C ABI, built as a static and a shared library. One module
-//! per C header:
+//! per part of the C headers:
 //!
 //! - [`bsp`]: BSPlib (`include/bsp.h`), the `int` dialect of the Oxford BSP toolset and
 //!   BSPonMPI;
-//! - [`p2p`]: point-to-point messaging (`include/bulkwire.h`).
+//! - [`p2p`]: point-to-point messaging (`include/bulkwire.h`);
+//! - [`coll`]: collectives (`include/bulkwire.h`), on the communicator of [`p2p`].
 
 pub mod bsp;
+pub mod coll;
 pub mod p2p;

@@ -55,12 +55,12 @@ thread_local! {
     static LAST: RefCell<CString> = RefCell::new(CString::default());
 }
 
-fn set_last(msg: &str) {
+pub(crate) fn set_last(msg: &str) {
     let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
     LAST.with(|l| *l.borrow_mut() = c);
 }
 
-fn code_of(e: &Error) -> c_int {
+pub(crate) fn code_of(e: &Error) -> c_int {
     match e {
         Error::Truncated { .. } => BW_ERR_TRUNCATE,
         Error::PeerDead { .. } => BW_ERR_PEER_DEAD,
@@ -82,7 +82,7 @@ fn fail(e: &Error) -> c_int {
     code_of(e)
 }
 
-fn comm() -> Result<&'static Comm, c_int> {
+pub(crate) fn comm() -> Result<&'static Comm, c_int> {
     let p = COMM.load(Ordering::Acquire);
     if p.is_null() {
         set_last("bulkwire is not initialised (call bw_init first)");
@@ -94,7 +94,7 @@ fn comm() -> Result<&'static Comm, c_int> {
 }
 
 /// Runs an entry point: errors as codes, panics caught (never unwound into C).
-fn ffi(f: impl FnOnce() -> Result<c_int, c_int>) -> c_int {
+pub(crate) fn ffi(f: impl FnOnce() -> Result<c_int, c_int>) -> c_int {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(c)) | Ok(Err(c)) => c,
         Err(_) => {
@@ -268,6 +268,8 @@ pub extern "C" fn bw_finalize() -> c_int {
             set_last("bulkwire is not initialised");
             return Err(BW_ERR_NOT_INITIALIZED);
         }
+        // The collectives borrow the communicator: they go first.
+        crate::coll::release();
         // SAFETY: p came from Box::into_raw in start() and was just taken out of COMM.
         let c = unsafe { Box::from_raw(p) };
         c.finalize().map(|()| BW_SUCCESS).map_err(|e| fail(&e))
@@ -737,7 +739,7 @@ pub extern "C" fn bw_error_string(code: c_int) -> *const c_char {
         BW_ERR_IN_STATUS => c"error in a status (see each status's error)",
         BW_ERR_CANCELLED => c"request cancelled",
         BW_ERR_OTHER => c"internal error",
-        _ => c"unknown error code",
+        _ => return crate::coll::error_string(code),
     };
     s.as_ptr()
 }

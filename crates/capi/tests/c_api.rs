@@ -1,6 +1,11 @@
-//! `bulkwire.h` from C: compiles `tests/c/p2p_test.c` with the system C compiler (`cc`,
-//! or `$CC`) against the freshly built `libbulkwire.a`, then runs it as jobs of 2 and 3
-//! processes (the program self-spawns), bounded in time.
+//! `bulkwire.h` from C: compiles the programs of `tests/c/` with the system C compiler
+//! (`cc`, or `$CC`) against the freshly built `libbulkwire.a`, then runs them as jobs of
+//! several processes (the programs self-spawn), bounded in time:
+//!
+//! - `p2p_test.c`: point-to-point, p = 2 and 3;
+//! - `coll_test.c`: every collective against a serial reference, p = 1 to 4 over shared
+//!   memory (the network cache), p = 3 with the point-to-point algorithms over UDP, with
+//!   and without 5% loss; and the collectives' set-up failing on a bad `BULKWIRE_COLL`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -36,8 +41,18 @@ fn compile(src: &Path, out: &Path) {
 }
 
 fn run(prog: &Path, n: u32) -> (Option<i32>, String, String) {
+    run_with(prog, &[&n.to_string()], &[], Duration::from_secs(60))
+}
+
+/// Runs `prog args` with no `BULKWIRE_` variables but `env`, killed after `limit`.
+fn run_with(
+    prog: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    limit: Duration,
+) -> (Option<i32>, String, String) {
     let mut c = Command::new(prog);
-    c.arg(n.to_string())
+    c.args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -46,12 +61,13 @@ fn run(prog: &Path, n: u32) -> (Option<i32>, String, String) {
             c.env_remove(k);
         }
     }
+    c.envs(env.iter().copied());
     let child = c.spawn().unwrap();
     let pid = child.id();
     let start = Instant::now();
     // A watchdog: rank 0 is the launcher, its death takes the others.
     let dog = std::thread::spawn(move || {
-        while start.elapsed() < Duration::from_secs(60) {
+        while start.elapsed() < limit {
             std::thread::sleep(Duration::from_millis(50));
             if !Path::new(&format!("/proc/{pid}")).exists() {
                 return;
@@ -90,4 +106,106 @@ fn c_program_against_libbulkwire() {
         }
     }
     let _ = std::fs::remove_file(&out);
+}
+
+/// A compiled test program, deleted when dropped.
+struct Exe(PathBuf);
+
+impl Drop for Exe {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// `coll_test.c`, compiled for one test (`name` keeps parallel tests apart).
+fn coll_test(name: &str) -> Exe {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/coll_test.c");
+    let out = std::env::temp_dir().join(format!("bulkwire_coll_c_{name}_{}", std::process::id()));
+    compile(&src, &out);
+    Exe(out)
+}
+
+/// Runs `coll_test` at `n` processes with 4 MiB as the big size and checks that every
+/// rank finished its checks.
+fn coll_job(prog: &Exe, n: u32, env: &[(&str, &str)]) {
+    let ns = n.to_string();
+    let start = Instant::now();
+    let (code, stdout, stderr) =
+        run_with(&prog.0, &[&ns, "4194304"], env, Duration::from_secs(180));
+    let what = format!("n={n} {env:?} after {:?}", start.elapsed());
+    assert_eq!(
+        code,
+        Some(0),
+        "{what}\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    for r in 0..n {
+        assert!(
+            stdout.lines().any(|l| l == format!("C COLL OK rank={r}")),
+            "{what}: rank {r} missing\n{stdout}\n{stderr}"
+        );
+    }
+    let summary = stdout
+        .lines()
+        .find(|l| l.starts_with(&format!("coll_test p={n} big=4194304 checks=")))
+        .unwrap_or_else(|| panic!("{what}: no summary\n{stdout}\n{stderr}"));
+    eprintln!("{what}: {summary}");
+}
+
+#[test]
+fn c_collectives_over_the_network_cache() {
+    let prog = coll_test("netcache");
+    for n in 1..=4 {
+        coll_job(
+            &prog,
+            n,
+            &[("BULKWIRE_TRANSPORT", "shm"), ("BULKWIRE_COLL", "netcache")],
+        );
+    }
+}
+
+#[test]
+fn c_collectives_point_to_point_over_udp() {
+    coll_job(
+        &coll_test("udp"),
+        3,
+        &[("BULKWIRE_TRANSPORT", "udp"), ("BULKWIRE_COLL", "p2p")],
+    );
+}
+
+/// 5% of datagrams lost; single copy off so that big messages cross the lossy transport
+/// too (otherwise a peer on this host reads them straight out of the sender's memory).
+#[test]
+fn c_collectives_over_udp_with_loss() {
+    coll_job(
+        &coll_test("loss"),
+        3,
+        &[
+            ("BULKWIRE_TRANSPORT", "udp"),
+            ("BULKWIRE_COLL", "p2p"),
+            ("BULKWIRE_SINGLE_COPY", "off"),
+            ("BULKWIRE_FAULTS", "loss=0.05,seed=3"),
+        ],
+    );
+}
+
+/// A bad `BULKWIRE_COLL`: the first collective fails on every process with
+/// `BW_ERR_INIT` naming the variable, later ones too, and the job still finalizes.
+#[test]
+fn c_collectives_setup_error() {
+    let prog = coll_test("setup");
+    let (code, stdout, stderr) = run_with(
+        &prog.0,
+        &["2", "0", "init-error"],
+        &[("BULKWIRE_COLL", "bogus")],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    for r in 0..2 {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l == format!("C COLL INIT-ERROR OK rank={r}")),
+            "rank {r} missing\n{stdout}\n{stderr}"
+        );
+    }
 }

@@ -748,6 +748,15 @@ impl<'c> Coll<'c> {
                 j,
             )?);
         }
+        // The block a process sends itself is its own receive block: the counts must agree
+        // here, where it shows, rather than in a copy deep in an algorithm.
+        let me = self.comm.rank() as usize;
+        if send_counts[me] != recv_counts[me] {
+            return Err(Error::Arg(format!(
+                "alltoallv on rank {me}: sends itself {} elements but expects {} from itself",
+                send_counts[me], recv_counts[me]
+            )));
+        }
         let (send, recv) = (as_bytes(send), as_bytes_mut(recv));
         let sends: Vec<&[u8]> = sr.iter().map(|r| &send[r.clone()]).collect();
         let recvs = disjoint(recv, &rr)?;

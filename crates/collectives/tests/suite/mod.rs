@@ -356,9 +356,27 @@ pub fn misuse(c: &Coll) -> Result<usize, String> {
                 Ok(())
             }),
     )?;
+    // Every process sends itself one element more than it expects from itself.
+    let pu = p as usize;
+    let me = c.comm().rank() as usize;
+    let mut sc = vec![1usize; pu];
+    sc[me] = 2;
+    let displs: Vec<usize> = (0..pu).map(|j| 2 * j).collect();
+    let mut out = vec![0u8; 2 * pu];
+    match c.alltoallv(
+        &vec![0u8; 2 * pu],
+        &sc,
+        &displs,
+        &mut out,
+        &vec![1; pu],
+        &displs,
+    ) {
+        Err(e) if e.to_string().contains("itself") => {}
+        other => return Err(format!("alltoallv own block mismatch: {other:?}")),
+    }
     expect_err(
         "typed user op on another type",
         c.allreduce_in_place(&mut [0u32; 2], &Op::user(|a: f64, b: f64| a + b, true)),
     )?;
-    Ok(5)
+    Ok(6)
 }

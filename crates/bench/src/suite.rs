@@ -338,7 +338,7 @@ impl Suite {
 
     /// Number of runs [`Suite::latency`] or [`Suite::bandwidth`] makes (for progress bars).
     pub fn pair_runs(&self) -> usize {
-        self.stacks().len() + 2
+        self.stacks().len() + 3
     }
 
     /// The stacks every two-process table compares: the baselines first.
@@ -665,6 +665,36 @@ impl Suite {
                 target: ">= 90 %".into(),
                 met: r.is_finite().then_some(r >= 0.9),
             });
+            // The same stream with 1 % of the datagrams dropped on receive (the fault
+            // wrapper, seeded), against holefill's own lossless figure of this run.
+            (self.progress)("bandwidth: holefill/udp with 1% loss");
+            let spec = PairSpec {
+                stack: Stack::Proto {
+                    protocol: "holefill".into(),
+                    link: "udp".into(),
+                },
+                measure: Measure::Bandwidth {
+                    sizes: vec![mib],
+                    warmup: 1,
+                    reps: self.pick(2, 3, 7),
+                },
+                faults: "loss=0.01,seed=11".into(),
+            };
+            match pair::run(&self.exe, &spec, Duration::from_secs(900)) {
+                Ok(r) => {
+                    let lossy = Summary::of(&r.points[0].samples).median;
+                    let q = lossy / x;
+                    sec.targets.push(Target {
+                        what: "holefill 1 MiB streaming bandwidth with 1% loss vs its lossless"
+                            .into(),
+                        measured: format!("{:.0} % ({} vs {} GB/s)", q * 100.0, gbs(lossy), gbs(x)),
+                        target: ">= 80 %".into(),
+                        met: q.is_finite().then_some(q >= 0.8),
+                    });
+                    sec.results.push(r);
+                }
+                Err(e) => sec.skipped.push(format!("holefill/udp with 1% loss: {e}")),
+            }
         }
         sec
     }

@@ -198,6 +198,28 @@ fn p2p_over_udp_with_loss() {
     }
 }
 
+/// Every protocol carries the collectives: rmpp and gbn over UDP (gbn with 2% loss),
+/// and kernel TCP (`BULKWIRE_PROTOCOL=tcp`), with the data forced through the transport.
+#[test]
+fn every_protocol() {
+    for (n, protocol, faults) in [
+        (3, "rmpp", ""),
+        (4, "rmpp", ""),
+        (3, "gbn", "loss=0.02,seed=6"),
+        (3, "tcp", ""),
+        (5, "tcp", ""),
+    ] {
+        let env = [
+            ("BULKWIRE_TRANSPORT", "udp"),
+            ("BULKWIRE_PROTOCOL", protocol),
+            ("BULKWIRE_COLL", "p2p"),
+            ("BULKWIRE_FAULTS", faults),
+            ("BULKWIRE_SINGLE_COPY", "off"),
+        ];
+        suite(n, &["0", "7", "1000", "70000"], &env, false);
+    }
+}
+
 /// 64 MiB buffers for every collective: through the network cache (in chunks), and
 /// through p2p over UDP with the data forced through the transport.
 #[test]

@@ -14,10 +14,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bulkwire_collectives::{Coll, Op};
-use bulkwire_launch::LaunchOpts;
 use bulkwire_p2p::Comm;
 use serde::{Deserialize, Serialize};
 
+use crate::jobs;
 use crate::stats::Summary;
 
 /// The collectives measured, by the harness's names.
@@ -72,36 +72,18 @@ pub struct CollResult {
     pub points: Vec<CollPoint>,
 }
 
-static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
 /// Runs `spec` as a job of `n` processes of `exe` (which passes `__coll` arguments to
 /// [`worker_main`]).
 pub fn run(exe: &Path, n: u32, spec: &CollSpec, timeout: Duration) -> Result<CollResult, String> {
     if let Some(k) = spec.kinds.iter().find(|k| !KINDS.contains(&k.as_str())) {
         return Err(format!("unknown collective {k:?}"));
     }
-    let out = std::env::temp_dir().join(format!(
-        "bwbench-coll-{}-{}.json",
-        std::process::id(),
-        SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    ));
-    let json = serde_json::to_string(spec).map_err(|e| e.to_string())?;
-    let args: Vec<OsString> = vec!["__coll".into(), json.into(), out.clone().into()];
-    let opts = LaunchOpts {
-        timeout: Some(timeout),
-        report: Some("bwbench".into()),
-        env: spec.env.iter().map(|(k, v)| (k.into(), v.into())).collect(),
-        ..LaunchOpts::default()
-    };
-    let outcome = bulkwire_launch::launch(n, exe, &args, &opts).map_err(|e| e.to_string())?;
-    let result = std::fs::read(&out);
-    let _ = std::fs::remove_file(&out);
-    if !outcome.success() {
-        let why: Vec<String> = outcome.failures.iter().map(|f| f.to_string()).collect();
-        return Err(why.join("; "));
-    }
-    let bytes = result.map_err(|e| format!("no result ({e})"))?;
-    serde_json::from_slice(&bytes).map_err(|e| e.to_string())
+    let env: Vec<(&str, &str)> = spec
+        .env
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    jobs::run(exe, n, "__coll", spec, &env, timeout)
 }
 
 /// One call of `kind` with `size` (see the module documentation).
@@ -136,24 +118,15 @@ struct Bufs {
 
 /// The worker side of [`run`]: `__coll SPEC_JSON OUT_PATH`.
 pub fn worker_main(args: &[OsString]) -> Result<(), String> {
-    let [json, out] = args else {
-        return Err("usage: __coll SPEC_JSON OUT_PATH".into());
-    };
-    let spec: CollSpec =
-        serde_json::from_str(&json.to_string_lossy()).map_err(|e| format!("bad spec: {e}"))?;
+    let w = jobs::Worker::<CollSpec>::parse(args)?;
     let comm = Comm::init().map_err(|e| e.to_string())?;
-    let res = measure(&comm, &spec);
-    let res = res.and_then(|r| {
+    let res = measure(&comm, &w.spec).and_then(|r| {
         if comm.rank() == 0 {
-            let json = serde_json::to_vec_pretty(&r).map_err(|e| e.to_string())?;
-            std::fs::write(out, json).map_err(|e| e.to_string())?;
+            w.write(&r)?;
         }
         Ok(())
     });
-    match res {
-        Ok(()) => comm.finalize().map_err(|e| e.to_string()),
-        Err(e) => Err(e),
-    }
+    res.and_then(|()| comm.finalize().map_err(|e| e.to_string()))
 }
 
 fn measure(comm: &Comm, spec: &CollSpec) -> Result<CollResult, String> {

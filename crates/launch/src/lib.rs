@@ -41,6 +41,7 @@ mod launch;
 mod server;
 mod state;
 mod sys;
+pub mod testing;
 mod wire;
 
 pub use control::{CONNECT_TIMEOUT, Control};

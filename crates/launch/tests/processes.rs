@@ -34,15 +34,18 @@ fn allgather_at_1_2_4_8() {
         assert_eq!(out.code, Some(0), "{out:?}");
         for r in 0..n {
             let cards = format!("[{r}] cards rank={r} n={n} same_host={n} local_ip=127.0.0.1");
-            assert!(out.lines().contains(&cards.as_str()), "{cards} in {out:?}");
+            assert!(
+                out.lines("").contains(&cards.as_str()),
+                "{cards} in {out:?}"
+            );
             let done = format!("[{r}] done rank={r} rounds=3");
-            assert!(out.lines().contains(&done.as_str()), "{out:?}");
+            assert!(out.lines("").contains(&done.as_str()), "{out:?}");
         }
         for r in 0..n {
             let udp = format!("[{r}] udp rank={r} heard={}", n - 1);
-            assert!(out.lines().contains(&udp.as_str()), "{out:?}");
+            assert!(out.lines("").contains(&udp.as_str()), "{out:?}");
         }
-        assert_eq!(out.lines().len(), 3 * n, "{out:?}");
+        assert_eq!(out.lines("").len(), 3 * n, "{out:?}");
         assert_no_leftovers(&m);
     }
 }
@@ -91,7 +94,7 @@ fn failure_case(kind: &str, message: &str, code: i32) {
     assert_eq!(out.code, Some(code), "{out:?}");
     let report = format!("launch-probe: {message}");
     assert_eq!(out.stderr.matches(&report).count(), 1, "{out:?}");
-    let lines = out.lines();
+    let lines = out.lines("");
     for r in [0, 1, 3] {
         let want = format!("[{r}] notified rank={r} ");
         let l = lines
@@ -149,7 +152,7 @@ fn segfault_is_noticed() {
         "{out:?}"
     );
     assert_eq!(out.stdout.matches("notified").count(), 2, "{out:?}");
-    assert!(latency(&out.lines(), 1) < Duration::from_secs(1));
+    assert!(latency(&out.lines(""), 1) < Duration::from_secs(1));
     assert_no_leftovers(&m);
 }
 
@@ -213,7 +216,7 @@ fn tag_output_prefixes_every_line_whole() {
         LIMIT,
     );
     assert_eq!(out.code, Some(0), "{out:?}");
-    let lines = out.lines();
+    let lines = out.lines("");
     assert_eq!(lines.len(), 3 * 41, "{out:?}");
     for l in &lines {
         let (tag, rest) = l.split_once(' ').unwrap();
@@ -248,7 +251,8 @@ fn self_spawn_runs_the_job_from_rank_0() {
     assert_eq!(out.stdout.matches("cards rank=").count(), 4, "{out:?}");
     for r in 0..4 {
         assert!(
-            out.lines().contains(&format!("finished rank={r}").as_str()),
+            out.lines("")
+                .contains(&format!("finished rank={r}").as_str()),
             "{out:?}"
         );
     }
@@ -262,8 +266,12 @@ fn self_spawn_failure_reaches_rank_0() {
     // Rank 0 learns of the death and exits (status 1, from the probe); the server thread
     // in rank 0 printed the cause once.
     assert_eq!(out.code, Some(1), "{out:?}");
-    assert!(out.lines().iter().any(|l| l.starts_with("notified rank=0 ")
-        && l.ends_with("failure=rank 2 died (signal 9, SIGKILL)")));
+    assert!(
+        out.lines("")
+            .iter()
+            .any(|l| l.starts_with("notified rank=0 ")
+                && l.ends_with("failure=rank 2 died (signal 9, SIGKILL)"))
+    );
     assert_eq!(
         out.stderr
             .matches("launch-probe: rank 2 died (signal 9, SIGKILL)")

@@ -150,21 +150,16 @@ fn a_remote_death_reaches_the_other_host() {
     let outs: Vec<Out> = t.into_iter().map(|t| t.join().unwrap()).collect();
     // The server has no exit status for a process it didn't start: a dropped connection.
     let line = outs[0]
-        .lines()
+        .lines("notified rank=0")
         .into_iter()
-        .find(|l| l.starts_with("notified rank=0"))
+        .next()
         .unwrap_or_else(|| panic!("{:?}", outs[0]))
         .to_string();
     assert!(
         line.ends_with("failure=rank 1 lost its control connection before finishing (died?)"),
         "{line}"
     );
-    let victim = outs[1]
-        .lines()
-        .into_iter()
-        .find(|l| l.starts_with("victim"))
-        .map(ns)
-        .unwrap();
+    let victim = outs[1].lines("victim").into_iter().next().map(ns).unwrap();
     let dt = ns(&line) - victim;
     eprintln!(
         "remote death noticed after {:?}",

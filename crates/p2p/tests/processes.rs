@@ -2,129 +2,15 @@
 //! library behind `bsprun`), over UDP with the job's protocol, bounded in time, with no
 //! process left behind.
 
-use std::io::Read;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use bulkwire_launch::testing::{self, Out, field};
 
 const PROBE: &str = env!("CARGO_BIN_EXE_p2p-probe");
 
-#[derive(Debug)]
-struct Out {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-    elapsed: Duration,
-}
-
-impl Out {
-    fn lines(&self, prefix: &str) -> Vec<&str> {
-        self.stdout
-            .lines()
-            .filter(|l| l.starts_with(prefix))
-            .collect()
-    }
-}
-
-/// `key=value` of a result line, parsed.
-fn field<T: std::str::FromStr>(line: &str, key: &str) -> T {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(&format!("{key}=")))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {key}= in {line:?}"))
-}
-
-/// Runs the probe with `args` and `env` in a clean job environment, killing it after
-/// `limit`; then checks that none of its processes is left.
+/// Runs the probe with `args` and `env` (see [`testing::probe`]).
 fn probe(args: &[&str], env: &[(&str, &str)], limit: Duration) -> Out {
-    let mark = format!("p2p-{}-{}", std::process::id(), rand_u64());
-    let mut c = Command::new(PROBE);
-    c.args(args)
-        .env("BWP2P_TEST_MARK", &mark)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (k, _) in std::env::vars() {
-        if k.starts_with("BULKWIRE_") || k.starts_with("SLURM_") || k.starts_with("OMPI_") {
-            c.env_remove(k);
-        }
-    }
-    c.envs(env.iter().copied());
-    let start = Instant::now();
-    let mut child = c.spawn().expect("spawn p2p-probe");
-    let mut so = child.stdout.take().unwrap();
-    let mut se = child.stderr.take().unwrap();
-    let to = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = so.read_to_string(&mut s);
-        s
-    });
-    let te = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = se.read_to_string(&mut s);
-        s
-    });
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if start.elapsed() > limit {
-            // Rank 0 is the launcher: its death takes the others (PR_SET_PDEATHSIG).
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "{args:?} timed out after {limit:?}\nstdout:\n{}\nstderr:\n{}",
-                to.join().unwrap(),
-                te.join().unwrap()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    let out = Out {
-        code: status.code(),
-        stdout: to.join().unwrap(),
-        stderr: te.join().unwrap(),
-        elapsed: start.elapsed(),
-    };
-    assert_no_leftovers(&mark);
-    out
-}
-
-fn rand_u64() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-}
-
-/// No process carrying `mark` in its environment outlives the job (a second to go).
-fn assert_no_leftovers(mark: &str) {
-    let needle = format!("BWP2P_TEST_MARK={mark}");
-    let t0 = Instant::now();
-    loop {
-        let left: Vec<String> = std::fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .filter(|e| {
-                e.file_name()
-                    .to_string_lossy()
-                    .bytes()
-                    .all(|b| b.is_ascii_digit())
-            })
-            .filter(|e| {
-                std::fs::read(e.path().join("environ"))
-                    .is_ok_and(|env| env.split(|&b| b == 0).any(|kv| kv == needle.as_bytes()))
-            })
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
-        if left.is_empty() {
-            return;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(5),
-            "left behind: {left:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    testing::probe(PROBE, args, env, limit)
 }
 
 fn ok(out: &Out) {
@@ -320,10 +206,10 @@ fn refused_single_copy_falls_back_to_the_transport() {
 /// join through the job environment instead of spawning, and the job succeeds.
 #[test]
 fn launched_by_the_launcher_four_processes() {
-    let mark = format!("p2p-launch-{}-{}", std::process::id(), rand_u64());
+    let mark = testing::mark();
     let opts = bulkwire_launch::LaunchOpts {
         timeout: Some(LIMIT),
-        env: vec![("BWP2P_TEST_MARK".into(), mark.clone().into())],
+        env: vec![(testing::MARK_VAR.into(), mark.clone().into())],
         ..Default::default()
     };
     let args: Vec<std::ffi::OsString> = ["-n", "4", "mix", "300", "100000"]
@@ -332,5 +218,5 @@ fn launched_by_the_launcher_four_processes() {
         .collect();
     let outcome = bulkwire_launch::launch(4, PROBE, &args, &opts).unwrap();
     assert!(outcome.success(), "{:?}", outcome.failures);
-    assert_no_leftovers(&mark);
+    testing::assert_no_leftovers(&mark);
 }

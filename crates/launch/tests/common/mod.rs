@@ -5,26 +5,12 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 pub const PROBE: &str = env!("CARGO_BIN_EXE_launch-probe");
 
-/// Every process a test starts carries `BWL_TEST_MARK=<mark>` in its environment (children
-/// inherit it), which is how [`leftovers`] finds them in /proc.
-pub fn mark() -> String {
-    static N: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "{}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::SeqCst),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    )
-}
+pub use bulkwire_launch::testing::{Out, assert_no_leftovers, clean, mark};
 
 /// The probe with `args`, a clean job environment (whatever the test runner has), and `mark`.
 pub fn probe(args: &[&str], mark: &str) -> Command {
@@ -32,31 +18,6 @@ pub fn probe(args: &[&str], mark: &str) -> Command {
     c.args(args);
     clean(&mut c, mark);
     c
-}
-
-/// Removes job variables the test runner may have, and marks the command's processes.
-pub fn clean(c: &mut Command, mark: &str) {
-    c.env("BWL_TEST_MARK", mark);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("BULKWIRE_") || k.starts_with("SLURM_") || k.starts_with("OMPI_") {
-            c.env_remove(k);
-        }
-    }
-}
-
-/// A finished command.
-#[derive(Debug)]
-pub struct Out {
-    pub code: Option<i32>,
-    pub stdout: String,
-    pub stderr: String,
-    pub elapsed: Duration,
-}
-
-impl Out {
-    pub fn lines(&self) -> Vec<&str> {
-        self.stdout.lines().collect()
-    }
 }
 
 fn drain(r: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
@@ -67,40 +28,10 @@ fn drain(r: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
     })
 }
 
-/// Runs `cmd` to its end, killing it (and so, by PR_SET_PDEATHSIG, its processes) if it
-/// takes longer than `limit`: a hang fails the test instead of the CI run.
+/// Runs `cmd` to its end, killing it if it takes longer than `limit` (see
+/// [`bulkwire_launch::testing::run`]).
 pub fn run(mut cmd: impl std::borrow::BorrowMut<Command>, limit: Duration) -> Out {
-    let start = Instant::now();
-    let mut child = cmd
-        .borrow_mut()
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let o = drain(child.stdout.take().unwrap());
-    let e = drain(child.stderr.take().unwrap());
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "timed out after {limit:?}\nstdout:\n{}\nstderr:\n{}",
-                o.join().unwrap(),
-                e.join().unwrap()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    Out {
-        code: status.code(),
-        stdout: o.join().unwrap(),
-        stderr: e.join().unwrap(),
-        elapsed: start.elapsed(),
-    }
+    bulkwire_launch::testing::run(cmd.borrow_mut(), limit)
 }
 
 /// A running command whose stdout lines arrive on a channel. Killed when dropped.
@@ -179,44 +110,6 @@ impl Drop for Live {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-/// Pids of live processes carrying `mark`, after giving them `grace` to go away.
-pub fn leftovers(mark: &str, grace: Duration) -> Vec<u32> {
-    let needle = format!("BWL_TEST_MARK={mark}");
-    let deadline = Instant::now() + grace;
-    loop {
-        let mut found = Vec::new();
-        for e in std::fs::read_dir("/proc").unwrap().flatten() {
-            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-                continue;
-            };
-            if pid == std::process::id() {
-                continue;
-            }
-            // A zombie's environ reads empty, so only live processes match.
-            if let Ok(env) = std::fs::read(e.path().join("environ"))
-                && env.split(|&b| b == 0).any(|v| v == needle.as_bytes())
-            {
-                found.push(pid);
-            }
-        }
-        if found.is_empty() || Instant::now() >= deadline {
-            return found;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-pub fn assert_no_leftovers(mark: &str) {
-    let left = leftovers(mark, Duration::from_secs(3));
-    if !left.is_empty() {
-        for &p in &left {
-            // SAFETY: cleaning up our own test processes.
-            unsafe { libc::kill(p as i32, libc::SIGKILL) };
-        }
-        panic!("processes left behind: {left:?}");
     }
 }
 

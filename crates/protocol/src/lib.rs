@@ -62,7 +62,8 @@ pub enum Event {
     /// A message sent with `notify` has been acknowledged by its receiver.
     Sent { to: Rank, id: MsgId },
     /// RMPP only: a message from `from` waits for the receiver to [`Protocol::accept`] it.
-    /// `head` holds its first bytes (the upper layer's envelope).
+    /// `head` holds its first bytes (the upper layer's envelope). Reported in the order
+    /// `from` sent them, once (again only after an accept refused for want of memory).
     Announce {
         from: Rank,
         id: MsgId,

@@ -60,14 +60,17 @@
 //! # Order, windows and memory
 //!
 //! Messages of a pair are numbered by the sender (`msg`) and delivered strictly in that
-//! order: a message completed before an earlier one waits for it. So an upper layer must
+//! order: a message completed before an earlier one waits for it. Announcements keep that
+//! order too (an upper layer matches heads in the order sent): an Rts that overtook a lost
+//! one is held, unreported, until the earlier one is announced. So an upper layer must
 //! accept every announced message eventually (buffering it if it has no matching receive
 //! yet, as MPI does with unexpected messages); a message never accepted holds back all
 //! later ones of its pair. Up to [`RmppConfig::window`] messages per pair are open at
 //! once (`msg` within `window` of the oldest the sender has not finished), which pipelines
 //! small messages; the receiver refuses an Rts outside `[next to deliver, + window)`, or
 //! while `window` finished connections wait for their Close, or while unaccepted heads of
-//! all peers would exceed [`RmppConfig::announce_bytes`] (the sender's Rts timer retries).
+//! all peers would exceed [`RmppConfig::announce_bytes`] (the sender's Rts timer retries),
+//! unless it is the next to announce and later heads wait for it.
 //! A receive buffer is allocated when a message is accepted: it is the posted receive.
 //!
 //! Round trips are measured with Karn's rule: Cts -> first data and Fin -> Close at the
@@ -318,6 +321,9 @@ struct Peer {
     rx: HashMap<MsgId, RxConn>,
     /// Next message id to deliver.
     next_deliver: MsgId,
+    /// Next message id to announce: heads are reported in id order, as the upper layer
+    /// matches them in the order they were sent.
+    next_announce: MsgId,
     /// Delivered connections still waiting for their Close.
     lingering: u32,
     rtt: Rtt,
@@ -358,6 +364,7 @@ impl Rmpp {
                 next_open: 0,
                 rx: HashMap::new(),
                 next_deliver: 0,
+                next_announce: 0,
                 lingering: 0,
                 rtt: Rtt::new(c.rto_initial, c.rto_min, c.rto_max),
                 closed: false,
@@ -555,7 +562,14 @@ impl Rmpp {
             p.stats.drop_out_of_window += 1;
             return;
         }
-        if p.lingering >= window || self.announced_bytes + len > self.cfg.announce_bytes {
+        if before(p.next_announce, p.next_deliver) {
+            p.next_announce = p.next_deliver;
+        }
+        // The next head to announce is taken even over the limit if later ones wait for
+        // it: refusing it could leave the memory full of heads nobody can accept.
+        let over = self.announced_bytes + len > self.cfg.announce_bytes
+            && !(id == p.next_announce && p.rx.keys().any(|&k| before(id, k)));
+        if p.lingering >= window || over {
             // Out of connection records or head memory: the Rts timer retries.
             p.stats.drop_no_buffer += 1;
             return;
@@ -577,13 +591,37 @@ impl Rmpp {
         );
         if self.cfg.auto_accept {
             self.accept(now, from, id);
-        } else {
+        } else if before(id, p.next_announce) {
+            // Announced before and refused in accept: announce again.
             self.events.push_back(Event::Announce {
                 from,
                 id,
                 total: hdr.total,
                 head: payload.to_vec(),
             });
+        } else {
+            self.announce(from);
+        }
+    }
+
+    /// Announces, in id order, the heads of `from` whose predecessors all were (an Rts
+    /// lost and resent must not let later messages overtake it in matching).
+    fn announce(&mut self, from: Rank) {
+        let p = &mut self.peers[from as usize];
+        if before(p.next_announce, p.next_deliver) {
+            p.next_announce = p.next_deliver;
+        }
+        while let Some(c) = p.rx.get(&p.next_announce) {
+            let id = p.next_announce;
+            if let RxState::Announced { head } = &c.state {
+                self.events.push_back(Event::Announce {
+                    from,
+                    id,
+                    total: c.total,
+                    head: head.clone(),
+                });
+            }
+            p.next_announce = id.wrapping_add(1);
         }
     }
 
@@ -1619,6 +1657,44 @@ mod tests {
         assert_eq!(b.records_from(0), 0);
     }
 
+    /// A lost Rts holds back the announcement of later messages until its resend: the
+    /// upper layer matches heads in the order sent (p2p binds a rendezvous body to the
+    /// next head it sees).
+    #[test]
+    fn lost_rts_holds_later_announcements() {
+        let c = RmppConfig {
+            announce_bytes: 150,
+            ..cfg(8, false)
+        };
+        let (mut a, mut b) = pair(c, MP);
+        for i in 0..3 {
+            a.send(0, 1, pattern(MP, i), false).unwrap();
+        }
+        let rts = tx(&mut a, 0);
+        assert_eq!(kinds(&rts), [Kind::Rts; 3]);
+        // Rts 0 is lost; 1 arrives, and 2 finds the head memory full.
+        rx_all(&mut b, 10 * US, &rts[1..]);
+        assert!(
+            events(&mut b).is_empty(),
+            "nothing announced ahead of message 0"
+        );
+        assert_eq!(b.peer_stats(0).drop_no_buffer, 1);
+        // The resent Rts 0 is the next to announce: taken although the memory is full.
+        let t = a.poll_timeout().unwrap();
+        a.handle_timeout(t);
+        let again = tx(&mut a, t);
+        assert_eq!(kinds(&again), [Kind::Rts; 3]);
+        rx(&mut b, t, &again[0]);
+        assert_eq!(split(events(&mut b)).0, vec![(0, MP), (1, MP)]);
+        for id in 0..2 {
+            b.accept(t, 0, id);
+        }
+        rx_all(&mut b, t, &again[1..]);
+        let (ann, msg, _) = split(events(&mut b));
+        assert_eq!(ann, vec![(2, MP)]);
+        assert_eq!(msg.iter().map(|m| m.0).collect::<Vec<_>>(), [0, 1]);
+    }
+
     #[test]
     fn announced_heads_are_bounded() {
         let c = RmppConfig {
@@ -1705,6 +1781,8 @@ mod tests {
         /// Longest wait before an announced message is accepted.
         accept_delay: Time,
         pending_accept: Vec<(Time, usize, MsgId)>,
+        /// Next id each side expects announced: once each, in order.
+        announced: [MsgId; 2],
     }
 
     deref_duo!(Net => Rmpp);
@@ -1718,6 +1796,7 @@ mod tests {
                 dup: 0.0,
                 accept_delay: 0,
                 pending_accept: Vec::new(),
+                announced: [0; 2],
             }
         }
 
@@ -1749,6 +1828,8 @@ mod tests {
                         head,
                     } => {
                         assert_eq!(from as usize, 1 - i);
+                        assert_eq!(id, self.announced[i], "announced once each, in order");
+                        self.announced[i] += 1;
                         let w = &d.want[1 - i][id as usize];
                         assert_eq!(total, w.len() as u64);
                         assert_eq!(head[..], w[..head.len()]);

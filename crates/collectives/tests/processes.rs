@@ -85,13 +85,15 @@ fn p2p_over_udp_with_loss() {
     }
 }
 
-/// Every protocol carries the collectives: rmpp and gbn over UDP (gbn with 2% loss),
-/// and kernel TCP (`BULKWIRE_PROTOCOL=tcp`), with the data forced through the transport.
+/// Every protocol carries the collectives: rmpp and gbn over UDP (with and without 2%
+/// loss: rmpp once announced messages out of order when an Rts was lost), and kernel
+/// TCP (`BULKWIRE_PROTOCOL=tcp`), with the data forced through the transport.
 #[test]
 fn every_protocol() {
     for (n, protocol, faults) in [
         (3, "rmpp", ""),
-        (4, "rmpp", ""),
+        (3, "rmpp", "loss=0.02,seed=5"),
+        (4, "rmpp", "loss=0.02,seed=6"),
         (3, "gbn", "loss=0.02,seed=6"),
         (3, "tcp", ""),
         (5, "tcp", ""),

@@ -80,6 +80,9 @@ pub struct JobConfig {
     pub shm: ShmSizes,
     /// A peer silent this long while we depend on it is declared dead.
     pub dead_after: Time,
+    /// Keep large freed allocations in the process (`BULKWIRE_MALLOC_TUNE`, default on):
+    /// see [`tune_malloc`].
+    pub tune_malloc: bool,
 }
 
 impl JobConfig {
@@ -110,6 +113,9 @@ impl JobConfig {
                 ))
             })?,
         };
+        let tune_malloc = bulkwire_protocol::common::env_bool(&var, "BULKWIRE_MALLOC_TUNE")
+            .map_err(|e| Error::Config(e.to_string()))?
+            .unwrap_or(true);
         Ok(JobConfig {
             link,
             protocol,
@@ -117,6 +123,7 @@ impl JobConfig {
             udp,
             shm,
             dead_after,
+            tune_malloc,
         })
     }
 }
@@ -182,10 +189,35 @@ impl Rendezvous for ControlRendezvous<'_> {
     }
 }
 
+/// Raises glibc's thresholds for returning freed memory to the kernel, once per process.
+///
+/// Every message above one packet is reassembled into a buffer of its own, handed to the
+/// caller and freed there. glibc serves such sizes (above 128 KiB at first) by `mmap` and
+/// unmaps them on free, so each large message costs fresh pages: a page fault and zeroing
+/// per 4 KiB, which halved streaming bandwidth at 1 MiB on the machine of
+/// `docs/performance.md`. Like MPI libraries that tune malloc for the same reason, keep
+/// allocations up to 32 MiB (glibc's largest mmap threshold) on the heap and trim it only
+/// above 256 MiB free. The price is memory kept after large messages are freed.
+pub fn tune_malloc() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        // SAFETY: mallopt only changes allocator parameters; it is documented as safe to
+        // call at any time.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+            libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
+        }
+    });
+}
+
 /// Builds this process's engine for the job `ctl` belongs to. Collective: every process
 /// of the job calls it once, in the same order as other rendezvous exchanges, with the same
 /// [`LinkKind`] (checked).
 pub fn connect(ctl: &mut Control, cfg: &JobConfig) -> Result<(Engine, JobInfo), Error> {
+    if cfg.tune_malloc {
+        tune_malloc();
+    }
     if cfg.protocol.as_deref() == Some(TCP) {
         return Err(Error::Config(
             "BULKWIRE_PROTOCOL=tcp is the kernel-TCP stack, not an engine: build the job's \
@@ -293,6 +325,9 @@ pub fn connect_transport(
     if cfg.protocol.as_deref() != Some(TCP) {
         let (e, info) = connect(ctl, cfg)?;
         return Ok((Box::new(e), info));
+    }
+    if cfg.tune_malloc {
+        tune_malloc();
     }
     let rank = ctl.rank();
     let listener = TcpListener::bind((ctl.local_ip(), 0))?;

@@ -90,6 +90,8 @@ fn smoke_suite_writes_a_complete_report() {
     }
     for s in sections {
         let name = s["name"].as_str().unwrap();
+        let took = s["seconds"].as_f64().unwrap_or(0.0);
+        assert!(took > 0.0 && took < 600.0, "{name}: took {took} s");
         let tables = s["tables"].as_array().unwrap();
         assert!(!tables.is_empty(), "{name}: no table");
         for t in tables {

@@ -181,7 +181,10 @@ fn main() -> ExitCode {
     let t0 = Instant::now();
     let mut sections = Vec::new();
     for e in &experiments {
-        sections.push(e.run(&suite));
+        let t = Instant::now();
+        let mut sec = e.run(&suite);
+        sec.seconds = t.elapsed().as_secs_f64();
+        sections.push(sec);
     }
     bar.finish_and_clear();
     let mpi = match suite.mpi() {

@@ -335,6 +335,17 @@ struct Peer {
     stats: PeerStats,
 }
 
+impl Peer {
+    /// The next id to announce: never behind the next to deliver (a message delivered
+    /// without an announcement, by auto-accept, is past).
+    fn next_to_announce(&mut self) -> MsgId {
+        if before(self.next_announce, self.next_deliver) {
+            self.next_announce = self.next_deliver;
+        }
+        self.next_announce
+    }
+}
+
 /// Whether message `a` comes before `b` (ids wrap; compared within half the space).
 fn before(a: MsgId, b: MsgId) -> bool {
     (a.wrapping_sub(b) as i32) < 0
@@ -562,13 +573,11 @@ impl Rmpp {
             p.stats.drop_out_of_window += 1;
             return;
         }
-        if before(p.next_announce, p.next_deliver) {
-            p.next_announce = p.next_deliver;
-        }
+        let next = p.next_to_announce();
         // The next head to announce is taken even over the limit if later ones wait for
         // it: refusing it could leave the memory full of heads nobody can accept.
         let over = self.announced_bytes + len > self.cfg.announce_bytes
-            && !(id == p.next_announce && p.rx.keys().any(|&k| before(id, k)));
+            && !(id == next && p.rx.keys().any(|&k| before(id, k)));
         if p.lingering >= window || over {
             // Out of connection records or head memory: the Rts timer retries.
             p.stats.drop_no_buffer += 1;
@@ -591,7 +600,7 @@ impl Rmpp {
         );
         if self.cfg.auto_accept {
             self.accept(now, from, id);
-        } else if before(id, p.next_announce) {
+        } else if before(id, next) {
             // Announced before and refused in accept: announce again.
             self.events.push_back(Event::Announce {
                 from,
@@ -608,9 +617,7 @@ impl Rmpp {
     /// lost and resent must not let later messages overtake it in matching).
     fn announce(&mut self, from: Rank) {
         let p = &mut self.peers[from as usize];
-        if before(p.next_announce, p.next_deliver) {
-            p.next_announce = p.next_deliver;
-        }
+        p.next_to_announce();
         while let Some(c) = p.rx.get(&p.next_announce) {
             let id = p.next_announce;
             if let RxState::Announced { head } = &c.state {

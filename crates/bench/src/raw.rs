@@ -59,7 +59,8 @@ pub struct RawUdp<L: Link> {
 
 impl<L: Link> RawUdp<L> {
     pub fn new(link: L, peer: Rank, policy: WaitPolicy) -> RawUdp<L> {
-        let rx = RxBatch::new(64, link.recv_slot_size().max(1));
+        // Sized like the engine's, so the baseline gets the same cache-friendly batches.
+        let rx = RxBatch::cache_sized(64, link.recv_slot_size().max(1));
         RawUdp {
             link,
             peer,

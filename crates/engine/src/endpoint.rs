@@ -20,12 +20,15 @@ pub struct EndpointConfig {
     pub dead_after: Time,
     /// How often a silent peer we wait on is pinged; default `dead_after / 10`, bounded.
     pub ping_interval: Time,
-    /// Receive batch: datagrams per `recv` call.
+    /// Receive batch: most datagrams per `recv` call (fewer where slots are large:
+    /// [`RxBatch::cache_sized`]).
     pub rx_slots: usize,
     /// Most packets taken from the protocol per step.
     pub tx_batch: usize,
     /// Most receive batches drained per step, so transmitting is never starved.
     pub rx_rounds: usize,
+    /// CRC every datagram even on a link that cannot alter bytes ([`Link::intact`]).
+    pub always_checksum: bool,
 }
 
 impl EndpointConfig {
@@ -42,6 +45,7 @@ impl EndpointConfig {
             rx_slots: 32,
             tx_batch: 64,
             rx_rounds: 8,
+            always_checksum: false,
         }
     }
 }
@@ -127,8 +131,8 @@ pub struct Endpoint {
     proto: Box<dyn Protocol>,
     cfg: EndpointConfig,
     filter: Filter,
-    /// Whether datagrams carry and are checked against a CRC: not on a link that can
-    /// neither corrupt nor forge them ([`Link::reliable`]).
+    /// Whether datagrams carry and are checked against a CRC: not on a link that never
+    /// alters bytes ([`Link::intact`]), unless the configuration insists.
     checksum: bool,
     rx: RxBatch,
     /// Packets taken from the protocol, encoded, that the link has not accepted yet.
@@ -158,8 +162,8 @@ impl Endpoint {
                 me: rank,
                 nprocs,
             },
-            checksum: !link.reliable(),
-            rx: RxBatch::new(cfg.rx_slots, slot),
+            checksum: cfg.always_checksum || !link.intact(),
+            rx: RxBatch::cache_sized(cfg.rx_slots, slot),
             pending: VecDeque::new(),
             scratch: Vec::new(),
             txbuf: Vec::new(),
@@ -181,6 +185,12 @@ impl Endpoint {
 
     pub fn nprocs(&self) -> u32 {
         self.filter.nprocs
+    }
+
+    /// Whether datagrams carry and are checked against a CRC (not on an intact link unless
+    /// configured: [`EndpointConfig::always_checksum`]).
+    pub fn checksums(&self) -> bool {
+        self.checksum
     }
 
     /// The protocol's name.

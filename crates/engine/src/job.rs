@@ -83,6 +83,9 @@ pub struct JobConfig {
     /// Keep large freed allocations in the process (`BULKWIRE_MALLOC_TUNE`, default on):
     /// see [`tune_malloc`].
     pub tune_malloc: bool,
+    /// CRC every datagram even on a link that cannot alter bytes (`BULKWIRE_CHECKSUM=always`;
+    /// the default `auto` skips it there: see `Link::intact`).
+    pub always_checksum: bool,
 }
 
 impl JobConfig {
@@ -116,6 +119,15 @@ impl JobConfig {
         let tune_malloc = bulkwire_protocol::common::env_bool(&var, "BULKWIRE_MALLOC_TUNE")
             .map_err(|e| Error::Config(e.to_string()))?
             .unwrap_or(true);
+        let always_checksum = match var("BULKWIRE_CHECKSUM").as_deref().map(str::trim) {
+            None | Some("" | "auto") => false,
+            Some("always") => true,
+            Some(other) => {
+                return Err(Error::Config(format!(
+                    "BULKWIRE_CHECKSUM={other:?}: expected auto or always"
+                )));
+            }
+        };
         Ok(JobConfig {
             link,
             protocol,
@@ -124,6 +136,7 @@ impl JobConfig {
             shm,
             dead_after,
             tune_malloc,
+            always_checksum,
         })
     }
 }
@@ -236,13 +249,18 @@ pub fn connect(ctl: &mut Control, cfg: &JobConfig) -> Result<(Engine, JobInfo), 
         }
     };
     let me = Card::local(rank, bound.iter().map(|b| b.local_addr()).collect());
-    let (cards, local) = exchange_cards(ctl, me.clone(), cfg.link.code(), cfg.link.name())?;
+    // Sender and receiver must agree on whether datagrams carry a CRC: what decides it
+    // beyond the address table (forced, or bytes corrupted on purpose) goes in the card.
+    let crc_forced = cfg.always_checksum || cfg.faults.corrupt > 0.0;
+    let code = cfg.link.code() | if crc_forced { 0x80 } else { 0 };
+    let (cards, local) = exchange_cards(ctl, me.clone(), code, cfg.link.name())?;
     let local_count = local.iter().filter(|&&l| l).count();
     if cfg.link == LinkKind::Shm
         && let Some(c) = cards.iter().find(|c| !c.same_host(&me))
     {
         return Err(Error::Config(format!(
-            "BULKWIRE_TRANSPORT=shm, but rank {} runs on host {:?} and rank {rank} on {:?}:              shared memory reaches only one host (use auto or udp)",
+            "BULKWIRE_TRANSPORT=shm, but rank {} runs on host {:?} and rank {rank} on {:?}: \
+             shared memory reaches only one host (use auto or udp)",
             c.rank, c.host, me.host
         )));
     }
@@ -299,11 +317,9 @@ pub fn connect(ctl: &mut Control, cfg: &JobConfig) -> Result<(Engine, JobInfo), 
         .collect();
     let proto =
         bulkwire_protocol::by_name(protocol, common).map_err(|e| Error::Config(e.to_string()))?;
-    let ep = Endpoint::new(
-        link,
-        proto,
-        EndpointConfig::with_deadline(ctl.cookie(), cfg.dead_after),
-    );
+    let mut ep_cfg = EndpointConfig::with_deadline(ctl.cookie(), cfg.dead_after);
+    ep_cfg.always_checksum = cfg.always_checksum;
+    let ep = Endpoint::new(link, proto, ep_cfg);
     let info = JobInfo {
         cards,
         local,
@@ -381,8 +397,9 @@ fn exchange_cards(
         .collect::<Result<_, _>>()?;
     if let Some(c) = cards.iter().find(|c| c.extra.first() != Some(&code)) {
         return Err(Error::Config(format!(
-            "rank {} was started with another BULKWIRE_TRANSPORT or BULKWIRE_PROTOCOL than \
-             rank {rank} ({what}): set them alike for every process",
+            "rank {} was started with another BULKWIRE_TRANSPORT, BULKWIRE_PROTOCOL, \
+             BULKWIRE_CHECKSUM or corruption in BULKWIRE_FAULTS than rank {rank} ({what}): \
+             set them alike for every process",
             c.rank
         )));
     }

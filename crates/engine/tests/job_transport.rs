@@ -68,10 +68,20 @@ fn start(scenario: &str, hosts: &[&str], env: &[(&str, &str)]) -> Job {
         c.envs(job.vars_for(r as u32))
             .env("BULKWIRE_HOST_ID", host)
             .env("BULKWIRE_SPIN_US", "50")
-            .env(CHILD_ENV, scenario)
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped());
+            .env(CHILD_ENV, scenario);
+        // "K=V" applies to every rank, "R:K=V" to rank R only.
+        for (k, v) in env {
+            match k.split_once(':') {
+                Some((rank, k)) if rank.parse() == Ok(r) => {
+                    c.env(k, v);
+                }
+                Some(_) => {}
+                None => {
+                    c.env(k, v);
+                }
+            }
+        }
+        c.stdin(Stdio::null()).stdout(Stdio::piped());
         let mut child = c.spawn().unwrap();
         let out = child.stdout.take().unwrap();
         let tx = tx.clone();
@@ -156,7 +166,7 @@ fn first(o: &RankOut) -> &str {
 #[test]
 fn auto_on_one_host_is_shared_memory_with_utopia() {
     for o in run("deliver", &["h"; 3], &[]) {
-        assert_eq!(first(&o), "links=shm protocol=utopia", "{o:?}");
+        assert_eq!(first(&o), "links=shm protocol=utopia crc=off", "{o:?}");
         assert!(o.results.contains(&"delivered".to_string()), "{o:?}");
         assert_eq!(o.code, Some(0));
     }
@@ -166,7 +176,8 @@ fn auto_on_one_host_is_shared_memory_with_utopia() {
 fn auto_on_two_hosts_routes_per_peer_with_holefill() {
     let outs = run("deliver", &["a", "b", "a", "b"], &[]);
     for o in &outs {
-        assert_eq!(first(o), "links=shm+udp protocol=holefill", "{o:?}");
+        // The hosts "a" and "b" are one machine's loopback here: intact, so no CRC.
+        assert_eq!(first(o), "links=shm+udp protocol=holefill crc=off", "{o:?}");
         assert!(o.results.contains(&"delivered".to_string()), "{o:?}");
         assert_eq!(o.code, Some(0));
     }
@@ -175,17 +186,47 @@ fn auto_on_two_hosts_routes_per_peer_with_holefill() {
 #[test]
 fn chosen_protocol_and_faults_are_respected() {
     for o in run("deliver", &["h"; 2], &[("BULKWIRE_PROTOCOL", "gbn")]) {
-        assert_eq!(first(&o), "links=shm protocol=gbn", "{o:?}");
+        assert_eq!(first(&o), "links=shm protocol=gbn crc=off", "{o:?}");
         assert!(o.results.contains(&"delivered".to_string()), "{o:?}");
     }
     let faults = [("BULKWIRE_FAULTS", "loss=0.02,seed=1")];
     for o in run("deliver", &["h"; 2], &faults) {
-        assert_eq!(first(&o), "links=shm protocol=holefill", "{o:?}");
+        assert_eq!(first(&o), "links=shm protocol=holefill crc=off", "{o:?}");
         assert!(o.results.contains(&"delivered".to_string()), "{o:?}");
     }
     for o in run("deliver", &["h"; 2], &[("BULKWIRE_TRANSPORT", "udp")]) {
-        assert_eq!(first(&o), "links=udp protocol=holefill", "{o:?}");
+        assert_eq!(first(&o), "links=udp protocol=holefill crc=off", "{o:?}");
         assert!(o.results.contains(&"delivered".to_string()), "{o:?}");
+    }
+    // Corrupted bytes need the CRC to be caught, and so does a user who asks for it.
+    let corrupt = [
+        ("BULKWIRE_TRANSPORT", "udp"),
+        ("BULKWIRE_FAULTS", "corrupt=0.02,seed=3"),
+    ];
+    let always = [
+        ("BULKWIRE_TRANSPORT", "udp"),
+        ("BULKWIRE_CHECKSUM", "always"),
+    ];
+    for env in [&corrupt[..], &always[..]] {
+        for o in run("deliver", &["h"; 2], env) {
+            assert_eq!(first(&o), "links=udp protocol=holefill crc=on", "{o:?}");
+            assert!(o.results.contains(&"delivered".to_string()), "{o:?}");
+        }
+    }
+}
+
+#[test]
+fn ranks_that_disagree_on_the_checksum_fail_at_once() {
+    let env = [
+        ("BULKWIRE_TRANSPORT", "udp"),
+        ("0:BULKWIRE_CHECKSUM", "always"),
+    ];
+    for o in run("deliver", &["h"; 2], &env) {
+        let r = first(&o);
+        assert!(
+            r.starts_with("error") && r.contains("BULKWIRE_CHECKSUM"),
+            "{o:?}"
+        );
     }
 }
 
@@ -280,7 +321,16 @@ fn child() {
             return;
         }
     };
-    println!("RESULT links={} protocol={}", info.links, e.protocol_name());
+    println!(
+        "RESULT links={} protocol={} crc={}",
+        info.links,
+        e.protocol_name(),
+        if e.endpoint().checksums() {
+            "on"
+        } else {
+            "off"
+        }
+    );
     match scenario.as_str() {
         "deliver" => deliver(&mut e, ctl.rank(), ctl.nprocs()),
         "hold" => {

@@ -475,6 +475,10 @@ impl<L: Link> Link for Faulty<L> {
         !self.cfg.is_active() && self.inner.reliable()
     }
 
+    fn intact(&self) -> bool {
+        self.cfg.corrupt == 0.0 && self.inner.intact()
+    }
+
     /// The inner link's descriptor, unless datagrams may be held back (delay, reorder):
     /// the descriptor cannot signal their release, so callers must then sleep in
     /// [`Link::wait`], which honours it.
@@ -510,6 +514,18 @@ impl<L: Link> fmt::Debug for Faulty<L> {
 mod tests {
     use super::*;
     use crate::inproc;
+
+    #[test]
+    fn intact_unless_bytes_are_corrupted() {
+        let wrap = |spec: &str| {
+            let link = inproc::network(2, 64, 16).remove(0);
+            Faulty::new(link, FaultConfig::parse(spec).unwrap())
+        };
+        let lossy = wrap("loss=0.5,dup=0.1,reorder=0.1,seed=1");
+        assert!(lossy.intact() && !lossy.reliable());
+        assert!(!wrap("corrupt=0.01").intact());
+        assert!(wrap("").intact() && wrap("").reliable());
+    }
 
     #[test]
     fn parse_and_errors() {

@@ -24,7 +24,7 @@ pub mod shm;
 pub mod sim;
 pub mod udp;
 
-pub use batch::{RxBatch, Tx};
+pub use batch::{RX_BATCH_BYTES, RxBatch, Tx};
 pub use faults::{FaultConfig, FaultStats, Faulty};
 pub use netcache::NetCache;
 pub use route::RouteLink;
@@ -84,6 +84,16 @@ pub trait Link: Send {
         false
     }
 
+    /// True when a datagram arrives exactly as sent or not at all: the link may lose,
+    /// duplicate or reorder, but never alters bytes and carries nothing but datagrams from
+    /// this host (UDP between addresses of one host goes through the kernel's memory, never
+    /// a wire). The engine skips the CRC on such a link; the job's cookie still screens
+    /// foreign datagrams. Every process of a job must reach the same answer, so it may only
+    /// depend on job-wide facts (the address table, `BULKWIRE_FAULTS`).
+    fn intact(&self) -> bool {
+        self.reliable()
+    }
+
     /// File descriptor to poll for readability, if the link has one (lets an engine
     /// sleep on several links, or a progress thread on this one).
     fn poll_fd(&self) -> Option<std::os::fd::RawFd> {
@@ -126,6 +136,9 @@ impl<L: Link + ?Sized> Link for Box<L> {
     }
     fn reliable(&self) -> bool {
         (**self).reliable()
+    }
+    fn intact(&self) -> bool {
+        (**self).intact()
     }
     fn poll_fd(&self) -> Option<std::os::fd::RawFd> {
         (**self).poll_fd()

@@ -197,6 +197,10 @@ impl<N: Link, F: Link> Link for RouteLink<N, F> {
         self.near.reliable() && self.far.reliable()
     }
 
+    fn intact(&self) -> bool {
+        self.near.intact() && self.far.intact()
+    }
+
     fn poll_fd(&self) -> Option<RawFd> {
         Some(self.epoll.as_raw_fd())
     }

@@ -407,6 +407,34 @@ fn rank_table_and_batch_validation() {
 }
 
 #[test]
+fn intact_only_when_every_peer_is_on_this_host() {
+    // The engine skips the CRC on an intact link, so a peer that may sit behind a wire
+    // must make the link not intact.
+    let c = UdpConfig::default();
+    let local = |peers: &dyn Fn(SocketAddr) -> Vec<SocketAddr>| {
+        let b = UdpLink::bind("127.0.0.1:0".parse().unwrap(), &c).unwrap();
+        let me = b.local_addr();
+        b.into_link(0, peers(me)).unwrap().intact()
+    };
+    assert!(local(&|me| vec![me, "127.0.0.1:9".parse().unwrap()]));
+    assert!(local(&|me| vec![me, "127.1.2.3:9".parse().unwrap()]));
+    assert!(!local(&|me| vec![me, "192.0.2.7:9".parse().unwrap()]));
+    let v6 = UdpLink::bind("[::1]:0".parse().unwrap(), &c).unwrap();
+    let me6 = v6.local_addr();
+    assert!(
+        v6.into_link(0, vec![me6, "[::1]:9".parse().unwrap()])
+            .unwrap()
+            .intact()
+    );
+    let any = UdpLink::bind("[::]:0".parse().unwrap(), &c).unwrap();
+    let me = any.local_addr();
+    let l = any
+        .into_link(0, vec![me, "[2001:db8::1]:9".parse().unwrap()])
+        .unwrap();
+    assert!(!l.intact());
+}
+
+#[test]
 fn dual_stack_socket_reaches_ipv4_peers() {
     let c = UdpConfig::default();
     let a = UdpLink::bind("[::]:0".parse().unwrap(), &c).unwrap();

@@ -86,7 +86,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use bytes::Bytes;
 
-use crate::common::{BadVar, OutQueue, ReadySet, Rtt, Timers, env_bool, env_num};
+use crate::common::{BadVar, FillBuf, OutQueue, ReadySet, Rtt, Timers, env_bool, env_num};
 use crate::wire::{Header, Kind, flags};
 use crate::{Common, Event, MsgId, PeerStats, ProtoError, Protocol, Rank, Time, Transmit};
 
@@ -292,7 +292,7 @@ enum RxState {
     Announced { head: Vec<u8> },
     /// Accepted, Cts sent, data arriving into the posted buffer.
     Receiving {
-        buf: Vec<u8>,
+        buf: FillBuf,
         have: RangeSet,
         got_data: bool,
     },
@@ -690,7 +690,7 @@ impl Rmpp {
                         Then::Nothing
                     }
                 } else {
-                    buf[hdr.offset as usize..end as usize].copy_from_slice(payload);
+                    buf.write(hdr.offset as usize, payload);
                     p.stats.bytes_received += added;
                     p.last_data = now;
                     if !*got_data && conn.sends == 1 {
@@ -699,7 +699,7 @@ impl Rmpp {
                     }
                     *got_data = true;
                     if have.len() == conn.total {
-                        let data = std::mem::take(buf);
+                        let data = std::mem::take(buf).into_vec();
                         conn.state = RxState::Complete {
                             data: Some(data),
                             closed: false,
@@ -1212,19 +1212,17 @@ impl Protocol for Rmpp {
         let total = conn.total;
         // The posted receive buffer. A total the allocator cannot meet is refused rather
         // than aborting the process; the sender's Rts timer keeps asking.
-        let mut buf = Vec::new();
-        if buf.try_reserve_exact(total as usize).is_err() {
+        let Some(mut buf) = FillBuf::try_new(total as usize) else {
             p.rx.remove(&id);
             p.stats.drop_no_buffer += 1;
             return;
-        }
-        buf.extend_from_slice(&head);
-        buf.resize(total as usize, 0);
+        };
+        buf.write(0, &head);
         let mut have = RangeSet::default();
         have.insert(0, head.len() as u64);
         if head.len() as u64 == total {
             conn.state = RxState::Complete {
-                data: Some(buf),
+                data: Some(buf.into_vec()),
                 closed: false,
             };
             self.send_fin(now, from, id);

@@ -6,13 +6,13 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-use crate::common::OutQueue;
+use crate::common::{FillBuf, OutQueue};
 use crate::wire::{Header, Kind, flags};
 use crate::{Common, Event, MsgId, PeerStats, ProtoError, Protocol, Rank, Time, Transmit};
 
 struct Partial {
     msg: MsgId,
-    buf: Vec<u8>,
+    buf: FillBuf,
     got: u64,
 }
 
@@ -96,17 +96,15 @@ impl Protocol for Utopia {
             // A new message: whatever was half-received is lost for good.
             p.partial = Some(Partial {
                 msg: hdr.msg,
-                buf: vec![0; hdr.total as usize],
+                buf: FillBuf::new(hdr.total as usize),
                 got: 0,
             });
         }
         let q = p.partial.as_mut().unwrap();
-        if q.buf.len() as u64 != hdr.total {
+        if q.buf.total() as u64 != hdr.total || !q.buf.write(hdr.offset as usize, payload) {
             p.stats.drop_out_of_window += 1;
             return;
         }
-        let off = hdr.offset as usize;
-        q.buf[off..off + payload.len()].copy_from_slice(payload);
         q.got += payload.len() as u64;
         if q.got >= hdr.total {
             let q = p.partial.take().unwrap();
@@ -114,7 +112,7 @@ impl Protocol for Utopia {
             self.events.push_back(Event::Message {
                 from,
                 id: q.msg,
-                data: q.buf,
+                data: q.buf.into_vec(),
             });
         }
     }

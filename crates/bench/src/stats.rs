@@ -86,15 +86,38 @@ pub struct Hockney {
     pub n_half: f64,
 }
 
-/// Fits Hockney's model to (bytes, seconds) points: time against size by least squares.
-/// `None` when the fit is degenerate (no positive slope).
-pub fn hockney(pts: &[(f64, f64)]) -> Option<Hockney> {
-    let l = fit_line(pts)?;
-    if l.b <= 0.0 {
+/// Fits y = a + b x minimising the squared *relative* residuals (weights 1 / y^2), so that
+/// points spanning orders of magnitude count alike: by ordinary least squares the largest
+/// sizes alone set both parameters, and the start-up time comes out as noise around zero.
+/// `None` with fewer than two distinct x or a non-positive y.
+pub fn fit_line_relative(pts: &[(f64, f64)]) -> Option<(f64, f64)> {
+    if pts.len() < 2 || pts.iter().any(|p| p.1 <= 0.0 || !p.1.is_finite()) {
         return None;
     }
-    let t0 = l.a.max(0.0);
-    let r_inf = 1.0 / l.b;
+    let w = |p: &(f64, f64)| 1.0 / (p.1 * p.1);
+    let sw: f64 = pts.iter().map(w).sum();
+    let mx = pts.iter().map(|p| w(p) * p.0).sum::<f64>() / sw;
+    let my = pts.iter().map(|p| w(p) * p.1).sum::<f64>() / sw;
+    let sxx: f64 = pts.iter().map(|p| w(p) * (p.0 - mx).powi(2)).sum();
+    if sxx <= 0.0 {
+        return None;
+    }
+    let sxy: f64 = pts.iter().map(|p| w(p) * (p.0 - mx) * (p.1 - my)).sum();
+    let b = sxy / sxx;
+    Some((my - b * mx, b))
+}
+
+/// Fits Hockney's model to (bytes, seconds) points: time against size, by least squares
+/// of relative residuals ([`fit_line_relative`]). `None` when the fit is degenerate (no
+/// positive slope). A negative start-up time (the points bend away from a line) is
+/// reported as 0.
+pub fn hockney(pts: &[(f64, f64)]) -> Option<Hockney> {
+    let (a, b) = fit_line_relative(pts)?;
+    if b <= 0.0 {
+        return None;
+    }
+    let t0 = a.max(0.0);
+    let r_inf = 1.0 / b;
     Some(Hockney {
         t0,
         r_inf,
@@ -128,5 +151,19 @@ mod tests {
         assert!((h.n_half - 10_000.0).abs() < 1e-3);
         assert!(hockney(&[(1.0, 1.0)]).is_none());
         assert!(hockney(&[(1.0, 2.0), (2.0, 1.0)]).is_none());
+    }
+
+    #[test]
+    fn hockney_start_up_time_survives_a_slow_largest_size() {
+        // t0 = 5 us, 5 GB/s, except that the largest size runs at 4 GB/s (out of cache):
+        // the start-up time must still come from the small sizes.
+        let mut pts: Vec<(f64, f64)> = [1e3, 64e3, 1e6]
+            .iter()
+            .map(|&n| (n, 5e-6 + n / 5e9))
+            .collect();
+        pts.push((16e6, 5e-6 + 16e6 / 4e9));
+        let h = hockney(&pts).unwrap();
+        assert!((h.t0 - 5e-6).abs() < 1e-6, "t0 {}", h.t0);
+        assert!(h.r_inf > 3.9e9 && h.r_inf < 5.1e9, "r_inf {}", h.r_inf);
     }
 }

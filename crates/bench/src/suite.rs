@@ -601,7 +601,9 @@ impl Suite {
             .to_vec(),
             rows: Vec::new(),
             note: "Least squares of per-message time (size / bandwidth) against size over all \
-                   sizes; n_1/2 = t0 * r_inf."
+                   sizes, each point weighted by its relative error so that small and large \
+                   sizes count alike; n_1/2 = t0 * r_inf. In a stream, t0 is the cost per \
+                   message that overlapping does not hide, not the latency."
                 .into(),
         };
         for s in &sec.series {
@@ -642,7 +644,9 @@ impl Suite {
                 let mut row = vec![s.label.clone()];
                 for p in &s.points {
                     row.push(
+                        // Utopia may deliver nothing at a size (the kernel drops it all).
                         u.at(p.size)
+                            .filter(|&b| b > 0.0)
                             .map_or("-".into(), |b| format!("{:.0} %", 100.0 * p.median / b)),
                     );
                 }

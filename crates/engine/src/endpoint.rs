@@ -323,12 +323,20 @@ impl Endpoint {
     pub fn step(&mut self, now: Time) -> Result<Progress, Error> {
         let mut prog = Progress::default();
         for _ in 0..self.cfg.rx_rounds {
-            let n = self.link.recv(&mut self.rx)?;
+            let mut sink = Sink {
+                filter: &self.filter,
+                checksum: self.checksum,
+                drops: &mut self.drops,
+                live: &mut self.live,
+                control: &mut self.control,
+                proto: &mut *self.proto,
+                now,
+            };
+            let n = self.link.recv_each(&mut self.rx, &mut |d| sink.absorb(d))?;
             if n == 0 {
                 break;
             }
             prog.received += n;
-            self.absorb(now);
             if n < self.rx.slots() {
                 break;
             }
@@ -344,33 +352,6 @@ impl Endpoint {
             self.events.push_back(e.into());
         }
         Ok(prog)
-    }
-
-    fn absorb(&mut self, now: Time) {
-        for i in 0..self.rx.len() {
-            let d = self.rx.get(i);
-            let decoded = if self.checksum {
-                wire::decode(d, &self.filter)
-            } else {
-                wire::decode_unchecked(d, &self.filter)
-            };
-            match decoded {
-                Err(r) => self.drops.count(r),
-                Ok((hdr, payload)) => {
-                    let l = &mut self.live[hdr.src as usize];
-                    l.last_heard = now;
-                    match hdr.kind {
-                        Kind::Ping => {
-                            let mut h = Header::new(Kind::Pong);
-                            h.seq = hdr.seq;
-                            self.control.push_back((hdr.src, h));
-                        }
-                        Kind::Pong => {}
-                        _ => self.proto.handle(now, &hdr, payload),
-                    }
-                }
-            }
-        }
     }
 
     fn check_liveness(&mut self, now: Time) {
@@ -462,6 +443,44 @@ impl Endpoint {
             dst: hdr.dst,
             head,
             payload,
+        }
+    }
+}
+
+/// What handles one received datagram: the parts of an [`Endpoint`] it touches, apart
+/// from the link that lends the datagram.
+struct Sink<'a> {
+    filter: &'a Filter,
+    checksum: bool,
+    drops: &'a mut DropCounts,
+    live: &'a mut [Live],
+    control: &'a mut VecDeque<(Rank, Header)>,
+    proto: &'a mut dyn Protocol,
+    now: Time,
+}
+
+impl Sink<'_> {
+    /// Verifies and decodes `d`, answers pings, hands the rest to the protocol.
+    fn absorb(&mut self, d: &[u8]) {
+        let decoded = if self.checksum {
+            wire::decode(d, self.filter)
+        } else {
+            wire::decode_unchecked(d, self.filter)
+        };
+        match decoded {
+            Err(r) => self.drops.count(r),
+            Ok((hdr, payload)) => {
+                self.live[hdr.src as usize].last_heard = self.now;
+                match hdr.kind {
+                    Kind::Ping => {
+                        let mut h = Header::new(Kind::Pong);
+                        h.seq = hdr.seq;
+                        self.control.push_back((hdr.src, h));
+                    }
+                    Kind::Pong => {}
+                    _ => self.proto.handle(self.now, &hdr, payload),
+                }
+            }
         }
     }
 }

@@ -29,6 +29,12 @@ pub trait Transport: Send {
         self.now()
     }
 
+    /// The clock, read at the start of a wait that steps at once: a transport may let
+    /// that first [`Transport::step`] use this reading instead of taking another.
+    fn begin_wait(&mut self) -> Time {
+        self.now()
+    }
+
     /// Queues `data` for `to`; with `notify`, an [`Event::Sent`] follows its acknowledgement.
     fn send(&mut self, to: Rank, data: Bytes, notify: bool) -> Result<MsgId, Error>;
 
@@ -113,7 +119,7 @@ pub trait Transport: Send {
         Self: Sized,
     {
         let policy = self.policy();
-        let start = self.now();
+        let start = self.begin_wait();
         let limit = timeout.map(|t| start + t.as_nanos() as Time);
         let spin = policy.spin.as_nanos() as Time;
         let mut idle_since = start;
@@ -192,6 +198,9 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     }
     fn recent_now(&self) -> Time {
         (**self).recent_now()
+    }
+    fn begin_wait(&mut self) -> Time {
+        (**self).begin_wait()
     }
     fn send(&mut self, to: Rank, data: Bytes, notify: bool) -> Result<MsgId, Error> {
         (**self).send(to, data, notify)

@@ -80,6 +80,18 @@ pub trait Link: Send {
     /// this job's datagrams (in-process queues; shared memory among the job's processes,
     /// without injected faults). Protocols still work over it; the engine skips the CRC
     /// on such a link, where it could catch nothing.
+    /// Hands each waiting datagram to `f` (at most `batch.slots()` of them) and returns how
+    /// many. A slice is valid only during its call. By default the datagrams are received
+    /// into `batch` first; a link whose datagrams already lie in memory this process can
+    /// read (shared memory) passes them in place and saves that copy.
+    fn recv_each(&mut self, batch: &mut RxBatch, f: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
+        let n = self.recv(batch)?;
+        for i in 0..n {
+            f(batch.get(i));
+        }
+        Ok(n)
+    }
+
     fn reliable(&self) -> bool {
         false
     }
@@ -133,6 +145,9 @@ impl<L: Link + ?Sized> Link for Box<L> {
     }
     fn wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {
         (**self).wait(timeout)
+    }
+    fn recv_each(&mut self, batch: &mut RxBatch, f: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
+        (**self).recv_each(batch, f)
     }
     fn reliable(&self) -> bool {
         (**self).reliable()

@@ -183,6 +183,19 @@ impl<N: Link, F: Link> Link for RouteLink<N, F> {
         Ok(n)
     }
 
+    fn recv_each(&mut self, batch: &mut RxBatch, f: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
+        self.far_first = !self.far_first;
+        let (a, b): (&mut dyn Link, &mut dyn Link) = if self.far_first {
+            (&mut self.far, &mut self.near)
+        } else {
+            (&mut self.near, &mut self.far)
+        };
+        match a.recv_each(batch, f)? {
+            0 => b.recv_each(batch, f),
+            n => Ok(n),
+        }
+    }
+
     fn wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {
         let r = if self.prepare_sleep() {
             poll_readable(self.epoll.as_raw_fd(), timeout)

@@ -650,6 +650,121 @@ unsafe fn copy_out(data: *const u8, mask: u64, pos: u64, dst: &mut [u8]) {
     }
 }
 
+/// A caller's handler of datagrams read in place.
+type Visit<'a> = &'a mut dyn FnMut(&[u8]);
+
+impl ShmLink {
+    /// Takes up to `batch.slots()` waiting records (of at most a slot's size; longer ones
+    /// are counted and skipped), fairly across the rings, and releases their space.
+    /// Without `visit`, each is copied into `batch`. With it, each is handed to `visit`
+    /// where it lies in the ring, unless it wraps around the ring's end: then it goes
+    /// through the batch's first slot.
+    fn drain(&mut self, batch: &mut RxBatch, mut visit: Option<Visit<'_>>) -> usize {
+        let max = batch.slots();
+        let slot_size = batch.slot_size();
+        let n = self.rx.len();
+        let start = self.rx_next;
+        self.rx_next = if start + 1 == n { 0 } else { start + 1 };
+        let cap = self.layout.cap as u64;
+        let ring_bytes = self.mask as usize + 1;
+        let mut count = 0;
+        for k in 0..n {
+            if count >= max {
+                break;
+            }
+            let s = if start + k >= n {
+                start + k - n
+            } else {
+                start + k
+            };
+            let ring = &mut self.rx[s];
+            if ring.broken {
+                continue;
+            }
+            if ring.head == ring.tail_cache {
+                // SAFETY: the word lies in the segment.
+                let t = unsafe { (*ring.tail_word).load(Ordering::Acquire) };
+                if t == ring.head {
+                    continue;
+                }
+                if t < ring.head || t - ring.head > cap {
+                    ring.broken = true;
+                    self.broke("producer published an impossible tail", s);
+                    continue;
+                }
+                ring.tail_cache = t;
+            }
+            let old = ring.head;
+            let mut bad = None;
+            while ring.head < ring.tail_cache && count < max {
+                let pos = ring.head;
+                // SAFETY: 8-aligned slot within the ring; read once into a local, so a
+                // producer changing it afterwards cannot change what we validated.
+                let hdr = unsafe {
+                    ring.data
+                        .add((pos & self.mask) as usize)
+                        .cast::<u64>()
+                        .read_volatile()
+                };
+                let len = hdr as u32 as usize;
+                let need = (REC_HDR + len.next_multiple_of(8)) as u64;
+                if (hdr >> 32) as u32 != MARK {
+                    bad = Some("a record header without the marker");
+                    break;
+                }
+                if need > ring.tail_cache - pos {
+                    bad = Some("a record longer than what was published");
+                    break;
+                }
+                if len > slot_size {
+                    self.stats.rx_oversize += 1;
+                } else {
+                    let off = ((pos + REC_HDR as u64) & self.mask) as usize;
+                    match visit.as_deref_mut() {
+                        Some(f) if off + len <= ring_bytes => {
+                            // SAFETY: len <= need <= tail - head <= cap, checked above, and
+                            // the record does not wrap, so off..off+len lies in the ring.
+                            // The producer writes none of it before we publish a head past
+                            // it, below (a hostile one could only change the values, which
+                            // the layers above check, as with a copy).
+                            f(unsafe { std::slice::from_raw_parts(ring.data.add(off), len) });
+                        }
+                        visit => {
+                            let slot = if visit.is_some() { 0 } else { batch.len() };
+                            // SAFETY: len <= need <= tail - head <= cap, checked above.
+                            unsafe {
+                                copy_out(
+                                    ring.data,
+                                    self.mask,
+                                    pos + REC_HDR as u64,
+                                    &mut batch.slot_mut(slot)[..len],
+                                )
+                            };
+                            match visit {
+                                Some(f) => f(&batch.slot_mut(0)[..len]),
+                                None => batch.push_slot(slot, len),
+                            }
+                        }
+                    }
+                    count += 1;
+                }
+                ring.head = pos + need;
+            }
+            if ring.head != old {
+                // Release: we are done reading the bytes before the producer may reuse them.
+                // SAFETY: the word lies in the segment.
+                unsafe { (*ring.head_word).store(ring.head, Ordering::Release) };
+            }
+            if let Some(what) = bad {
+                ring.broken = true;
+                self.broke(what, s);
+            }
+        }
+        self.stats.rx_datagrams += count as u64;
+        count
+    }
+}
+
 impl Link for ShmLink {
     fn rank(&self) -> Rank {
         self.rank
@@ -760,88 +875,15 @@ impl Link for ShmLink {
 
     fn recv(&mut self, batch: &mut RxBatch) -> io::Result<usize> {
         batch.clear();
-        let n = self.rx.len();
-        let start = self.rx_next;
-        self.rx_next = if start + 1 == n { 0 } else { start + 1 };
-        let cap = self.layout.cap as u64;
-        let slot_size = batch.slot_size();
-        for k in 0..n {
-            if batch.is_full() {
-                break;
-            }
-            let s = if start + k >= n {
-                start + k - n
-            } else {
-                start + k
-            };
-            let ring = &mut self.rx[s];
-            if ring.broken {
-                continue;
-            }
-            if ring.head == ring.tail_cache {
-                // SAFETY: the word lies in the segment.
-                let t = unsafe { (*ring.tail_word).load(Ordering::Acquire) };
-                if t == ring.head {
-                    continue;
-                }
-                if t < ring.head || t - ring.head > cap {
-                    ring.broken = true;
-                    self.broke("producer published an impossible tail", s);
-                    continue;
-                }
-                ring.tail_cache = t;
-            }
-            let old = ring.head;
-            let mut bad = None;
-            while ring.head < ring.tail_cache && !batch.is_full() {
-                let pos = ring.head;
-                // SAFETY: 8-aligned slot within the ring; read once into a local, so a
-                // producer changing it afterwards cannot change what we validated.
-                let hdr = unsafe {
-                    ring.data
-                        .add((pos & self.mask) as usize)
-                        .cast::<u64>()
-                        .read_volatile()
-                };
-                let len = hdr as u32 as usize;
-                let need = (REC_HDR + len.next_multiple_of(8)) as u64;
-                if (hdr >> 32) as u32 != MARK {
-                    bad = Some("a record header without the marker");
-                    break;
-                }
-                if need > ring.tail_cache - pos {
-                    bad = Some("a record longer than what was published");
-                    break;
-                }
-                if len > slot_size {
-                    self.stats.rx_oversize += 1;
-                } else {
-                    let slot = batch.len();
-                    // SAFETY: len <= need <= tail - head <= cap, checked above.
-                    unsafe {
-                        copy_out(
-                            ring.data,
-                            self.mask,
-                            pos + REC_HDR as u64,
-                            &mut batch.slot_mut(slot)[..len],
-                        )
-                    };
-                    batch.push_slot(slot, len);
-                }
-                ring.head = pos + need;
-            }
-            if ring.head != old {
-                // Release: we are done reading the bytes before the producer may reuse them.
-                // SAFETY: the word lies in the segment.
-                unsafe { (*ring.head_word).store(ring.head, Ordering::Release) };
-            }
-            if let Some(what) = bad {
-                ring.broken = true;
-                self.broke(what, s);
-            }
-        }
-        self.stats.rx_datagrams += batch.len() as u64;
-        Ok(batch.len())
+        Ok(self.drain(batch, None))
+    }
+
+    /// Datagrams are read where they lie in the ring, saving the copy into a batch: for
+    /// large messages the copy out of the ring into the message is then the only one on
+    /// this side. A record that wraps around the ring's end goes through `batch`.
+    fn recv_each(&mut self, batch: &mut RxBatch, f: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
+        batch.clear();
+        Ok(self.drain(batch, Some(f)))
     }
 
     fn wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {

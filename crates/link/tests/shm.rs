@@ -53,28 +53,48 @@ fn send_one(l: &mut ShmLink, dst: u32, d: &[u8]) -> usize {
     .unwrap()
 }
 
-#[test]
-fn wraps_around_and_keeps_order() {
+/// Many laps of a 4 KiB ring with sizes 0..=1024, so every alignment of the wrap point
+/// comes up, received with `recv` or (`in_place`) with `recv_each`, which reads records
+/// in the ring and bounces only those that wrap.
+fn laps(in_place: bool) {
     let mut v = links(2, small());
     let mut b = v.pop().unwrap();
     let mut a = v.pop().unwrap();
     let mut rx = RxBatch::new(8, 1024);
     let (mut next_tx, mut next_rx) = (0u64, 0u64);
-    // Many laps of a 4 KiB ring with sizes 0..=1024: every alignment of the wrap point.
     while next_rx < 20_000 {
         while send_one(&mut a, 1, &dgram(next_tx, 1024)) == 1 {
             next_tx += 1;
         }
-        let n = b.recv(&mut rx).unwrap();
-        assert!(n > 0, "a full ring yields datagrams");
-        for d in rx.iter() {
+        let mut check = |d: &[u8]| {
             assert_eq!(d, &dgram(next_rx, 1024)[..], "datagram {next_rx}");
             next_rx += 1;
-        }
+        };
+        let n = if in_place {
+            b.recv_each(&mut rx, &mut check).unwrap()
+        } else {
+            let n = b.recv(&mut rx).unwrap();
+            rx.iter().for_each(check);
+            n
+        };
+        assert!(
+            n > 0 && n <= 8,
+            "a full ring yields up to a batch of datagrams"
+        );
     }
     assert_eq!(b.recv(&mut rx).unwrap(), (next_tx - next_rx) as usize);
     assert!(a.stats().tx_full > 0);
     assert_eq!(a.stats().broken_rings + b.stats().broken_rings, 0);
+}
+
+#[test]
+fn wraps_around_and_keeps_order() {
+    laps(false);
+}
+
+#[test]
+fn read_in_place_wraps_around_and_keeps_order() {
+    laps(true);
 }
 
 #[test]

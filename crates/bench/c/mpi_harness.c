@@ -56,8 +56,11 @@ static void latency(long size, int warmup, int iters) {
     free(s); free(b);
 }
 
-static void bandwidth(long size, int window, int warmup, int reps) {
+/* own: the receiver takes each message of a window into a buffer of its own, as
+ * bulkwire's point-to-point kernel must (Rust lends a buffer to one receive at a time). */
+static void bandwidth(long size, int window, int warmup, int reps, int own) {
     char *b = buf(size);
+    char *rb = own ? buf(size * window) : b;
     char ack = 0;
     MPI_Request *rq = malloc(sizeof(MPI_Request) * window);
     double *s = malloc(sizeof(double) * reps);
@@ -70,14 +73,16 @@ static void bandwidth(long size, int window, int warmup, int reps) {
             MPI_Recv(&ack, 1, MPI_BYTE, 1, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
             if (i >= warmup) s[i - warmup] = (double)size * window / (MPI_Wtime() - t0);
         } else if (rank == 1) {
-            /* One buffer for the whole window, as OSU does: what is measured is the
-             * transport, not the receiver's memory. */
-            for (int w = 0; w < window; w++) MPI_Irecv(b, size, MPI_BYTE, 0, 2, MPI_COMM_WORLD, &rq[w]);
+            /* Without own, one buffer for the whole window, as OSU does: what is measured
+             * is the transport, not the receiver's memory. */
+            for (int w = 0; w < window; w++)
+                MPI_Irecv(rb + (own ? w * size : 0), size, MPI_BYTE, 0, 2, MPI_COMM_WORLD, &rq[w]);
             MPI_Waitall(window, rq, MPI_STATUSES_IGNORE);
             MPI_Send(&ack, 1, MPI_BYTE, 0, 3, MPI_COMM_WORLD);
         }
     }
-    if (rank == 0) report("bandwidth", size, s, reps);
+    if (rank == 0) report(own ? "bandwidth-own" : "bandwidth", size, s, reps);
+    if (own) free(rb);
     free(s); free(rq); free(b);
 }
 
@@ -143,7 +148,8 @@ int main(int argc, char **argv) {
     for (int a = 5; a < argc; a++) {
         long size = atol(argv[a]);
         if (!strcmp(kind, "latency")) latency(size, warmup, iters);
-        else if (!strcmp(kind, "bandwidth")) bandwidth(size, (int)extra, warmup, iters);
+        else if (!strcmp(kind, "bandwidth")) bandwidth(size, (int)extra, warmup, iters, 0);
+        else if (!strcmp(kind, "bandwidth-own")) bandwidth(size, (int)extra, warmup, iters, 1);
         else if (!strcmp(kind, "overlap")) overlap(size, extra, iters);
         else collective(kind, size, warmup, iters);
     }

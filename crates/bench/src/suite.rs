@@ -550,6 +550,24 @@ impl Suite {
                 met: r.is_finite().then_some(r <= 1.2),
             });
         }
+        let vader = sec
+            .series
+            .iter()
+            .find(|s| s.group == Group::Mpi && s.label.ends_with(" shm"));
+        if let (Some(b), Some(m)) = (sec.series.iter().find(|s| s.label == "utopia/shm"), vader) {
+            let (x, y) = (b.points[0].median, m.points[0].median);
+            let r = x / y;
+            sec.targets.push(Target {
+                what: format!(
+                    "shared memory {} half round trip: utopia/shm vs {}",
+                    size_label(sizes[0]),
+                    m.label
+                ),
+                measured: format!("{r:.2}x ({} vs {} us)", us(x), us(y)),
+                target: "< 1x".into(),
+                met: r.is_finite().then_some(r < 1.0),
+            });
+        }
         sec
     }
 
@@ -1235,7 +1253,7 @@ impl Suite {
 
     /// Number of runs [`Suite::layers`] makes.
     pub fn layers_runs(&self) -> usize {
-        2 * self.layer_stacks().len() + 3 + 4
+        2 * self.layer_stacks().len() + 3 + 5
     }
 
     /// Seed 004 Table 3: latency, throughput and N/2 at each level of the stack.
@@ -1268,11 +1286,20 @@ impl Suite {
                  superstep carrying one 8-byte put, throughput 8 B / g, N/2 = 8 l / g (bspbench \
                  fit). Collectives: an 8-byte broadcast from one process to the other (the \
                  slowest process's time), throughput and N/2 from broadcast times over the same \
-                 sizes. MPI rows: Open MPI's own ping-pong and streaming, the top of its stack.",
+                 sizes. MPI rows: Open MPI's own ping-pong and streaming, the top of its stack. \
+                 It receives a window into one buffer (OSU's way) and, in the row so marked, \
+                 each message into a buffer of its own, as bulkwire's p2p kernel does.",
                 size_label(sizes[0]),
                 size_label(*sizes.last().unwrap())
             ),
         };
+        // Throughput at the largest size: p2p over shared memory, and Open MPI over shared
+        // memory receiving as OSU does (one buffer) and as bulkwire's kernel must (a buffer
+        // per message of the window).
+        let mut p2p_shm_top: Option<f64> = None;
+        let mut mpi_shm_top: Option<f64> = None;
+        let mut mpi_shm_own_top: Option<f64> = None;
+        let top_size = *sizes.last().unwrap();
         let mut row_of = |name: String, lat: Option<f64>, bw: Option<(f64, f64)>| {
             t.rows.push(vec![
                 name,
@@ -1314,6 +1341,9 @@ impl Suite {
             for r in [lat, bw].into_iter().flatten() {
                 sec.series.push(Series::from_pair(&r));
                 sec.results.push(r);
+            }
+            if matches!(&stack, Stack::P2p { link, .. } if link == "shm") {
+                p2p_shm_top = bw_v.map(|(r, _)| r);
             }
             row_of(name.to_string(), lat_v, bw_v);
         }
@@ -1436,9 +1466,58 @@ impl Suite {
                     Err(e) => sec.skipped.push(format!("{name}: {e}")),
                 }
             }
-            row_of(name, lat_v, bw_v);
+            row_of(name.clone(), lat_v, bw_v);
+            if net != MpiNet::Shm {
+                continue;
+            }
+            mpi_shm_top = bw_v.map(|(r, _)| r);
+            (self.progress)("layers: MPI shm bandwidth, a buffer per message");
+            let own = mpi.run(
+                "bandwidth-own",
+                2,
+                net,
+                bw_warmup,
+                reps,
+                64.0,
+                &sizes,
+                Duration::from_secs(600),
+            );
+            let name = format!("{name}, a receive buffer per message");
+            match own {
+                Ok(v) => {
+                    let s = Series {
+                        label: name.clone(),
+                        group: Group::Mpi,
+                        points: v.iter().map(Stat::from).collect(),
+                    };
+                    let top = s.throughput_and_n_half();
+                    mpi_shm_own_top = Some(top.0);
+                    row_of(name, None, Some(top));
+                    sec.mpi.extend(v);
+                }
+                Err(e) => sec.skipped.push(format!("{name}: {e}")),
+            }
         }
         sec.tables = vec![t];
+        if let (Some(p), Some(own), Some(osu)) = (p2p_shm_top, mpi_shm_own_top, mpi_shm_top) {
+            let r = p / own;
+            sec.targets.push(Target {
+                what: format!(
+                    "p2p over shm, {} streaming vs Open MPI over shm (both a receive buffer \
+                     per message)",
+                    size_label(top_size)
+                ),
+                measured: format!(
+                    "{r:.2}x ({} vs {} GB/s; {:.2}x against MPI receiving into one buffer, \
+                     OSU's way)",
+                    gbs(p),
+                    gbs(own),
+                    p / osu
+                ),
+                target: ">= 1x".into(),
+                met: r.is_finite().then_some(r >= 1.0),
+            });
+        }
         sec
     }
 

@@ -31,7 +31,9 @@
 //! foresees running out of send buffers within one round trip: its free buffers toward
 //! the peer (window and shared pool) are no more than the packets it consumed in the last
 //! round trip. The last packet of each hole resend also asks, so recovery proceeds hole
-//! by hole without waiting for a timer. Requests are remembered until some ack goes out,
+//! by hole without waiting for a timer. A receiver also acks at once when a hole opens
+//! (the first packet held beyond `ack`): one ack per hole, which spares a stream the wait
+//! for the next requested ack or prod. Requests are remembered until some ack goes out,
 //! and several due in one [`Protocol::poll_transmit`] make one ack, or none when data
 //! leaves for that peer at the same time (the ack rides on it).
 //!
@@ -53,7 +55,8 @@
 //! **Buffers.** `n = buffers` is split evenly into a send pool and a receive pool, both
 //! shared by all peers. A sent packet holds a send buffer (a cheap `Bytes` slice of the
 //! message, no copy) until acknowledged; at most `window` packets per peer are
-//! unacknowledged. A packet received beyond the next expected one holds a receive buffer
+//! unacknowledged, and no more than `inflight_bytes` of them (at least
+//! [`MIN_BYTE_WINDOW`] packets), since a deep queue lengthens every repair. A packet received beyond the next expected one holds a receive buffer
 //! until the gap before it fills; when the pool is empty only the next expected packet is
 //! accepted (it needs no buffer), but the ack and end of hole of every arrival are still
 //! used, so send queues drain and progress is guaranteed.
@@ -100,7 +103,16 @@ pub struct HolefillConfig {
     /// Longest interval between prods after back-off. Default 100 ms
     /// (`BULKWIRE_HOLEFILL_PROD_MAX_US`).
     pub prod_max: Time,
+    /// Most payload bytes unacknowledged per peer: the window toward a peer is cut to this
+    /// many bytes of its largest packets (but at least [`MIN_BYTE_WINDOW`] packets). 256
+    /// packets of 64 KiB over loopback put 16 MiB in flight: queues in the kernel grew the
+    /// round trip to milliseconds, every loss waited that long to be repaired, and the
+    /// socket buffers overflowed. Default 4 MiB (`BULKWIRE_HOLEFILL_INFLIGHT_KB`, KiB).
+    pub inflight_bytes: u64,
 }
+
+/// The fewest packets a byte cap leaves in the window.
+pub const MIN_BYTE_WINDOW: u32 = 16;
 
 impl Default for HolefillConfig {
     fn default() -> Self {
@@ -111,6 +123,7 @@ impl Default for HolefillConfig {
             burst: 32,
             prod_min: 100 * US,
             prod_max: 100 * MS,
+            inflight_bytes: 4 << 20,
         }
     }
 }
@@ -133,6 +146,8 @@ pub enum HolefillConfigError {
     Burst,
     #[error("prod_min {min} ns must be positive and at most prod_max {max} ns")]
     Prod { min: Time, max: Time },
+    #[error("inflight_bytes must be positive")]
+    Inflight,
 }
 
 impl HolefillConfig {
@@ -170,6 +185,9 @@ impl HolefillConfig {
                 max: self.prod_max,
             });
         }
+        if self.inflight_bytes == 0 {
+            return Err(HolefillConfigError::Inflight);
+        }
         Ok(())
     }
 
@@ -196,6 +214,8 @@ impl HolefillConfig {
             prod_max: num("BULKWIRE_HOLEFILL_PROD_MAX_US")?
                 .map_or(d.prod_max, |v| v.saturating_mul(US)),
             window: d.window,
+            inflight_bytes: num("BULKWIRE_HOLEFILL_INFLIGHT_KB")?
+                .map_or(d.inflight_bytes, |v| v.saturating_mul(1024)),
         };
         cfg.window = match num("BULKWIRE_HOLEFILL_WINDOW")? {
             Some(w) => u32_of(w),
@@ -325,6 +345,11 @@ impl Bits {
 
 struct Peer {
     // Sending.
+    /// Most unacknowledged packets toward this peer (the window, cut by the byte cap).
+    send_window: u32,
+    /// New packets from this peer that make a requested ack due (n/(2p), capped at half
+    /// the window the peer sends with).
+    ack_every: u32,
     out: OutQueue,
     inflight: VecDeque<Slot>,
     snd_una: u32,
@@ -417,7 +442,18 @@ impl Holefill {
         let per_link = cfg.buffers as u64 / (2 * c.nprocs.max(1) as u64);
         let ack_every = (per_link as u32).clamp(1, (window / 2).max(1));
         let peers = (0..c.nprocs)
-            .map(|_| Peer {
+            .map(|i| {
+                // The send window toward `i` in packets, cut to the byte cap; the
+                // receiver acknowledges by the same cut (both ends compute it from the
+                // pair's packet size), and still accepts the whole configured window.
+                let mp = c.max_payload.get(i as usize).copied().unwrap_or(1).max(1) as u64;
+                let by_bytes = (cfg.inflight_bytes / mp).min(u32::MAX as u64) as u32;
+                let w = by_bytes.clamp(MIN_BYTE_WINDOW.min(window), window);
+                (w, (per_link as u32).clamp(1, (w / 2).max(1)))
+            })
+            .map(|(send_window, ack_every)| Peer {
+                send_window,
+                ack_every,
                 out: OutQueue::default(),
                 inflight: VecDeque::new(),
                 snd_una: 0,
@@ -539,7 +575,7 @@ impl Holefill {
     }
 
     fn can_send_new(&self, p: &Peer) -> bool {
-        !p.out.is_empty() && (p.inflight.len() as u32) < self.cfg.window && self.send_free > 0
+        !p.out.is_empty() && (p.inflight.len() as u32) < p.send_window && self.send_free > 0
     }
 
     /// The end of hole to report to `p`.
@@ -695,8 +731,8 @@ impl Holefill {
     fn take_data(&mut self, peer: Rank, now: Time, hdr: &Header, payload: &[u8]) {
         let seq = self.seq;
         let window = self.cfg.window;
-        let ack_every = self.ack_every;
         let p = &mut self.peers[peer as usize];
+        let ack_every = p.ack_every;
         let req = hdr.has(flags::ACK_REQ);
         let mut urgent = hdr.has(flags::LAST_OF_PHASE) || hdr.has(flags::RETRANSMIT);
         let s = hdr.seq;
@@ -705,6 +741,7 @@ impl Holefill {
             return;
         }
         let d = seq.dist(p.rcv_nxt, s);
+        let mut new_hole = false;
         if d < window {
             if d > 0 && p.held.get(d as usize) {
                 p.stats.drop_duplicate += 1;
@@ -738,6 +775,7 @@ impl Holefill {
                         self.recv_free += 1;
                     }
                 } else {
+                    new_hole = p.held.count == 0;
                     p.held.set(d as usize);
                     self.recv_free -= 1;
                 }
@@ -760,7 +798,12 @@ impl Holefill {
         if req {
             p.ack_requested = true;
         }
-        if p.ack_requested && ((req && urgent) || p.since_ack >= ack_every) {
+        // A hole just opened: say so at once (one ack per hole), so that the sender,
+        // which takes a reported hole on an ordered path as lost, repairs it within a
+        // round trip instead of at the next requested ack or prod. Those come a byte
+        // window or a round trip apart, and in a stream the round trip includes the
+        // queue: with 1 % loss on loopback each loss cost ~0.5 ms before this.
+        if new_hole || (p.ack_requested && ((req && urgent) || p.since_ack >= ack_every)) {
             p.ack_due = true;
             p.echo = hdr.aux;
             self.ready.insert(peer);
@@ -773,7 +816,10 @@ impl Holefill {
 
     /// Foresees running out of send buffers toward `p` within one round trip.
     fn low_on_buffers(&self, p: &Peer) -> bool {
-        let free = (self.cfg.window - p.inflight.len() as u32).min(self.send_free);
+        let free = p
+            .send_window
+            .saturating_sub(p.inflight.len() as u32)
+            .min(self.send_free);
         free <= p.rate_prev.max(p.rate_cur)
     }
 
@@ -1290,6 +1336,7 @@ mod tests {
             ("BULKWIRE_HOLEFILL_BURST", "8"),
             ("BULKWIRE_HOLEFILL_PROD_MIN_US", "50"),
             ("BULKWIRE_HOLEFILL_PROD_MAX_US", "20000"),
+            ("BULKWIRE_HOLEFILL_INFLIGHT_KB", "512"),
         ]))
         .unwrap();
         assert_eq!(
@@ -1301,6 +1348,7 @@ mod tests {
                 burst: 8,
                 prod_min: 50 * US,
                 prod_max: 20 * MS,
+                inflight_bytes: 512 << 10,
             }
         );
         // Fewer buffers alone shrink the default window with them.
@@ -2183,6 +2231,34 @@ mod tests {
         a.handle(4 * US, &ack(0, 3), &[]);
         assert_eq!(a.peer_stats(1).bogus, 5);
         assert!(out(&mut a, 4 * US).is_empty());
+    }
+
+    #[test]
+    fn the_byte_cap_cuts_the_window_of_large_packets_only() {
+        // 64 KiB packets: 4 MiB in flight is 64 of them, and the receiver acknowledges
+        // every 32 (half the cut window). Small packets keep the configured 256.
+        for (payload, window, ack_every) in [(65_536, 64, 32), (1_000, 256, 128)] {
+            let mut a = node(0, 2, payload, HolefillConfig::default());
+            a.send(0, 1, Bytes::from(vec![7u8; 40 << 20]), false)
+                .unwrap();
+            let mut out = Vec::new();
+            a.poll_transmit(0, &mut out, usize::MAX);
+            assert_eq!(out.len(), window, "payload {payload}");
+            assert!(out.iter().all(|t| t.payload.len() == payload));
+            let b = node(1, 2, payload, HolefillConfig::default());
+            assert_eq!(b.peers[0].ack_every, ack_every, "payload {payload}");
+        }
+        // The cap never leaves fewer than MIN_BYTE_WINDOW packets.
+        let cfg = HolefillConfig {
+            inflight_bytes: 1,
+            ..HolefillConfig::default()
+        };
+        let mut a = node(0, 2, 65_536, cfg);
+        a.send(0, 1, Bytes::from(vec![7u8; 4 << 20]), false)
+            .unwrap();
+        let mut out = Vec::new();
+        a.poll_transmit(0, &mut out, usize::MAX);
+        assert_eq!(out.len(), MIN_BYTE_WINDOW as usize);
     }
 
     #[test]

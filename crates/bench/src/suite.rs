@@ -1439,17 +1439,21 @@ impl Suite {
                 &[8],
                 Duration::from_secs(600),
             );
+            // OSU's window of 64; `kind` says how the receiver places a window.
+            let stream = |kind: &str| {
+                mpi.run(
+                    kind,
+                    2,
+                    net,
+                    bw_warmup,
+                    reps,
+                    64.0,
+                    &sizes,
+                    Duration::from_secs(600),
+                )
+            };
             (self.progress)(&format!("layers: MPI {} bandwidth", net.label()));
-            let bw = mpi.run(
-                "bandwidth",
-                2,
-                net,
-                bw_warmup,
-                reps,
-                64.0,
-                &sizes,
-                Duration::from_secs(600),
-            );
+            let bw = stream("bandwidth");
             let name = format!("MPI ({} {})", short_mpi(&mpi.version), net.label());
             let lat_v = lat.as_ref().ok().map(|v| v[0].median);
             let bw_v = bw.as_ref().ok().map(|v| {
@@ -1472,16 +1476,7 @@ impl Suite {
             }
             mpi_shm_top = bw_v.map(|(r, _)| r);
             (self.progress)("layers: MPI shm bandwidth, a buffer per message");
-            let own = mpi.run(
-                "bandwidth-own",
-                2,
-                net,
-                bw_warmup,
-                reps,
-                64.0,
-                &sizes,
-                Duration::from_secs(600),
-            );
+            let own = stream("bandwidth-own");
             let name = format!("{name}, a receive buffer per message");
             match own {
                 Ok(v) => {

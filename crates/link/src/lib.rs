@@ -76,10 +76,6 @@ pub trait Link: Send {
             .unwrap_or(0)
     }
 
-    /// True when the link itself never loses, corrupts or reorders, and carries nothing but
-    /// this job's datagrams (in-process queues; shared memory among the job's processes,
-    /// without injected faults). Protocols still work over it; the engine skips the CRC
-    /// on such a link, where it could catch nothing.
     /// Hands each waiting datagram to `f` (at most `batch.slots()` of them) and returns how
     /// many. A slice is valid only during its call. By default the datagrams are received
     /// into `batch` first; a link whose datagrams already lie in memory this process can
@@ -92,6 +88,10 @@ pub trait Link: Send {
         Ok(n)
     }
 
+    /// True when the link itself never loses, corrupts or reorders, and carries nothing but
+    /// this job's datagrams (in-process queues; shared memory among the job's processes,
+    /// without injected faults). Protocols still work over it; a job over such a link
+    /// runs `utopia` unless a protocol is named.
     fn reliable(&self) -> bool {
         false
     }

@@ -45,6 +45,17 @@ impl<N: Link, F: Link> std::fmt::Debug for RouteLink<N, F> {
 }
 
 impl<N: Link, F: Link> RouteLink<N, F> {
+    /// The two links in the order the next receive asks them: each goes first every
+    /// other time, so neither starves the other.
+    fn turns(&mut self) -> (&mut dyn Link, &mut dyn Link) {
+        self.far_first = !self.far_first;
+        if self.far_first {
+            (&mut self.far, &mut self.near)
+        } else {
+            (&mut self.near, &mut self.far)
+        }
+    }
+
     /// Joins `near` and `far` (same rank and job size); `routes[r]` says which reaches
     /// rank `r`. Both links must have a [`Link::poll_fd`].
     pub fn new(near: N, far: F, routes: Vec<Route>) -> io::Result<RouteLink<N, F>> {
@@ -168,28 +179,15 @@ impl<N: Link, F: Link> Link for RouteLink<N, F> {
     }
 
     fn recv(&mut self, batch: &mut RxBatch) -> io::Result<usize> {
-        self.far_first = !self.far_first;
-        let n = if self.far_first {
-            match self.far.recv(batch)? {
-                0 => self.near.recv(batch)?,
-                n => n,
-            }
-        } else {
-            match self.near.recv(batch)? {
-                0 => self.far.recv(batch)?,
-                n => n,
-            }
-        };
-        Ok(n)
+        let (a, b) = self.turns();
+        match a.recv(batch)? {
+            0 => b.recv(batch),
+            n => Ok(n),
+        }
     }
 
     fn recv_each(&mut self, batch: &mut RxBatch, f: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
-        self.far_first = !self.far_first;
-        let (a, b): (&mut dyn Link, &mut dyn Link) = if self.far_first {
-            (&mut self.far, &mut self.near)
-        } else {
-            (&mut self.near, &mut self.far)
-        };
+        let (a, b) = self.turns();
         match a.recv_each(batch, f)? {
             0 => b.recv_each(batch, f),
             n => Ok(n),

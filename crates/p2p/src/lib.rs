@@ -727,9 +727,10 @@ impl Comm {
         let mut out: Vec<Option<(Result<Status, Error>, Keep)>> =
             ids.iter().map(|_| None).collect();
         // Every request before `next` is collected. Requests are taken in order, and the
-        // check stops at the first one not done: a wait is called on every spin, and
-        // scanning a window of 64 requests each time starved the progress it waits on
-        // (40 % of the cycles of a 1 MiB stream over shared memory).
+        // check stops at the first one not done: the check runs on every spin, and
+        // rescanning a window of 64 requests each time took 40 % of the cycles of a 1 MiB
+        // stream over shared memory (cycles spent waiting: the rate did not change, but
+        // a core shared with other processes gets them back).
         let mut next = 0;
         let _ = self.wait_until(None, |s| {
             while let Some(id) = ids.get(next) {

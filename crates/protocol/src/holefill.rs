@@ -111,6 +111,16 @@ pub struct HolefillConfig {
     pub inflight_bytes: u64,
 }
 
+/// n/(2p) new packets make a requested ack due, capped at half of `window` so that a lone
+/// sender is never left waiting out a round trip per window.
+fn ack_every(cfg: &HolefillConfig, nprocs: u32, window: u32) -> u32 {
+    let per_link = cfg.buffers as u64 / (2 * nprocs.max(1) as u64);
+    per_link
+        .min(u32::MAX as u64)
+        .max(1)
+        .min((window / 2).max(1) as u64) as u32
+}
+
 /// The fewest packets a byte cap leaves in the window.
 pub const MIN_BYTE_WINDOW: u32 = 16;
 
@@ -412,7 +422,6 @@ pub struct Holefill {
     c: Common,
     cfg: HolefillConfig,
     seq: SeqSpace,
-    ack_every: u32,
     peers: Vec<Peer>,
     ready: ReadySet,
     timers: Timers,
@@ -437,10 +446,6 @@ impl Holefill {
         let send_pool = cfg.buffers / 2;
         let recv_pool = cfg.buffers - send_pool;
         let window = cfg.window;
-        // n/(2p), capped at half the window so that a lone sender is never left waiting
-        // out a round trip per window.
-        let per_link = cfg.buffers as u64 / (2 * c.nprocs.max(1) as u64);
-        let ack_every = (per_link as u32).clamp(1, (window / 2).max(1));
         let peers = (0..c.nprocs)
             .map(|i| {
                 // The send window toward `i` in packets, cut to the byte cap; the
@@ -449,7 +454,7 @@ impl Holefill {
                 let mp = c.max_payload.get(i as usize).copied().unwrap_or(1).max(1) as u64;
                 let by_bytes = (cfg.inflight_bytes / mp).min(u32::MAX as u64) as u32;
                 let w = by_bytes.clamp(MIN_BYTE_WINDOW.min(window), window);
-                (w, (per_link as u32).clamp(1, (w / 2).max(1)))
+                (w, ack_every(&cfg, c.nprocs, w))
             })
             .map(|(send_window, ack_every)| Peer {
                 send_window,
@@ -499,7 +504,6 @@ impl Holefill {
             swept: 0,
             peers,
             seq,
-            ack_every,
             cfg,
             c,
         })
@@ -516,9 +520,10 @@ impl Holefill {
     }
 
     /// New packets from a peer after which a requested ack is sent: `n/(2p)`, capped at
-    /// half the window.
+    /// half the configured window (toward a peer whose window the byte cap cuts, half of
+    /// that).
     pub fn ack_every(&self) -> u32 {
-        self.ack_every
+        ack_every(&self.cfg, self.c.nprocs, self.cfg.window)
     }
 
     /// Free send and receive buffers.

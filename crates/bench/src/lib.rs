@@ -4,7 +4,8 @@
 //! `bwbench` are in [`suite`], over two-process ([`pair`]) and p-process ([`group`]) jobs,
 //! collective latency over p processes ([`coll`]), the simulated network ([`simexp`],
 //! [`errors`]), kernel TCP between namespaces
-//! ([`netns`]) and the user's MPI ([`mpi`]); [`report`] writes them up.
+//! ([`netns`]) and the user's MPI ([`mpi`]); the figures that decide a target are measured
+//! in alternating [`rounds`]; [`report`] writes them up.
 
 pub mod bspk;
 pub mod coll;
@@ -18,6 +19,7 @@ pub mod p2pk;
 pub mod pair;
 pub mod raw;
 pub mod report;
+pub mod rounds;
 pub mod simexp;
 pub mod stats;
 pub mod suite;

@@ -124,6 +124,24 @@ pub struct Point {
     pub samples: Vec<f64>,
     /// Bandwidth: bytes the receiver got / bytes sent, over all repetitions.
     pub delivered: Option<f64>,
+    /// Bandwidth: per repetition, whether every byte arrived (empty for latency).
+    #[serde(default)]
+    pub complete: Vec<bool>,
+}
+
+impl Point {
+    /// Bandwidth: the best rate of a repetition in which every byte arrived. Interference
+    /// on a shared machine only ever slows a repetition down, so the best one is the
+    /// closest to what the stack itself can do; a repetition that lost datagrams waited
+    /// for its idle timeout and says nothing about the link.
+    pub fn best_complete_rate(&self) -> Option<f64> {
+        self.samples
+            .iter()
+            .zip(&self.complete)
+            .filter(|(_, c)| **c)
+            .map(|(x, _)| *x)
+            .reduce(f64::max)
+    }
 }
 
 /// Protocol counters of rank 0 toward rank 1 after the experiment.
@@ -455,6 +473,7 @@ fn measure(k: &mut dyn Kernels, role: Role, spec: &PairSpec) -> Result<PairResul
                     size,
                     samples,
                     delivered: None,
+                    complete: Vec::new(),
                 });
             }
         }
@@ -484,6 +503,7 @@ fn measure(k: &mut dyn Kernels, role: Role, spec: &PairSpec) -> Result<PairResul
                     size,
                     samples,
                     delivered: None,
+                    complete: Vec::new(),
                 });
             }
         }
@@ -502,5 +522,9 @@ fn stream_point(size: usize, window: usize, s: &[kernels::StreamSample]) -> Poin
         size,
         samples: s.iter().map(|x| x.rate()).collect(),
         delivered: Some(if sent > 0.0 { got / sent } else { 1.0 }),
+        complete: s
+            .iter()
+            .map(|x| x.bytes >= (size * window) as u64)
+            .collect(),
     }
 }

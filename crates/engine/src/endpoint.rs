@@ -138,6 +138,8 @@ pub struct Endpoint {
     /// Packets taken from the protocol, encoded, that the link has not accepted yet.
     pending: VecDeque<Encoded>,
     scratch: Vec<Transmit>,
+    /// The encoded headers of `scratch`'s packets.
+    heads: Vec<[u8; HEADER_LEN]>,
     /// The allocation of the batch handed to the link, kept between steps.
     txbuf: Vec<Tx<'static>>,
     /// Engine-level control packets (pings and pongs), sent before protocol traffic.
@@ -166,6 +168,7 @@ impl Endpoint {
             rx: RxBatch::cache_sized(cfg.rx_slots, slot),
             pending: VecDeque::new(),
             scratch: Vec::new(),
+            heads: Vec::new(),
             txbuf: Vec::new(),
             control: VecDeque::new(),
             events: VecDeque::new(),
@@ -309,6 +312,12 @@ impl Endpoint {
         }
     }
 
+    /// Whether the protocol needs the current time to send (see
+    /// [`bulkwire_protocol::Protocol::clocked`]).
+    pub fn clocked(&self) -> bool {
+        self.proto.clocked()
+    }
+
     /// Hands the link what the protocol has to send now, without receiving first: the
     /// path of a fresh send, where an extra receive call would only add latency.
     pub fn push(&mut self, now: Time) -> Result<usize, Error> {
@@ -399,6 +408,46 @@ impl Endpoint {
             hdr.dst = dst;
             self.pending.push_front(self.encode(hdr, Bytes::new()));
         }
+        // Nothing left over from an earlier call (the usual case): the protocol's packets go
+        // to the link from the scratch vector, with their headers beside it, and only what
+        // the link refuses stops in `pending`. A small message's send is then a few moves
+        // shorter (~0.1 us less CPU per round trip over shared memory).
+        while self.pending.is_empty() {
+            let want = self.cfg.tx_batch;
+            let mut got = std::mem::take(&mut self.scratch);
+            self.proto.poll_transmit(now, &mut got, want);
+            if got.is_empty() {
+                self.scratch = got;
+                return Ok(sent);
+            }
+            let mut heads = std::mem::take(&mut self.heads);
+            heads.clear();
+            heads.extend(got.iter_mut().map(|t| self.head(&mut t.hdr, &t.payload)));
+            let mut batch = recycle(std::mem::take(&mut self.txbuf));
+            batch.extend(got.iter().zip(&heads).map(|(t, head)| Tx {
+                dst: t.hdr.dst,
+                head,
+                body: &t.payload,
+            }));
+            let r = self.link.send(&batch);
+            self.txbuf = recycle(batch);
+            // On an error nothing was sent: everything waits in `pending`, as below.
+            let n = *r.as_ref().unwrap_or(&0);
+            let full = got.len() == want;
+            for (t, head) in got.drain(..).zip(&heads).skip(n) {
+                self.pending.push_back(Encoded {
+                    dst: t.hdr.dst,
+                    head: *head,
+                    payload: t.payload,
+                });
+            }
+            self.scratch = got;
+            self.heads = heads;
+            sent += r?;
+            if !full {
+                return Ok(sent);
+            }
+        }
         loop {
             if self.pending.len() < self.cfg.tx_batch {
                 let want = self.cfg.tx_batch - self.pending.len();
@@ -430,15 +479,21 @@ impl Endpoint {
         }
     }
 
+    /// Stamps `hdr` with this endpoint's cookie and rank and encodes it.
     #[inline]
-    fn encode(&self, mut hdr: Header, payload: Bytes) -> Encoded {
+    fn head(&self, hdr: &mut Header, payload: &[u8]) -> [u8; HEADER_LEN] {
         hdr.cookie = self.filter.cookie;
         hdr.src = self.filter.me;
-        let head = if self.checksum {
-            hdr.encode(&payload)
+        if self.checksum {
+            hdr.encode(payload)
         } else {
-            hdr.encode_unchecked(&payload)
-        };
+            hdr.encode_unchecked(payload)
+        }
+    }
+
+    #[inline]
+    fn encode(&self, mut hdr: Header, payload: Bytes) -> Encoded {
+        let head = self.head(&mut hdr, &payload);
         Encoded {
             dst: hdr.dst,
             head,

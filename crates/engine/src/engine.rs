@@ -125,6 +125,9 @@ pub struct Engine {
     job: Option<Arc<JobState>>,
     /// The clock as of the last step.
     last_now: Time,
+    /// Whether the protocol uses the time it is given when sending (see
+    /// [`bulkwire_protocol::Protocol::clocked`]).
+    clocked: bool,
     /// Steps since the last that moved anything (or slept): idle steps read the clock only
     /// every [`CLOCK_EVERY`] ([`CLOCK_EVERY_YIELDING`]), since timers are far coarser than
     /// one spin.
@@ -142,6 +145,7 @@ const CLOCK_EVERY_YIELDING: u32 = 2;
 impl Engine {
     pub fn new(ep: Endpoint, policy: WaitPolicy) -> Engine {
         Engine {
+            clocked: ep.clocked(),
             ep,
             epoch: Instant::now(),
             policy,
@@ -194,7 +198,11 @@ impl Transport for Engine {
     }
 
     fn send(&mut self, to: Rank, data: Bytes, notify: bool) -> Result<MsgId, Error> {
-        let now = self.now();
+        let now = if self.clocked {
+            self.now()
+        } else {
+            self.last_now
+        };
         let id = self.ep.send(now, to, data, notify)?;
         // Push it out at once: the caller may compute for a long time before coming back.
         self.ep.push(now)?;

@@ -7,7 +7,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::str::FromStr;
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 
 use crate::{MsgId, Rank, Time};
 
@@ -149,19 +149,25 @@ impl OutQueue {
         m.sent += n;
         self.bytes -= n as u64;
         let last = m.sent == total;
-        let f = Fragment {
-            msg: m.id,
+        let (msg, notify) = (m.id, m.notify);
+        let payload = if last {
+            // The last fragment takes the message's own handle: no reference count to bump
+            // and drop again (two atomic operations per small message).
+            let mut data = self.q.pop_front()?.data;
+            data.advance(start);
+            data
+        } else {
+            m.data.slice(start..start + n)
+        };
+        Some(Fragment {
+            msg,
             offset: start as u64,
             total: total as u64,
-            payload: m.data.slice(start..start + n),
+            payload,
             first: start == 0,
             last,
-            notify: m.notify,
-        };
-        if last {
-            self.q.pop_front();
-        }
-        Some(f)
+            notify,
+        })
     }
 
     /// Takes the next message whole, if none of it has been cut into fragments yet

@@ -159,6 +159,11 @@ impl Protocol for Utopia {
         None
     }
 
+    /// Utopia has no timers and measures nothing.
+    fn clocked(&self) -> bool {
+        false
+    }
+
     fn handle_timeout(&mut self, _now: Time) {}
 
     fn outstanding(&self, peer: Rank) -> bool {

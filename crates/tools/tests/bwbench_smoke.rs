@@ -138,6 +138,22 @@ fn smoke_suite_writes_a_complete_report() {
             && carried.contains(&("p2p over holefill/udp", false, "holefill")),
         "collectives carried by {carried:?}"
     );
+    // The targets of the transport core were measured in alternating rounds (one round at
+    // smoke level), each round with a figure for both sides or counted as invalid.
+    for (name, checks) in [("latency", 1), ("bandwidth", 2)] {
+        let s = sections.iter().find(|s| s["name"] == name).unwrap();
+        let rounds = s["rounds"].as_array().unwrap();
+        assert_eq!(rounds.len(), checks, "{name}: {rounds:?}");
+        for r in rounds {
+            let valid = r[1]["base"].as_array().unwrap().len();
+            assert_eq!(r[1]["cand"].as_array().unwrap().len(), valid);
+            assert_eq!(
+                valid + r[1]["invalid"].as_u64().unwrap() as usize,
+                1,
+                "{r:?}"
+            );
+        }
+    }
     let mut all = Vec::new();
     figures(&json, "", &mut all);
     assert!(all.len() > 50, "only {} figures", all.len());

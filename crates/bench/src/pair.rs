@@ -153,6 +153,16 @@ pub struct Counters {
     pub control_received: u64,
     pub retransmits: u64,
     pub drops: u64,
+    /// Retransmission timeouts, prods and explicit acks received: how losses were found.
+    #[serde(default)]
+    pub timeouts: u64,
+    #[serde(default)]
+    pub prods_received: u64,
+    #[serde(default)]
+    pub acks_received: u64,
+    /// Smoothed round trip at the end, ns.
+    #[serde(default)]
+    pub srtt_ns: u64,
 }
 
 impl From<&PeerStats> for Counters {
@@ -164,6 +174,10 @@ impl From<&PeerStats> for Counters {
             control_received: s.control_received,
             retransmits: s.retransmits,
             drops: s.drops(),
+            timeouts: s.timeouts,
+            prods_received: s.prods_received,
+            acks_received: s.acks_received,
+            srtt_ns: s.srtt_ns,
         }
     }
 }

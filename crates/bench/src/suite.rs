@@ -195,33 +195,16 @@ impl Target {
             met: q.filter(|q| q.is_finite()).map(ok),
         }
     }
+}
 
-    /// Met when the median ratio is at most `limit` (times: lower is better).
-    fn at_most(
-        what: &str,
-        r: &Rounds,
-        limit: f64,
-        target: &str,
-        unit: fn(f64) -> String,
-    ) -> Target {
-        Target::of_rounds(what, r, target, unit, |q| q <= limit)
-    }
+/// A time in seconds as microseconds, with the unit.
+fn in_us(x: f64) -> String {
+    format!("{} us", us(x))
+}
 
-    /// Met when the median ratio is below `limit`.
-    fn below(what: &str, r: &Rounds, limit: f64, target: &str, unit: fn(f64) -> String) -> Target {
-        Target::of_rounds(what, r, target, unit, |q| q < limit)
-    }
-
-    /// Met when the median ratio is at least `limit` (rates: higher is better).
-    fn at_least(
-        what: &str,
-        r: &Rounds,
-        limit: f64,
-        target: &str,
-        unit: fn(f64) -> String,
-    ) -> Target {
-        Target::of_rounds(what, r, target, unit, |q| q >= limit)
-    }
+/// A rate in bytes per second as GB/s, with the unit.
+fn in_gbs(x: f64) -> String {
+    format!("{} GB/s", gbs(x))
 }
 
 /// One experiment's part of the report.
@@ -274,6 +257,23 @@ impl Section {
             rounds: Vec::new(),
             skipped: Vec::new(),
             seconds: 0.0,
+        }
+    }
+
+    /// Records an alternating target check: its target as `judge` checks it, and its
+    /// rounds; or, when a run failed, why it was not measured.
+    fn check(
+        &mut self,
+        what: String,
+        rounds: Result<Rounds, String>,
+        judge: impl FnOnce(&str, &Rounds) -> Target,
+    ) {
+        match rounds {
+            Ok(r) => {
+                self.targets.push(judge(&what, &r));
+                self.rounds.push((what, r));
+            }
+            Err(e) => self.skipped.push(format!("{what}: {e}")),
         }
     }
 
@@ -617,20 +617,14 @@ impl Suite {
         };
         (self.progress)("latency: holefill/udp and raw UDP, alternating");
         let what = format!("holefill {} half round trip vs raw UDP", size_label(n));
-        match Rounds::run(
+        let r = Rounds::run(
             self.target_rounds(),
             &mut ours(Stack::Raw { link: "udp".into() }),
             &mut ours(holefill),
-        ) {
-            Ok(r) => {
-                sec.targets
-                    .push(Target::at_most(&what, &r, 1.2, "<= 1.20x", |x| {
-                        format!("{} us", us(x))
-                    }));
-                sec.rounds.push((what, r));
-            }
-            Err(e) => sec.skipped.push(format!("{what}: {e}")),
-        }
+        );
+        sec.check(what, r, |w, r| {
+            Target::of_rounds(w, r, "<= 1.20x", in_us, |q| q <= 1.2)
+        });
         if let Ok(mpi) = self.mpi() {
             (self.progress)("latency: utopia/shm and MPI shm, alternating");
             let what = format!(
@@ -638,32 +632,15 @@ impl Suite {
                 size_label(n),
                 short_mpi(&mpi.version)
             );
-            let mut vader = || -> Result<Option<f64>, String> {
-                let p = mpi.run(
-                    "latency",
-                    2,
-                    MpiNet::Shm,
-                    warmup,
-                    t_iters,
-                    0.0,
-                    &[n],
-                    Duration::from_secs(600),
-                )?;
-                Ok(p.first().map(|p| p.median))
-            };
+            let mut vader = mpi_shm_side(mpi, "latency", (warmup, t_iters, 0.0), n, |p| p.median);
             let shm = Stack::Proto {
                 protocol: "utopia".into(),
                 link: "shm".into(),
             };
-            match Rounds::run(self.target_rounds(), &mut vader, &mut ours(shm)) {
-                Ok(r) => {
-                    sec.targets.push(Target::below(&what, &r, 1.0, "< 1x", |x| {
-                        format!("{} us", us(x))
-                    }));
-                    sec.rounds.push((what, r));
-                }
-                Err(e) => sec.skipped.push(format!("{what}: {e}")),
-            }
+            let r = Rounds::run(self.target_rounds(), &mut vader, &mut ours(shm));
+            sec.check(what, r, |w, r| {
+                Target::of_rounds(w, r, "< 1x", in_us, |q| q < 1.0)
+            });
         }
         sec
     }
@@ -811,38 +788,26 @@ impl Suite {
         };
         (self.progress)("bandwidth: holefill/udp and raw UDP, alternating");
         let what = "holefill 1 MiB streaming bandwidth vs raw UDP".to_string();
-        match Rounds::run(
+        let r = Rounds::run(
             self.target_rounds(),
             &mut rate(Stack::Raw { link: "udp".into() }, ""),
             &mut rate(holefill.clone(), ""),
-        ) {
-            Ok(r) => {
-                sec.targets
-                    .push(Target::at_least(&what, &r, 0.9, ">= 0.90x (90 %)", |x| {
-                        format!("{} GB/s", gbs(x))
-                    }));
-                sec.rounds.push((what, r));
-            }
-            Err(e) => sec.skipped.push(format!("{what}: {e}")),
-        }
+        );
+        sec.check(what, r, |w, r| {
+            Target::of_rounds(w, r, ">= 0.90x (90 %)", in_gbs, |q| q >= 0.9)
+        });
         // The same stream with 1 % of the datagrams dropped on receive (the fault wrapper,
         // seeded), against holefill's own lossless figure.
         (self.progress)("bandwidth: holefill/udp with and without 1% loss, alternating");
         let what = "holefill 1 MiB streaming bandwidth with 1% loss vs its lossless".to_string();
-        match Rounds::run(
+        let r = Rounds::run(
             self.target_rounds(),
             &mut rate(holefill.clone(), ""),
             &mut rate(holefill, "loss=0.01,seed=11"),
-        ) {
-            Ok(r) => {
-                sec.targets
-                    .push(Target::at_least(&what, &r, 0.8, ">= 0.80x (80 %)", |x| {
-                        format!("{} GB/s", gbs(x))
-                    }));
-                sec.rounds.push((what, r));
-            }
-            Err(e) => sec.skipped.push(format!("{what}: {e}")),
-        }
+        );
+        sec.check(what, r, |w, r| {
+            Target::of_rounds(w, r, ">= 0.80x (80 %)", in_gbs, |q| q >= 0.8)
+        });
         sec
     }
 
@@ -1601,19 +1566,14 @@ impl Suite {
                 size_label(top_size),
                 short_mpi(&mpi.version)
             );
-            let mut own = || -> Result<Option<f64>, String> {
-                let p = mpi.run(
-                    "bandwidth-own",
-                    2,
-                    MpiNet::Shm,
-                    t_warmup,
-                    t_reps,
-                    64.0,
-                    &[top_size],
-                    Duration::from_secs(600),
-                )?;
-                Ok(p.first().map(|p| p.max))
-            };
+            // OSU's window of 64; the best repetition, as for p2p below.
+            let mut own = mpi_shm_side(
+                mpi,
+                "bandwidth-own",
+                (t_warmup, t_reps, 64.0),
+                top_size,
+                |p| p.max,
+            );
             // Both sides: the best repetition (see `Point::best_complete_rate`).
             let mut p2p = || -> Result<Option<f64>, String> {
                 let stack = Stack::P2p {
@@ -1629,21 +1589,17 @@ impl Suite {
                 let r = self.pair(&stack, &measure)?;
                 Ok(r.points.first().and_then(|p| p.best_complete_rate()))
             };
-            match Rounds::run(self.target_rounds(), &mut own, &mut p2p) {
-                Ok(r) => {
-                    let mut t =
-                        Target::at_least(&what, &r, 1.0, ">= 1x", |x| format!("{} GB/s", gbs(x)));
-                    if let (Some(osu), Some((_, p))) = (mpi_shm_top, r.medians()) {
-                        t.measured += &format!(
-                            "; {:.2}x against MPI receiving into one buffer, OSU's way",
-                            p / osu
-                        );
-                    }
-                    sec.targets.push(t);
-                    sec.rounds.push((what, r));
+            let r = Rounds::run(self.target_rounds(), &mut own, &mut p2p);
+            sec.check(what, r, |w, r| {
+                let mut t = Target::of_rounds(w, r, ">= 1x", in_gbs, |q| q >= 1.0);
+                if let (Some(osu), Some((_, p))) = (mpi_shm_top, r.medians()) {
+                    t.measured += &format!(
+                        "; {:.2}x against MPI receiving into one buffer, OSU's way",
+                        p / osu
+                    );
                 }
-                Err(e) => sec.skipped.push(format!("{what}: {e}")),
-            }
+                t
+            });
         }
         sec
     }
@@ -2171,6 +2127,31 @@ impl Suite {
 }
 
 /// How a group run's stack is labelled: like [`Stack::label`] for the same protocol.
+/// One side of alternating rounds (see [`Rounds`]): `kind` run by the MPI harness over
+/// shared memory at `size` with (warm-up, iterations, extra), and the figure `pick` takes
+/// from its result.
+fn mpi_shm_side<'a>(
+    mpi: &'a Mpi,
+    kind: &'a str,
+    (warmup, iters, extra): (usize, usize, f64),
+    size: usize,
+    pick: fn(&MpiPoint) -> f64,
+) -> impl FnMut() -> Result<Option<f64>, String> + 'a {
+    move || {
+        let p = mpi.run(
+            kind,
+            2,
+            MpiNet::Shm,
+            warmup,
+            iters,
+            extra,
+            &[size],
+            Duration::from_secs(600),
+        )?;
+        Ok(p.first().map(pick))
+    }
+}
+
 fn group_label(protocol: &str) -> String {
     Stack::Proto {
         protocol: protocol.into(),

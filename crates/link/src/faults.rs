@@ -319,6 +319,30 @@ impl<L: Link> Faulty<L> {
         }
     }
 
+    /// Receives one batch of `shape` (slots, slot size) from the inner link and passes
+    /// each datagram through the fault decisions to `out`; held datagrams that this batch
+    /// overtook are then released (they come out behind it).
+    fn receive_through(
+        &mut self,
+        shape: (usize, usize),
+        out: &mut Out<'_, '_>,
+        now: Instant,
+    ) -> io::Result<usize> {
+        let mut fresh = match self.scratch.take() {
+            Some(b) if (b.slots(), b.slot_size()) == shape => b,
+            _ => RxBatch::new(shape.0, shape.1),
+        };
+        let r = self.inner.recv(&mut fresh);
+        if let Ok(n) = r {
+            for i in 0..n {
+                self.inject(&mut fresh, i, out, now);
+            }
+            self.release_due(now);
+        }
+        self.scratch = Some(fresh);
+        r
+    }
+
     /// Takes what waits in the ready queue, as far as `batch` has room, to `f`.
     fn visit_ready(&mut self, batch: &mut RxBatch, f: &mut dyn FnMut(&[u8])) -> usize {
         batch.clear();
@@ -452,20 +476,11 @@ impl<L: Link> Link for Faulty<L> {
         if batch.is_full() {
             return Ok(batch.len());
         }
-        let mut fresh = match self.scratch.take() {
-            Some(b) if b.slots() == batch.slots() && b.slot_size() == batch.slot_size() => b,
-            _ => RxBatch::new(batch.slots(), batch.slot_size()),
-        };
-        let r = self.inner.recv(&mut fresh);
-        if let Ok(n) = r {
-            for i in 0..n {
-                self.inject(&mut fresh, i, &mut Out::Batch(batch), now);
-            }
-            // Reordered datagrams overtaken by this batch come out behind it.
-            self.release_due(now);
+        let shape = (batch.slots(), batch.slot_size());
+        let r = self.receive_through(shape, &mut Out::Batch(batch), now);
+        if r.is_ok() {
             self.drain_ready(batch);
         }
-        self.scratch = Some(fresh);
         match r {
             // Datagrams already moved out of the held queue must not be lost with the
             // error; a lasting error comes back on the next call.
@@ -491,19 +506,11 @@ impl<L: Link> Link for Faulty<L> {
         if !self.ready.is_empty() {
             return Ok(count);
         }
-        let mut fresh = match self.scratch.take() {
-            Some(b) if b.slots() == batch.slots() && b.slot_size() == batch.slot_size() => b,
-            _ => RxBatch::new(batch.slots(), batch.slot_size()),
-        };
-        let r = self.inner.recv(&mut fresh);
-        if let Ok(n) = r {
-            for i in 0..n {
-                self.inject(&mut fresh, i, &mut Out::Visit(f, &mut count), now);
-            }
-            self.release_due(now);
+        let shape = (batch.slots(), batch.slot_size());
+        let r = self.receive_through(shape, &mut Out::Visit(f, &mut count), now);
+        if r.is_ok() {
             count += self.visit_ready(batch, f);
         }
-        self.scratch = Some(fresh);
         match r {
             Err(e) if count == 0 => Err(e),
             _ => Ok(count),

@@ -29,9 +29,9 @@
 //! after it. The region starts zeroed (a fresh `memfd`), and the producer never fills the
 //! ring to the last byte, so the slot past its tail is always free.
 //!
-//! Why: a small message then moves between the cores as one cache line, which the consumer
-//! was already polling. A shared tail counter was a second line to fetch per message (as
-//! Open MPI's vader does with its "fast boxes", where the header is the signal too).
+//! Why: a small message then moves between the cores in the lines the consumer was already
+//! polling, where a shared tail counter was one more line to fetch, before the record,
+//! for every message. Open MPI's vader signals with the header too, in its "fast boxes".
 //!
 //! # Fast path
 //!

@@ -305,17 +305,21 @@ impl RxRing {
             let next = ((self.head + REC_ALIGN as u64) & mask) as usize;
             _mm_prefetch::<_MM_HINT_T0>(self.data.add(next).cast());
         }
-        // SAFETY: an 8-aligned word within the ring (positions are multiples of 64). Acquire
-        // pairs with the producer's release store of the header: the record's bytes are
-        // visible once the header is.
-        unsafe {
-            (*self
-                .data
-                .add((self.head & mask) as usize)
-                .cast::<AtomicU64>())
-            .load(Ordering::Acquire)
-        }
+        // SAFETY: `data` is this ring's. Acquire pairs with the producer's release store of
+        // the header: the record's bytes are visible once the header is.
+        unsafe { header_word(self.data, mask, self.head) }.load(Ordering::Acquire)
     }
+}
+
+/// The header word of the record at byte counter `pos`.
+///
+/// # Safety
+/// `data` points to a ring of `mask + 1` bytes, a multiple of [`REC_ALIGN`], that lives as
+/// long as the reference is used.
+#[inline(always)]
+unsafe fn header_word<'a>(data: *const u8, mask: u64, pos: u64) -> &'a AtomicU64 {
+    // SAFETY: positions are multiples of 64, so the word is 8-aligned and within the ring.
+    unsafe { &*data.add((pos & mask) as usize).cast::<AtomicU64>() }
 }
 
 /// A UNIX datagram socket in the abstract namespace, and the peers' addresses.
@@ -873,17 +877,10 @@ impl Link for ShmLink {
                     pos + (REC_HDR + t.head.len()) as u64,
                     t.body,
                 );
-                ring.data
-                    .add(((pos + need) & self.mask) as usize)
-                    .cast::<u64>()
-                    .write(0);
+                header_word(ring.data, self.mask, pos + need).store(0, Ordering::Relaxed);
                 // Release: the datagram and the zeroed next slot are visible before the
                 // header that announces them.
-                (*ring
-                    .data
-                    .add((pos & self.mask) as usize)
-                    .cast::<AtomicU64>())
-                .store(hdr, Ordering::Release);
+                header_word(ring.data, self.mask, pos).store(hdr, Ordering::Release);
             }
             ring.tail = pos + need;
             if !ring.touched {

@@ -134,6 +134,11 @@ pub struct Thresholds {
     /// from here each process reduces a slice and the slices are gathered (two
     /// generations, the reading and the arithmetic shared out).
     pub netcache_reduce_long: usize,
+    /// Network cache: scatter, gather and alltoall blocks from this size are read
+    /// straight out of the writer's own buffer with `process_vm_readv`, one copy instead
+    /// of two (into the cache and out of it), when every process can read every other's
+    /// memory. `usize::MAX`: never.
+    pub netcache_direct: usize,
 }
 
 impl Default for Thresholds {
@@ -146,6 +151,7 @@ impl Default for Thresholds {
             reduce_long: 64 << 10,
             allreduce_long: 64 << 10,
             netcache_reduce_long: 64 << 10,
+            netcache_direct: 16 << 10,
         }
     }
 }
@@ -194,7 +200,9 @@ fn parse_size(v: &str) -> Option<usize> {
 impl Config {
     /// The defaults overridden by `BULKWIRE_COLL` (`auto`, `netcache`, `p2p`),
     /// `BULKWIRE_COLL_PART` (bytes per part; `k`/`m` suffixes), `BULKWIRE_COLL_ALG`
-    /// (`auto`, `small`, `large`: force an algorithm family) and `BULKWIRE_DEAD_AFTER_MS`.
+    /// (`auto`, `small`, `large`: force an algorithm family), `BULKWIRE_COLL_DIRECT`
+    /// (the network cache's single-copy threshold, a size or `off`; `BULKWIRE_SINGLE_COPY=off`
+    /// turns it off too) and `BULKWIRE_DEAD_AFTER_MS`.
     pub fn from_env() -> Result<Config, Error> {
         let mut c = Config::default();
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
@@ -216,6 +224,20 @@ impl Config {
                     "BULKWIRE_COLL_PART={v:?}: expected a size in bytes (k, m suffixes)"
                 ))
             })?;
+        }
+        if let Some(v) = var("BULKWIRE_COLL_DIRECT") {
+            c.thresholds.netcache_direct = match v.trim() {
+                "off" => usize::MAX,
+                t => parse_size(t).ok_or_else(|| {
+                    Error::Config(format!(
+                        "BULKWIRE_COLL_DIRECT={v:?}: expected a size in bytes (k, m suffixes) \
+                         or off"
+                    ))
+                })?,
+            };
+        }
+        if var("BULKWIRE_SINGLE_COPY").is_some_and(|v| v.trim() == "off") {
+            c.thresholds.netcache_direct = usize::MAX;
         }
         if let Some(v) = var("BULKWIRE_COLL_ALG") {
             c.family = match v.trim() {
@@ -253,6 +275,7 @@ impl Config {
             t.reduce_long,
             t.allreduce_long,
             t.netcache_reduce_long,
+            t.netcache_direct,
         ] {
             v.extend_from_slice(&(x as u64).to_le_bytes());
         }
@@ -266,6 +289,9 @@ pub enum Algorithm {
     /// One process, or nothing to move.
     Local,
     NetCache,
+    /// The network cache carries only where the data is; readers copy it out of the
+    /// writer's own buffer (`process_vm_readv`, [`Thresholds::netcache_direct`]).
+    SingleCopy,
     Dissemination,
     Binomial,
     ScatterAllgather,
@@ -404,7 +430,16 @@ impl<'c> Coll<'c> {
             _ => {
                 let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
                 let over = p as usize > cores;
-                match Shm::create(comm, &mut seq, cfg.part_bytes, pids, cfg.dead_after, over) {
+                let direct = cfg.thresholds.netcache_direct;
+                match Shm::create(
+                    comm,
+                    &mut seq,
+                    cfg.part_bytes,
+                    pids,
+                    cfg.dead_after,
+                    over,
+                    direct,
+                ) {
                     Ok(s) => Some(s),
                     // Segment creation fails alike on every process (its second round
                     // shares every member's status), so all fall back together.
@@ -563,7 +598,7 @@ impl<'c> Coll<'c> {
             }
             if let Some(s) = shm {
                 s.scatter(comm, send, recv, r)?;
-                return Ok(Algorithm::NetCache);
+                return Ok(s.algorithm(recv.len()));
             }
             if large {
                 algo::scatter_linear(net, send, recv, root)?;
@@ -600,7 +635,7 @@ impl<'c> Coll<'c> {
             }
             if let Some(s) = shm {
                 s.gather(comm, send, recv, r)?;
-                return Ok(Algorithm::NetCache);
+                return Ok(s.algorithm(send.len()));
             }
             if large {
                 algo::gather_linear(net, send, recv, root)?;
@@ -675,7 +710,7 @@ impl<'c> Coll<'c> {
             }
             if let Some(s) = shm {
                 s.alltoall(comm, send, recv, b)?;
-                return Ok(Algorithm::NetCache);
+                return Ok(s.algorithm(b));
             }
             let bl = algo::Blocks {
                 send: send.chunks(b).collect(),

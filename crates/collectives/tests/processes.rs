@@ -38,13 +38,34 @@ fn suite(n: u32, sizes: &[&str], env: &[(&str, &str)], netcache: bool) -> Out {
 
 const SIZES: &[&str] = &["0", "1", "7", "100", "5000", "70000"];
 
+/// Calls that went by single copy, over all ranks.
+fn single_copies(out: &Out) -> usize {
+    out.lines("suite ")
+        .iter()
+        .map(|l| field::<usize>(l, "singlecopy"))
+        .sum()
+}
+
 /// p = 1 to 8 over the network cache (the default on one host), every collective, type
-/// and operation; with the smallest parts too, so that every message goes in chunks.
+/// and operation; with the smallest parts too, so that every message goes in chunks;
+/// with single copy at every size, and with none.
 #[test]
 fn network_cache_every_p() {
     for n in 1..=8 {
-        suite(n, SIZES, &[], true);
+        let out = suite(n, SIZES, &[], true);
+        // 70000-byte blocks are past the default single-copy threshold.
+        assert_eq!(single_copies(&out) > 0, n > 1, "p={n}: {out:#?}");
     }
+    // The suite roots scatter and gather at 0, p/2 and p-1: 2 roots at p = 2, 3 at p = 5.
+    for (n, roots) in [(2, 2), (5, 3)] {
+        let env = [("BULKWIRE_COLL_DIRECT", "1")];
+        let out = suite(n, &["1", "7", "100", "5000"], &env, true);
+        // Scatter and gather per root, and alltoall, at each of 4 sizes, on every rank.
+        let calls = n as usize * 4 * (2 * roots + 1);
+        assert_eq!(single_copies(&out), calls, "p={n}: {out:#?}");
+    }
+    let out = suite(4, SIZES, &[("BULKWIRE_SINGLE_COPY", "off")], true);
+    assert_eq!(single_copies(&out), 0, "{out:#?}");
     for n in [3, 8] {
         suite(
             n,

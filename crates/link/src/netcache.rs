@@ -230,7 +230,7 @@ impl NetCache {
     ) -> io::Result<usize> {
         self.part_index(writer)?;
         let w = self.word(writer, OFF_GEN);
-        self.wait_until(
+        self.wait_for(
             || w.load(Ordering::Acquire) >= generation,
             check,
             || format!("part {writer} to publish generation {generation}"),
@@ -300,7 +300,7 @@ impl NetCache {
                 continue;
             }
             let w = self.word(self.me, OFF_DONE + r * LINE);
-            self.wait_until(
+            self.wait_for(
                 || w.load(Ordering::Acquire) >= generation,
                 check,
                 || format!("part {r} to complete generation {generation}"),
@@ -319,7 +319,7 @@ impl NetCache {
             .store(epoch, Ordering::Release);
         for j in 0..self.n {
             let w = self.word(j, OFF_ARRIVE);
-            self.wait_until(
+            self.wait_for(
                 || w.load(Ordering::Acquire) >= epoch,
                 check,
                 || format!("part {j} to reach barrier {epoch}"),
@@ -336,7 +336,10 @@ impl NetCache {
         }
     }
 
-    fn wait_until(
+    /// Waits until `cond` holds, as [`WaitSpec`] says: polls and spins, then polls once
+    /// per yield, then naps; calls `check` between rounds (an error from it ends the wait,
+    /// with `what` the wait was for).
+    pub fn wait_for(
         &self,
         mut cond: impl FnMut() -> bool,
         check: &mut dyn FnMut() -> io::Result<()>,
@@ -347,24 +350,27 @@ impl NetCache {
         }
         let start = Instant::now();
         let spec = self.wait;
+        // Without a spin budget (more processes than cores) every poll is followed by a
+        // yield: the process we wait for may need this core. 64 polls (~1.5 us) before
+        // each yield made an oversubscribed barrier twice as slow as one poll (8-11 us
+        // against 4-5 us at 4 processes on 2 cores), and a thousand four times slower.
+        let polls = if spec.spin.is_zero() { 1 } else { 64 };
         let mut k = 0u32;
         loop {
-            for _ in 0..64 {
+            for _ in 0..polls {
                 if cond() {
                     return Ok(());
                 }
                 std::hint::spin_loop();
             }
             k = k.wrapping_add(1);
-            // Check the clock and the job only every so often: both cost more than a load.
-            // Without a spin budget (more processes than cores), yield after every round:
-            // the process we wait for may need this core, and a thousand polls before
-            // each yield made an oversubscribed barrier four times slower (45 us against
-            // 10 us at 4 processes on 2 cores).
+            // While spinning, check the clock and the job only every so often: both cost
+            // more than a load. Once yielding, every round: a yield costs more than they do.
             if !k.is_multiple_of(16) && !spec.spin.is_zero() {
                 continue;
             }
-            check()?;
+            check()
+                .map_err(|e| io::Error::new(e.kind(), format!("{e} (waiting for {})", what())))?;
             let t = start.elapsed();
             if spec.timeout.is_some_and(|l| t >= l) {
                 return Err(io::Error::new(

@@ -66,15 +66,17 @@ fn main() {
 fn run_suite(c: &Coll, sizes: &[String]) -> Result<(), String> {
     let sizes: Vec<usize> = sizes.iter().map(|s| num(Some(s), "a size")).collect();
     let t0 = Instant::now();
-    let mut checks = suite::movement(c, &sizes, 7)?;
+    let moved = suite::movement(c, &sizes, 7)?;
+    let mut checks = moved.checks;
     let mut counts = vec![0, 1, 5, 33];
     counts.extend(sizes.iter().map(|s| s / 8).filter(|&s| s > 33));
     checks += suite::reductions(c, &counts, 7)?;
     checks += suite::misuse(c)?;
     say(format!(
-        "suite rank={} checks={checks} netcache={} ms={}",
+        "suite rank={} checks={checks} netcache={} singlecopy={} ms={}",
         c.comm().rank(),
         c.uses_netcache(),
+        moved.single_copy,
         t0.elapsed().as_millis()
     ));
     Ok(())

@@ -7,7 +7,7 @@
 
 use std::fmt::Debug;
 
-use bulkwire_collectives::{Coll, Datatype, Elem, Op};
+use bulkwire_collectives::{Algorithm, Coll, Datatype, Elem, Op};
 
 /// Bytes of rank `r`'s buffer for call `salt`.
 pub fn pat(r: u32, salt: u64, n: usize) -> Vec<u8> {
@@ -55,12 +55,24 @@ fn roots(p: u32) -> Vec<u32> {
     v
 }
 
-/// The data-movement collectives with blocks of each of `sizes` bytes. Returns the
-/// number of checks made.
-pub fn movement(c: &Coll, sizes: &[usize], salt0: u64) -> Result<usize, String> {
+/// What [`movement`] did.
+pub struct Moved {
+    pub checks: usize,
+    /// Calls that went by single copy ([`Algorithm::SingleCopy`]).
+    pub single_copy: usize,
+}
+
+/// The data-movement collectives with blocks of each of `sizes` bytes.
+pub fn movement(c: &Coll, sizes: &[usize], salt0: u64) -> Result<Moved, String> {
     let (me, p) = (c.comm().rank(), c.comm().size());
     let pu = p as usize;
     let mut checks = 0;
+    let mut single_copy = 0;
+    let mut single = |c: &Coll| {
+        if c.last_algorithm() == Algorithm::SingleCopy {
+            single_copy += 1;
+        }
+    };
     let mut salt = salt0;
     for &n in sizes {
         salt += 1;
@@ -87,6 +99,7 @@ pub fn movement(c: &Coll, sizes: &[usize], salt0: u64) -> Result<usize, String> 
                 &format!("scatter {n} from {root}"),
                 c.scatter(&send, &mut recv, root),
             )?;
+            single(c);
             same(
                 &format!("scatter {n} from {root}"),
                 &recv,
@@ -103,6 +116,7 @@ pub fn movement(c: &Coll, sizes: &[usize], salt0: u64) -> Result<usize, String> 
                 &format!("gather {n} to {root}"),
                 c.gather(&mine, &mut recv, root),
             )?;
+            single(c);
             if me == root {
                 let want: Vec<u8> = (0..p).flat_map(|r| pat(r, salt + 2000, n)).collect();
                 same(&format!("gather {n} to {root}"), &recv, &want)?;
@@ -123,6 +137,7 @@ pub fn movement(c: &Coll, sizes: &[usize], salt0: u64) -> Result<usize, String> 
             .collect();
         let mut recv = vec![0x22; n * pu];
         e(&format!("alltoall {n}"), c.alltoall(&send, &mut recv))?;
+        single(c);
         let want: Vec<u8> = (0..p)
             .flat_map(|i| pat(i, salt * 64 + me as u64, n))
             .collect();
@@ -195,7 +210,10 @@ pub fn movement(c: &Coll, sizes: &[usize], salt0: u64) -> Result<usize, String> 
             }
         }
     }
-    Ok(checks + 2)
+    Ok(Moved {
+        checks: checks + 2,
+        single_copy,
+    })
 }
 
 /// Arithmetic the reference needs, per element type.

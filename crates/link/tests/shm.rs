@@ -609,7 +609,10 @@ fn netcache_allgather_and_barrier() {
                     }
                 };
                 let e = nc.wait_published(0, 1000, &mut stop).unwrap_err();
-                assert_eq!(e.to_string(), "job failed");
+                assert_eq!(
+                    e.to_string(),
+                    "job failed (waiting for part 0 to publish generation 1000)"
+                );
             })
         })
         .collect();

@@ -23,6 +23,27 @@ pub struct Rounds {
 /// baseline (the round is then left out), `Err` when it failed.
 pub type Measurement<'a> = dyn FnMut() -> Result<Option<f64>, String> + 'a;
 
+/// Runs `rounds` rounds of `base` and `cand` in ABBA order (baseline first in even
+/// rounds): each round's (baseline, candidate) results. A failed run ends them all with
+/// its error.
+pub fn abba<T>(
+    rounds: usize,
+    base: &mut dyn FnMut() -> Result<T, String>,
+    cand: &mut dyn FnMut() -> Result<T, String>,
+) -> Result<Vec<(T, T)>, String> {
+    let mut v = Vec::with_capacity(rounds);
+    for i in 0..rounds {
+        v.push(if i % 2 == 0 {
+            let b = base()?;
+            (b, cand()?)
+        } else {
+            let c = cand()?;
+            (base()?, c)
+        });
+    }
+    Ok(v)
+}
+
 impl Rounds {
     /// Runs `rounds` rounds of `base` and `cand` in ABBA order. A failed run ends the
     /// whole check with its error.
@@ -32,14 +53,7 @@ impl Rounds {
         cand: &mut Measurement<'_>,
     ) -> Result<Rounds, String> {
         let mut r = Rounds::default();
-        for i in 0..rounds {
-            let (b, c) = if i % 2 == 0 {
-                let b = base()?;
-                (b, cand()?)
-            } else {
-                let c = cand()?;
-                (base()?, c)
-            };
+        for (b, c) in abba(rounds, base, cand)? {
             match (b, c) {
                 (Some(b), Some(c)) if b > 0.0 && b.is_finite() && c.is_finite() => {
                     r.base.push(b);

@@ -68,6 +68,8 @@ struct Ctl {
     dead: Vec<bool>,
     /// Ids for injected messages, per claimed sender.
     next_id: Vec<MsgId>,
+    /// Injected announcements' data, delivered when accepted.
+    bodies: HashMap<(Rank, MsgId), Vec<u8>>,
 }
 
 /// Injects events into a [`Loopback`] after it has been handed to a communicator.
@@ -93,17 +95,20 @@ impl Injector {
         self.hub.wake();
     }
 
-    /// Announces raw bytes as if `from` had sent them, never to be delivered.
-    pub fn inject_announce(&self, from: Rank, total: u64, head: Vec<u8>) {
+    /// Announces raw bytes as if `from` had sent them, with their first `head` bytes;
+    /// the whole of `data` is delivered if the receiver accepts it, as a reliable
+    /// announcing transport (RMPP) does.
+    pub fn inject_announce(&self, from: Rank, data: Vec<u8>, head: usize) {
         let mut c = self.ctl();
         let id = c.next_id[from as usize];
         c.next_id[from as usize] = id.wrapping_sub(1);
         c.events.push_back(Event::Announce {
             from,
             id,
-            total,
-            head,
+            total: data.len() as u64,
+            head: data[..head.min(data.len())].to_vec(),
         });
+        c.bodies.insert((from, id), data);
     }
 
     /// Reports `peer` dead, as the engine does after its silence; sends to it then fail.
@@ -152,6 +157,7 @@ pub fn network(n: u32, mode: Delivery) -> Vec<Loopback> {
                 events: VecDeque::new(),
                 dead: vec![false; n as usize],
                 next_id: vec![u32::MAX; n as usize],
+                bodies: HashMap::new(),
             })),
         })
         .collect()
@@ -292,6 +298,11 @@ impl Transport for Loopback {
                 id,
                 data: data.to_vec(),
             });
+        } else {
+            let mut c = self.ctl.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(data) = c.bodies.remove(&(from, id)) {
+                c.events.push_back(Event::Message { from, id, data });
+            }
         }
     }
 

@@ -7,7 +7,7 @@
 //! this module guarantees that it touches a buffer only while its request is incomplete,
 //! and that a send completes only once nothing (the transport included) refers to it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -263,6 +263,11 @@ struct Peer {
     local: bool,
     /// Verified single-copy access to its memory.
     vm: Option<Published>,
+    /// A message whose announced head was too short to match on is still to arrive
+    /// whole: what this peer sent after it waits in `held`, in order, so that nothing
+    /// matches before it (order per source and tag).
+    deferring: bool,
+    held: VecDeque<Sight>,
 }
 
 /// Counters for reports and for finding where time goes.
@@ -403,6 +408,8 @@ impl State {
                     dead: None,
                     raw: None,
                     interest: 0,
+                    deferring: false,
+                    held: VecDeque::new(),
                     local,
                     vm,
                 }
@@ -1342,7 +1349,7 @@ impl State {
                 self.bindings.insert((from, id), Binding::Arrived(old));
             }
             Binding::Consumed => {}
-            Binding::Deferred => self.sighting(from, Sight::Full(data)),
+            Binding::Deferred => self.undefer(from, data),
         }
     }
 
@@ -1354,7 +1361,30 @@ impl State {
 
     /// The first sight of a message from `from`: its whole data, or an announcement.
     /// These come in per-pair order, which is the order envelopes are matched in.
+    /// A message (or its announcement) from `from`, in the order the peer sent them.
     fn sighting(&mut self, from: Rank, s: Sight) {
+        let p = &mut self.peers[from as usize];
+        if p.deferring {
+            p.held.push_back(s);
+            return;
+        }
+        self.sight(from, s);
+    }
+
+    /// The deferred message from `from` has arrived whole: it matches now, then what
+    /// was held behind it, up to the next deferral.
+    fn undefer(&mut self, from: Rank, data: Vec<u8>) {
+        self.peers[from as usize].deferring = false;
+        self.sight(from, Sight::Full(data));
+        while !self.peers[from as usize].deferring {
+            let Some(s) = self.peers[from as usize].held.pop_front() else {
+                break;
+            };
+            self.sight(from, s);
+        }
+    }
+
+    fn sight(&mut self, from: Rank, s: Sight) {
         if let Some(target) = self.peers[from as usize].raw.take() {
             return match s {
                 Sight::Full(data) => self.finish_raw(from, target, data),
@@ -1375,6 +1405,7 @@ impl State {
                     if (head.len() as u64) < *total && head.len() < env::MAX_ENVELOPE {
                         // Too little to match on: take it whole, match it on arrival.
                         self.bindings.insert((from, *id), Binding::Deferred);
+                        self.peers[from as usize].deferring = true;
                     } else {
                         self.stats.bad += 1;
                         self.bindings.insert((from, *id), Binding::Consumed);
@@ -1497,6 +1528,8 @@ impl State {
         p.dead = Some(err.clone());
         p.raw = None;
         p.vm = None;
+        p.deferring = false;
+        p.held.clear();
         self.bindings.retain(|k, _| k.0 != peer);
         for rid in self.posted.drain_source(peer) {
             self.complete(rid, Err(err.clone()));

@@ -130,6 +130,36 @@ fn heads_too_short_to_match_on_are_taken_whole() {
     t.join().unwrap();
 }
 
+/// A head long enough for an eager envelope but not for a rendezvous one: the rendezvous
+/// message waits for its whole data, and a later eager message with the same tag must
+/// not match before it (order per source and tag), nor anything else behind it.
+#[test]
+fn a_deferred_head_is_not_overtaken() {
+    let (mut comms, _) = world(2, Delivery::Announce { head: 16 }, &config(100, true));
+    let c1 = comms.pop().unwrap();
+    let c0 = comms.pop().unwrap();
+    let big = pattern(5000, 1);
+    let t = std::thread::spawn(move || {
+        let big = pattern(5000, 1);
+        c1.scope(|s| {
+            let mut a = s.isend(0, 7, &big).unwrap();
+            c1.send(0, 7, b"second").unwrap();
+            c1.send(0, 8, b"third").unwrap();
+            a.wait().unwrap();
+        });
+        let mut b = [0u8; 1];
+        c1.recv(0, 99, &mut b).unwrap();
+    });
+    let (v, st) = c0.recv_vec(1, 7, 10_000).unwrap();
+    assert!(st.len == 5000 && v == big, "first receive got {} bytes", st.len);
+    let (v, _) = c0.recv_vec(1, 7, 100).unwrap();
+    assert_eq!(v, b"second");
+    let (v, _) = c0.recv_vec(1, ANY_TAG, 100).unwrap();
+    assert_eq!(v, b"third");
+    c0.send(1, 99, b"k").unwrap();
+    t.join().unwrap();
+}
+
 /// A peer reported dead: receives naming it and rendezvous sends to it fail with an error
 /// naming it; sends to it are refused; receives from anyone still work with others.
 #[test]
@@ -211,11 +241,8 @@ fn garbage_from_a_peer_is_ignored() {
         };
         inj[0].inject(1, m);
         if i % 7 == 0 {
-            inj[0].inject_announce(
-                1,
-                rnd() % 100,
-                (0..rnd() % 40).map(|_| rnd() as u8).collect(),
-            );
+            let data = (0..rnd() % 100).map(|_| rnd() as u8).collect();
+            inj[0].inject_announce(1, data, (rnd() % 40) as usize);
         }
     }
     // Process it all.

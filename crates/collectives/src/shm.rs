@@ -479,7 +479,7 @@ impl Shm {
             while i < items.len() {
                 let t = &items[i];
                 if self.nc.published(t.w).is_ok_and(|g| g >= t.g) {
-                    let t = items.swap_remove(i);
+                    let t = items.remove(i);
                     let off = (t.g % 2) as usize * self.half;
                     match via {
                         Via::Cache => self.read(comm, t.w, off + t.at, t.out)?,
@@ -578,7 +578,8 @@ impl Shm {
         at: usize,
     ) -> Vec<Take<'b>> {
         let me = self.me;
-        recv.chunks_mut(b)
+        let mut v: Vec<Take<'b>> = recv
+            .chunks_mut(b)
             .enumerate()
             .filter(|&(w, _)| w != me)
             .map(|(w, blk)| Take {
@@ -587,7 +588,12 @@ impl Shm {
                 at,
                 out: &mut blk[range.clone()],
             })
-            .collect()
+            .collect();
+        // Ring order from this process (latin square over the readers): when all have
+        // published, each writer has one reader at a time instead of all at once.
+        let k = me.min(v.len());
+        v.rotate_left(k);
+        v
     }
 
     /// The mirror: every part in `writers` other than this process published `k` more.

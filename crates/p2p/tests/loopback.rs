@@ -151,7 +151,11 @@ fn a_deferred_head_is_not_overtaken() {
         c1.recv(0, 99, &mut b).unwrap();
     });
     let (v, st) = c0.recv_vec(1, 7, 10_000).unwrap();
-    assert!(st.len == 5000 && v == big, "first receive got {} bytes", st.len);
+    assert!(
+        st.len == 5000 && v == big,
+        "first receive got {} bytes",
+        st.len
+    );
     let (v, _) = c0.recv_vec(1, 7, 100).unwrap();
     assert_eq!(v, b"second");
     let (v, _) = c0.recv_vec(1, ANY_TAG, 100).unwrap();

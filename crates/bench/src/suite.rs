@@ -2187,16 +2187,18 @@ struct CollTargets<'a> {
 /// Median seconds per call by (collective, size).
 type CollMedians = Vec<((String, usize), f64)>;
 
+/// One collective's rounds, size by size.
+type BySize = Vec<(usize, Rounds)>;
+
 impl CollTargets<'_> {
     /// Per kind, per size, the rounds of MPI over `net` (baseline) and bulkwire with `env`.
-    #[allow(clippy::type_complexity)]
     fn rounds(
         &self,
         suite: &Suite,
         mpi: &Mpi,
         net: MpiNet,
         env: Vec<(String, String)>,
-    ) -> Result<Vec<(String, Vec<(usize, Rounds)>)>, String> {
+    ) -> Result<Vec<(String, BySize)>, String> {
         let spec = CollSpec {
             kinds: self.kinds.iter().map(|k| k.to_string()).collect(),
             sizes: self.sizes.to_vec(),
@@ -2289,6 +2291,7 @@ impl CollTargets<'_> {
     }
 }
 
+/// How a group run's stack is labelled: like [`Stack::label`] for the same protocol.
 fn group_label(protocol: &str) -> String {
     Stack::Proto {
         protocol: protocol.into(),

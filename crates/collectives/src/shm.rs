@@ -738,8 +738,8 @@ impl Shm {
     /// Everyone writes its block; everyone reads every other block.
     pub fn allgather(&mut self, comm: &Comm, send: &[u8], recv: &mut [u8]) -> Result<(), Error> {
         let (b, c, me) = (send.len(), self.half, self.me);
-        recv[me * b..(me + 1) * b].copy_from_slice(send);
         let rounds = b.div_ceil(c);
+        recv[me * b..(me + 1) * b].copy_from_slice(send);
         for r in 0..rounds {
             let (lo, hi) = (r * c, (r * c + c).min(b));
             let off = self.begin(comm)?;

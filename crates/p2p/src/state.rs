@@ -1360,8 +1360,8 @@ impl State {
     }
 
     /// The first sight of a message from `from`: its whole data, or an announcement.
-    /// These come in per-pair order, which is the order envelopes are matched in.
-    /// A message (or its announcement) from `from`, in the order the peer sent them.
+    /// These come in per-pair order, which is the order envelopes are matched in; behind
+    /// a deferred message they wait until it has arrived.
     fn sighting(&mut self, from: Rank, s: Sight) {
         let p = &mut self.peers[from as usize];
         if p.deferring {
@@ -1384,6 +1384,7 @@ impl State {
         }
     }
 
+    /// Handles one sighting now.
     fn sight(&mut self, from: Rank, s: Sight) {
         if let Some(target) = self.peers[from as usize].raw.take() {
             return match s {

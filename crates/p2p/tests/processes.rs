@@ -185,7 +185,15 @@ fn silent_peer_is_declared_dead_and_named() {
 /// CAP_SYS_PTRACE): the rendezvous falls back to the transport and the data arrives.
 #[test]
 fn refused_single_copy_falls_back_to_the_transport() {
-    let out = probe(&["-n", "2", "refuse"], &[], LIMIT);
+    // Capabilities belong to threads: the probe drops CAP_SYS_PTRACE in its main thread
+    // only, so the progress thread, had it driven the read, could still read the peer
+    // (this failed once in CI, on a loaded machine). Without it every read is the main
+    // thread's.
+    let out = probe(
+        &["-n", "2", "refuse"],
+        &[("BULKWIRE_PROGRESS_US", "0")],
+        LIMIT,
+    );
     ok(&out);
     let l = out.lines("refuse ")[0];
     assert!(l.contains("peers_before=[1]"), "{l}");

@@ -201,8 +201,9 @@ impl Config {
     /// The defaults overridden by `BULKWIRE_COLL` (`auto`, `netcache`, `p2p`),
     /// `BULKWIRE_COLL_PART` (bytes per part; `k`/`m` suffixes), `BULKWIRE_COLL_ALG`
     /// (`auto`, `small`, `large`: force an algorithm family), `BULKWIRE_COLL_DIRECT`
-    /// (the network cache's single-copy threshold, a size or `off`; `BULKWIRE_SINGLE_COPY=off`
-    /// turns it off too) and `BULKWIRE_DEAD_AFTER_MS`.
+    /// (the network cache's single-copy threshold, a size or `off`; with p2p's
+    /// `BULKWIRE_SINGLE_COPY=off` no peer is readable, so the cache agrees on none) and
+    /// `BULKWIRE_DEAD_AFTER_MS`.
     pub fn from_env() -> Result<Config, Error> {
         let mut c = Config::default();
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
@@ -235,9 +236,6 @@ impl Config {
                     ))
                 })?,
             };
-        }
-        if var("BULKWIRE_SINGLE_COPY").is_some_and(|v| v.trim() == "off") {
-            c.thresholds.netcache_direct = usize::MAX;
         }
         if let Some(v) = var("BULKWIRE_COLL_ALG") {
             c.family = match v.trim() {

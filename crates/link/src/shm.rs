@@ -292,19 +292,24 @@ struct RxRing {
 }
 
 impl RxRing {
+    /// Asks for the cache line at byte counter `pos` of the ring.
+    #[inline(always)]
+    fn prefetch(&self, pos: u64, mask: u64) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch is a hint and cannot fault; the address is within the ring.
+        unsafe {
+            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+            _mm_prefetch::<_MM_HINT_T0>(self.data.add((pos & mask) as usize).cast());
+        }
+    }
+
     /// The header word at the head: zero until the producer has written a record there.
     #[inline(always)]
     fn header(&self, mask: u64) -> u64 {
         // A record with the 64-byte wire header spans two lines. Asking for the second one
         // with the header fetches both from the producer's core at once, instead of one
         // after the other once the header has been seen.
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch is a hint and cannot fault; the address is within the ring.
-        unsafe {
-            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-            let next = ((self.head + REC_ALIGN as u64) & mask) as usize;
-            _mm_prefetch::<_MM_HINT_T0>(self.data.add(next).cast());
-        }
+        self.prefetch(self.head + REC_ALIGN as u64, mask);
         // SAFETY: `data` is this ring's. Acquire pairs with the producer's release store of
         // the header: the record's bytes are visible once the header is.
         unsafe { header_word(self.data, mask, self.head) }.load(Ordering::Acquire)
@@ -732,6 +737,12 @@ impl ShmLink {
                 let pos = ring.head;
                 let len = hdr as u32 as usize;
                 let need = record_bytes(len);
+                // The slot past this record is read next, to learn whether more follow.
+                // The producer wrote it (zeroed it) with this record, so it sits in the
+                // producer's cache: ask for it now, and it arrives while this record is
+                // handled, instead of costing a transfer between cores after it (~50 ns
+                // on every message's critical path here).
+                ring.prefetch(pos + need, self.mask);
                 if (hdr >> 32) as u32 != MARK {
                     bad = Some("a record header without the marker");
                     break;

@@ -430,12 +430,12 @@ impl Comm {
 
     /// Waits until everything this process sent has been acknowledged by its receiver.
     pub fn flush(&self) -> Result<(), Error> {
-        self.wait_until(None, |s| {
+        self.wait_until(|s| {
             if let Some(e) = s.failure() {
                 return Some(Err(e.clone()));
             }
             (!s.transport_busy()).then_some(Ok(()))
-        })?
+        })
     }
 
     /// Times the progress thread took over while the user was away.
@@ -527,52 +527,43 @@ impl Comm {
     /// Drives the state until `f` says so: spins (yielding when processes outnumber cores)
     /// for the wait policy's budget, then sleeps in the transport. Each round takes the
     /// state afresh, so other user threads get their turn.
-    fn wait_until<R>(
-        &self,
-        timeout: Option<Duration>,
-        mut f: impl FnMut(&mut State) -> Option<R>,
-    ) -> Result<R, Error> {
-        // The clock is read only once the first round has not finished the job: a wait
-        // for something already done costs no clock reads.
-        let mut start: Option<Instant> = None;
-        let mut idle_since = None;
-        // Idle rounds take ~100 ns; pacing the spin needs the clock far less often than
-        // that, and a read costs ~40 ns in a VM. Read it on progress and every few rounds.
+    fn wait_until<R>(&self, mut f: impl FnMut(&mut State) -> Option<R>) -> R {
+        // No clock is read on the way to an answer: a wait for something already done, or
+        // done by the round's progress, costs no clock reads (each is ~40 ns in a VM, on
+        // the critical path of a message). Idle rounds take ~100 ns; pacing the spin needs
+        // the clock far less often than that: it is read when idling starts and every few
+        // rounds after.
+        let mut idle_since: Option<Instant> = None;
         let mut rounds = 0u32;
-        let mut now = Instant::now();
+        let mut now: Option<Instant> = None;
         loop {
             let idle = {
                 let mut s = self.shared.lock();
                 if let Some(r) = f(&mut s) {
-                    return Ok(r);
+                    return r;
                 }
                 let moved = s.pump();
                 if let Some(r) = f(&mut s) {
-                    return Ok(r);
-                }
-                if moved || rounds.is_multiple_of(CLOCK_EVERY) {
-                    now = Instant::now();
+                    return r;
                 }
                 rounds = rounds.wrapping_add(1);
-                let start = *start.get_or_insert(now);
-                let idle_since = idle_since.get_or_insert(now);
-                let left = match timeout {
-                    Some(t) => match t.checked_sub(now - start) {
-                        Some(l) if !l.is_zero() => Some(l),
-                        _ => return Err(Error::Timeout(t)),
-                    },
-                    None => None,
-                };
                 if moved {
-                    *idle_since = now;
-                    false
-                } else if now - *idle_since >= self.policy.spin && !s.has_unsent() {
-                    s.block(left.map_or(MAX_BLOCK, |l| l.min(MAX_BLOCK)));
-                    now = Instant::now();
-                    *idle_since = now;
+                    idle_since = None;
                     false
                 } else {
-                    true
+                    let t = match (now, idle_since) {
+                        (Some(t), Some(_)) if !rounds.is_multiple_of(CLOCK_EVERY) => t,
+                        _ => Instant::now(),
+                    };
+                    now = Some(t);
+                    if t - *idle_since.get_or_insert(t) >= self.policy.spin && !s.has_unsent() {
+                        s.block(MAX_BLOCK);
+                        // Idle again from the next reading.
+                        idle_since = None;
+                        false
+                    } else {
+                        true
+                    }
                 }
             };
             // Another user thread waits for the state: let it in before the next round.
@@ -586,9 +577,7 @@ impl Comm {
 
     /// Waits for `id` to complete and collects it.
     fn wait_id(&self, id: ReqId) -> (Result<Status, Error>, Keep) {
-        // Without a timeout wait_until only returns f's answer.
-        self.wait_until(None, |s| s.take(id))
-            .unwrap_or_else(|e| (Err(e), Keep::None))
+        self.wait_until(|s| s.take(id))
     }
 
     // ---- raw entry points (C) ---------------------------------------------------------
@@ -720,7 +709,7 @@ impl Comm {
                 pick(s)
             });
         }
-        self.wait_until(None, pick).ok()
+        Some(self.wait_until(pick))
     }
 
     fn all_ids(&self, ids: &[Option<ReqId>]) -> Vec<Option<(Result<Status, Error>, Keep)>> {
@@ -732,7 +721,7 @@ impl Comm {
         // stream over shared memory (cycles spent waiting: the rate did not change, but
         // a core shared with other processes gets them back).
         let mut next = 0;
-        let _ = self.wait_until(None, |s| {
+        self.wait_until(|s| {
             while let Some(id) = ids.get(next) {
                 match id {
                     None => {}
@@ -835,7 +824,7 @@ impl Comm {
         mut start: impl FnMut(&mut State) -> Result<ReqId, Error>,
     ) -> Result<Status, Error> {
         let mut id = None;
-        self.wait_until(None, |s| {
+        self.wait_until(|s| {
             let rid = match id {
                 Some(r) => r,
                 None => match start(s) {
@@ -844,7 +833,7 @@ impl Comm {
                 },
             };
             s.take(rid).map(|(r, _)| r)
-        })?
+        })
     }
 
     /// Sends `len` bytes at `ptr` to `dest`, returning when they may be reused.
@@ -917,10 +906,10 @@ impl Comm {
     /// Waits for a message that a receive for (`src`, `tag`) would match; its status.
     pub fn probe(&self, src: impl Into<Source>, tag: impl Into<Tag>) -> Result<Status, Error> {
         let (src, tag) = (src.into().get(), tag_sel(tag.into())?);
-        self.wait_until(None, |s| match s.iprobe(src, tag) {
+        self.wait_until(|s| match s.iprobe(src, tag) {
             Some(st) => Some(Ok(st)),
             None => s.failure().cloned().map(Err),
-        })?
+        })
     }
 
     /// Runs `f` with a [`Scope`] whose requests may borrow buffers; returns when every
@@ -940,7 +929,7 @@ impl Comm {
         let r = catch_unwind(AssertUnwindSafe(|| f(&scope)));
         self.shared.with(|s| s.cancel_scope_posted(id));
         // Never returns early without a timeout: the buffers must outlive their requests.
-        let _ = self.wait_until(None, |s| (s.scope_live(id) == 0).then_some(()));
+        self.wait_until(|s| (s.scope_live(id) == 0).then_some(()));
         self.shared.with(|s| s.close_scope(id));
         match r {
             Ok(r) => r,
@@ -1025,7 +1014,7 @@ impl Comm {
                 });
             match helper {
                 Ok(h) => {
-                    let _ = self.wait_until(None, |_| done.load(Ordering::SeqCst).then_some(()));
+                    self.wait_until(|_| done.load(Ordering::SeqCst).then_some(()));
                     let (c, r) = h
                         .join()
                         .map_err(|_| Error::Init("the finalize helper panicked".into()))?;

@@ -194,3 +194,26 @@ fn stopped_peer_ends_collectives_after_dead_after() {
         assert!(out.elapsed < Duration::from_secs(20), "{out:#?}");
     }
 }
+
+/// Single copy agreed when the collectives were set up, then refused by the kernel (a
+/// process made itself non-dumpable, the others lost CAP_SYS_PTRACE): the alltoall that
+/// needs it fails on every process within a bounded time, with an error naming the part,
+/// its pid and the size, and the job ends with no process left behind.
+#[test]
+fn refused_single_copy_fails_the_collective_naming_the_part() {
+    let out = probe(&["-n", "3", "revoke"], &[], LIMIT);
+    assert_ne!(out.code, Some(0), "{out:#?}");
+    let lines = out.lines("revoked ");
+    assert_eq!(lines.len(), 3, "{out:#?}");
+    for l in lines {
+        // Rank 0's own reads succeed: it learns of the others' failure through the job.
+        assert!(
+            l.contains("single-copy read of 65536 bytes from part 0 (pid "),
+            "{l}"
+        );
+        assert!(l.contains("not permitted"), "{l}");
+        let ms: u64 = field(l, "ms");
+        assert!(ms < 5000, "{l}");
+    }
+    assert!(out.elapsed < Duration::from_secs(20), "{out:#?}");
+}

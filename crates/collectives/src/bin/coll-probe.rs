@@ -7,6 +7,7 @@
 //! coll-probe [-n N] big MIB         every collective with MIB-MiB buffers, checked and timed
 //! coll-probe [-n N] die             rank 1 is killed while the others wait for it
 //! coll-probe [-n N] stop            rank 1 stops (SIGSTOP) while the others wait for it
+//! coll-probe [-n N] revoke          single copy agreed, then refused by the kernel
 //! ```
 //!
 //! Results are `key=value` lines on stdout, one per rank.
@@ -52,7 +53,8 @@ fn main() {
         Some("big") => big(&coll, num(rest.first(), "MIB")),
         Some("die") => fail(&coll, false),
         Some("stop") => fail(&coll, true),
-        _ => die("usage: coll-probe [-n N] suite SIZE... | big MIB | die | stop"),
+        Some("revoke") => revoke(&coll),
+        _ => die("usage: coll-probe [-n N] suite SIZE... | big MIB | die | stop | revoke"),
     };
     if let Err(e) = r {
         die(format!("rank {}: {e}", comm.rank()));
@@ -222,10 +224,93 @@ fn fail(c: &Coll, stop: bool) -> Result<(), String> {
     exit(3)
 }
 
+/// Single copy agreed when the `Coll` was made, then refused by the kernel: rank 0 becomes
+/// non-dumpable and the others lose CAP_SYS_PTRACE, so nobody may read rank 0's memory.
+/// An alltoall of blocks past the single-copy threshold must then fail on every rank,
+/// promptly, with an error that names the part, its pid and the size.
+fn revoke(c: &Coll) -> Result<(), String> {
+    let (me, p) = (c.comm().rank(), c.comm().size() as usize);
+    if p < 2 {
+        return Err("needs 2 processes".into());
+    }
+    let b = 64 << 10;
+    let send = vec![me as u8; b * p];
+    let mut recv = vec![0u8; b * p];
+    // Before: the alltoall works, by single copy.
+    c.alltoall(&send, &mut recv).map_err(|e| e.to_string())?;
+    if c.last_algorithm() != bulkwire_collectives::Algorithm::SingleCopy {
+        return Err(format!(
+            "alltoall of {b}-byte blocks did not go by single copy"
+        ));
+    }
+    if me == 0 {
+        // SAFETY: prctl with constant arguments.
+        unsafe { prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    } else {
+        drop_ptrace_capability();
+    }
+    // Everyone has given up its rights before anyone reads.
+    c.barrier().map_err(|e| e.to_string())?;
+    let t0 = Instant::now();
+    let r = c.alltoall(&send, &mut recv);
+    let ms = t0.elapsed().as_millis();
+    let e = match r {
+        Ok(()) => return Err("the alltoall succeeded with single copy refused".into()),
+        Err(e) => e,
+    };
+    say(format!(
+        "revoked rank={me} ms={ms} error={}",
+        e.to_string().replace('\n', " ")
+    ));
+    // Stay a while: a process that left at once would make its own part unreadable to
+    // those still reading it, and they would report that instead of the cause. (Rank 0
+    // is also the launcher under self-spawn, see `fail`.)
+    std::thread::sleep(Duration::from_millis(300));
+    exit(3)
+}
+
+/// Drops CAP_SYS_PTRACE from the calling thread's effective capabilities (root has it;
+/// capabilities belong to threads, and the collectives read in the caller's).
+fn drop_ptrace_capability() {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let mut h = Header {
+        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
+        pid: 0,
+    };
+    let mut d = [Data::default(); 2];
+    // SAFETY: capget/capset with a version-3 header and two data structs, as the ABI says.
+    unsafe {
+        if syscall(SYS_CAPGET, &mut h as *mut Header, d.as_mut_ptr()) != 0 {
+            return;
+        }
+        d[0].effective &= !(1 << 19); // CAP_SYS_PTRACE
+        syscall(SYS_CAPSET, &mut h as *mut Header, d.as_ptr());
+    }
+}
+
 fn libc_sigstop() -> i32 {
     19
 }
 
+const PR_SET_DUMPABLE: i32 = 4;
+const SYS_CAPGET: i64 = 125;
+const SYS_CAPSET: i64 = 126;
+
+// The few system calls this probe makes, declared here rather than pulling a crate into
+// the library for a test program.
 unsafe extern "C" {
     fn kill(pid: i32, sig: i32) -> i32;
+    fn prctl(option: i32, a2: u64, a3: u64, a4: u64, a5: u64) -> i32;
+    fn syscall(n: i64, ...) -> i64;
 }

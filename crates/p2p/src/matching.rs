@@ -68,6 +68,8 @@ pub struct Posted<K> {
     any_tag: HashMap<Rank, VecDeque<(Seq, K)>, Fast>,
     any: VecDeque<(Seq, K)>,
     len: usize,
+    /// Receives posted with a wildcard (empty buckets outlive them, see EMPTY_BUCKETS).
+    wild: usize,
     /// Buckets emptied since the last sweep.
     emptied: usize,
 }
@@ -89,6 +91,7 @@ impl<K: Copy + PartialEq> Posted<K> {
             any_tag: HashMap::default(),
             any: VecDeque::new(),
             len: 0,
+            wild: 0,
             emptied: 0,
         }
     }
@@ -106,6 +109,9 @@ impl<K: Copy + PartialEq> Posted<K> {
         let s = self.seq;
         self.seq += 1;
         self.len += 1;
+        if src.is_none() || tag.is_none() {
+            self.wild += 1;
+        }
         let q = match (src, tag) {
             (Some(r), Some(t)) => self.exact.entry((r, t)).or_default(),
             (None, Some(t)) => self.any_src.entry(t).or_default(),
@@ -131,6 +137,11 @@ impl<K: Copy + PartialEq> Posted<K> {
         if matches!(f, Family::Any) || !self.queue(f).is_some_and(|q| q.is_empty()) {
             return;
         }
+        self.emptied_one();
+    }
+
+    /// Counts a bucket that emptied; sweeps empty buckets when many.
+    fn emptied_one(&mut self) {
         self.emptied += 1;
         if self.emptied >= EMPTY_BUCKETS {
             self.emptied = 0;
@@ -142,6 +153,17 @@ impl<K: Copy + PartialEq> Posted<K> {
 
     /// Takes the earliest posted receive matching a message from `src` with `tag`.
     pub fn take(&mut self, src: Rank, tag: i32) -> Option<K> {
+        // Only receives naming their source and tag are posted (most programs): one
+        // lookup, where the general path below makes three (~50 ns on every message).
+        if self.wild == 0 {
+            let q = self.exact.get_mut(&(src, tag))?;
+            let (_, k) = q.pop_front()?;
+            if q.is_empty() {
+                self.emptied_one();
+            }
+            self.len -= 1;
+            return Some(k);
+        }
         let mut cands = [
             Family::Exact(src, tag),
             Family::AnySrc(tag),
@@ -166,6 +188,9 @@ impl<K: Copy + PartialEq> Posted<K> {
         let k = self.queue(f)?.pop_front().map(|(_, k)| k);
         self.drop_if_empty(f);
         self.len -= 1;
+        if !matches!(f, Family::Exact(..)) {
+            self.wild -= 1;
+        }
         k
     }
 
@@ -186,6 +211,9 @@ impl<K: Copy + PartialEq> Posted<K> {
         q.remove(i);
         self.drop_if_empty(f);
         self.len -= 1;
+        if !matches!(f, Family::Exact(..)) {
+            self.wild -= 1;
+        }
         true
     }
 
@@ -196,7 +224,9 @@ impl<K: Copy + PartialEq> Posted<K> {
         for key in keys {
             got.extend(self.exact.remove(&key).unwrap_or_default());
         }
-        got.extend(self.any_tag.remove(&src).unwrap_or_default());
+        let wild = self.any_tag.remove(&src).unwrap_or_default();
+        self.wild -= wild.len();
+        got.extend(wild);
         got.sort_by_key(|&(s, _)| s);
         self.len -= got.len();
         got.into_iter().map(|(_, k)| k).collect()
@@ -390,15 +420,18 @@ mod tests {
             x ^= x << 17;
             x % n
         };
-        for _ in 0..50 {
+        // Wildcards often, and rarely: the one-lookup path for exact receives alone and
+        // the general one take turns.
+        for round in 0..100 {
+            let wild_one_in = if round % 2 == 0 { 4 } else { 40 };
             let mut posted: Posted<u32> = Posted::new();
             let mut unexp: Unexpected<u32> = Unexpected::new(3);
             let mut m_posted: Vec<(Option<Rank>, Option<i32>, u32)> = Vec::new();
             let mut m_unexp: Vec<(Rank, i32, u32)> = Vec::new();
             for id in 0..300u32 {
                 if rnd(2) == 0 {
-                    let src = (rnd(4) < 3).then(|| rnd(3) as Rank);
-                    let tag = (rnd(4) < 3).then(|| rnd(3) as i32);
+                    let src = (rnd(wild_one_in) != 0).then(|| rnd(3) as Rank);
+                    let tag = (rnd(wild_one_in) != 0).then(|| rnd(3) as i32);
                     let model = m_unexp
                         .iter()
                         .position(|&(s, t, _)| src.is_none_or(|r| r == s) && tag_matches(tag, t))

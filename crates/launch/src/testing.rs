@@ -160,3 +160,42 @@ pub fn assert_no_leftovers(mark: &str) {
         panic!("processes left behind: {left:?}");
     }
 }
+
+/// Drops CAP_SYS_PTRACE from the calling thread's effective capabilities (root has it), so
+/// that the kernel refuses this thread's reads of a peer that is not dumpable. Probes use
+/// it, with [`make_undumpable`] in the peer, to play a kernel that refuses single copy.
+/// Capabilities belong to threads: other threads keep theirs.
+pub fn drop_ptrace_capability() {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let mut h = Header {
+        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
+        pid: 0,
+    };
+    let mut d = [Data::default(); 2];
+    // SAFETY: capget/capset with a version-3 header and two data structs, as the ABI says.
+    unsafe {
+        if libc::syscall(libc::SYS_capget, &mut h as *mut Header, d.as_mut_ptr()) != 0 {
+            return;
+        }
+        d[0].effective &= !(1 << 19); // CAP_SYS_PTRACE
+        libc::syscall(libc::SYS_capset, &mut h as *mut Header, d.as_ptr());
+    }
+}
+
+/// Makes this process non-dumpable: only processes with CAP_SYS_PTRACE may then read its
+/// memory (see [`drop_ptrace_capability`]).
+pub fn make_undumpable() {
+    // SAFETY: prctl with constant arguments.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+}

@@ -20,6 +20,7 @@ use std::process::exit;
 use std::time::{Duration, Instant};
 
 use bulkwire_collectives::{Coll, Op};
+use bulkwire_launch::testing;
 use bulkwire_p2p::Comm;
 
 fn say(line: String) {
@@ -243,11 +244,11 @@ fn revoke(c: &Coll) -> Result<(), String> {
             "alltoall of {b}-byte blocks did not go by single copy"
         ));
     }
+    // The collectives read in the calling thread: it is the one that loses the right.
     if me == 0 {
-        // SAFETY: prctl with constant arguments.
-        unsafe { prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) };
+        testing::make_undumpable();
     } else {
-        drop_ptrace_capability();
+        testing::drop_ptrace_capability();
     }
     // Everyone has given up its rights before anyone reads.
     c.barrier().map_err(|e| e.to_string())?;
@@ -269,48 +270,10 @@ fn revoke(c: &Coll) -> Result<(), String> {
     exit(3)
 }
 
-/// Drops CAP_SYS_PTRACE from the calling thread's effective capabilities (root has it;
-/// capabilities belong to threads, and the collectives read in the caller's).
-fn drop_ptrace_capability() {
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: i32,
-    }
-    #[repr(C)]
-    #[derive(Clone, Copy, Default)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    let mut h = Header {
-        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
-        pid: 0,
-    };
-    let mut d = [Data::default(); 2];
-    // SAFETY: capget/capset with a version-3 header and two data structs, as the ABI says.
-    unsafe {
-        if syscall(SYS_CAPGET, &mut h as *mut Header, d.as_mut_ptr()) != 0 {
-            return;
-        }
-        d[0].effective &= !(1 << 19); // CAP_SYS_PTRACE
-        syscall(SYS_CAPSET, &mut h as *mut Header, d.as_ptr());
-    }
-}
-
 fn libc_sigstop() -> i32 {
     19
 }
 
-const PR_SET_DUMPABLE: i32 = 4;
-const SYS_CAPGET: i64 = 125;
-const SYS_CAPSET: i64 = 126;
-
-// The few system calls this probe makes, declared here rather than pulling a crate into
-// the library for a test program.
 unsafe extern "C" {
     fn kill(pid: i32, sig: i32) -> i32;
-    fn prctl(option: i32, a2: u64, a3: u64, a4: u64, a5: u64) -> i32;
-    fn syscall(n: i64, ...) -> i64;
 }

@@ -20,6 +20,7 @@ use std::io::Write;
 use std::process::exit;
 use std::time::{Duration, Instant};
 
+use bulkwire_launch::testing;
 use bulkwire_p2p::{ANY_SOURCE, ANY_TAG, Comm, Error};
 
 fn say(line: String) {
@@ -459,35 +460,6 @@ fn stop_case(c: &Comm) -> Result<(), Error> {
     }
 }
 
-/// Drops CAP_SYS_PTRACE from this process's effective capabilities (root has it).
-fn drop_ptrace_capability() {
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: i32,
-    }
-    #[repr(C)]
-    #[derive(Clone, Copy, Default)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    let mut h = Header {
-        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
-        pid: 0,
-    };
-    let mut d = [Data::default(); 2];
-    // SAFETY: capget/capset with a version-3 header and two data structs, as the ABI says.
-    unsafe {
-        if libc::syscall(libc::SYS_capget, &mut h as *mut Header, d.as_mut_ptr()) != 0 {
-            return;
-        }
-        d[0].effective &= !(1 << 19); // CAP_SYS_PTRACE
-        libc::syscall(libc::SYS_capset, &mut h as *mut Header, d.as_ptr());
-    }
-}
-
 /// Single copy verified at start, then refused by the kernel: the sender becomes
 /// non-dumpable and the reader loses CAP_SYS_PTRACE. The transfer must fall back.
 fn refuse(c: &Comm) -> Result<(), Error> {
@@ -495,7 +467,7 @@ fn refuse(c: &Comm) -> Result<(), Error> {
     let before = c.single_copy_peers();
     match c.rank() {
         0 => {
-            drop_ptrace_capability();
+            testing::drop_ptrace_capability();
             c.send(1, 0, b"ready")?;
             let (v, st) = c.recv_vec(1, 1, n)?;
             if st.len != n || v != body(n, 1, 7) {
@@ -510,8 +482,7 @@ fn refuse(c: &Comm) -> Result<(), Error> {
             ));
         }
         1 => {
-            // SAFETY: prctl with constant arguments.
-            unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+            testing::make_undumpable();
             let mut g = [0u8; 5];
             c.recv(0, 0, &mut g)?;
             c.send(0, 1, &body(n, 1, 7))?;

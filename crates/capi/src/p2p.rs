@@ -72,7 +72,6 @@ pub(crate) fn code_of(e: &Error) -> c_int {
         Error::Init(_) | Error::Config(_) => BW_ERR_INIT,
         Error::Finalized => BW_ERR_NOT_INITIALIZED,
         Error::Transport(_) | Error::TooLarge { .. } => BW_ERR_TRANSPORT,
-        Error::Timeout(_) => BW_ERR_OTHER,
     }
 }
 

@@ -95,8 +95,6 @@ pub enum Error {
     Init(String),
     #[error("bad configuration: {0}")]
     Config(String),
-    #[error("timed out after {0:?}")]
-    Timeout(Duration),
     #[error("the communicator is finalized")]
     Finalized,
 }

@@ -36,7 +36,9 @@ fn pause(policy: &WaitPolicy, last: Instant, idle: Duration, block: impl FnOnce(
         return false;
     }
     if quiet < policy.spin {
-        if policy.yield_cpu {
+        // The same discipline as the library's waits, so that the baseline is not the
+        // one left spinning on a shared core.
+        if policy.yields(quiet) {
             std::thread::yield_now();
         } else {
             std::hint::spin_loop();

@@ -80,9 +80,6 @@ pub struct Counters {
     pub bytes_local: u64,
 }
 
-/// How long a wait spins without yielding the CPU (when processes do not outnumber cores).
-const YIELD_AFTER: Time = 50_000;
-
 /// What a wait loop's poll says.
 enum Poll {
     Done,
@@ -1135,10 +1132,9 @@ impl Net {
             }
             let idle = now - idle_since;
             if idle < spin || self.t.has_unsent() {
-                // Past a short wait, give the core away on every turn: when something
-                // else holds the other core, the peer we wait for may be queued behind
-                // us on this one, and a pure spin would cost it the whole budget.
-                if policy.yield_cpu || idle > YIELD_AFTER {
+                // Past a short wait, give the core away on every turn: the peer we wait
+                // for may be queued behind us on this core (see `YIELD_AFTER`).
+                if policy.yields(Duration::from_nanos(idle)) {
                     std::thread::yield_now();
                 } else {
                     std::hint::spin_loop();

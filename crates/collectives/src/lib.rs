@@ -426,8 +426,8 @@ impl<'c> Coll<'c> {
                 )));
             }
             _ => {
-                let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-                let over = p as usize > cores;
+                // The job's CPUs here, not this process's share of them.
+                let over = p as usize > bulkwire_launch::host_cpus();
                 let direct = cfg.thresholds.netcache_direct;
                 match Shm::create(
                     comm,

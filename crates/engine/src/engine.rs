@@ -31,7 +31,8 @@ impl WaitPolicy {
     /// The policy for `local_procs` processes of the job on this host: spin 1 ms (or
     /// `BULKWIRE_SPIN_US`), yielding when they outnumber the cores.
     pub fn for_host(local_procs: usize) -> WaitPolicy {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // Not this process's own CPUs: a launcher may have bound it to its share.
+        let cores = bulkwire_launch::host_cpus();
         let spin_us = std::env::var("BULKWIRE_SPIN_US")
             .ok()
             .and_then(|v| v.parse::<u64>().ok())
@@ -40,6 +41,25 @@ impl WaitPolicy {
             spin: Duration::from_micros(spin_us),
             yield_cpu: local_procs > cores,
         }
+    }
+}
+
+/// How long an idle wait spins before it gives the core away on every turn, when the
+/// processes do not outnumber the cores. Each process having a core of its own is what the
+/// scheduler usually does, not what it promises: after one of them slept (a computation
+/// phase, a long wait), waking it often puts it on its waker's core (wake-affine), and the
+/// two then spin in turn on one core while the other idles, each holding the core for
+/// its whole spin budget (1-2 ms per message between two processes of this 2-core VM,
+/// against ~20 us). Past a wait this long, a message of the process we wait for is
+/// overdue anyway; a yield costs ~1 us when nobody else wants the core.
+pub const YIELD_AFTER: Duration = Duration::from_micros(50);
+
+impl WaitPolicy {
+    /// Whether a wait idle for `idle` gives the core away on this turn (see
+    /// [`YIELD_AFTER`]) rather than spinning.
+    #[inline]
+    pub fn yields(&self, idle: Duration) -> bool {
+        self.yield_cpu || idle >= YIELD_AFTER
     }
 }
 

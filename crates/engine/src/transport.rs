@@ -142,8 +142,9 @@ pub trait Transport: Send {
                 idle_since = now;
                 continue;
             }
-            if now.saturating_sub(idle_since) < spin || self.has_unsent() {
-                if policy.yield_cpu {
+            let idle = now.saturating_sub(idle_since);
+            if idle < spin || self.has_unsent() {
+                if policy.yields(Duration::from_nanos(idle)) {
                     std::thread::yield_now();
                 } else {
                     std::hint::spin_loop();

@@ -12,6 +12,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use crate::LaunchError;
+use crate::bind::{self, Placement, Plan};
 use crate::control::Control;
 use crate::env::{JobEnv, Launcher, job_env};
 use crate::server::{JobOutcome, Server, ServerConfig};
@@ -44,6 +45,8 @@ pub struct LaunchOpts {
     /// (a second one kills them). For a launcher program; a library caller may not want
     /// its handlers replaced.
     pub forward_signals: bool,
+    /// Bind each process to an equal share of this launcher's cores (see [`crate::bind`]).
+    pub placement: Placement,
 }
 
 impl Default for LaunchOpts {
@@ -58,6 +61,7 @@ impl Default for LaunchOpts {
             env: Vec::new(),
             stdin_to_rank0: false,
             forward_signals: false,
+            placement: Placement::Share,
         }
     }
 }
@@ -99,6 +103,7 @@ pub fn launch(
         None
     };
     let mut output = opts.tag_output.then(OutputForwarder::default);
+    let plan = bind::plan(n, opts.placement);
 
     for rank in 0..n {
         let mut cmd = Command::new(program);
@@ -109,6 +114,9 @@ pub fn launch(
             // script's program, a pipeline).
             .process_group(0);
         die_with_parent(&mut cmd);
+        if let Some(p) = &plan {
+            bind_child(&mut cmd, p, rank);
+        }
         cmd.stdin(if rank == 0 && opts.stdin_to_rank0 {
             rank0_stdin()?
         } else {
@@ -202,6 +210,22 @@ fn die_with_parent(cmd: &mut Command) {
     }
 }
 
+/// The child runs on its share of `plan` and learns how many CPUs the job has here.
+fn bind_child(cmd: &mut Command, plan: &Plan, index: u32) {
+    let (k, v) = plan.env();
+    cmd.env(k, v);
+    let share = plan.shares[index as usize];
+    // SAFETY: the closure runs between fork and exec and makes one system call. A refused
+    // binding (a cpuset changed meanwhile) leaves the process where it is: binding is an
+    // optimisation, not a reason to fail the job.
+    unsafe {
+        cmd.pre_exec(move || {
+            let _ = share.apply();
+            Ok(())
+        });
+    }
+}
+
 /// Rank 0's standard input: ours, or for a terminal a pipe fed by a relay thread. The
 /// relay is detached: it ends when rank 0 closes the pipe (write error) or at our exit.
 fn rank0_stdin() -> Result<Stdio, LaunchError> {
@@ -250,6 +274,7 @@ pub fn self_spawn(n: u32) -> Result<Control, LaunchError> {
         ));
     }
     let n = n.max(1);
+    let plan = bind::plan(n, Placement::from_env()?);
     let mut cfg = ServerConfig::new(n);
     cfg.report = Some(program_name());
     let (mut server, env) = new_job(n, SocketAddr::from(([127, 0, 0, 1], 0)), cfg)?;
@@ -260,6 +285,7 @@ pub fn self_spawn(n: u32) -> Result<Control, LaunchError> {
     let rest: Vec<OsString> = argv.collect();
     let (tx, rx) = mpsc::channel::<Result<(), LaunchError>>();
     let env_c = env.clone();
+    let plan_c = plan.clone();
     // The processes are spawned on the server thread: PR_SET_PDEATHSIG follows the thread
     // that spawned a child, and this one lives until every process has ended.
     let server_thread = std::thread::Builder::new()
@@ -272,6 +298,9 @@ pub fn self_spawn(n: u32) -> Result<Control, LaunchError> {
                     .envs(env_c.vars_for(rank))
                     .stdin(Stdio::null());
                 die_with_parent(&mut cmd);
+                if let Some(p) = &plan_c {
+                    bind_child(&mut cmd, p, rank);
+                }
                 let started = cmd.spawn().map_err(|e| LaunchError::Spawn {
                     rank,
                     program: "/proc/self/exe".into(),
@@ -299,6 +328,12 @@ pub fn self_spawn(n: u32) -> Result<Control, LaunchError> {
                 "the rendezvous server thread ended while starting the processes".into(),
             ));
         }
+    }
+    // Rank 0 is this thread, and the threads it starts from now on (the rendezvous
+    // server's stays free).
+    if let Some(p) = &plan {
+        bind::record_host_cpus(p.cpus);
+        let _ = p.shares[0].apply();
     }
     let mut c = Control::join(&env)?;
     c.set_server(server_thread);

@@ -11,7 +11,8 @@
 //!   every process within a millisecond or so, recorded in the [`JobState`] that wait loops
 //!   poll with one atomic load ([`JobState::is_failed`]) or wake on ([`JobState::wake_fd`]).
 //! - **Launching**: [`launch`] starts n processes of a program on this host (`bsprun`);
-//!   [`self_spawn`] makes `./program` start its own job (`bsp_begin`).
+//!   [`self_spawn`] makes `./program` start its own job (`bsp_begin`). Both give each
+//!   process an equal share of the cores ([`bind`]).
 //!
 //! A BSP-style begin:
 //!
@@ -31,9 +32,11 @@
 //!
 //! Environment: `BULKWIRE_RANK`, `BULKWIRE_NPROCS`, `BULKWIRE_RENDEZVOUS` (host:port),
 //! `BULKWIRE_COOKIE` (u32), `BULKWIRE_JOB` (id), `BULKWIRE_HOST_ID` (overrides
-//! [`host_id`]); Slurm's `SLURM_PROCID`, `SLURM_NTASKS`, `SLURM_JOB_ID`, `SLURM_STEP_ID`;
+//! [`host_id`]), `BULKWIRE_BIND` (`share`, `none`), `BULKWIRE_HOST_CPUS` (set for bound
+//! processes); Slurm's `SLURM_PROCID`, `SLURM_NTASKS`, `SLURM_JOB_ID`, `SLURM_STEP_ID`;
 //! Open MPI's `OMPI_COMM_WORLD_RANK`, `OMPI_COMM_WORLD_SIZE`, `OMPI_MCA_ess_base_jobid`.
 
+pub mod bind;
 mod control;
 mod env;
 mod host;
@@ -44,6 +47,7 @@ mod sys;
 pub mod testing;
 mod wire;
 
+pub use bind::{Placement, host_cpus};
 pub use control::{CONNECT_TIMEOUT, Control};
 pub use env::{
     ENV_COOKIE, ENV_HOST_ID, ENV_JOB, ENV_NPROCS, ENV_RANK, ENV_RENDEZVOUS, JobEnv, Launcher,

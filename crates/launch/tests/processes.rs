@@ -546,3 +546,78 @@ fn ranks_learn_when_the_launcher_dies() {
     drop(server);
     assert_no_leftovers(&m);
 }
+
+/// `(rank, cpus, host_cpus)` of every `cpus` line.
+fn cpu_lines(out: &Out) -> Vec<(u32, Vec<usize>, usize)> {
+    let mut v: Vec<(u32, Vec<usize>, usize)> = out
+        .lines("cpus ")
+        .iter()
+        .map(|l| {
+            let list = field(l, "list").expect("list=");
+            (
+                field(l, "rank")
+                    .and_then(|r| r.parse().ok())
+                    .expect("rank="),
+                list.split(',').map(|c| c.parse().expect("a cpu")).collect(),
+                field(l, "host_cpus")
+                    .and_then(|h| h.parse().ok())
+                    .expect("host_cpus="),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// Where this test may run: what the launchers below share out.
+fn my_cpus() -> Vec<usize> {
+    bulkwire_launch::bind::CpuSet::current().unwrap().cpus()
+}
+
+/// Each process of a job gets its own equal share of the launcher's CPUs, by `launch` and
+/// by self-spawn, and still knows how many CPUs the job has; with too few CPUs for a share
+/// each, or with binding off, every process may run anywhere the launcher could.
+#[test]
+fn processes_get_disjoint_shares_of_the_cores() {
+    let all = my_cpus();
+    let check = |out: &Out, n: usize, bound: bool| {
+        assert_eq!(out.code, Some(0), "{out:?}");
+        let got = cpu_lines(out);
+        assert_eq!(got.len(), n, "{out:?}");
+        for (r, cpus, host) in &got {
+            assert_eq!(*host, all.len(), "rank {r}: {out:?}");
+            assert!(cpus.iter().all(|c| all.contains(c)), "rank {r}: {cpus:?}");
+            if !bound {
+                assert_eq!(cpus, &all, "rank {r} was bound");
+            }
+        }
+        if bound {
+            let mut union: Vec<usize> = got.iter().flat_map(|g| g.1.clone()).collect();
+            union.sort_unstable();
+            assert_eq!(union, all, "shares overlap or leave CPUs out: {got:?}");
+        }
+    };
+    let two = all.len() >= 2;
+    for how in ["share", "none"] {
+        let m = mark();
+        let bind = ["run", "-n", "2", "--bind", how, "--", PROBE, "rank", "cpus"];
+        let out = run(probe(&bind, &m), LIMIT);
+        check(&out, 2, how == "share" && two);
+        let mut c = probe(&["selfspawn", "2"], &m);
+        c.env("BULKWIRE_BIND", how);
+        check(&run(c, LIMIT), 2, how == "share" && two);
+        assert_no_leftovers(&m);
+    }
+    // One process more than there are CPUs: nobody is bound (not tried on big machines).
+    if all.len() > 16 {
+        return;
+    }
+    let n = (all.len() + 1).to_string();
+    let m = mark();
+    let out = run(
+        probe(&["run", "-n", &n, "--", PROBE, "rank", "cpus"], &m),
+        LIMIT,
+    );
+    check(&out, all.len() + 1, false);
+    assert_no_leftovers(&m);
+}

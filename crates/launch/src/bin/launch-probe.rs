@@ -1,7 +1,7 @@
 //! A job process and mini-launcher for the integration tests of `bulkwire-launch`.
 //!
 //! ```text
-//! launch-probe run [-n N] [--tag] [--timeout-ms T] [--term-delay-ms D] [--kill-grace-ms G] -- PROG ARGS..
+//! launch-probe run [-n N] [--tag] [--timeout-ms T] [--term-delay-ms D] [--kill-grace-ms G] [--bind share|none] -- PROG ARGS..
 //! launch-probe serve -n N [--timeout-ms T] [--bind ADDR]   standalone rendezvous server
 //! launch-probe rank allgather [ROUNDS]            join, exchange cards and ROUNDS blobs, finish
 //! launch-probe rank fail KIND VICTIM [WAIT_MS]    KIND: abort | kill | segv | exit | drop
@@ -9,6 +9,7 @@
 //! launch-probe rank chatter LINES                 write lines in pieces (no job needed)
 //! launch-probe rank env                           print the parsed job environment
 //! launch-probe rank nprocs                        print available_processors()
+//! launch-probe rank cpus                          print the CPUs this process may run on
 //! launch-probe selfspawn N [KIND VICTIM]          self-spawn mode (like ./program)
 //! ```
 //!
@@ -20,9 +21,10 @@ use std::net::{SocketAddr, UdpSocket};
 use std::process::exit;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use bulkwire_launch::bind::CpuSet;
 use bulkwire_launch::{
-    Card, Control, LaunchOpts, Server, ServerConfig, available_processors, job_env, launch,
-    self_spawn,
+    Card, Control, LaunchOpts, Placement, Server, ServerConfig, available_processors, host_cpus,
+    job_env, launch, self_spawn,
 };
 
 fn now_ns() -> u128 {
@@ -95,6 +97,9 @@ fn run(args: &[String]) {
         forward_signals: true,
         ..LaunchOpts::default()
     };
+    if let Some(b) = o.get("--bind") {
+        lo.placement = Placement::parse(b).unwrap_or_else(|| die("--bind: share or none"));
+    }
     if let Some(d) = ms(o.get("--term-delay-ms")) {
         lo.term_delay = d;
     }
@@ -288,6 +293,7 @@ fn rank(args: &[String]) {
             let _ = std::io::stdout().flush();
         }
         Some("nprocs") => say(format!("nprocs {}", available_processors())),
+        Some("cpus") => say_cpus(&std::env::var("BULKWIRE_RANK").unwrap_or_default()),
         Some("env") => match job_env() {
             Ok(Some(e)) => say(format!(
                 "env rank={} nprocs={} cookie={:#x} job={} launcher={:?} rendezvous={}",
@@ -300,10 +306,27 @@ fn rank(args: &[String]) {
     }
 }
 
+/// `cpus rank=R list=0,1 host_cpus=N`: where this process may run, and how many CPUs it
+/// believes the job has here.
+fn say_cpus(me: &str) {
+    let list = CpuSet::current()
+        .unwrap_or_else(|e| die(e))
+        .cpus()
+        .iter()
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    say(format!(
+        "cpus rank={me} list={list} host_cpus={}",
+        host_cpus()
+    ));
+}
+
 fn selfspawn(args: &[String]) {
     let n: u32 = args.first().map_or(2, |v| v.parse().unwrap_or(2));
     let mut c = self_spawn(n).unwrap_or_else(|e| die(e));
     cards(&mut c);
+    say_cpus(&c.rank().to_string());
     if let (Some(kind), Some(victim)) = (args.get(1), args.get(2)) {
         let victim: u32 = victim.parse().unwrap_or(1);
         if c.rank() == victim {

@@ -4,6 +4,8 @@
 //! bsprun -n 4 ./program args...            four processes, output as it comes
 //! bsprun -n 4 --tag-output ./program       every line prefixed with its rank: "[3] ..."
 //! bsprun -n 4 --timeout 60 ./program       fail the job (status 124) after 60 s
+//! bsprun -n 2 --bind none ./program        leave placement to the scheduler (default:
+//!                                          each process on its share of the cores)
 //! bsprun -n 16 --serve 0.0.0.0:7000        only the rendezvous server, for processes
 //!                                          started by srun or mpirun (export
 //!                                          BULKWIRE_RENDEZVOUS=thishost:7000 to them)
@@ -24,7 +26,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use bulkwire_launch::{
-    LaunchError, LaunchOpts, Server, ServerConfig, cookie_from_job, job_id_from_name, launch,
+    LaunchError, LaunchOpts, Placement, Server, ServerConfig, cookie_from_job, job_id_from_name,
+    launch,
 };
 use clap::Parser;
 
@@ -48,6 +51,12 @@ struct Args {
     /// Fail the job if it runs longer than SECS seconds (exit status 124).
     #[arg(long, value_name = "SECS")]
     timeout: Option<f64>,
+
+    /// Where the processes run: "share" gives each an equal share of the cores bsprun may
+    /// use (whole cores first; nothing is bound when they outnumber the CPUs), "none"
+    /// leaves them to the scheduler. Default: BULKWIRE_BIND, else share.
+    #[arg(long, value_name = "HOW", value_parser = parse_bind)]
+    bind: Option<Placement>,
 
     /// After a failure, seconds between SIGTERM and SIGKILL for the remaining processes.
     #[arg(long, value_name = "SECS", default_value_t = 2.0)]
@@ -73,6 +82,10 @@ struct Args {
         num_args = 1..
     )]
     command: Vec<OsString>,
+}
+
+fn parse_bind(s: &str) -> Result<Placement, String> {
+    Placement::parse(s).ok_or_else(|| format!("{s:?}: expected share or none"))
 }
 
 fn secs(what: &str, s: f64) -> Result<Duration, String> {
@@ -120,7 +133,12 @@ fn run(a: Args) -> Result<i32, (u8, String)> {
         .command
         .split_first()
         .ok_or_else(|| usage("no program given".into()))?;
+    let placement = match a.bind {
+        Some(p) => p,
+        None => Placement::from_env().map_err(|e| usage(e.to_string()))?,
+    };
     let opts = LaunchOpts {
+        placement,
         tag_output: a.tag_output,
         timeout,
         kill_grace,

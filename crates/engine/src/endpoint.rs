@@ -144,6 +144,8 @@ pub struct Endpoint {
     txbuf: Vec<Tx<'static>>,
     /// Engine-level control packets (pings and pongs), sent before protocol traffic.
     control: VecDeque<(Rank, Header)>,
+    /// The endpoint's own events (deaths), behind the protocol's events that preceded
+    /// them; the protocol's other events stay with it until polled.
     events: VecDeque<Event>,
     live: Vec<Live>,
     next_live_check: Time,
@@ -237,14 +239,13 @@ impl Endpoint {
         }
     }
 
-    /// The next event, if any.
+    /// The next event, if any. The protocol's events are taken from it here rather than
+    /// moved into a queue of ours on every step (a message's event then moves once).
     pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
-    }
-
-    /// Whether an event is waiting.
-    pub fn has_event(&self) -> bool {
-        !self.events.is_empty()
+        match self.events.pop_front() {
+            Some(e) => Some(e),
+            None => self.proto.poll_event().map(Into::into),
+        }
     }
 
     /// Whether `peer` has been declared dead.
@@ -321,11 +322,7 @@ impl Endpoint {
     /// Hands the link what the protocol has to send now, without receiving first: the
     /// path of a fresh send, where an extra receive call would only add latency.
     pub fn push(&mut self, now: Time) -> Result<usize, Error> {
-        let sent = self.transmit(now)?;
-        while let Some(e) = self.proto.poll_event() {
-            self.events.push_back(e.into());
-        }
-        Ok(sent)
+        self.transmit(now)
     }
 
     /// Does all the work that can be done at `now` without waiting.
@@ -357,9 +354,6 @@ impl Endpoint {
             self.check_liveness(now);
         }
         prog.sent = self.transmit(now)?;
-        while let Some(e) = self.proto.poll_event() {
-            self.events.push_back(e.into());
-        }
         Ok(prog)
     }
 
@@ -385,6 +379,10 @@ impl Endpoint {
                 l.dead = true;
                 self.proto.close_peer(peer);
                 self.pending.retain(|t| t.dst != peer);
+                // What the protocol delivered before the death comes before its notice.
+                while let Some(e) = self.proto.poll_event() {
+                    self.events.push_back(e.into());
+                }
                 self.events.push_back(Event::PeerDead {
                     peer,
                     silent_for: silent,

@@ -152,6 +152,14 @@ pub struct Engine {
     /// every [`CLOCK_EVERY`] ([`CLOCK_EVERY_YIELDING`]), since timers are far coarser than
     /// one spin.
     idle_steps: u32,
+    /// Peers a caller started waiting for ([`Transport::expect`]) that the endpoint has not
+    /// been told of yet: it is, with the next reading of the clock, which the wait takes
+    /// anyway (a reading costs ~40 ns in a VM, on every receive of a ping-pong). Liveness
+    /// and prods run only within steps and sleeps, which read the clock first, so they
+    /// see the wait from its start to within a step.
+    expecting: Vec<Rank>,
+    /// `expecting` by rank, for a constant-time check.
+    expecting_mark: Vec<bool>,
 }
 
 /// Idle steps between two reads of the clock (one read costs ~40 ns in a VM, a spin
@@ -173,7 +181,20 @@ impl Engine {
             job: None,
             last_now: 0,
             idle_steps: 0,
+            expecting: Vec::new(),
+            expecting_mark: Vec::new(),
         }
+    }
+
+    /// Reads the clock, telling the endpoint of the waits begun since the last reading.
+    fn read_clock(&mut self) -> Time {
+        let now = self.now();
+        self.last_now = now;
+        while let Some(p) = self.expecting.pop() {
+            self.expecting_mark[p as usize] = false;
+            self.ep.expect(now, p, true);
+        }
+        now
     }
 
     /// Ends every wait with an error once `job` records a failure.
@@ -235,8 +256,8 @@ impl Transport for Engine {
         } else {
             CLOCK_EVERY
         };
-        if self.idle_steps.is_multiple_of(every) {
-            self.last_now = self.now();
+        if self.idle_steps.is_multiple_of(every) || !self.expecting.is_empty() {
+            self.read_clock();
         }
         let p = self.ep.step(self.last_now)?;
         self.idle_steps = if p.any() {
@@ -252,7 +273,7 @@ impl Transport for Engine {
     }
 
     fn begin_wait(&mut self) -> Time {
-        self.last_now = self.now();
+        self.read_clock();
         // The wait's first step follows at once: it uses this reading (a clock read is a
         // noticeable part of a 1 us round trip over shared memory).
         self.idle_steps = 1;
@@ -266,7 +287,7 @@ impl Transport for Engine {
     fn block(&mut self, timeout: Option<Duration>) -> Result<(), Error> {
         // Whatever happens, the next step reads the clock afresh.
         self.idle_steps = 0;
-        let now = self.now();
+        let now = self.read_clock();
         let mut until = self.ep.next_deadline();
         if let Some(t) = timeout {
             let l = now + t.as_nanos() as Time;
@@ -308,7 +329,7 @@ impl Transport for Engine {
 
     fn wait_handle(&mut self) -> Option<WaitHandle> {
         let fd = self.ep.link().poll_fd()?;
-        let now = self.now();
+        let now = self.read_clock();
         let timeout = self
             .ep
             .next_deadline()
@@ -325,9 +346,27 @@ impl Transport for Engine {
     }
 
     fn expect(&mut self, peer: Rank, waiting: bool) {
-        // Only the start of a wait is timed (liveness, prods): ending one needs no clock.
-        let now = if waiting { self.now() } else { self.last_now };
-        self.ep.expect(now, peer, waiting);
+        let i = peer as usize;
+        if i >= self.ep.nprocs() as usize {
+            return;
+        }
+        if self.expecting_mark.len() <= i {
+            self.expecting_mark.resize(self.ep.nprocs() as usize, false);
+        }
+        if waiting {
+            // Timed from the next reading of the clock (see `expecting`).
+            if !self.expecting_mark[i] {
+                self.expecting_mark[i] = true;
+                self.expecting.push(peer);
+            }
+        } else {
+            if self.expecting_mark[i] {
+                self.expecting_mark[i] = false;
+                self.expecting.retain(|&p| p != peer);
+            }
+            // Ending a wait needs no clock.
+            self.ep.expect(self.last_now, peer, false);
+        }
     }
 
     fn set_colour(&mut self, colour: u8) {

@@ -421,3 +421,24 @@ impl Transport for Engine {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waits_spin_then_yield_unless_oversubscribed() {
+        let own = WaitPolicy {
+            spin: Duration::from_millis(1),
+            yield_cpu: false,
+        };
+        assert!(!own.yields(Duration::ZERO));
+        assert!(!own.yields(YIELD_AFTER - Duration::from_nanos(1)));
+        assert!(own.yields(YIELD_AFTER));
+        let shared = WaitPolicy {
+            yield_cpu: true,
+            ..own
+        };
+        assert!(shared.yields(Duration::ZERO));
+    }
+}

@@ -49,9 +49,10 @@ impl WaitPolicy {
 /// scheduler usually does, not what it promises: after one of them slept (a computation
 /// phase, a long wait), waking it often puts it on its waker's core (wake-affine), and the
 /// two then spin in turn on one core while the other idles, each holding the core for
-/// its whole spin budget (1-2 ms per message between two processes of this 2-core VM,
-/// against ~20 us). Past a wait this long, a message of the process we wait for is
-/// overdue anyway; a yield costs ~1 us when nobody else wants the core.
+/// its whole spin budget (1-2 ms per 8-byte exchange between two processes of this 2-core
+/// VM; ~110 us with this yield; 3 us on cores of their own, which the launchers now give
+/// them, see `bulkwire_launch::bind`). Past a wait this long, a message of the process we
+/// wait for is overdue anyway; a yield costs ~1 us when nobody else wants the core.
 pub const YIELD_AFTER: Duration = Duration::from_micros(50);
 
 impl WaitPolicy {

@@ -175,3 +175,36 @@ fn serve_prints_its_address() {
         o.stdout
     );
 }
+
+/// `--bind` (and `BULKWIRE_BIND`) choose where the processes run; a wrong value is a usage
+/// error naming what is accepted.
+#[test]
+fn bind_option_places_the_processes_or_says_what_it_takes() {
+    let lists = |args: &[&str], env: &[(&str, &str)]| -> Vec<String> {
+        let mut a = vec!["-n", "2"];
+        a.extend_from_slice(args);
+        a.extend(["sh", "-c", "grep Cpus_allowed_list /proc/self/status"]);
+        let o = bsprun(&a, env, "");
+        assert_eq!(o.code, Some(0), "{}", o.stderr);
+        let mut l: Vec<String> = o.stdout.lines().map(str::to_owned).collect();
+        l.sort();
+        assert_eq!(l.len(), 2, "{}", o.stdout);
+        l
+    };
+    let free = lists(&["--bind", "none"], &[]);
+    assert_eq!(free[0], free[1], "--bind none bound them");
+    assert_eq!(lists(&[], &[("BULKWIRE_BIND", "none")]), free);
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let shared = lists(&[], &[]);
+    if cpus >= 2 {
+        assert_ne!(shared[0], shared[1], "the default did not bind");
+    }
+    assert_eq!(lists(&["--bind", "share"], &[]), shared);
+
+    let o = bsprun(&["-n", "2", "--bind", "cores", "true"], &[], "");
+    assert_eq!(o.code, Some(2));
+    assert!(o.stderr.contains("expected share or none"), "{}", o.stderr);
+    let o = bsprun(&["-n", "2", "true"], &[("BULKWIRE_BIND", "cores")], "");
+    assert_eq!(o.code, Some(2));
+    assert!(o.stderr.contains("BULKWIRE_BIND=\"cores\""), "{}", o.stderr);
+}

@@ -161,6 +161,9 @@ pub struct Engine {
     expecting: Vec<Rank>,
     /// `expecting` by rank, for a constant-time check.
     expecting_mark: Vec<bool>,
+    /// A sleep without the state ([`Transport::wait_handle`]) was announced to the link and
+    /// not yet withdrawn: the next step or sleep withdraws it.
+    announced: bool,
 }
 
 /// Idle steps between two reads of the clock (one read costs ~40 ns in a VM, a spin
@@ -184,6 +187,7 @@ impl Engine {
             idle_steps: 0,
             expecting: Vec::new(),
             expecting_mark: Vec::new(),
+            announced: false,
         }
     }
 
@@ -196,6 +200,15 @@ impl Engine {
             self.ep.expect(now, p, true);
         }
         now
+    }
+
+    /// Withdraws the announcement of a sleep without the state (see `announced`).
+    #[inline]
+    fn withdraw(&mut self) {
+        if self.announced {
+            self.announced = false;
+            self.ep.link().end_sleep();
+        }
     }
 
     /// Ends every wait with an error once `job` records a failure.
@@ -252,6 +265,7 @@ impl Transport for Engine {
     }
 
     fn step(&mut self) -> Result<Progress, Error> {
+        self.withdraw();
         let every = if self.policy.yield_cpu {
             CLOCK_EVERY_YIELDING
         } else {
@@ -286,6 +300,7 @@ impl Transport for Engine {
     }
 
     fn block(&mut self, timeout: Option<Duration>) -> Result<(), Error> {
+        self.withdraw();
         // Whatever happens, the next step reads the clock afresh.
         self.idle_steps = 0;
         let now = self.read_clock();
@@ -331,6 +346,19 @@ impl Transport for Engine {
     fn wait_handle(&mut self) -> Option<WaitHandle> {
         let fd = self.ep.link().poll_fd()?;
         let now = self.read_clock();
+        self.withdraw();
+        // The sleep is announced, so that a shared-memory sender rings the doorbell (its
+        // link makes the descriptor readable only for a receiver that said it sleeps);
+        // the announcement outlives this call and is withdrawn by the next step, whoever
+        // takes it. Input that came meanwhile means no sleep at all.
+        if !self.ep.link().prepare_sleep() {
+            self.ep.link().end_sleep();
+            return Some(WaitHandle {
+                fd,
+                timeout: Some(Duration::ZERO),
+            });
+        }
+        self.announced = true;
         let timeout = self
             .ep
             .next_deadline()

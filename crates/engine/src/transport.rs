@@ -53,8 +53,10 @@ pub trait Transport: Send {
 
     /// How another thread may wait for this transport without holding it: a descriptor
     /// that becomes readable when input arrives, and how long until the next timer is due
-    /// (`None`: no timer). `None` if the transport cannot be waited on that way; callers
-    /// then use [`Transport::block`].
+    /// (`None`: no timer; zero: input is already waiting). `None` if the transport cannot
+    /// be waited on that way; callers then use [`Transport::block`]. The caller must
+    /// [`Transport::step`] before it calls this again (the sleep may stay announced to
+    /// the link until then).
     fn wait_handle(&mut self) -> Option<WaitHandle> {
         None
     }

@@ -126,3 +126,50 @@ fn reliable_protocols_over_lossy_composite() {
 fn holefill_over_clean_composite() {
     run("holefill", "", TWO_HOSTS, 7);
 }
+
+/// A thread that sleeps on the transport without holding it (the progress thread's way,
+/// `Transport::wait_handle`) is woken by a message over shared memory: the wait handle
+/// announces the sleep, so the sender rings the doorbell. Without the announcement the
+/// descriptor would stay quiet and the sleep would run to its 10 s limit.
+#[test]
+fn a_sleep_without_the_state_is_woken_by_shared_memory() {
+    use bulkwire_engine::Transport;
+    let mut es = engines("utopia", "", [0; P as usize]).into_iter();
+    let (mut e0, mut e1) = (es.next().unwrap(), es.next().unwrap());
+    let (ready_tx, ready) = std::sync::mpsc::channel();
+    let sleeper = std::thread::spawn(move || {
+        let h = e0.wait_handle().expect("shared memory has a descriptor");
+        ready_tx.send(()).unwrap();
+        let t0 = Instant::now();
+        let mut fds = [libc::pollfd {
+            fd: h.fd,
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        bulkwire_link::poll_fds(&mut fds, Some(Duration::from_secs(10))).unwrap();
+        let slept = t0.elapsed();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let got = loop {
+            e0.step().unwrap();
+            if let Some(bulkwire_engine::Event::Message { from, data, .. }) = e0.poll_event() {
+                break (from, data);
+            }
+            assert!(Instant::now() < deadline, "the message never arrived");
+        };
+        (slept, got)
+    });
+    ready.recv().unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    e1.send(0, bytes::Bytes::from_static(b"wake up"), false)
+        .unwrap();
+    let (slept, (from, data)) = sleeper.join().unwrap();
+    assert!(
+        slept < Duration::from_secs(5),
+        "slept {slept:?}: no doorbell"
+    );
+    assert!(
+        slept >= Duration::from_millis(20),
+        "did not sleep: {slept:?}"
+    );
+    assert_eq!((from, data.as_slice()), (1, &b"wake up"[..]));
+}

@@ -307,10 +307,20 @@ fn overlap(c: &Comm, args: &[String]) -> Result<(), Error> {
             }
             1 => {
                 let data = body(n, 1, n as u32);
-                for _ in 0..4 {
+                for i in 0..4 {
                     let mut g = [0u8; 2];
                     c.recv(0, 0, &mut g)?;
+                    let t0 = Instant::now();
                     c.send(0, 1, &data)?;
+                    // The last send goes to a receiver that computes: how long it takes
+                    // is the sender's side of the overlap (a rendezvous needs the
+                    // receiver's progress thread to answer).
+                    if i == 3 {
+                        say(format!(
+                            "overlap-sender size={n} send_us={:.1}",
+                            t0.elapsed().as_secs_f64() * 1e6
+                        ));
+                    }
                 }
             }
             _ => {}

@@ -146,9 +146,9 @@ pub fn plan(n: u32, placement: Placement) -> Option<Plan> {
     })
 }
 
-/// The CPUs of this host the job's processes share: `BULKWIRE_HOST_CPUS` (set by the
-/// launcher that bound them) or what [`record_host_cpus`] recorded in this process (a
-/// self-spawned rank 0), else the CPUs this process may run on.
+/// The CPUs of this host the job's processes share: what [`record_host_cpus`] recorded in
+/// this process (a self-spawned rank 0 that bound itself), else `BULKWIRE_HOST_CPUS` (set
+/// by the launcher for the processes it bound), else the CPUs this process may run on.
 pub fn host_cpus() -> usize {
     if let Some(&n) = RECORDED.get() {
         return n;

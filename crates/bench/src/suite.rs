@@ -439,6 +439,13 @@ impl Suite {
         pair::run(&self.exe, &spec, Duration::from_secs(900))
     }
 
+    /// One side of an alternating latency check: the median half round trip of `stack`
+    /// at `measure`'s first size.
+    fn median_latency(&self, stack: &Stack, measure: &Measure) -> Result<Option<f64>, String> {
+        let r = self.pair(stack, measure)?;
+        Ok(r.points.first().map(|p| Summary::of(&p.samples).median))
+    }
+
     fn run_pairs(&self, measure: &Measure, sec: &mut Section) {
         for stack in self.stacks() {
             (self.progress)(&format!("{}: {}", sec.name, stack.label()));
@@ -606,10 +613,7 @@ impl Suite {
         };
         let ours = |stack: Stack| {
             let measure = &measure;
-            move || -> Result<Option<f64>, String> {
-                let r = self.pair(&stack, measure)?;
-                Ok(r.points.first().map(|p| Summary::of(&p.samples).median))
-            }
+            move || self.median_latency(&stack, measure)
         };
         let holefill = Stack::Proto {
             protocol: "holefill".into(),
@@ -1664,10 +1668,7 @@ impl Suite {
             warmup,
             iters,
         };
-        let mut raw = || -> Result<Option<f64>, String> {
-            let r = self.pair(&Stack::Raw { link: "udp".into() }, &raw_latency)?;
-            Ok(r.points.first().map(|p| Summary::of(&p.samples).median))
-        };
+        let mut raw = || self.median_latency(&Stack::Raw { link: "udp".into() }, &raw_latency);
         let empty_only = BspSpec {
             hmax: 0,
             hstep: 1,

@@ -176,6 +176,7 @@ const CLOCK_EVERY_YIELDING: u32 = 2;
 
 impl Engine {
     pub fn new(ep: Endpoint, policy: WaitPolicy) -> Engine {
+        let n = ep.nprocs() as usize;
         Engine {
             clocked: ep.clocked(),
             ep,
@@ -186,7 +187,7 @@ impl Engine {
             last_now: 0,
             idle_steps: 0,
             expecting: Vec::new(),
-            expecting_mark: Vec::new(),
+            expecting_mark: vec![false; n],
             announced: false,
         }
     }
@@ -376,11 +377,8 @@ impl Transport for Engine {
 
     fn expect(&mut self, peer: Rank, waiting: bool) {
         let i = peer as usize;
-        if i >= self.ep.nprocs() as usize {
+        if i >= self.expecting_mark.len() {
             return;
-        }
-        if self.expecting_mark.len() <= i {
-            self.expecting_mark.resize(self.ep.nprocs() as usize, false);
         }
         if waiting {
             // Timed from the next reading of the clock (see `expecting`).

@@ -215,15 +215,61 @@ impl Endpoint {
 
     /// Queues a message for `to`.
     pub fn send(&mut self, now: Time, to: Rank, data: Bytes, notify: bool) -> Result<MsgId, Error> {
-        if let Some(l) = self.live.get(to as usize)
-            && l.dead
-        {
-            return Err(Error::PeerDead {
+        self.check_alive(now, to)?;
+        Ok(self.proto.send(now, to, data, notify)?)
+    }
+
+    /// An error if `to` has been declared dead.
+    fn check_alive(&self, now: Time, to: Rank) -> Result<(), Error> {
+        match self.live.get(to as usize) {
+            Some(l) if l.dead => Err(Error::PeerDead {
                 peer: to,
                 silent_for: now.saturating_sub(l.last_heard),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Queues a message for `to` and hands the link what the protocol has to send now,
+    /// without receiving first (an extra receive call on the path of a fresh send would
+    /// only add latency). A message the protocol lets go out at once
+    /// ([`Protocol::send_now`]) goes straight to the link when nothing waits before it
+    /// here either: its packet skips the protocol's queues and the engine's batch, about
+    /// a fifth of the CPU of a small message's round trip over shared memory.
+    pub fn send_push(
+        &mut self,
+        now: Time,
+        to: Rank,
+        data: Bytes,
+        notify: bool,
+    ) -> Result<MsgId, Error> {
+        if !self.pending.is_empty() || !self.control.is_empty() {
+            let id = self.send(now, to, data, notify)?;
+            self.transmit(now)?;
+            return Ok(id);
+        }
+        self.check_alive(now, to)?;
+        let (id, direct) = self.proto.send_now(now, to, data, notify)?;
+        let Some(mut t) = direct else {
+            self.transmit(now)?;
+            return Ok(id);
+        };
+        let head = self.head(&mut t.hdr, &t.payload);
+        let r = self.link.send(&[Tx {
+            dst: t.hdr.dst,
+            head: &head,
+            body: &t.payload,
+        }]);
+        if !matches!(r, Ok(1)) {
+            // Refused (full) or failed: it waits, as in `transmit`.
+            self.pending.push_back(Encoded {
+                dst: t.hdr.dst,
+                head,
+                payload: t.payload,
             });
         }
-        Ok(self.proto.send(now, to, data, notify)?)
+        r?;
+        Ok(id)
     }
 
     /// Tells the engine (and the protocol) that the caller is, or no longer is, waiting
@@ -317,12 +363,6 @@ impl Endpoint {
     /// [`bulkwire_protocol::Protocol::clocked`]).
     pub fn clocked(&self) -> bool {
         self.proto.clocked()
-    }
-
-    /// Hands the link what the protocol has to send now, without receiving first: the
-    /// path of a fresh send, where an extra receive call would only add latency.
-    pub fn push(&mut self, now: Time) -> Result<usize, Error> {
-        self.transmit(now)
     }
 
     /// Does all the work that can be done at `now` without waiting.

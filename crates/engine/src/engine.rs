@@ -259,10 +259,8 @@ impl Transport for Engine {
         } else {
             self.last_now
         };
-        let id = self.ep.send(now, to, data, notify)?;
         // Push it out at once: the caller may compute for a long time before coming back.
-        self.ep.push(now)?;
-        Ok(id)
+        self.ep.send_push(now, to, data, notify)
     }
 
     fn step(&mut self) -> Result<Progress, Error> {

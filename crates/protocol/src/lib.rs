@@ -168,6 +168,20 @@ pub trait Protocol: Send {
     fn send(&mut self, now: Time, to: Rank, data: Bytes, notify: bool)
     -> Result<MsgId, ProtoError>;
 
+    /// [`Protocol::send`], and the message's packet when it may go out at once as one
+    /// packet with nothing queued before it anywhere in the protocol: the engine then
+    /// hands it to the link without a round through the queues. `None` (the default):
+    /// queued as by `send`, for [`Protocol::poll_transmit`].
+    fn send_now(
+        &mut self,
+        now: Time,
+        to: Rank,
+        data: Bytes,
+        notify: bool,
+    ) -> Result<(MsgId, Option<Transmit>), ProtoError> {
+        self.send(now, to, data, notify).map(|id| (id, None))
+    }
+
     /// Takes in one verified packet (the engine has checked CRC, cookie and addressing).
     fn handle(&mut self, now: Time, hdr: &Header, payload: &[u8]);
 

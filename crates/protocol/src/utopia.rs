@@ -70,6 +70,34 @@ impl Protocol for Utopia {
         Ok(p.out.push(data, notify))
     }
 
+    fn send_now(
+        &mut self,
+        now: Time,
+        to: Rank,
+        data: Bytes,
+        notify: bool,
+    ) -> Result<(MsgId, Option<Transmit>), ProtoError> {
+        let mp = self.c.max_payload.get(to as usize).copied().unwrap_or(0);
+        if !self.ready.is_empty() || data.len() > mp {
+            return self.send(now, to, data, notify).map(|id| (id, None));
+        }
+        self.c.check_send(to, data.len(), || false)?;
+        let p = &mut self.peers[to as usize];
+        let id = p.out.bypass();
+        p.stats.messages_sent += 1;
+        p.stats.data_sent += 1;
+        p.stats.bytes_sent += data.len() as u64;
+        let mut hdr = Header::new(Kind::Data);
+        hdr.dst = to;
+        hdr.msg = id;
+        hdr.total = data.len() as u64;
+        hdr.flags = flags::FIRST | flags::LAST;
+        if notify {
+            self.events.push_back(Event::Sent { to, id });
+        }
+        Ok((id, Some(Transmit { hdr, payload: data })))
+    }
+
     fn handle(&mut self, _now: Time, hdr: &Header, payload: &[u8]) {
         if hdr.kind != Kind::Data {
             return;
@@ -185,5 +213,82 @@ impl Protocol for Utopia {
         p.out.clear();
         p.partial = None;
         self.ready.retain(|&r| r != peer);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn utopia() -> Utopia {
+        Utopia::new(Common::new(0, 2, 100))
+    }
+
+    fn drain(u: &mut Utopia) -> Vec<Transmit> {
+        let mut out = Vec::new();
+        u.poll_transmit(0, &mut out, usize::MAX);
+        out
+    }
+
+    /// A one-packet message with nothing queued goes out at once, numbered in line with
+    /// the queued ones; anything else is queued, so the packets leave in sending order.
+    #[test]
+    fn send_now_bypasses_the_queue_only_when_nothing_waits() {
+        let mut u = utopia();
+        let (id0, t) = u
+            .send_now(0, 1, Bytes::from_static(b"small"), true)
+            .unwrap();
+        let t = t.expect("an empty queue lets a one-packet message go at once");
+        assert_eq!((id0, t.hdr.dst, t.hdr.msg, t.hdr.total), (0, 1, 0, 5));
+        assert_eq!(t.hdr.flags, flags::FIRST | flags::LAST);
+        assert_eq!(&t.payload[..], b"small");
+        assert!(matches!(u.poll_event(), Some(Event::Sent { to: 1, id: 0 })));
+        assert!(!u.outstanding(1));
+
+        // Two packets' worth: queued, and cut by poll_transmit.
+        let (id1, t) = u
+            .send_now(0, 1, Bytes::from(vec![7u8; 150]), false)
+            .unwrap();
+        assert!(t.is_none());
+        // Something is queued now: a small message waits behind it.
+        let (id2, t) = u
+            .send_now(0, 1, Bytes::from_static(b"after"), false)
+            .unwrap();
+        assert!(t.is_none());
+        assert_eq!((id1, id2), (1, 2));
+        let out = drain(&mut u);
+        let seen: Vec<_> = out.iter().map(|t| (t.hdr.msg, t.hdr.offset)).collect();
+        assert_eq!(seen, [(1, 0), (1, 100), (2, 0)]);
+        assert_eq!(u.peer_stats(1).messages_sent, 3);
+        assert_eq!(u.peer_stats(1).data_sent, 4);
+
+        // Empty again: direct, and the next id.
+        let (id3, t) = u.send_now(0, 1, Bytes::new(), false).unwrap();
+        assert_eq!((id3, t.map(|t| t.payload.len())), (3, Some(0)));
+    }
+
+    #[test]
+    fn send_now_refuses_what_send_refuses() {
+        let mut u = utopia();
+        u.c.max_message = 1000;
+        let x = || Bytes::from_static(b"x");
+        assert!(matches!(
+            u.send_now(0, 5, x(), false),
+            Err(ProtoError::NoSuchPeer { peer: 5, nprocs: 2 })
+        ));
+        assert!(matches!(
+            u.send_now(0, 0, x(), false),
+            Err(ProtoError::SelfSend { peer: 0 })
+        ));
+        assert!(matches!(
+            u.send_now(0, 1, Bytes::from(vec![0u8; 1001]), false),
+            Err(ProtoError::TooLarge {
+                len: 1001,
+                max: 1000
+            })
+        ));
+        // Nothing was numbered or counted for the refused ones.
+        assert_eq!(u.send_now(0, 1, x(), false).unwrap().0, 0);
+        assert_eq!(u.peer_stats(1).messages_sent, 1);
     }
 }

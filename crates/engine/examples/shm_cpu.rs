@@ -8,7 +8,7 @@
 use std::time::Instant;
 
 use bulkwire_engine::{Endpoint, EndpointConfig, Engine, Event, Transport, WaitPolicy};
-use bulkwire_link::{Link, ShmConfig, ShmLink, thread_rendezvous};
+use bulkwire_link::{Link, ShmConfig, ShmLink};
 use bulkwire_protocol::wire::HEADER_LEN;
 use bulkwire_protocol::{Common, by_name};
 use bytes::Bytes;
@@ -20,18 +20,7 @@ fn main() {
         .next()
         .map_or(1_000_000, |s| s.parse().expect("round trips"));
     let cfg = ShmConfig::for_procs(2);
-    // Creation is collective: both threads must be running before either is joined.
-    let creators: Vec<_> = thread_rendezvous(2)
-        .into_iter()
-        .enumerate()
-        .map(|(r, mut rv)| {
-            std::thread::spawn(move || ShmLink::create(r as u32, &[true, true], &cfg, &mut rv))
-        })
-        .collect();
-    let links: Vec<ShmLink> = creators
-        .into_iter()
-        .map(|h| h.join().unwrap().expect("shared-memory link"))
-        .collect();
+    let links = ShmLink::in_threads(2, &cfg).expect("shared-memory links");
     let mut ends: Vec<Engine> = links
         .into_iter()
         .map(|l| {

@@ -185,17 +185,10 @@ fn a_full_ring_keeps_small_messages_in_order() {
         ring_bytes: 4096,
         max_datagram: 1024,
     };
-    let creators: Vec<_> = thread_rendezvous(2)
+    let mut es: Vec<Engine> = ShmLink::in_threads(2, &cfg)
+        .unwrap()
         .into_iter()
-        .enumerate()
-        .map(|(r, mut rv)| {
-            std::thread::spawn(move || ShmLink::create(r as u32, &[true, true], &cfg, &mut rv))
-        })
-        .collect();
-    let mut es: Vec<Engine> = creators
-        .into_iter()
-        .map(|h| {
-            let link = h.join().unwrap().unwrap();
+        .map(|link| {
             let r = link.rank();
             let proto =
                 bulkwire_protocol::by_name("utopia", Common::new(r, 2, 1024 - HEADER_LEN)).unwrap();

@@ -48,9 +48,9 @@
 //!
 //! `send`: compare against a cached head (re-read from shared memory only when the cached
 //! value says "full"), write datagram (and the next slot unless zeroed ahead) and header.
-//! `recv`: read records while headers are set, publish the head once per batch. Loads, stores and `memcpy`: no system
-//! call, no locked instruction per datagram. Each side keeps its own counter privately and
-//! never reads it back from shared memory.
+//! `recv`: read records while headers are set, publish the head once per batch. Loads,
+//! stores and `memcpy`: no system call, no locked instruction per datagram. Each side
+//! keeps its own counter privately and never reads it back from shared memory.
 //!
 //! # Sleeping and the doorbell
 //!
@@ -564,6 +564,29 @@ impl ShmLink {
             *cfg,
             Doorbell { sock, peers },
         ))
+    }
+
+    /// The links of all `n` processes of a host, made in this process by one thread each
+    /// (tests, examples and benchmarks that play every process from one program).
+    pub fn in_threads(n: usize, cfg: &ShmConfig) -> io::Result<Vec<ShmLink>> {
+        let local = vec![true; n];
+        let cfg = *cfg;
+        // Creation is collective: every thread must be running before any is joined.
+        let makers: Vec<_> = crate::thread_rendezvous(n)
+            .into_iter()
+            .enumerate()
+            .map(|(r, mut rv)| {
+                let local = local.clone();
+                std::thread::spawn(move || ShmLink::create(r as Rank, &local, &cfg, &mut rv))
+            })
+            .collect();
+        makers
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(io::Error::other("a link's creator panicked")))
+            })
+            .collect()
     }
 
     fn from_parts(seg: Segment, layout: ShmLayout, cfg: ShmConfig, doorbell: Doorbell) -> ShmLink {

@@ -14,16 +14,7 @@ use bulkwire_link::{
 
 /// `n` links (all on this host), created collectively by `n` threads.
 fn links(n: usize, cfg: ShmConfig) -> Vec<ShmLink> {
-    let local = vec![true; n];
-    let hs: Vec<_> = thread_rendezvous(n)
-        .into_iter()
-        .enumerate()
-        .map(|(r, mut rv)| {
-            let local = local.clone();
-            std::thread::spawn(move || ShmLink::create(r as u32, &local, &cfg, &mut rv).unwrap())
-        })
-        .collect();
-    hs.into_iter().map(|h| h.join().unwrap()).collect()
+    ShmLink::in_threads(n, &cfg).unwrap()
 }
 
 fn small() -> ShmConfig {

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-use crate::common::{FillBuf, OutQueue};
+use crate::common::{FillBuf, Fragment, OutQueue};
 use crate::wire::{Header, Kind, flags};
 use crate::{Common, Event, MsgId, PeerStats, ProtoError, Protocol, Rank, Time, Transmit};
 
@@ -48,6 +48,30 @@ impl Utopia {
     }
 }
 
+impl Utopia {
+    /// The packet of fragment `f` to `to`, counted; its message's `Sent` event when it is
+    /// the last fragment and the sender asked.
+    fn packet(&mut self, to: Rank, f: Fragment) -> Transmit {
+        let mut hdr = Header::new(Kind::Data);
+        hdr.dst = to;
+        hdr.msg = f.msg;
+        hdr.offset = f.offset;
+        hdr.total = f.total;
+        hdr.flags = if f.first { flags::FIRST } else { 0 } | if f.last { flags::LAST } else { 0 };
+        let stats = &mut self.peers[to as usize].stats;
+        stats.data_sent += 1;
+        stats.bytes_sent += f.payload.len() as u64;
+        if f.last && f.notify {
+            // Nothing will ever acknowledge it: "sent" is as good as it gets.
+            self.events.push_back(Event::Sent { to, id: f.msg });
+        }
+        Transmit {
+            hdr,
+            payload: f.payload,
+        }
+    }
+}
+
 impl Protocol for Utopia {
     fn name(&self) -> &'static str {
         "utopia"
@@ -85,17 +109,16 @@ impl Protocol for Utopia {
         let p = &mut self.peers[to as usize];
         let id = p.out.bypass();
         p.stats.messages_sent += 1;
-        p.stats.data_sent += 1;
-        p.stats.bytes_sent += data.len() as u64;
-        let mut hdr = Header::new(Kind::Data);
-        hdr.dst = to;
-        hdr.msg = id;
-        hdr.total = data.len() as u64;
-        hdr.flags = flags::FIRST | flags::LAST;
-        if notify {
-            self.events.push_back(Event::Sent { to, id });
-        }
-        Ok((id, Some(Transmit { hdr, payload: data })))
+        let whole = Fragment {
+            msg: id,
+            offset: 0,
+            total: data.len() as u64,
+            payload: data,
+            first: true,
+            last: true,
+            notify,
+        };
+        Ok((id, Some(self.packet(to, whole))))
     }
 
     fn handle(&mut self, _now: Time, hdr: &Header, payload: &[u8]) {
@@ -150,30 +173,14 @@ impl Protocol for Utopia {
         while n < max {
             let Some(&to) = self.ready.front() else { break };
             let mp = self.c.max_payload[to as usize];
-            let p = &mut self.peers[to as usize];
-            let Some(f) = p.out.next_fragment(mp) else {
+            let Some(f) = self.peers[to as usize].out.next_fragment(mp) else {
                 self.ready.pop_front();
                 continue;
             };
-            let mut hdr = Header::new(Kind::Data);
-            hdr.dst = to;
-            hdr.msg = f.msg;
-            hdr.offset = f.offset;
-            hdr.total = f.total;
-            hdr.flags =
-                if f.first { flags::FIRST } else { 0 } | if f.last { flags::LAST } else { 0 };
-            p.stats.data_sent += 1;
-            p.stats.bytes_sent += f.payload.len() as u64;
-            if f.last && f.notify {
-                // Nothing will ever acknowledge it: "sent" is as good as it gets.
-                self.events.push_back(Event::Sent { to, id: f.msg });
-            }
-            out.push(Transmit {
-                hdr,
-                payload: f.payload,
-            });
+            let t = self.packet(to, f);
+            out.push(t);
             n += 1;
-            if p.out.is_empty() {
+            if self.peers[to as usize].out.is_empty() {
                 self.ready.pop_front();
             }
         }

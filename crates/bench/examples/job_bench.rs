@@ -9,14 +9,15 @@ use std::time::Duration;
 use bulkwire_bench::kernels::{Role, pingpong, stream};
 use bulkwire_bench::stats::Summary;
 use bulkwire_engine::Transport;
-use bulkwire_engine::job::{JobConfig, connect};
+use bulkwire_engine::job::connect;
 
 fn main() {
     let iters: usize = std::env::args()
         .nth(1)
         .map_or(100_000, |a| a.parse().unwrap());
-    let mut ctl = bulkwire_launch::self_spawn(2).unwrap();
-    let (mut e, info) = connect(&mut ctl, &JobConfig::from_env().unwrap()).unwrap();
+    let settings = bulkwire_config::Settings::from_env().unwrap();
+    let mut ctl = bulkwire_launch::self_spawn(2, &settings.launch).unwrap();
+    let (mut e, info) = connect(&mut ctl, settings.job()).unwrap();
     let rank = ctl.rank();
     let (role, peer) = if rank == 0 {
         (Role::Initiator, 1)

@@ -119,8 +119,9 @@ struct Bufs {
 /// The worker side of [`run`]: `__coll SPEC_JSON OUT_PATH`.
 pub fn worker_main(args: &[OsString]) -> Result<(), String> {
     let w = jobs::Worker::<CollSpec>::parse(args)?;
-    let comm = Comm::init().map_err(|e| e.to_string())?;
-    let res = measure(&comm, &w.spec).and_then(|r| {
+    let s = jobs::settings()?;
+    let comm = Comm::init(&s.launch, s.p2p).map_err(|e| e.to_string())?;
+    let res = measure(&comm, &w.spec, s.coll).and_then(|r| {
         if comm.rank() == 0 {
             w.write(&r)?;
         }
@@ -129,8 +130,12 @@ pub fn worker_main(args: &[OsString]) -> Result<(), String> {
     res.and_then(|()| comm.finalize().map_err(|e| e.to_string()))
 }
 
-fn measure(comm: &Comm, spec: &CollSpec) -> Result<CollResult, String> {
-    let c = Coll::new(comm).map_err(|e| e.to_string())?;
+fn measure(
+    comm: &Comm,
+    spec: &CollSpec,
+    cfg: bulkwire_collectives::Config,
+) -> Result<CollResult, String> {
+    let c = Coll::new(comm, cfg).map_err(|e| e.to_string())?;
     let (me, p) = (comm.rank(), comm.size() as usize);
     let most = spec.sizes.iter().copied().max().unwrap_or(0);
     let mut b = Bufs {

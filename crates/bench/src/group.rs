@@ -8,7 +8,7 @@ use std::ffi::OsString;
 use std::path::Path;
 use std::time::Duration;
 
-use bulkwire_engine::job::{self, JobConfig};
+use bulkwire_engine::job;
 use bulkwire_engine::{Error, Event, Transport};
 use bulkwire_link::Rank;
 use bytes::Bytes;
@@ -146,7 +146,7 @@ pub fn worker_main(args: &[OsString]) -> Result<(), String> {
     let w = jobs::Worker::<GroupSpec>::parse(args)?;
     let spec = w.spec.clone();
     let mut ctl = w.join()?;
-    let mut cfg = JobConfig::from_env().map_err(|e| e.to_string())?;
+    let mut cfg = jobs::settings()?.job().clone();
     cfg.protocol = Some(spec.protocol.clone());
     let (mut t, _) = job::connect_transport(&mut ctl, &cfg).map_err(|e| e.to_string())?;
     let (me, p) = (t.rank(), t.nprocs());

@@ -70,9 +70,7 @@ impl<S: DeserializeOwned> Worker<S> {
 
     /// Joins the job this worker was launched in.
     pub fn join(&self) -> Result<Control, String> {
-        let env = bulkwire_launch::job_env()
-            .map_err(|e| e.to_string())?
-            .ok_or("not started by a launcher")?;
+        let env = settings()?.launch.job.ok_or("not started by a launcher")?;
         Control::join(&env).map_err(|e| e.to_string())
     }
 
@@ -81,4 +79,9 @@ impl<S: DeserializeOwned> Worker<S> {
         let json = serde_json::to_vec_pretty(result).map_err(|e| e.to_string())?;
         std::fs::write(&self.out, json).map_err(|e| e.to_string())
     }
+}
+
+/// A worker's settings, from the environment its launcher gave it.
+pub fn settings() -> Result<bulkwire_config::Settings, String> {
+    bulkwire_config::Settings::from_env().map_err(|e| e.to_string())
 }

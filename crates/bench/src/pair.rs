@@ -11,7 +11,7 @@ use bulkwire_engine::job::{self, JobConfig, LinkKind};
 use bulkwire_engine::{Transport, WaitPolicy};
 use bulkwire_launch::{Card, Control};
 use bulkwire_link::Rank;
-use bulkwire_link::{FaultConfig, Faulty, UdpConfig, UdpLink};
+use bulkwire_link::{FaultConfig, Faulty, UdpLink};
 use bulkwire_protocol::PeerStats;
 use serde::{Deserialize, Serialize};
 
@@ -221,7 +221,7 @@ pub fn worker_main(args: &[OsString]) -> Result<(), String> {
             let peer = 1 - ctl.rank();
             match link.as_str() {
                 "udp" => {
-                    let cfg = UdpConfig::from_env().map_err(|e| e.to_string())?;
+                    let cfg = jobs::settings()?.job().udp.clone();
                     let bound = UdpLink::bind((ctl.local_ip(), 0).into(), &cfg)
                         .map_err(|e| e.to_string())?;
                     let addrs = exchange(&mut ctl, bound.local_addr())?;
@@ -261,8 +261,8 @@ pub fn worker_main(args: &[OsString]) -> Result<(), String> {
             link,
             progress,
         } => {
-            let mut cfg = bulkwire_p2p::Config::from_env().map_err(|e| e.to_string())?;
-            cfg.job = Some(job_config(protocol, link, faults)?);
+            let mut cfg = jobs::settings()?.p2p;
+            cfg.job = job_config(protocol, link, faults)?;
             if !progress {
                 cfg.progress = None;
             }
@@ -297,7 +297,7 @@ fn exchange(
     ctl: &mut Control,
     addr: std::net::SocketAddr,
 ) -> Result<Vec<std::net::SocketAddr>, String> {
-    let me = Card::local(ctl.rank(), vec![addr]);
+    let me = ctl.card(vec![addr]);
     let cards = ctl.allgather(&me.to_bytes()).map_err(|e| e.to_string())?;
     cards
         .iter()
@@ -308,7 +308,7 @@ fn exchange(
 
 /// The job configuration of a stack: the environment's, with its protocol, link and faults.
 fn job_config(protocol: &str, link: &str, faults: FaultConfig) -> Result<JobConfig, String> {
-    let mut cfg = JobConfig::from_env().map_err(|e| e.to_string())?;
+    let mut cfg = jobs::settings()?.job().clone();
     cfg.protocol = Some(protocol.to_string());
     cfg.link = match link {
         "udp" => LinkKind::Udp,

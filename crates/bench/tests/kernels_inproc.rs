@@ -20,7 +20,7 @@ fn pair_with(protocol: &str, tune: impl Fn(&mut Common)) -> (Engine, Engine) {
         .map(|l| {
             let mut c = Common::new(l.rank(), 2, 9000 - HEADER_LEN);
             tune(&mut c);
-            let p = bulkwire_protocol::by_name(protocol, c).unwrap();
+            let p = bulkwire_protocol::by_name(protocol, c, &Default::default()).unwrap();
             Engine::new(
                 Endpoint::new(Box::new(l), p, EndpointConfig::new(1)),
                 WaitPolicy::default(),

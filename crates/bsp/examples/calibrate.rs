@@ -6,17 +6,17 @@
 //!     cargo run --release -p bulkwire-bsp --example calibrate -- [P [ITERS]]
 
 use bulkwire_bench::kernels::{Role, pingpong};
+use bulkwire_bsp::Runtime;
 use bulkwire_bsp::bench::{BenchConfig, measure};
-use bulkwire_bsp::{Config, Runtime};
-use bulkwire_engine::job::{self, JobConfig};
+use bulkwire_engine::job;
 
 fn main() {
     let mut args = std::env::args().skip(1);
     let p: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(2);
     let iters: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(20000);
-    let mut ctl = bulkwire_launch::self_spawn(p).expect("start the job");
-    let cfg = JobConfig::from_env().expect("job settings");
-    let (mut engine, _) = job::connect(&mut ctl, &cfg).expect("connect");
+    let settings = bulkwire_config::Settings::from_env().expect("settings");
+    let mut ctl = bulkwire_launch::self_spawn(p, &settings.launch).expect("start the job");
+    let (mut engine, _) = job::connect(&mut ctl, settings.job()).expect("connect");
     let me = ctl.rank();
     let half = match me {
         0 => pingpong(&mut engine, Role::Initiator, 1, 8, 1000, iters).expect("ping-pong"),
@@ -29,11 +29,7 @@ fn main() {
     // The ping-pong skips messages from the others: nobody starts a superstep before it
     // is over.
     ctl.allgather(&[]).expect("barrier");
-    let rt = Runtime::over(
-        Box::new(engine),
-        ctl.nprocs(),
-        Config::from_env().expect("settings"),
-    );
+    let rt = Runtime::over(Box::new(engine), ctl.nprocs(), settings.bsp);
     for _ in 0..1000 {
         rt.sync().expect("sync");
     }

@@ -7,9 +7,12 @@
 //! before [`Bsp::sync`] (which takes `&mut self`) can write into it.
 //!
 //! ```no_run
-//! use bulkwire_bsp::Bsp;
+//! use bulkwire_bsp::{Bsp, Config};
 //! # fn main() -> Result<(), bulkwire_bsp::BspError> {
-//! let mut bsp = Bsp::begin(4)?; // bsprun's job, or 4 copies of this program
+//! # let launch = bulkwire_launch::LaunchConfig::default();
+//! // bsprun's job, or 4 copies of this program. The settings usually come from the
+//! // environment: `bulkwire_config::Settings::from_env()` (`.launch`, `.bsp`).
+//! let mut bsp = Bsp::begin(4, &launch, Config::default())?;
 //! let (p, s) = (bsp.nprocs(), bsp.pid());
 //! let sums = bsp.push_reg(vec![0u64; p as usize]);
 //! bsp.sync()?;
@@ -27,6 +30,7 @@ use std::collections::HashMap;
 use std::marker::PhantomData;
 
 use bulkwire_engine::Transport;
+use bulkwire_launch::LaunchConfig;
 
 use crate::BspError;
 use crate::config::Config;
@@ -106,18 +110,11 @@ pub struct Message<'a> {
     pub payload: &'a [u8],
 }
 
-/// The processes a computation begun now would have (`bsp_nprocs()` before `bsp_begin`).
-pub fn available_processors() -> u32 {
-    bulkwire_launch::available_processors()
-}
-
 /// `bsp_init`: when this process is a spawned rank of a job (not pid 0), runs `spmd` and
 /// exits, so that a program whose parallel part is a function rather than `main` works
 /// the same under `bsprun` and started by itself. Pid 0 returns and goes on with `main`.
-pub fn init(spmd: fn()) {
-    if let Ok(Some(env)) = bulkwire_launch::job_env()
-        && env.rank > 0
-    {
+pub fn init(spmd: fn(), launch: &LaunchConfig) {
+    if launch.is_spawned() {
         spmd();
         std::process::exit(0);
     }
@@ -125,8 +122,8 @@ pub fn init(spmd: fn()) {
 
 impl Bsp {
     /// `bsp_begin(p)`, see [`Runtime::begin`].
-    pub fn begin(p: u32) -> Result<Bsp, BspError> {
-        let rt = Runtime::begin(p)?;
+    pub fn begin(p: u32, launch: &LaunchConfig, cfg: Config) -> Result<Bsp, BspError> {
+        let rt = Runtime::begin(p, launch, cfg)?;
         Ok(Bsp::wrap(rt, true))
     }
 

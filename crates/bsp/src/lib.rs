@@ -8,9 +8,8 @@
 //!   (`bulkwire-capi`, `bsp.h`) is built on.
 //! - [`mod@bench`]: bspbench's g and l.
 //!
-//! Environment: `BULKWIRE_BSP_SCHEDULE=latin|pid`, `BULKWIRE_BSP_RATE`,
-//! `BULKWIRE_BSP_CHUNK`, `BULKWIRE_STATS=1` ([`Config`]), plus the transport's
-//! (`BULKWIRE_PROTOCOL`, `BULKWIRE_FAULTS`, ...).
+//! Settings: [`Config`] (a program takes it from its environment with
+//! `bulkwire_config::Settings::from_env()`).
 
 mod api;
 pub mod bench;
@@ -23,7 +22,7 @@ mod runtime;
 pub mod stats;
 mod wire;
 
-pub use api::{Area, Bsp, Message, Pod, available_processors, init};
-pub use config::{Config, Schedule};
+pub use api::{Area, Bsp, Message, Pod, init};
+pub use config::{Config, PACED_CHUNK, Schedule};
 pub use error::BspError;
 pub use runtime::{Runtime, abort_job};

@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bulkwire_engine::Transport;
-use bulkwire_engine::job::{self, JobConfig};
+use bulkwire_engine::job;
 use bulkwire_engine::progress::Shared;
-use bulkwire_launch::{Control, Failure, JobState, LaunchError, self_spawn};
+use bulkwire_launch::{Control, Failure, JobState, LaunchConfig, LaunchError, self_spawn};
 
 use crate::config::Config;
 use crate::core::{Core, Net};
@@ -50,16 +50,13 @@ impl Runtime {
     ///
     /// Only pid 0's `p` counts: with `bsp_init` the other processes run the SPMD function
     /// before `main` has computed it (the standard's example reads it from input).
-    pub fn begin(p: u32) -> Result<Runtime, BspError> {
-        let spawned = matches!(bulkwire_launch::job_env(), Ok(Some(e)) if e.rank > 0);
-        if p == 0 && !spawned {
+    pub fn begin(p: u32, launch: &LaunchConfig, cfg: Config) -> Result<Runtime, BspError> {
+        if p == 0 && !launch.is_spawned() {
             return Err(BspError::Misuse(
                 "bsp_begin: the number of processes must be at least 1".into(),
             ));
         }
-        let cfg = Config::from_env()?;
-        let jcfg = JobConfig::from_env().map_err(|e| BspError::Config(e.to_string()))?;
-        let mut ctl = self_spawn(p.max(1))?;
+        let mut ctl = self_spawn(p.max(1), launch)?;
         let asked = ctl.allgather(&p.to_le_bytes())?;
         let p0 = asked
             .first()
@@ -69,7 +66,7 @@ impl Runtime {
             .ok_or_else(|| BspError::Protocol("pid 0 sent no process count".into()))?;
         let p = p0.min(ctl.nprocs());
         // Any stack: a protocol over a link, or kernel TCP (`BULKWIRE_PROTOCOL=tcp`).
-        let (engine, _) = job::connect_transport(&mut ctl, &jcfg)?;
+        let (engine, _) = job::connect_transport(&mut ctl, &cfg.job)?;
         let state = ctl.state();
         if ctl.rank() >= p {
             // Not in the computation: take part in the final exchange of bsp_end, leave.
@@ -117,11 +114,7 @@ impl Runtime {
         let pid = core.pid();
         Runtime {
             core: Mutex::new(core),
-            shared: Mutex::new(Some(Shared::new(
-                net,
-                waker,
-                Shared::<Net>::interval_from_env(),
-            ))),
+            shared: Mutex::new(Some(Shared::new(net, waker, cfg.progress))),
             ctl: Mutex::new(None),
             ended: AtomicBool::new(false),
             job: None,

@@ -45,7 +45,7 @@ fn spawn<R: Send + 'static>(
                 Box::new(Faulty::new(l, fc))
             };
             let common = Common::new(rank, p, mtu - HEADER_LEN);
-            let proto = bulkwire_protocol::by_name(protocol, common).unwrap();
+            let proto = bulkwire_protocol::by_name(protocol, common, &Default::default()).unwrap();
             let engine = Engine::new(
                 Endpoint::new(link, proto, EndpointConfig::new(42)),
                 WaitPolicy::for_host(p as usize),
@@ -420,7 +420,7 @@ fn pid_schedule_rate_cap_and_chunks_deliver_the_same() {
         schedule: Schedule::Pid,
         rate: Some(2_000_000_000),
         chunk: Some(1000),
-        stats: false,
+        ..Config::default()
     };
     run(3, "holefill", "", cfg, |bsp| random_program(bsp, 12, true));
 }

@@ -110,9 +110,9 @@ pub extern "C" fn bsp_begin(maxprocs: c_int) {
         let _ = writeln!(std::io::stderr(), "bsp_begin: {msg}");
         std::process::exit(1)
     };
+    let settings = crate::settings::or_exit("bsp_begin");
     // Processes a job spawned may pass anything: only pid 0's count is used.
-    let spawned = matches!(bulkwire_launch::job_env(), Ok(Some(e)) if e.rank > 0);
-    if maxprocs < 1 && !spawned {
+    if maxprocs < 1 && !settings.launch.is_spawned() {
         fatal(format!(
             "the number of processes must be at least 1, got {maxprocs}"
         ));
@@ -126,7 +126,11 @@ pub extern "C" fn bsp_begin(maxprocs: c_int) {
         }
         fatal("called again after bsp_end".into());
     }
-    match Runtime::begin(maxprocs.max(0) as u32) {
+    match Runtime::begin(
+        maxprocs.max(0) as u32,
+        &settings.launch,
+        settings.bsp.clone(),
+    ) {
         Ok(rt) => RT.store(Box::into_raw(Box::new(rt)), Ordering::Release),
         // Another process failed while this one joined: the launcher has said why.
         Err(BspError::JobFailed { exit_code, .. }) => std::process::exit(exit_code.max(1)),
@@ -164,9 +168,7 @@ pub unsafe extern "C" fn bsp_init(
 ) {
     // The spawned processes of a job (not pid 0) run the SPMD part at once and leave;
     // pid 0 goes on with main and calls it after its sequential start.
-    if let Ok(Some(env)) = bulkwire_launch::job_env()
-        && env.rank > 0
-    {
+    if crate::settings::or_exit("bsp_init").launch.is_spawned() {
         match spmd_part {
             Some(f) => f(),
             None => {
@@ -200,7 +202,10 @@ pub unsafe extern "C" fn bulkwire_bsp_abort_message(msg: *const c_char) -> ! {
 pub extern "C" fn bsp_nprocs() -> c_int {
     match current() {
         Some(rt) => rt.nprocs() as c_int,
-        None => bulkwire_bsp::available_processors().min(c_int::MAX as u32) as c_int,
+        None => crate::settings::or_exit("bsp_nprocs")
+            .launch
+            .available_processors()
+            .min(c_int::MAX as u32) as c_int,
     }
 }
 

@@ -344,7 +344,12 @@ impl Ctx {
                 format_args!("the collectives could not be set up: {why}"),
             ));
         }
-        match Coll::new(comm) {
+        let cfg = match crate::settings::get() {
+            Ok(s) => s.coll.clone(),
+            // bw_init has read them already; they cannot be bad here.
+            Err(e) => return Err(self.fail(BW_ERR_INIT, format_args!("{e}"))),
+        };
+        match Coll::new(comm, cfg) {
             Ok(c) => {
                 let p = Box::into_raw(Box::new(c));
                 COLL.store(p, Ordering::Release);

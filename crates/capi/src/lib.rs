@@ -4,8 +4,10 @@
 //! - [`bsp`]: BSPlib (`include/bsp.h`), the `int` dialect of the Oxford BSP toolset and
 //!   BSPonMPI;
 //! - [`p2p`]: point-to-point messaging (`include/bulkwire.h`);
-//! - [`coll`]: collectives (`include/bulkwire.h`), on the communicator of [`p2p`].
+//! - [`coll`]: collectives (`include/bulkwire.h`), on the communicator of [`p2p`];
+//! - [`settings`]: the environment, read once per process for all of them.
 
 pub mod bsp;
 pub mod coll;
 pub mod p2p;
+pub mod settings;

@@ -217,14 +217,19 @@ unsafe fn read_reqs(count: c_int, reqs: *const BwRequest) -> Result<Vec<Option<R
     Ok(s.iter().map(|&r| (r != 0).then_some(r)).collect())
 }
 
-fn start(make: impl FnOnce() -> Result<Comm, Error>) -> c_int {
+/// Joins the launched job, or starts one of `n` processes.
+fn start(n: u32) -> c_int {
     ffi(|| {
         let _g = LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
         if !COMM.load(Ordering::Acquire).is_null() {
             set_last("bulkwire is already initialised");
             return Err(BW_ERR_INIT);
         }
-        let c = make().map_err(|e| fail(&e))?;
+        let s = crate::settings::get().map_err(|e| {
+            set_last(e);
+            BW_ERR_INIT
+        })?;
+        let c = Comm::init_spawn(n, &s.launch, s.p2p.clone()).map_err(|e| fail(&e))?;
         COMM.store(Box::into_raw(Box::new(c)), Ordering::Release);
         Ok(BW_SUCCESS)
     })
@@ -233,7 +238,7 @@ fn start(make: impl FnOnce() -> Result<Comm, Error>) -> c_int {
 /// Joins the job this process was launched in, or makes a job of one.
 #[unsafe(no_mangle)]
 pub extern "C" fn bw_init(_argc: *mut c_int, _argv: *mut *mut *mut c_char) -> c_int {
-    start(Comm::init)
+    start(1)
 }
 
 /// Joins the launched job, or starts `nprocs` copies of this program (self-spawn).
@@ -243,7 +248,7 @@ pub extern "C" fn bw_init_spawn(nprocs: c_int) -> c_int {
         set_last("bw_init_spawn: nprocs must be at least 1");
         return BW_ERR_ARG;
     }
-    start(|| Comm::init_spawn(nprocs as u32))
+    start(nprocs as u32)
 }
 
 /// # Safety

@@ -188,15 +188,16 @@ fn c_collectives_over_udp_with_loss() {
     );
 }
 
-/// A bad `BULKWIRE_COLL`: the first collective fails on every process with
-/// `BW_ERR_INIT` naming the variable, later ones too, and the job still finalizes.
+/// Processes that configure the collectives differently: the first collective fails on
+/// every process with `BW_ERR_INIT` naming the variable, later ones too, and the job
+/// still finalizes.
 #[test]
 fn c_collectives_setup_error() {
     let prog = coll_test("setup");
     let (code, stdout, stderr) = run_with(
         &prog.0,
         &["2", "0", "init-error"],
-        &[("BULKWIRE_COLL", "bogus")],
+        &[],
         Duration::from_secs(60),
     );
     assert_eq!(code, Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
@@ -208,4 +209,19 @@ fn c_collectives_setup_error() {
             "rank {r} missing\n{stdout}\n{stderr}"
         );
     }
+}
+
+/// A bad `BULKWIRE_COLL` is refused by `bw_init`, naming the variable, the value and
+/// what is accepted, before any process is started.
+#[test]
+fn c_bad_setting_fails_at_init() {
+    let prog = coll_test("setup");
+    let (code, stdout, stderr) = run_with(
+        &prog.0,
+        &["2", "0", "bad-setting"],
+        &[("BULKWIRE_COLL", "bogus")],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("C COLL BAD-SETTING OK"), "{stdout}\n{stderr}");
 }

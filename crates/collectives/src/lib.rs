@@ -13,7 +13,7 @@
 //!   goes through a shared segment partitioned among the processes: each process writes
 //!   its data once into its own part, readers copy straight out of it, and a completion
 //!   step frees the part for reuse (reductions read the parts and reduce in rank order).
-//!   `BULKWIRE_COLL=auto|netcache|p2p` chooses (default `auto`).
+//!   [`Config::mode`] chooses (default [`Mode::Auto`]).
 //! - **Messages never meet the user's**: collectives use a reserved tag range that
 //!   wildcard receives never match and user calls cannot name.
 //! - **Failures**: a collective that fails on one process fails the job (MPI's default
@@ -22,11 +22,13 @@
 //!   unusable ([`Error::Broken`]).
 //!
 //! ```no_run
-//! use bulkwire_collectives::{Coll, Op};
+//! use bulkwire_collectives::{Coll, Config, Op};
 //! use bulkwire_p2p::Comm;
 //! # fn main() -> Result<(), bulkwire_collectives::Error> {
-//! let comm = Comm::init()?;
-//! let coll = Coll::new(&comm)?; // collective: every process calls it
+//! # let launch = bulkwire_launch::LaunchConfig::default();
+//! // The settings usually come from `bulkwire_config::Settings::from_env()`.
+//! let comm = Comm::init(&launch, bulkwire_p2p::Config::default())?;
+//! let coll = Coll::new(&comm, Config::default())?; // collective: every process calls it
 //! let mut v = vec![comm.rank() as f64; 1000];
 //! coll.allreduce_in_place(&mut v, &Op::Sum)?;
 //! let mut block = vec![0u8; 64];
@@ -156,7 +158,7 @@ impl Default for Thresholds {
     }
 }
 
-/// How a [`Coll`] behaves. [`Config::from_env`] reads the environment.
+/// How a [`Coll`] behaves (`bulkwire-config` builds one from the environment).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
     pub mode: Mode,
@@ -166,7 +168,7 @@ pub struct Config {
     pub family: Family,
     pub thresholds: Thresholds,
     /// A network-cache peer stopped or gone this long fails the waits on it (the job's
-    /// `BULKWIRE_DEAD_AFTER_MS`, 30 s by default, like p2p's silent-peer rule).
+    /// dead-peer deadline, 30 s by default, like p2p's silent-peer rule).
     pub dead_after: Duration,
 }
 
@@ -186,80 +188,7 @@ impl Default for Config {
     }
 }
 
-fn parse_size(v: &str) -> Option<usize> {
-    let v = v.trim();
-    let (num, mul) = match v.char_indices().last()? {
-        (i, 'k' | 'K') => (&v[..i], 1usize << 10),
-        (i, 'm' | 'M') => (&v[..i], 1 << 20),
-        (i, 'g' | 'G') => (&v[..i], 1 << 30),
-        _ => (v, 1),
-    };
-    num.trim().parse::<usize>().ok()?.checked_mul(mul)
-}
-
 impl Config {
-    /// The defaults overridden by `BULKWIRE_COLL` (`auto`, `netcache`, `p2p`),
-    /// `BULKWIRE_COLL_PART` (bytes per part; `k`/`m` suffixes), `BULKWIRE_COLL_ALG`
-    /// (`auto`, `small`, `large`: force an algorithm family), `BULKWIRE_COLL_DIRECT`
-    /// (the network cache's single-copy threshold, a size or `off`; with p2p's
-    /// `BULKWIRE_SINGLE_COPY=off` no peer is readable, so the cache agrees on none) and
-    /// `BULKWIRE_DEAD_AFTER_MS`.
-    pub fn from_env() -> Result<Config, Error> {
-        let mut c = Config::default();
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
-        if let Some(v) = var("BULKWIRE_COLL") {
-            c.mode = match v.trim() {
-                "auto" => Mode::Auto,
-                "netcache" | "shm" => Mode::NetCache,
-                "p2p" => Mode::P2p,
-                _ => {
-                    return Err(Error::Config(format!(
-                        "BULKWIRE_COLL={v:?}: expected auto, netcache or p2p"
-                    )));
-                }
-            };
-        }
-        if let Some(v) = var("BULKWIRE_COLL_PART") {
-            c.part_bytes = parse_size(&v).filter(|&n| n > 0).ok_or_else(|| {
-                Error::Config(format!(
-                    "BULKWIRE_COLL_PART={v:?}: expected a size in bytes (k, m suffixes)"
-                ))
-            })?;
-        }
-        if let Some(v) = var("BULKWIRE_COLL_DIRECT") {
-            c.thresholds.netcache_direct = match v.trim() {
-                "off" => usize::MAX,
-                t => parse_size(t).ok_or_else(|| {
-                    Error::Config(format!(
-                        "BULKWIRE_COLL_DIRECT={v:?}: expected a size in bytes (k, m suffixes) \
-                         or off"
-                    ))
-                })?,
-            };
-        }
-        if let Some(v) = var("BULKWIRE_COLL_ALG") {
-            c.family = match v.trim() {
-                "auto" => Family::Auto,
-                "small" => Family::Small,
-                "large" => Family::Large,
-                _ => {
-                    return Err(Error::Config(format!(
-                        "BULKWIRE_COLL_ALG={v:?}: expected auto, small or large"
-                    )));
-                }
-            };
-        }
-        if let Some(v) = var("BULKWIRE_DEAD_AFTER_MS") {
-            let ms: u64 = v.trim().parse().map_err(|_| {
-                Error::Config(format!(
-                    "BULKWIRE_DEAD_AFTER_MS={v:?}: expected milliseconds"
-                ))
-            })?;
-            c.dead_after = Duration::from_millis(ms);
-        }
-        Ok(c)
-    }
-
     /// What every process must agree on, as bytes.
     fn agreed(&self) -> Vec<u8> {
         let t = &self.thresholds;
@@ -378,15 +307,10 @@ fn describe(agreed: &[u8]) -> String {
 }
 
 impl<'c> Coll<'c> {
-    /// The collectives of `comm`, configured from the environment. Collective: every
-    /// process calls it, before any other collective.
-    pub fn new(comm: &'c Comm) -> Result<Coll<'c>, Error> {
-        Coll::with_config(comm, Config::from_env()?)
-    }
-
     /// The collectives of `comm` with `cfg`, which every process must pass alike (checked:
-    /// a difference is an error on every process, naming the rank). Collective.
-    pub fn with_config(comm: &'c Comm, cfg: Config) -> Result<Coll<'c>, Error> {
+    /// a difference is an error on every process, naming the rank). Collective: every
+    /// process calls it, before any other collective.
+    pub fn new(comm: &'c Comm, cfg: Config) -> Result<Coll<'c>, Error> {
         let (me, p) = (comm.rank(), comm.size());
         let mut seq = 0u32;
         let mut pids = vec![std::process::id(); p as usize];
@@ -427,7 +351,7 @@ impl<'c> Coll<'c> {
             }
             _ => {
                 // The job's CPUs here, not this process's share of them.
-                let over = p as usize > bulkwire_launch::host_cpus();
+                let over = p as usize > comm.host_cpus();
                 let direct = cfg.thresholds.netcache_direct;
                 match Shm::create(
                     comm,
@@ -1014,10 +938,7 @@ mod tests {
     }
 
     #[test]
-    fn sizes_and_modes_from_text() {
-        assert_eq!(parse_size("4k"), Some(4096));
-        assert_eq!(parse_size("2m"), Some(2 << 20));
-        assert_eq!(parse_size("x"), None);
+    fn agreed_configuration_is_described() {
         let d = describe(&Config::default().agreed());
         assert!(
             d.contains("BULKWIRE_COLL=auto") && d.contains("1048576"),

@@ -21,7 +21,7 @@ fn p2p_config(eager: usize) -> P2pConfig {
         eager_local: eager,
         single_copy: SingleCopy::Off,
         progress: Some(Duration::from_millis(1)),
-        job: None,
+        job: Default::default(),
     }
 }
 
@@ -42,7 +42,7 @@ where
         .map(|comm| {
             let (f, cfg) = (f.clone(), cfg.clone());
             std::thread::spawn(move || {
-                let r = Coll::with_config(&comm, cfg)
+                let r = Coll::new(&comm, cfg)
                     .map_err(|e| format!("rank {}: new: {e}", comm.rank()))
                     .and_then(|c| f(&c).map_err(|e| format!("rank {}: {e}", comm.rank())));
                 let _ = comm.flush();
@@ -170,7 +170,7 @@ fn configurations_must_agree() {
                 if comm.rank() == 1 {
                     c.family = Family::Large;
                 }
-                let r = Coll::with_config(&comm, c).map(|_| ());
+                let r = Coll::new(&comm, c).map(|_| ());
                 let _ = comm.flush();
                 r
             })

@@ -25,7 +25,12 @@ fn main() {
         .into_iter()
         .map(|l| {
             let payload = l.max_datagram(1 - l.rank()) - HEADER_LEN;
-            let p = by_name(&proto, Common::new(l.rank(), 2, payload)).expect("protocol");
+            let p = by_name(
+                &proto,
+                Common::new(l.rank(), 2, payload),
+                &Default::default(),
+            )
+            .expect("protocol");
             let ep = Endpoint::new(Box::new(l), p, EndpointConfig::new(7));
             Engine::new(ep, WaitPolicy::for_host(2))
         })

@@ -27,20 +27,24 @@ pub struct WaitPolicy {
     pub yield_cpu: bool,
 }
 
+/// How long a wait spins before it sleeps, unless configured otherwise.
+pub const DEFAULT_SPIN: Duration = Duration::from_millis(1);
+
 impl WaitPolicy {
-    /// The policy for `local_procs` processes of the job on this host: spin 1 ms (or
-    /// `BULKWIRE_SPIN_US`), yielding when they outnumber the cores.
-    pub fn for_host(local_procs: usize) -> WaitPolicy {
-        // Not this process's own CPUs: a launcher may have bound it to its share.
-        let cores = bulkwire_launch::host_cpus();
-        let spin_us = std::env::var("BULKWIRE_SPIN_US")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(1000);
+    /// Spin `spin` before sleeping, yielding on every idle turn when the job's
+    /// `local_procs` processes on this host outnumber the `host_cpus` they share (not this
+    /// process's own CPUs: a launcher may have bound it to its share).
+    pub fn new(spin: Duration, local_procs: usize, host_cpus: usize) -> WaitPolicy {
         WaitPolicy {
-            spin: Duration::from_micros(spin_us),
-            yield_cpu: local_procs > cores,
+            spin,
+            yield_cpu: local_procs > host_cpus,
         }
+    }
+
+    /// The default spin for `local_procs` processes sharing the CPUs this process may run
+    /// on (threads of one program, tests, examples).
+    pub fn for_host(local_procs: usize) -> WaitPolicy {
+        WaitPolicy::new(DEFAULT_SPIN, local_procs, bulkwire_launch::available_cpus())
     }
 }
 
@@ -67,7 +71,7 @@ impl WaitPolicy {
 impl Default for WaitPolicy {
     fn default() -> Self {
         WaitPolicy {
-            spin: Duration::from_millis(1),
+            spin: DEFAULT_SPIN,
             yield_cpu: false,
         }
     }
@@ -454,7 +458,7 @@ mod tests {
     #[test]
     fn waits_spin_then_yield_unless_oversubscribed() {
         let own = WaitPolicy {
-            spin: Duration::from_millis(1),
+            spin: DEFAULT_SPIN,
             yield_cpu: false,
         };
         assert!(!own.yields(Duration::ZERO));

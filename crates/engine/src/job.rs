@@ -1,7 +1,7 @@
-//! From a launched job to a [`Transport`]: choose the link (`BULKWIRE_TRANSPORT`), wrap it
-//! in faults (`BULKWIRE_FAULTS`), choose the protocol (`BULKWIRE_PROTOCOL`), exchange
-//! addresses through the rendezvous, and hand back an engine that ends its waits when
-//! another process of the job fails. Every layer above starts here.
+//! From a launched job to a [`Transport`]: choose the link, wrap it in faults, choose the
+//! protocol (all from a [`JobConfig`]), exchange addresses through the rendezvous, and hand
+//! back an engine that ends its waits when another process of the job fails. Every layer
+//! above starts here.
 
 use std::io;
 use std::net::TcpListener;
@@ -12,13 +12,13 @@ use bulkwire_launch::{Card, Control};
 use bulkwire_link::route::{Route, RouteLink};
 use bulkwire_link::{FaultConfig, Faulty, Link, Rendezvous, ShmLink, ShmSizes, UdpConfig, UdpLink};
 use bulkwire_protocol::wire::HEADER_LEN;
-use bulkwire_protocol::{Common, SEC, Time};
+use bulkwire_protocol::{Common, ProtocolConfigs, SEC, Time};
 
 use crate::tcp::{self, TcpConfig, TcpTransport};
-use crate::{Endpoint, EndpointConfig, Engine, Error, Transport, WaitPolicy};
+use crate::{DEFAULT_SPIN, Endpoint, EndpointConfig, Engine, Error, Transport, WaitPolicy};
 
-/// Which link carries the job's packets (`BULKWIRE_TRANSPORT`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Which link carries the job's packets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum LinkKind {
     /// UDP sockets for every peer.
     Udp,
@@ -26,22 +26,12 @@ pub enum LinkKind {
     Shm,
     /// The best link per peer: shared memory to the processes of this host, UDP to the
     /// others (the default).
+    #[default]
     Auto,
 }
 
 impl LinkKind {
-    fn parse(s: &str) -> Result<LinkKind, Error> {
-        match s {
-            "udp" => Ok(LinkKind::Udp),
-            "shm" => Ok(LinkKind::Shm),
-            "auto" | "" => Ok(LinkKind::Auto),
-            other => Err(Error::Config(format!(
-                "BULKWIRE_TRANSPORT={other:?}: expected auto, shm or udp"
-            ))),
-        }
-    }
-
-    fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             LinkKind::Udp => "udp",
             LinkKind::Shm => "shm",
@@ -60,19 +50,21 @@ impl LinkKind {
     }
 }
 
-/// The protocol when neither the caller nor `BULKWIRE_PROTOCOL` chose one and the link is
-/// not a clean shared-memory one.
+/// The protocol when the configuration names none and the link is not a clean
+/// shared-memory one.
 pub const DEFAULT_PROTOCOL: &str = "holefill";
 
 /// How a job's transport is built.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct JobConfig {
     pub link: LinkKind,
-    /// Protocol name (see `bulkwire_protocol::PROTOCOLS`); `None` chooses: `utopia` when
-    /// every peer is reached over shared memory without injected faults (the link is
-    /// reliable, so acknowledgements and timers would be pure overhead), otherwise
-    /// [`DEFAULT_PROTOCOL`].
+    /// Protocol name (see `bulkwire_protocol::PROTOCOLS`), or [`TCP`] for kernel TCP (see
+    /// [`connect_transport`]); `None` chooses: `utopia` when every peer is reached over
+    /// shared memory without injected faults (the link is reliable, so acknowledgements
+    /// and timers would be pure overhead), otherwise [`DEFAULT_PROTOCOL`].
     pub protocol: Option<String>,
+    /// Settings of each protocol (the one in use is taken).
+    pub protocols: ProtocolConfigs,
     /// Faults injected on every datagram received (none by default).
     pub faults: FaultConfig,
     pub udp: UdpConfig,
@@ -80,72 +72,59 @@ pub struct JobConfig {
     pub shm: ShmSizes,
     /// A peer silent this long while we depend on it is declared dead.
     pub dead_after: Time,
-    /// Keep large freed allocations in the process (`BULKWIRE_MALLOC_TUNE`, default on):
-    /// see [`tune_malloc`].
+    /// How long a wait spins before it sleeps.
+    pub spin: Duration,
+    /// Keep large freed allocations in the process (default on): see [`tune_malloc`].
     pub tune_malloc: bool,
-    /// CRC every datagram even on a link that cannot alter bytes (`BULKWIRE_CHECKSUM=always`;
-    /// the default `auto` skips it there: see `Link::intact`).
+    /// CRC every datagram even on a link that cannot alter bytes (the default skips it
+    /// there: see `Link::intact`).
     pub always_checksum: bool,
 }
 
-impl JobConfig {
-    /// The defaults, overridden by `BULKWIRE_TRANSPORT` (`auto`, `shm`, `udp`),
-    /// `BULKWIRE_PROTOCOL` (a protocol, or `tcp` for kernel TCP: see [`connect_transport`]),
-    /// `BULKWIRE_FAULTS`, `BULKWIRE_DEAD_AFTER_MS`, the UDP variables
-    /// and `BULKWIRE_SHM_RING` / `BULKWIRE_SHM_DGRAM`.
-    pub fn from_env() -> Result<JobConfig, Error> {
-        let var = |k: &str| std::env::var(k).ok();
-        let link = LinkKind::parse(var("BULKWIRE_TRANSPORT").unwrap_or_default().trim())?;
-        let protocol = var("BULKWIRE_PROTOCOL").filter(|p| !p.is_empty());
-        if let Some(p) = &protocol
-            && !stacks().contains(&p.as_str())
-        {
-            return Err(Error::Config(format!(
-                "BULKWIRE_PROTOCOL={p:?}: known stacks are {}",
-                stacks().join(", ")
-            )));
+impl Default for JobConfig {
+    fn default() -> JobConfig {
+        JobConfig {
+            link: LinkKind::Auto,
+            protocol: None,
+            protocols: ProtocolConfigs::default(),
+            faults: FaultConfig::none(),
+            udp: UdpConfig::default(),
+            shm: ShmSizes::default(),
+            dead_after: DEFAULT_DEAD_AFTER,
+            spin: DEFAULT_SPIN,
+            tune_malloc: true,
+            always_checksum: false,
         }
-        let faults = FaultConfig::from_env().map_err(|e| Error::Config(e.to_string()))?;
-        let udp = UdpConfig::from_env().map_err(|e| Error::Config(e.to_string()))?;
-        let shm = ShmSizes::from_env().map_err(|e| Error::Config(e.to_string()))?;
-        let dead_after = match var("BULKWIRE_DEAD_AFTER_MS") {
-            None => 30 * SEC,
-            Some(v) => v.parse::<u64>().map(|ms| ms * 1_000_000).map_err(|_| {
-                Error::Config(format!(
-                    "BULKWIRE_DEAD_AFTER_MS={v:?}: expected milliseconds"
-                ))
-            })?,
-        };
-        let tune_malloc = bulkwire_protocol::common::env_bool(&var, "BULKWIRE_MALLOC_TUNE")
-            .map_err(|e| Error::Config(e.to_string()))?
-            .unwrap_or(true);
-        let always_checksum = match var("BULKWIRE_CHECKSUM").as_deref().map(str::trim) {
-            None | Some("" | "auto") => false,
-            Some("always") => true,
-            Some(other) => {
-                return Err(Error::Config(format!(
-                    "BULKWIRE_CHECKSUM={other:?}: expected auto or always"
-                )));
-            }
-        };
-        Ok(JobConfig {
-            link,
-            protocol,
-            faults,
-            udp,
-            shm,
-            dead_after,
-            tune_malloc,
-            always_checksum,
-        })
     }
 }
 
-/// `BULKWIRE_PROTOCOL` value choosing the kernel-TCP baseline stack ([`TcpTransport`])
+impl JobConfig {
+    /// The protocol named `p`: one of [`stacks`], or [`TCP`] for kernel TCP.
+    pub fn with_protocol(mut self, p: &str) -> JobConfig {
+        self.protocol = Some(p.to_string());
+        self
+    }
+
+    pub fn with_link(mut self, link: LinkKind) -> JobConfig {
+        self.link = link;
+        self
+    }
+
+    pub fn with_faults(mut self, faults: FaultConfig) -> JobConfig {
+        self.faults = faults;
+        self
+    }
+}
+
+/// A peer silent this long while we depend on it is declared dead, unless configured
+/// otherwise.
+pub const DEFAULT_DEAD_AFTER: Time = 30 * SEC;
+
+/// The protocol name that chooses the kernel-TCP baseline stack ([`TcpTransport`])
 /// instead of a protocol over a link.
 pub const TCP: &str = "tcp";
 
-/// Every stack `BULKWIRE_PROTOCOL` may name: the protocols, then kernel TCP.
+/// Every stack a [`JobConfig`] may name: the protocols, then kernel TCP.
 pub fn stacks() -> Vec<&'static str> {
     let mut v = bulkwire_protocol::PROTOCOLS.to_vec();
     v.push(TCP);
@@ -233,7 +212,7 @@ pub fn connect(ctl: &mut Control, cfg: &JobConfig) -> Result<(Engine, JobInfo), 
     }
     if cfg.protocol.as_deref() == Some(TCP) {
         return Err(Error::Config(
-            "BULKWIRE_PROTOCOL=tcp is the kernel-TCP stack, not an engine: build the job's \
+            "protocol tcp is the kernel-TCP stack, not an engine: build the job's \
              transport with job::connect_transport"
                 .into(),
         ));
@@ -248,7 +227,7 @@ pub fn connect(ctl: &mut Control, cfg: &JobConfig) -> Result<(Engine, JobInfo), 
             Some(UdpLink::bind((ctl.local_ip(), 0).into(), &cfg.udp)?)
         }
     };
-    let me = Card::local(rank, bound.iter().map(|b| b.local_addr()).collect());
+    let me = ctl.card(bound.iter().map(|b| b.local_addr()).collect());
     // Sender and receiver must agree on whether datagrams carry a CRC: what decides it
     // beyond the address table (forced, or bytes corrupted on purpose) goes in the card.
     let crc_forced = cfg.always_checksum || cfg.faults.corrupt > 0.0;
@@ -315,8 +294,8 @@ pub fn connect(ctl: &mut Control, cfg: &JobConfig) -> Result<(Engine, JobInfo), 
     common.max_payload = (0..nprocs)
         .map(|p| link.max_datagram(p).saturating_sub(HEADER_LEN).max(1))
         .collect();
-    let proto =
-        bulkwire_protocol::by_name(protocol, common).map_err(|e| Error::Config(e.to_string()))?;
+    let proto = bulkwire_protocol::by_name(protocol, common, &cfg.protocols)
+        .map_err(|e| Error::Config(e.to_string()))?;
     let mut ep_cfg = EndpointConfig::with_deadline(ctl.cookie(), cfg.dead_after);
     ep_cfg.always_checksum = cfg.always_checksum;
     let ep = Endpoint::new(link, proto, ep_cfg);
@@ -325,13 +304,14 @@ pub fn connect(ctl: &mut Control, cfg: &JobConfig) -> Result<(Engine, JobInfo), 
         local,
         links,
     };
-    let mut engine = Engine::new(ep, WaitPolicy::for_host(info.local_count()));
+    let policy = WaitPolicy::new(cfg.spin, info.local_count(), ctl.host_cpus());
+    let mut engine = Engine::new(ep, policy);
     engine.set_job(ctl.state());
     Ok((engine, info))
 }
 
 /// Builds this process's transport for the job `ctl` belongs to, whatever the stack:
-/// a protocol over a link ([`Engine`], as [`connect`]) or, for `BULKWIRE_PROTOCOL=tcp`,
+/// a protocol over a link ([`Engine`], as [`connect`]) or, for protocol [`TCP`],
 /// kernel TCP connections to every peer, set up here once ([`TcpTransport`]).
 /// Collective, like [`connect`].
 pub fn connect_transport(
@@ -347,7 +327,7 @@ pub fn connect_transport(
     }
     let rank = ctl.rank();
     let listener = TcpListener::bind((ctl.local_ip(), 0))?;
-    let me = Card::local(rank, vec![listener.local_addr()?]);
+    let me = ctl.card(vec![listener.local_addr()?]);
     let (cards, local) = exchange_cards(ctl, me, b't', "tcp")?;
     let addrs: Vec<_> = cards.iter().map(|c| c.addrs[0]).collect();
     let tcfg = TcpConfig {
@@ -360,12 +340,8 @@ pub fn connect_transport(
         local,
         links: "tcp",
     };
-    let mut t = TcpTransport::new(
-        rank,
-        streams,
-        tcfg,
-        WaitPolicy::for_host(info.local_count()),
-    )?;
+    let policy = WaitPolicy::new(cfg.spin, info.local_count(), ctl.host_cpus());
+    let mut t = TcpTransport::new(rank, streams, tcfg, policy)?;
     t.set_job(ctl.state());
     Ok((Box::new(t), info))
 }

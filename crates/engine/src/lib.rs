@@ -16,7 +16,7 @@ pub mod tcp;
 pub mod transport;
 
 pub use endpoint::{Endpoint, EndpointConfig, Event};
-pub use engine::{Engine, WaitPolicy, YIELD_AFTER};
+pub use engine::{DEFAULT_SPIN, Engine, WaitPolicy, YIELD_AFTER};
 pub use tcp::{TcpConfig, TcpTransport};
 pub use transport::{Transport, WaitHandle, Waker};
 

@@ -69,6 +69,9 @@ impl<S> Inner<S> {
     }
 }
 
+/// The progress thread's interval unless configured otherwise.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(2);
+
 /// An upper layer's state, shared between user threads and an optional progress thread.
 pub struct Shared<S: Service> {
     inner: Arc<Inner<S>>,
@@ -115,15 +118,6 @@ impl<S: Service> Shared<S> {
                 .expect("spawn progress thread")
         });
         Shared { inner, thread }
-    }
-
-    /// The interval from `BULKWIRE_PROGRESS_US` (0 turns the thread off), default 2 ms.
-    pub fn interval_from_env() -> Option<Duration> {
-        let us = std::env::var("BULKWIRE_PROGRESS_US")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(2000);
-        (us > 0).then(|| Duration::from_micros(us))
     }
 
     /// Takes the state as a user call, until the returned guard is dropped.

@@ -82,10 +82,11 @@ impl SimCluster {
         }
     }
 
-    /// A cluster running the protocol registered under `name`.
+    /// A cluster running the protocol registered under `name`, with default settings.
     pub fn with_protocol(cfg: SimConfig, ep_cfg: EndpointConfig, name: &str) -> SimCluster {
+        let protocols = bulkwire_protocol::ProtocolConfigs::default();
         SimCluster::new(cfg, ep_cfg, |c| {
-            bulkwire_protocol::by_name(name, c).expect("known protocol")
+            bulkwire_protocol::by_name(name, c, &protocols).expect("known protocol")
         })
     }
 

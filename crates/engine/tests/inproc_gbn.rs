@@ -24,7 +24,7 @@ fn gbn_delivers_in_order_from_two_senders_over_a_lossy_queue() {
         .into_iter()
         .map(|l| {
             let c = Common::new(bulkwire_link::Link::rank(&l), nprocs, mtu - HEADER_LEN);
-            let p = bulkwire_protocol::by_name("gbn", c).unwrap();
+            let p = bulkwire_protocol::by_name("gbn", c, &Default::default()).unwrap();
             Engine::new(
                 Endpoint::new(Box::new(l), p, EndpointConfig::new(7)),
                 WaitPolicy::default(),

@@ -15,7 +15,7 @@ fn utopia_moves_messages_of_every_size_in_order() {
         .into_iter()
         .map(|l| {
             let c = Common::new(bulkwire_link::Link::rank(&l), 2, mtu - HEADER_LEN);
-            let p = bulkwire_protocol::by_name("utopia", c).unwrap();
+            let p = bulkwire_protocol::by_name("utopia", c, &Default::default()).unwrap();
             Engine::new(
                 Endpoint::new(Box::new(l), p, EndpointConfig::new(7)),
                 WaitPolicy::default(),

@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use bulkwire_engine::job::{JobConfig, connect};
+use bulkwire_engine::job::connect;
 use bulkwire_engine::{Event, Transport};
 use bulkwire_launch::{Control, JobEnv, Launcher, Server, ServerConfig};
 use bytes::Bytes;
@@ -54,6 +54,8 @@ fn start(scenario: &str, hosts: &[&str], env: &[(&str, &str)]) -> Job {
         job_id: 42,
         rendezvous: server.local_addr(),
         launcher: Launcher::Bulkwire,
+        host_id: None,
+        host_cpus: None,
     };
     let (tx, lines) = mpsc::channel();
     let mut children = Vec::new();
@@ -310,10 +312,10 @@ fn child() {
     let Ok(scenario) = std::env::var(CHILD_ENV) else {
         return;
     };
-    let env = bulkwire_launch::job_env().unwrap().expect("launched");
+    let settings = bulkwire_config::Settings::from_env().unwrap();
+    let env = settings.launch.job.clone().expect("launched");
     let mut ctl = Control::join(&env).unwrap();
-    let cfg = JobConfig::from_env().unwrap();
-    let (mut e, info) = match connect(&mut ctl, &cfg) {
+    let (mut e, info) = match connect(&mut ctl, settings.job()) {
         Ok(x) => x,
         Err(err) => {
             println!("RESULT error {err}");

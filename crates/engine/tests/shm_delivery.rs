@@ -67,7 +67,7 @@ fn engines(protocol: &str, faults: &str, hosts: [u8; P as usize]) -> Vec<Engine>
             common.max_payload = (0..P)
                 .map(|p| link.max_datagram(p).saturating_sub(HEADER_LEN).max(1))
                 .collect();
-            let proto = bulkwire_protocol::by_name(protocol, common).unwrap();
+            let proto = bulkwire_protocol::by_name(protocol, common, &Default::default()).unwrap();
             let ep = Endpoint::new(link, proto, EndpointConfig::with_deadline(0xFEED, 60 * SEC));
             Engine::new(
                 ep,
@@ -190,8 +190,8 @@ fn a_full_ring_keeps_small_messages_in_order() {
         .into_iter()
         .map(|link| {
             let r = link.rank();
-            let proto =
-                bulkwire_protocol::by_name("utopia", Common::new(r, 2, 1024 - HEADER_LEN)).unwrap();
+            let common = Common::new(r, 2, 1024 - HEADER_LEN);
+            let proto = bulkwire_protocol::by_name("utopia", common, &Default::default()).unwrap();
             let ep = Endpoint::new(Box::new(link), proto, EndpointConfig::new(0xFEED));
             Engine::new(ep, WaitPolicy::default())
         })

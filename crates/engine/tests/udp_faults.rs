@@ -33,7 +33,7 @@ fn engines(protocol: &str, faults: &str) -> Vec<Engine> {
                 P,
                 link.max_datagram((r as u32 + 1) % P) - HEADER_LEN,
             );
-            let proto = bulkwire_protocol::by_name(protocol, common).unwrap();
+            let proto = bulkwire_protocol::by_name(protocol, common, &Default::default()).unwrap();
             let ep = Endpoint::new(
                 Box::new(link),
                 proto,

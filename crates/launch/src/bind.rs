@@ -12,48 +12,34 @@
 //! - Shares are whole cores (all the hardware threads of one, from sysfs) while there are
 //!   at least as many cores as processes, then single hardware threads.
 //! - Nothing is bound when the processes outnumber the CPUs (the scheduler must then move
-//!   them around), for a job of one process, or with `BULKWIRE_BIND=none`.
+//!   them around), for a job of one process, or with [`Placement::Free`].
 //! - The share is taken from the launcher's own affinity, so `taskset` or a cgroup around
 //!   the launcher is respected.
 //! - The processes learn how many CPUs the job had before binding from
-//!   `BULKWIRE_HOST_CPUS` ([`host_cpus`]): a bound process sees only its share, which
-//!   would make every job look oversubscribed to a wait policy.
+//!   `BULKWIRE_HOST_CPUS` ([`crate::JobEnv::cpus`]): a bound process sees only its share,
+//!   which would make every job look oversubscribed to a wait policy.
 
 use std::io;
-use std::sync::OnceLock;
 
-use crate::LaunchError;
-
-/// `share` (the default) or `none`.
-pub const ENV_BIND: &str = "BULKWIRE_BIND";
 /// The CPUs the job's processes on this host share, as the launcher saw them.
 pub const ENV_HOST_CPUS: &str = "BULKWIRE_HOST_CPUS";
 
 /// How a launcher places the processes it starts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Placement {
     /// Each process gets an equal share of the launcher's cores (see the module docs).
+    #[default]
     Share,
     /// The processes run wherever the scheduler puts them.
     Free,
 }
 
 impl Placement {
-    /// `BULKWIRE_BIND`: `share` (or unset, `auto`) or `none` (`off`).
-    pub fn from_env() -> Result<Placement, LaunchError> {
-        match std::env::var(ENV_BIND) {
-            Err(_) => Ok(Placement::Share),
-            Ok(v) => Placement::parse(&v).ok_or_else(|| {
-                LaunchError::Env(format!("{ENV_BIND}={v:?}: expected share or none"))
-            }),
-        }
-    }
-
-    /// `share`, `auto` or empty; `none` or `off`.
+    /// `share` or `none`.
     pub fn parse(s: &str) -> Option<Placement> {
         match s.trim() {
-            "" | "share" | "auto" => Some(Placement::Share),
-            "none" | "off" => Some(Placement::Free),
+            "share" => Some(Placement::Share),
+            "none" => Some(Placement::Free),
             _ => None,
         }
     }
@@ -121,7 +107,7 @@ impl CpuSet {
 pub struct Plan {
     /// Each process's share, by its index among the processes started here.
     pub shares: Vec<CpuSet>,
-    /// The CPUs shared out (what [`host_cpus`] answers in the processes).
+    /// The CPUs shared out (what [`crate::JobEnv::cpus`] answers in the processes).
     pub cpus: usize,
 }
 
@@ -144,27 +130,6 @@ pub fn plan(n: u32, placement: Placement) -> Option<Plan> {
         shares: shares.iter().map(|s| CpuSet::of(s)).collect(),
         cpus: allowed.len(),
     })
-}
-
-/// The CPUs of this host the job's processes share: what [`record_host_cpus`] recorded in
-/// this process (a self-spawned rank 0 that bound itself), else `BULKWIRE_HOST_CPUS` (set
-/// by the launcher for the processes it bound), else the CPUs this process may run on.
-pub fn host_cpus() -> usize {
-    if let Some(&n) = RECORDED.get() {
-        return n;
-    }
-    std::env::var(ENV_HOST_CPUS)
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-}
-
-static RECORDED: OnceLock<usize> = OnceLock::new();
-
-/// Records what [`host_cpus`] answers in this process (before it binds itself).
-pub(crate) fn record_host_cpus(n: usize) {
-    let _ = RECORDED.set(n);
 }
 
 /// The CPUs of `allowed` grouped by physical core (as `siblings` of a CPU reports its
@@ -308,7 +273,7 @@ mod tests {
     #[test]
     fn placement_names() {
         assert_eq!(Placement::parse("share"), Some(Placement::Share));
-        assert_eq!(Placement::parse(""), Some(Placement::Share));
+        assert_eq!(Placement::parse(""), None);
         assert_eq!(Placement::parse("none"), Some(Placement::Free));
         assert_eq!(Placement::parse("core"), None);
     }

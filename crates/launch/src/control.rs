@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::LaunchError;
 use crate::env::JobEnv;
-use crate::host::host_id;
+use crate::host::Card;
 use crate::server::JobOutcome;
 use crate::state::{Failure, JobState};
 use crate::wire::{self, Hello, Reader};
@@ -150,7 +150,7 @@ impl Control {
             cookie: env.cookie,
             job_id: env.job_id,
             pid: std::process::id(),
-            host: host_id(),
+            host: env.host(),
         };
         (&stream).write_all(&hello.encode())?;
         stream.set_read_timeout(Some(REPLY_TIMEOUT))?;
@@ -220,6 +220,16 @@ impl Control {
 
     pub fn cookie(&self) -> u32 {
         self.env.cookie
+    }
+
+    /// The CPUs of this host the job's processes share (see [`JobEnv::cpus`]).
+    pub fn host_cpus(&self) -> usize {
+        self.env.cpus()
+    }
+
+    /// This process's business card with the given data addresses.
+    pub fn card(&self, addrs: Vec<std::net::SocketAddr>) -> Card {
+        Card::local(self.env.rank, self.env.host(), addrs)
     }
 
     /// The local address of the control connection: the interface that reaches the

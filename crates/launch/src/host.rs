@@ -2,7 +2,6 @@
 
 use std::net::SocketAddr;
 
-use crate::env::ENV_HOST_ID;
 use crate::wire::{Reader, Writer};
 
 /// This machine's name, as the kernel has it.
@@ -17,14 +16,9 @@ pub fn hostname() -> String {
 /// An identity that two processes share exactly when they run on the same machine (same
 /// kernel instance): `hostname/boot_id`. Hostnames alone repeat across clusters' containers
 /// and the boot id alone is unreadable to people; together they are unique and readable.
-/// `BULKWIRE_HOST_ID` overrides it, so a test can make processes of one machine look like
-/// different hosts (and not use shared memory between them).
+/// A job may override it ([`crate::JobEnv::host_id`]), so a test can make processes of one
+/// machine look like different hosts (and not use shared memory between them).
 pub fn host_id() -> String {
-    if let Ok(v) = std::env::var(ENV_HOST_ID)
-        && !v.trim().is_empty()
-    {
-        return v.trim().to_string();
-    }
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .map(|s| s.trim().to_string())
         .unwrap_or_default();
@@ -50,11 +44,12 @@ const MAX_HOST: usize = 1024;
 const MAX_ADDRS: usize = 64;
 
 impl Card {
-    /// This process's card with the given data addresses.
-    pub fn local(rank: u32, addrs: Vec<SocketAddr>) -> Card {
+    /// The card of this process, `rank` on `host`, with the given data addresses (see
+    /// [`crate::Control::card`]).
+    pub fn local(rank: u32, host: String, addrs: Vec<SocketAddr>) -> Card {
         Card {
             rank,
-            host: host_id(),
+            host,
             pid: std::process::id(),
             addrs,
             extra: Vec::new(),

@@ -14,7 +14,7 @@ use std::time::Duration;
 use crate::LaunchError;
 use crate::bind::{self, Placement, Plan};
 use crate::control::Control;
-use crate::env::{JobEnv, Launcher, job_env};
+use crate::env::{JobEnv, LaunchConfig, Launcher};
 use crate::server::{JobOutcome, Server, ServerConfig};
 use crate::sys;
 
@@ -179,6 +179,8 @@ fn new_job(
         job_id,
         rendezvous: server.local_addr(),
         launcher: Launcher::Bulkwire,
+        host_id: None,
+        host_cpus: None,
     };
     Ok((server, env))
 }
@@ -264,9 +266,9 @@ static SELF_SPAWNED: AtomicBool = AtomicBool::new(false);
 /// The spawned processes share this process's process group (a Ctrl-C reaches them all),
 /// stdout and stderr; they die if rank 0 does. Rank 0 must call [`Control::finish`], which
 /// waits for the others to end. A second self-spawn in one process is an error.
-pub fn self_spawn(n: u32) -> Result<Control, LaunchError> {
-    if let Some(env) = job_env()? {
-        return Control::join(&env);
+pub fn self_spawn(n: u32, cfg: &LaunchConfig) -> Result<Control, LaunchError> {
+    if let Some(env) = &cfg.job {
+        return Control::join(env);
     }
     if SELF_SPAWNED.swap(true, Ordering::SeqCst) {
         return Err(LaunchError::Usage(
@@ -274,10 +276,14 @@ pub fn self_spawn(n: u32) -> Result<Control, LaunchError> {
         ));
     }
     let n = n.max(1);
-    let plan = bind::plan(n, Placement::from_env()?);
-    let mut cfg = ServerConfig::new(n);
-    cfg.report = Some(program_name());
-    let (mut server, env) = new_job(n, SocketAddr::from(([127, 0, 0, 1], 0)), cfg)?;
+    let plan = bind::plan(n, cfg.placement);
+    let mut scfg = ServerConfig::new(n);
+    scfg.report = Some(program_name());
+    let (mut server, mut env) = new_job(n, SocketAddr::from(([127, 0, 0, 1], 0)), scfg)?;
+    // The children inherit the host override from this process's environment; rank 0
+    // takes it, and the CPUs it shared out, from here.
+    env.host_id = cfg.host_id.clone();
+    env.host_cpus = plan.as_ref().map(|p| p.cpus).or(cfg.host_cpus);
     let mut argv = std::env::args_os();
     let arg0 = argv
         .next()
@@ -332,7 +338,6 @@ pub fn self_spawn(n: u32) -> Result<Control, LaunchError> {
     // Rank 0 is this thread, and the threads it starts from now on (the rendezvous
     // server's stays free).
     if let Some(p) = &plan {
-        bind::record_host_cpus(p.cpus);
         let _ = p.shares[0].apply();
     }
     let mut c = Control::join(&env)?;

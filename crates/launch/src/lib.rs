@@ -1,8 +1,10 @@
 //! Process launching and rendezvous: how the P processes of a job start, find each other,
 //! and learn promptly that one of them failed.
 //!
-//! - **Identity**: [`job_env`] reads rank, size, cookie, job id and the rendezvous address
-//!   from `BULKWIRE_*` (or Slurm's / Open MPI's rank and size, see [`JobEnv::from_lookup`]).
+//! - **Identity**: a [`JobEnv`] holds rank, size, cookie, job id and the rendezvous address
+//!   that the launcher handed over (`bulkwire-config` reads them from `BULKWIRE_*`, or
+//!   Slurm's / Open MPI's rank and size); a [`LaunchConfig`] adds how this process starts a
+//!   job of its own.
 //! - **Rendezvous**: [`Control::join`] connects to the job's rendezvous server (TCP) and is
 //!   admitted; [`Control::allgather`] exchanges opaque blobs, first the business cards
 //!   ([`Card`]: data addresses, [`host_id`], pid), later anything (shared-memory names).
@@ -17,11 +19,12 @@
 //! A BSP-style begin:
 //!
 //! ```no_run
-//! use bulkwire_launch::{Card, self_spawn};
+//! use bulkwire_launch::{Card, LaunchConfig, self_spawn};
 //! # fn main() -> Result<(), bulkwire_launch::LaunchError> {
-//! let mut ctl = self_spawn(4)?; // joins bsprun's job, or starts 4 copies of ./program
+//! # let launch = LaunchConfig::default(); // at the edge: bulkwire_config::Settings::from_env()
+//! let mut ctl = self_spawn(4, &launch)?; // joins bsprun's job, or starts 4 copies of ./program
 //! let sock = std::net::UdpSocket::bind((ctl.local_ip(), 0))?;
-//! let card = Card::local(ctl.rank(), vec![sock.local_addr()?]);
+//! let card = ctl.card(vec![sock.local_addr()?]);
 //! let cards: Vec<Card> = ctl.allgather(&card.to_bytes())?.iter()
 //!     .map(|b| Card::from_bytes(b).expect("a bulkwire card")).collect();
 //! let state = ctl.state(); // the engine polls state.is_failed() while it waits
@@ -30,11 +33,8 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Environment: `BULKWIRE_RANK`, `BULKWIRE_NPROCS`, `BULKWIRE_RENDEZVOUS` (host:port),
-//! `BULKWIRE_COOKIE` (u32), `BULKWIRE_JOB` (id), `BULKWIRE_HOST_ID` (overrides
-//! [`host_id`]), `BULKWIRE_BIND` (`share`, `none`), `BULKWIRE_HOST_CPUS` (set for bound
-//! processes); Slurm's `SLURM_PROCID`, `SLURM_NTASKS`, `SLURM_JOB_ID`, `SLURM_STEP_ID`;
-//! Open MPI's `OMPI_COMM_WORLD_RANK`, `OMPI_COMM_WORLD_SIZE`, `OMPI_MCA_ess_base_jobid`.
+//!
+//! The variables launchers set and read are listed in `docs/configuration.md`.
 
 pub mod bind;
 mod control;
@@ -47,11 +47,11 @@ mod sys;
 pub mod testing;
 mod wire;
 
-pub use bind::{Placement, host_cpus};
+pub use bind::Placement;
 pub use control::{CONNECT_TIMEOUT, Control};
 pub use env::{
-    ENV_COOKIE, ENV_HOST_ID, ENV_JOB, ENV_NPROCS, ENV_RANK, ENV_RENDEZVOUS, JobEnv, Launcher,
-    available_processors, cookie_from_job, job_env, job_id_from_name,
+    ENV_COOKIE, ENV_HOST_ID, ENV_JOB, ENV_NPROCS, ENV_RANK, ENV_RENDEZVOUS, JobEnv, LaunchConfig,
+    Launcher, available_cpus, cookie_from_job, job_id_from_name,
 };
 pub use host::{Card, host_id, hostname};
 pub use launch::{LaunchOpts, launch, self_spawn};
@@ -63,9 +63,6 @@ pub use wire::MAX_BLOB;
 /// What can go wrong in launching, joining or running a job.
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
-    /// The job environment is incomplete or inconsistent.
-    #[error("bad job environment: {0}")]
-    Env(String),
     #[error("cannot reach the rendezvous server at {addr}: {source}")]
     Connect {
         addr: std::net::SocketAddr,

@@ -31,6 +31,8 @@ fn env(addr: SocketAddr, rank: u32, nprocs: u32) -> JobEnv {
         job_id: 7,
         rendezvous: addr,
         launcher: Launcher::Bulkwire,
+        host_id: None,
+        host_cpus: None,
     }
 }
 
@@ -43,8 +45,7 @@ fn allgather_cards_and_rounds() {
                 std::thread::spawn(move || {
                     let mut c = Control::join(&env(addr, r, n)).unwrap();
                     assert!(c.local_ip().is_loopback());
-                    let card =
-                        Card::local(r, vec![SocketAddr::from(([127, 0, 0, 1], 1000 + r as u16))]);
+                    let card = c.card(vec![SocketAddr::from(([127, 0, 0, 1], 1000 + r as u16))]);
                     let all = c.allgather(&card.to_bytes()).unwrap();
                     for (k, b) in all.iter().enumerate() {
                         let ck = Card::from_bytes(b).unwrap();

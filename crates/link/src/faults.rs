@@ -38,9 +38,6 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::{Link, Rank, RxBatch, Tx};
 
-/// The environment variable [`FaultConfig::from_env`] reads.
-pub const FAULTS_ENV: &str = "BULKWIRE_FAULTS";
-
 /// What to inject; see the module docs for the string form.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FaultConfig {
@@ -88,8 +85,6 @@ pub enum FaultConfigError {
         value: String,
         reason: &'static str,
     },
-    #[error("{FAULTS_ENV}: {0}")]
-    Env(Box<FaultConfigError>),
 }
 
 impl FaultConfig {
@@ -148,15 +143,6 @@ impl FaultConfig {
             seen.push(k);
         }
         Ok(c)
-    }
-
-    /// Reads `BULKWIRE_FAULTS`: unset or empty gives no faults; a malformed value an error
-    /// naming the variable and the bad key or value.
-    pub fn from_env() -> Result<FaultConfig, FaultConfigError> {
-        match std::env::var(FAULTS_ENV) {
-            Ok(s) => FaultConfig::parse(&s).map_err(|e| FaultConfigError::Env(Box::new(e))),
-            Err(_) => Ok(FaultConfig::none()),
-        }
     }
 
     /// Whether any fault can happen.
@@ -261,11 +247,6 @@ impl<L: Link> Faulty<L> {
             pool: Vec::new(),
             stats: FaultStats::default(),
         }
-    }
-
-    /// Wraps `inner` with the faults of `BULKWIRE_FAULTS`.
-    pub fn from_env(inner: L) -> Result<Faulty<L>, FaultConfigError> {
-        Ok(Faulty::new(inner, FaultConfig::from_env()?))
     }
 
     pub fn config(&self) -> &FaultConfig {

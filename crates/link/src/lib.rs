@@ -208,50 +208,9 @@ pub fn poll_readable(fd: std::os::fd::RawFd, timeout: Option<Duration>) -> io::R
     )
 }
 
-/// A size in bytes as a user writes it in a `BULKWIRE_*` variable: a non-negative integer,
-/// optionally followed by `k`, `m` or `g` (either case; binary multiples, 2^10, 2^20, 2^30),
-/// white space around either part allowed. `None` when it is not one, or overflows. Callers
-/// apply their own bounds.
-pub fn parse_size(v: &str) -> Option<usize> {
-    let v = v.trim();
-    let (num, mul) = match v.char_indices().last()? {
-        (i, 'k' | 'K') => (&v[..i], 1usize << 10),
-        (i, 'm' | 'M') => (&v[..i], 1 << 20),
-        (i, 'g' | 'G') => (&v[..i], 1 << 30),
-        _ => (v, 1),
-    };
-    num.trim().parse::<usize>().ok()?.checked_mul(mul)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("65536"), Some(65536));
-        assert_eq!(parse_size(" 64k "), Some(64 << 10));
-        assert_eq!(parse_size("8M"), Some(8 << 20));
-        assert_eq!(parse_size("2 g"), Some(2 << 30));
-        assert_eq!(parse_size("0"), Some(0));
-        for bad in [
-            "",
-            " ",
-            "k",
-            "-1",
-            "12Q",
-            "1.5m",
-            "é",
-            "99999999999999999999",
-        ] {
-            assert_eq!(parse_size(bad), None, "{bad:?}");
-        }
-        assert_eq!(
-            parse_size(&format!("{}g", usize::MAX >> 20)),
-            None,
-            "overflow"
-        );
-    }
 
     #[test]
     fn poll_waits_for_readable_or_timeout() {

@@ -136,11 +136,6 @@ impl ShmConfig {
         }
     }
 
-    /// [`ShmConfig::for_procs`] overridden by `BULKWIRE_SHM_RING` and `BULKWIRE_SHM_DGRAM`.
-    pub fn from_env(n: usize) -> io::Result<ShmConfig> {
-        ShmSizes::from_env()?.resolve(n)
-    }
-
     /// Checks the sizes: ring a power of two in [4 KiB, 1 GiB], datagram in [64 B, ring/4].
     pub fn validate(&self) -> io::Result<()> {
         let bad = |m: String| Err(io::Error::new(io::ErrorKind::InvalidInput, m));
@@ -161,8 +156,7 @@ impl ShmConfig {
     }
 }
 
-/// Sizes the user asked for (`BULKWIRE_SHM_RING`, `BULKWIRE_SHM_DGRAM`), before the number
-/// of processes on the host is known.
+/// Sizes the user asked for, before the number of processes on the host is known.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ShmSizes {
     pub ring_bytes: Option<usize>,
@@ -170,26 +164,6 @@ pub struct ShmSizes {
 }
 
 impl ShmSizes {
-    /// Reads the variables (bytes; `k`/`m` suffixes allowed); unset or empty: default.
-    pub fn from_env() -> io::Result<ShmSizes> {
-        let get = |k: &str| -> io::Result<Option<usize>> {
-            match std::env::var(k) {
-                Err(_) => Ok(None),
-                Ok(v) if v.trim().is_empty() => Ok(None),
-                Ok(v) => parse_size(&v).map(Some).ok_or_else(|| {
-                    io::Error::new(
-                        io::ErrorKind::InvalidInput,
-                        format!("{k}={v:?}: expected bytes (e.g. 65536, 64k, 1m)"),
-                    )
-                }),
-            }
-        };
-        Ok(ShmSizes {
-            ring_bytes: get("BULKWIRE_SHM_RING")?,
-            max_datagram: get("BULKWIRE_SHM_DGRAM")?,
-        })
-    }
-
     /// The configuration for `n` processes on the host: the defaults of
     /// [`ShmConfig::for_procs`] with these overrides, validated.
     pub fn resolve(&self, n: usize) -> io::Result<ShmConfig> {
@@ -204,18 +178,6 @@ impl ShmSizes {
         c.validate()?;
         Ok(c)
     }
-}
-
-fn parse_size(v: &str) -> Option<usize> {
-    let v = v.trim().to_ascii_lowercase();
-    let (num, mul) = match v.strip_suffix('k') {
-        Some(n) => (n, 1usize << 10),
-        None => match v.strip_suffix('m') {
-            Some(n) => (n, 1 << 20),
-            None => (v.as_str(), 1),
-        },
-    };
-    num.trim().parse::<usize>().ok()?.checked_mul(mul)
 }
 
 /// Where everything is in the caller's region of the segment (offsets from its start).

@@ -7,7 +7,7 @@
 //! ```no_run
 //! use bulkwire_link::udp::{UdpConfig, UdpLink};
 //! # fn exchange(_: std::net::SocketAddr) -> Vec<std::net::SocketAddr> { vec![] }
-//! let cfg = UdpConfig::from_env().expect("bad BULKWIRE_* variable");
+//! let cfg = UdpConfig::default();
 //! let bound = UdpLink::bind("10.0.0.5:0".parse().unwrap(), &cfg)?;
 //! let peers = exchange(bound.local_addr()); // the launcher's job: everyone's address by rank
 //! let link = bound.into_link(3, peers)?;
@@ -84,22 +84,20 @@ pub const DEFAULT_SOCKBUF: usize = 4 << 20;
 /// Default messages per `sendmmsg`/`recvmmsg`.
 pub const DEFAULT_BATCH: usize = 64;
 
-/// Settings of a [`UdpLink`]. [`UdpConfig::default`] is the built-in defaults;
-/// [`UdpConfig::from_env`] applies the `BULKWIRE_*` variables on top (launchers use that);
-/// fields set afterwards override both.
+/// Settings of a [`UdpLink`]; [`UdpConfig::default`] is the built-in defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UdpConfig {
     /// Group consecutive equal-size datagrams to one peer into one GSO send
-    /// (`BULKWIRE_GSO=0|1`). Falls back permanently if the kernel refuses.
+    ///. Falls back permanently if the kernel refuses.
     pub gso: bool,
-    /// Accept GRO-coalesced buffers and split them (`BULKWIRE_GRO=0|1`). Used only while
+    /// Accept GRO-coalesced buffers and split them. Used only while
     /// receive slots are large enough (see the module docs).
     pub gro: bool,
-    /// `SO_SNDBUF` and `SO_RCVBUF` request in bytes (`BULKWIRE_SOCKBUF`, suffixes K/M/G).
+    /// `SO_SNDBUF` and `SO_RCVBUF` request in bytes.
     /// As root the `*FORCE` variants lift the `net.core.[rw]mem_max` cap.
     pub sockbuf: usize,
     /// Ethernet MTU to assume for every peer instead of asking the kernel for the path MTU
-    /// (`BULKWIRE_MTU`, e.g. 1500 or 9000). `max_datagram` is this minus IP and UDP headers.
+    /// (e.g. 1500 or 9000). `max_datagram` is this minus IP and UDP headers.
     pub mtu: Option<usize>,
     /// Messages per `sendmmsg`/`recvmmsg` call (size of the scratch arrays).
     pub batch: usize,
@@ -119,73 +117,6 @@ impl Default for UdpConfig {
             mtu: None,
             batch: DEFAULT_BATCH,
         }
-    }
-}
-
-/// A `BULKWIRE_*` variable that could not be understood.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{var}={value:?}: {reason}")]
-pub struct EnvError {
-    pub var: &'static str,
-    pub value: String,
-    pub reason: &'static str,
-}
-
-impl UdpConfig {
-    /// The defaults with the `BULKWIRE_GSO`, `BULKWIRE_GRO`, `BULKWIRE_MTU` and
-    /// `BULKWIRE_SOCKBUF` environment variables applied.
-    pub fn from_env() -> Result<UdpConfig, EnvError> {
-        UdpConfig::from_vars(|k| std::env::var(k).ok())
-    }
-
-    /// Like [`UdpConfig::from_env`] with variables looked up by `get` (testable without
-    /// touching the process environment). Empty values count as unset.
-    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<UdpConfig, EnvError> {
-        let mut cfg = UdpConfig::default();
-        let var = |name: &'static str| get(name).filter(|v| !v.trim().is_empty());
-        if let Some(v) = var("BULKWIRE_GSO") {
-            cfg.gso = parse_bool("BULKWIRE_GSO", &v)?;
-        }
-        if let Some(v) = var("BULKWIRE_GRO") {
-            cfg.gro = parse_bool("BULKWIRE_GRO", &v)?;
-        }
-        if let Some(v) = var("BULKWIRE_MTU") {
-            let err = |reason| EnvError {
-                var: "BULKWIRE_MTU",
-                value: v.clone(),
-                reason,
-            };
-            let m: usize = v
-                .trim()
-                .parse()
-                .map_err(|_| err("expected an integer MTU in bytes, e.g. 1500 or 9000"))?;
-            if !(576..=65536).contains(&m) {
-                return Err(err("MTU must be between 576 and 65536"));
-            }
-            cfg.mtu = Some(m);
-        }
-        if let Some(v) = var("BULKWIRE_SOCKBUF") {
-            // setsockopt takes an int and the kernel doubles it.
-            let bytes = crate::parse_size(&v).filter(|&b| b > 0 && b <= 1 << 30);
-            cfg.sockbuf = bytes.ok_or(EnvError {
-                var: "BULKWIRE_SOCKBUF",
-                value: v.clone(),
-                reason: "expected a size in bytes, optionally with K, M or G (binary), at most 1G",
-            })?;
-        }
-        Ok(cfg)
-    }
-}
-
-fn parse_bool(var: &'static str, v: &str) -> Result<bool, EnvError> {
-    match v.trim().to_ascii_lowercase().as_str() {
-        "1" | "true" | "on" | "yes" => Ok(true),
-        "0" | "false" | "off" | "no" => Ok(false),
-        _ => Err(EnvError {
-            var,
-            value: v.to_string(),
-            reason: "expected 0 or 1 (or on/off, true/false, yes/no)",
-        }),
     }
 }
 
@@ -995,67 +926,4 @@ fn getsockopt_int(fd: RawFd, level: c_int, opt: c_int) -> io::Result<c_int> {
 
 fn invalid(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, msg)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn vars<'a>(kv: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
-        move |k| kv.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
-    }
-
-    #[test]
-    fn env_parsing() {
-        assert_eq!(
-            UdpConfig::from_vars(vars(&[])).unwrap(),
-            UdpConfig::default()
-        );
-        let c = UdpConfig::from_vars(vars(&[
-            ("BULKWIRE_GSO", "0"),
-            ("BULKWIRE_GRO", "off"),
-            ("BULKWIRE_MTU", "9000"),
-            ("BULKWIRE_SOCKBUF", "8M"),
-        ]))
-        .unwrap();
-        assert!(!c.gso && !c.gro);
-        assert_eq!(c.mtu, Some(9000));
-        assert_eq!(c.sockbuf, 8 << 20);
-        assert_eq!(
-            UdpConfig::from_vars(vars(&[("BULKWIRE_SOCKBUF", "65536")]))
-                .unwrap()
-                .sockbuf,
-            65536
-        );
-        // Empty means unset.
-        assert!(
-            UdpConfig::from_vars(vars(&[("BULKWIRE_GSO", "")]))
-                .unwrap()
-                .gso
-        );
-        let e = UdpConfig::from_vars(vars(&[("BULKWIRE_MTU", "jumbo")])).unwrap_err();
-        assert_eq!(e.var, "BULKWIRE_MTU");
-        assert!(e.to_string().contains("jumbo"), "{e}");
-        assert_eq!(
-            UdpConfig::from_vars(vars(&[("BULKWIRE_MTU", "100")]))
-                .unwrap_err()
-                .var,
-            "BULKWIRE_MTU"
-        );
-        assert_eq!(
-            UdpConfig::from_vars(vars(&[("BULKWIRE_GRO", "maybe")]))
-                .unwrap_err()
-                .var,
-            "BULKWIRE_GRO"
-        );
-        for bad in ["0", "-1", "12Q", "3G", "M"] {
-            assert_eq!(
-                UdpConfig::from_vars(vars(&[("BULKWIRE_SOCKBUF", bad)]))
-                    .unwrap_err()
-                    .var,
-                "BULKWIRE_SOCKBUF",
-                "{bad}"
-            );
-        }
-    }
 }

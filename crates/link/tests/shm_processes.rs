@@ -36,6 +36,8 @@ fn producers_and_a_sleeping_consumer_in_processes() {
         job_id: 9,
         rendezvous: server.local_addr(),
         launcher: Launcher::Bulkwire,
+        host_id: None,
+        host_cpus: None,
     };
     let srv = std::thread::spawn(move || server.run());
     let mut children: Vec<_> = (0..n)
@@ -91,7 +93,11 @@ fn child() {
     if std::env::var(CHILD_ENV).is_err() {
         return;
     }
-    let env = bulkwire_launch::job_env().unwrap().expect("launched");
+    let env = bulkwire_config::Settings::from_env()
+        .unwrap()
+        .launch
+        .job
+        .expect("launched");
     let mut ctl = Control::join(&env).unwrap();
     let rank = ctl.rank();
     let local = vec![true; ctl.nprocs() as usize];

@@ -42,7 +42,7 @@ fn main() {
         eager_local: 32 << 10,
         single_copy: SingleCopy::Off,
         progress: None,
-        job: None,
+        job: Default::default(),
     };
     let mut comms: Vec<Comm> = loopback::network(2, Delivery::Whole)
         .into_iter()

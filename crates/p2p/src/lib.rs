@@ -6,7 +6,7 @@
 //!   [`Tag::Any`]) in MPI's order: an arriving message takes the earliest posted receive
 //!   that matches it, a new receive the earliest arrived message; messages of one
 //!   (source, tag) never overtake each other.
-//! - **Protocols**: messages up to the eager limit (`BULKWIRE_EAGER`, default 64 KiB, or
+//! - **Protocols**: messages up to the eager limit ([`Config::eager`], default 64 KiB, or
 //!   16 KiB toward peers read in place) go at once; larger ones by rendezvous (RTS, CTS,
 //!   then the body straight from the sender's buffer); on one host the receiver copies
 //!   the body out of the sender's buffer with `process_vm_readv` instead (one copy, no
@@ -17,9 +17,11 @@
 //! - **Errors** are per request: truncation, a dead peer (named), a failed job.
 //!
 //! ```no_run
-//! use bulkwire_p2p::{Comm, Source, Tag};
+//! use bulkwire_p2p::{Comm, Config, Source, Tag};
 //! # fn main() -> Result<(), bulkwire_p2p::Error> {
-//! let comm = Comm::init()?; // under bsprun, or a job of one
+//! // Under bsprun, or a job of one. A program takes both from its environment with
+//! // `bulkwire_config::Settings::from_env()` (`settings.launch`, `settings.p2p`).
+//! let comm = Comm::init(&bulkwire_launch::LaunchConfig::default(), Config::default())?;
 //! let (me, p) = (comm.rank(), comm.size());
 //! let mut inbox = vec![0u8; 1 << 20];
 //! let data = vec![me as u8; 1 << 20];
@@ -51,7 +53,7 @@ use std::time::{Duration, Instant};
 use bulkwire_engine::job::{self, JobConfig};
 use bulkwire_engine::progress::Shared;
 use bulkwire_engine::{Transport, WaitPolicy};
-use bulkwire_launch::{Control, JobState};
+use bulkwire_launch::{Control, JobState, LaunchConfig};
 use bulkwire_link::Rank;
 use bytes::Bytes;
 
@@ -195,8 +197,8 @@ pub enum SingleCopy {
     Refuse,
 }
 
-/// How a communicator behaves. [`Config::from_env`] reads the environment.
-#[derive(Clone, Debug)]
+/// How a communicator behaves (`bulkwire-config` builds one from the environment).
+#[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     /// Messages of at most this many bytes are sent eagerly; larger ones by rendezvous.
     pub eager: usize,
@@ -205,20 +207,20 @@ pub struct Config {
     pub single_copy: SingleCopy,
     /// The progress thread's interval; `None`: no thread (progress only inside calls).
     pub progress: Option<Duration>,
-    /// How the job's transport is built; `None`: from the environment when connecting.
-    pub job: Option<JobConfig>,
+    /// How the job's transport is built.
+    pub job: JobConfig,
 }
 
 impl Default for Config {
     /// Eager limit [`DEFAULT_EAGER`], single copy on, a progress thread looking every 2 ms,
-    /// the transport from the environment.
+    /// the transport's defaults.
     fn default() -> Config {
         Config {
             eager: DEFAULT_EAGER,
             eager_local: DEFAULT_EAGER_LOCAL,
             single_copy: SingleCopy::On,
-            progress: Some(Duration::from_millis(2)),
-            job: None,
+            progress: Some(bulkwire_engine::progress::DEFAULT_INTERVAL),
+            job: JobConfig::default(),
         }
     }
 }
@@ -233,46 +235,6 @@ pub const DEFAULT_EAGER: usize = 64 << 10;
 pub const DEFAULT_EAGER_LOCAL: usize = 16 << 10;
 
 impl Config {
-    /// The defaults overridden by `BULKWIRE_EAGER` (bytes, `k`/`m` suffixes allowed; sets
-    /// both limits), `BULKWIRE_EAGER_LOCAL` (the limit toward single-copy peers),
-    /// `BULKWIRE_SINGLE_COPY` (`on`, `off`; `refuse` for tests), `BULKWIRE_PROGRESS_US`
-    /// (0: no progress thread) and the transport's variables (see `JobConfig`).
-    pub fn from_env() -> Result<Config, Error> {
-        let size = |var: &str| -> Result<Option<usize>, Error> {
-            match std::env::var(var) {
-                Ok(v) => bulkwire_link::parse_size(&v).map(Some).ok_or_else(|| {
-                    Error::Config(format!(
-                        "{var}={v:?}: expected a size in bytes (suffix k, m, g allowed)"
-                    ))
-                }),
-                Err(_) => Ok(None),
-            }
-        };
-        let both = size("BULKWIRE_EAGER")?;
-        let eager = both.unwrap_or(DEFAULT_EAGER);
-        let eager_local = size("BULKWIRE_EAGER_LOCAL")?
-            .or(both)
-            .unwrap_or(DEFAULT_EAGER_LOCAL);
-        let single_copy = match std::env::var("BULKWIRE_SINGLE_COPY").as_deref() {
-            Err(_) | Ok("") | Ok("on") | Ok("1") | Ok("auto") => SingleCopy::On,
-            Ok("off") | Ok("0") => SingleCopy::Off,
-            Ok("refuse") => SingleCopy::Refuse,
-            Ok(v) => {
-                return Err(Error::Config(format!(
-                    "BULKWIRE_SINGLE_COPY={v:?}: expected on or off"
-                )));
-            }
-        };
-        let job = JobConfig::from_env().map_err(|e| Error::Config(e.to_string()))?;
-        Ok(Config {
-            eager,
-            eager_local,
-            single_copy,
-            progress: Shared::<State>::interval_from_env(),
-            job: Some(job),
-        })
-    }
-
     fn settings(&self) -> Settings {
         Settings {
             eager: self.eager,
@@ -294,6 +256,8 @@ pub struct Comm {
     finalized: AtomicBool,
     /// For each rank, whether it runs on this host (all false without a launcher).
     local: Vec<bool>,
+    /// The CPUs of this host the job's processes share.
+    host_cpus: usize,
 }
 
 /// Idle rounds of a wait between two reads of the clock.
@@ -316,27 +280,22 @@ const MAX_BLOCK: Duration = Duration::from_millis(100);
 impl Comm {
     /// Joins the job this process was launched in (`bsprun`, Slurm or mpirun with a
     /// rendezvous), or makes a job of one process if it was not launched.
-    pub fn init() -> Result<Comm, Error> {
-        Comm::init_spawn(1)
+    pub fn init(launch: &LaunchConfig, cfg: Config) -> Result<Comm, Error> {
+        Comm::init_spawn(1, launch, cfg)
     }
 
     /// Joins the job this process was launched in, or starts one of `n` processes of this
     /// program with itself as rank 0 (self-spawn, like `bsp_begin(n)`).
-    pub fn init_spawn(n: u32) -> Result<Comm, Error> {
-        let cfg = Config::from_env()?;
-        let ctl = bulkwire_launch::self_spawn(n).map_err(|e| Error::Init(e.to_string()))?;
+    pub fn init_spawn(n: u32, launch: &LaunchConfig, cfg: Config) -> Result<Comm, Error> {
+        let ctl = bulkwire_launch::self_spawn(n, launch).map_err(|e| Error::Init(e.to_string()))?;
         Comm::from_control(ctl, cfg)
     }
 
     /// Builds the communicator of the job `ctl` belongs to. Collective: every process of
     /// the job calls it, in the same order as other rendezvous exchanges.
     pub fn from_control(mut ctl: Control, cfg: Config) -> Result<Comm, Error> {
-        let jc = match &cfg.job {
-            Some(j) => j.clone(),
-            None => JobConfig::from_env().map_err(|e| Error::Config(e.to_string()))?,
-        };
-        // Any stack: a protocol over a link, or kernel TCP (`BULKWIRE_PROTOCOL=tcp`).
-        let (engine, info) = job::connect_transport(&mut ctl, &jc).map_err(|e| match e {
+        // Any stack: a protocol over a link, or kernel TCP.
+        let (engine, info) = job::connect_transport(&mut ctl, &cfg.job).map_err(|e| match e {
             bulkwire_engine::Error::JobFailed(m) => Error::JobFailed {
                 rank: None,
                 message: m,
@@ -356,8 +315,10 @@ impl Comm {
         let policy = engine.policy();
         let mut state = State::new(engine, cfg.settings(), &info.local, &vm);
         state.set_job(job.clone());
+        let host_cpus = ctl.host_cpus();
         let mut comm = Comm::build(state, waker, policy, cfg.progress, Some(ctl), Some(job));
         comm.local = info.local;
+        comm.host_cpus = host_cpus;
         Ok(comm)
     }
 
@@ -389,6 +350,7 @@ impl Comm {
             job,
             finalized: AtomicBool::new(false),
             local: vec![false; size as usize],
+            host_cpus: bulkwire_launch::available_cpus(),
         }
     }
 
@@ -457,6 +419,12 @@ impl Comm {
     /// false for a communicator built without a launcher).
     pub fn host_local(&self) -> &[bool] {
         &self.local
+    }
+
+    /// The CPUs of this host the job's processes share (as the launcher said; the CPUs
+    /// this process may run on for a communicator built without a launcher).
+    pub fn host_cpus(&self) -> usize {
+        self.host_cpus
     }
 
     /// The job's failure, if another process has died or aborted (one atomic load when

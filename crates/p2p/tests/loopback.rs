@@ -16,7 +16,7 @@ fn config(eager: usize, progress: bool) -> Config {
         eager_local: eager,
         single_copy: SingleCopy::Off,
         progress: progress.then(|| Duration::from_millis(1)),
-        job: None,
+        job: Default::default(),
     }
 }
 

@@ -20,7 +20,7 @@ fn config(eager: usize) -> Config {
         eager_local: eager,
         single_copy: SingleCopy::Off,
         progress: Some(Duration::from_millis(1)),
-        job: None,
+        job: Default::default(),
     }
 }
 
@@ -31,7 +31,7 @@ fn world(n: u32, protocol: &str, cfg: &Config) -> Vec<Comm> {
         .into_iter()
         .map(|l| {
             let c = Common::new(l.rank(), n, mtu - HEADER_LEN);
-            let p = bulkwire_protocol::by_name(protocol, c).unwrap();
+            let p = bulkwire_protocol::by_name(protocol, c, &Default::default()).unwrap();
             let e = Engine::new(
                 Endpoint::new(Box::new(l), p, EndpointConfig::new(7)),
                 WaitPolicy {

@@ -1,11 +1,9 @@
 //! Pieces every protocol needs, written once: sequence arithmetic, cutting messages into
 //! fragments, reassembling them, round-trip estimation, per-peer timers, a fair
-//! ready-list of peers with work, and reading settings from `BULKWIRE_<PROTOCOL>_*`
-//! variables.
+//! ready-list of peers with work.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
-use std::str::FromStr;
 
 use bytes::{Buf, Bytes};
 
@@ -544,53 +542,6 @@ impl ReadySet {
     }
 }
 
-/// A settings variable whose value could not be understood: names the variable, the value
-/// and what was expected.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{var}={value:?} is not a valid {what}")]
-pub struct BadVar {
-    pub var: &'static str,
-    /// The value as set (white space included).
-    pub value: String,
-    pub what: &'static str,
-}
-
-/// The non-negative integer in `var` as `get` looks it up (white space around it allowed),
-/// as a `T` (a value out of `T`'s range is refused); `None` when unset.
-pub fn env_num<T: FromStr>(
-    get: &impl Fn(&str) -> Option<String>,
-    var: &'static str,
-) -> Result<Option<T>, BadVar> {
-    match get(var) {
-        None => Ok(None),
-        Some(v) => v.trim().parse().map(Some).map_err(|_| BadVar {
-            var,
-            value: v,
-            what: "non-negative integer",
-        }),
-    }
-}
-
-/// The boolean in `var` as `get` looks it up: `1`, `true`, `yes`, `on` or `0`, `false`,
-/// `no`, `off` (white space around it allowed); `None` when unset.
-pub fn env_bool(
-    get: &impl Fn(&str) -> Option<String>,
-    var: &'static str,
-) -> Result<Option<bool>, BadVar> {
-    match get(var) {
-        None => Ok(None),
-        Some(v) => match v.trim() {
-            "1" | "true" | "yes" | "on" => Ok(Some(true)),
-            "0" | "false" | "no" | "off" => Ok(Some(false)),
-            _ => Err(BadVar {
-                var,
-                value: v,
-                what: "boolean (0 or 1)",
-            }),
-        },
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -707,34 +658,5 @@ mod tests {
         assert_eq!(t.pop_expired(15), None);
         t.clear(2);
         assert_eq!(t.earliest(), None);
-    }
-
-    #[test]
-    fn settings_variables() {
-        let get = |k: &str| match k {
-            "N" => Some(" 42 ".to_string()),
-            "BIG" => Some("5000000000".to_string()),
-            "NEG" => Some("-1".to_string()),
-            "ON" => Some("yes".to_string()),
-            "OFF" => Some(" 0".to_string()),
-            "HUH" => Some("maybe".to_string()),
-            _ => None,
-        };
-        assert_eq!(env_num::<u32>(&get, "N"), Ok(Some(42)));
-        assert_eq!(env_num::<u32>(&get, "UNSET"), Ok(None));
-        assert_eq!(env_num::<u64>(&get, "BIG"), Ok(Some(5_000_000_000)));
-        let e = env_num::<u32>(&get, "BIG").unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "BIG=\"5000000000\" is not a valid non-negative integer"
-        );
-        assert!(env_num::<u64>(&get, "NEG").is_err());
-        assert_eq!(env_bool(&get, "ON"), Ok(Some(true)));
-        assert_eq!(env_bool(&get, "OFF"), Ok(Some(false)));
-        assert_eq!(env_bool(&get, "UNSET"), Ok(None));
-        assert_eq!(
-            env_bool(&get, "HUH").unwrap_err().to_string(),
-            "HUH=\"maybe\" is not a valid boolean (0 or 1)"
-        );
     }
 }

@@ -76,9 +76,7 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-use crate::common::{
-    Added, BadVar, OutQueue, ReadySet, Reassembler, Rtt, SeqSpace, Timers, env_bool, env_num,
-};
+use crate::common::{Added, OutQueue, ReadySet, Reassembler, Rtt, SeqSpace, Timers};
 use crate::wire::{Header, Kind, flags};
 use crate::{Common, Event, MsgId, PeerStats, ProtoError, Protocol, Rank, Time, Transmit};
 
@@ -128,8 +126,6 @@ pub enum GbnConfigError {
     },
     #[error("gbn needs at least 2 receive slots (one is always kept free), not {0}")]
     RxSlots(u32),
-    #[error(transparent)]
-    Env(#[from] BadVar),
 }
 
 impl GbnConfig {
@@ -153,28 +149,6 @@ impl GbnConfig {
             return Err(GbnConfigError::RxSlots(self.rx_slots));
         }
         Ok(())
-    }
-
-    /// The defaults with overrides from `BULKWIRE_GBN_WINDOW`, `BULKWIRE_GBN_SEQ_BITS`,
-    /// `BULKWIRE_GBN_RX_SLOTS` and `BULKWIRE_GBN_CUMULATIVE_ACKS` (0/1), validated.
-    pub fn from_env() -> Result<GbnConfig, GbnConfigError> {
-        GbnConfig::from_lookup(|k| std::env::var(k).ok())
-    }
-
-    /// [`GbnConfig::from_env`] over any variable lookup (testable without touching the
-    /// process environment).
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<GbnConfig, GbnConfigError> {
-        let d = GbnConfig::default();
-        let cumulative_acks =
-            env_bool(&get, "BULKWIRE_GBN_CUMULATIVE_ACKS")?.unwrap_or(d.cumulative_acks);
-        let cfg = GbnConfig {
-            window: env_num(&get, "BULKWIRE_GBN_WINDOW")?.unwrap_or(d.window),
-            seq_bits: env_num(&get, "BULKWIRE_GBN_SEQ_BITS")?.unwrap_or(d.seq_bits),
-            rx_slots: env_num(&get, "BULKWIRE_GBN_RX_SLOTS")?.unwrap_or(d.rx_slots),
-            cumulative_acks,
-        };
-        cfg.validate()?;
-        Ok(cfg)
     }
 }
 
@@ -291,11 +265,6 @@ impl Gbn {
             c,
             cfg,
         })
-    }
-
-    /// A gbn endpoint with the settings of [`GbnConfig::from_env`].
-    pub fn from_env(c: Common) -> Result<Gbn, GbnConfigError> {
-        Gbn::new(c, GbnConfig::from_env()?)
     }
 
     /// The settings in force.
@@ -705,7 +674,7 @@ impl Protocol for Gbn {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testkit::{Duo, common, deref_duo, env, events, exchange, pattern, rx, rx_all, tx};
+    use crate::testkit::{Duo, common, deref_duo, events, exchange, pattern, rx, rx_all, tx};
     use crate::{MS, US};
     use proptest::prelude::*;
     use rand::RngExt;
@@ -869,40 +838,9 @@ mod tests {
     }
 
     #[test]
-    fn config_from_environment() {
-        assert_eq!(GbnConfig::from_lookup(env(&[])), Ok(GbnConfig::default()));
-        let c = GbnConfig::from_lookup(env(&[
-            ("BULKWIRE_GBN_WINDOW", "3"),
-            ("BULKWIRE_GBN_SEQ_BITS", " 2 "),
-            ("BULKWIRE_GBN_RX_SLOTS", "5"),
-            ("BULKWIRE_GBN_CUMULATIVE_ACKS", "1"),
-        ]))
-        .unwrap();
-        assert_eq!(
-            c,
-            GbnConfig {
-                cumulative_acks: true,
-                ..cfg(3, 2, 5)
-            }
-        );
-        assert!(matches!(
-            GbnConfig::from_lookup(env(&[("BULKWIRE_GBN_WINDOW", "eight")])),
-            Err(GbnConfigError::Env(_))
-        ));
-        assert!(matches!(
-            GbnConfig::from_lookup(env(&[("BULKWIRE_GBN_WINDOW", "256")])),
-            Err(GbnConfigError::WindowTooLarge { .. })
-        ));
-        assert!(matches!(
-            GbnConfig::from_lookup(env(&[("BULKWIRE_GBN_CUMULATIVE_ACKS", "maybe")])),
-            Err(GbnConfigError::Env(_))
-        ));
-    }
-
-    #[test]
     fn registered_by_name() {
         assert!(crate::PROTOCOLS.contains(&"gbn"));
-        let p = crate::by_name("gbn", Common::new(0, 2, MP)).unwrap();
+        let p = crate::by_name("gbn", Common::new(0, 2, MP), &Default::default()).unwrap();
         assert_eq!(p.name(), "gbn");
     }
 

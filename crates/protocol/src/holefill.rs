@@ -70,44 +70,41 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-use crate::common::{
-    Added, BadVar, OutQueue, ReadySet, Reassembler, Rtt, SeqSpace, Timers, env_num,
-};
+use crate::common::{Added, OutQueue, ReadySet, Reassembler, Rtt, SeqSpace, Timers};
 use crate::wire::{Header, Kind, flags};
 use crate::{Common, Event, MS, MsgId, PeerStats, ProtoError, Protocol, Rank, Time, Transmit, US};
 
-/// Settings of [`Holefill`]. Every field has a documented default and an environment
-/// override read by [`HolefillConfig::from_env`] (used by [`crate::by_name`]).
+/// Settings of [`Holefill`]. Every field has a documented default.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HolefillConfig {
     /// `n`, the paper's total of send and receive packet buffers of this endpoint, split
     /// evenly into a send pool and a receive pool shared by all peers. Default 1024
-    /// (`BULKWIRE_HOLEFILL_BUFFERS`).
+    ///.
     pub buffers: u32,
     /// Most unacknowledged packets per peer, and how far beyond the next expected packet
     /// the receiver accepts; both sides must agree. At most the send pool (`buffers/2`)
     /// and under half the sequence space. Default 256, or the send pool if smaller and
-    /// only `buffers` is set (`BULKWIRE_HOLEFILL_WINDOW`).
+    /// only `buffers` is set.
     pub window: u32,
-    /// Width of sequence numbers in bits, 2..=32. Default 32 (`BULKWIRE_HOLEFILL_SEQ_BITS`).
+    /// Width of sequence numbers in bits, 2..=32. Default 32.
     /// Narrow widths exist to exercise wrap-around: as with any sliding window, the
     /// network must not hold a packet across half a sequence cycle (the message-id check
     /// on arrival catches most such ghosts, not a stale fragment of the same message).
     pub seq_bits: u32,
     /// Most packets sent to one peer before the next peer's turn in one
-    /// [`Protocol::poll_transmit`]. Default 32 (`BULKWIRE_HOLEFILL_BURST`).
+    /// [`Protocol::poll_transmit`]. Default 32.
     pub burst: usize,
     /// Shortest interval between prods, whatever the round trip. Default 100 us
-    /// (`BULKWIRE_HOLEFILL_PROD_MIN_US`).
+    ///.
     pub prod_min: Time,
     /// Longest interval between prods after back-off. Default 100 ms
-    /// (`BULKWIRE_HOLEFILL_PROD_MAX_US`).
+    ///.
     pub prod_max: Time,
     /// Most payload bytes unacknowledged per peer: the window toward a peer is cut to this
     /// many bytes of its largest packets (but at least [`MIN_BYTE_WINDOW`] packets). 256
     /// packets of 64 KiB over loopback put 16 MiB in flight: queues in the kernel grew the
     /// round trip to milliseconds, every loss waited that long to be repaired, and the
-    /// socket buffers overflowed. Default 4 MiB (`BULKWIRE_HOLEFILL_INFLIGHT_KB`, KiB).
+    /// socket buffers overflowed. Default 4 MiB.
     pub inflight_bytes: u64,
 }
 
@@ -141,8 +138,6 @@ impl Default for HolefillConfig {
 /// Why a [`HolefillConfig`] was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum HolefillConfigError {
-    #[error(transparent)]
-    Env(#[from] BadVar),
     #[error("seq_bits {0} is not in 2..=32")]
     SeqBits(u32),
     #[error("buffers {0}: at least 2 are needed (one to send, one to receive)")]
@@ -161,6 +156,17 @@ pub enum HolefillConfigError {
 }
 
 impl HolefillConfig {
+    /// These settings with `buffers` packet buffers and the default window cut to what
+    /// they allow.
+    pub fn with_buffers(mut self, buffers: u32) -> HolefillConfig {
+        self.buffers = buffers;
+        self.window = HolefillConfig::default()
+            .window
+            .min(self.max_window())
+            .max(1);
+        self
+    }
+
     /// The largest window these buffers and sequence numbers allow.
     pub fn max_window(&self) -> u32 {
         let half = if (2..=32).contains(&self.seq_bits) {
@@ -199,41 +205,6 @@ impl HolefillConfig {
             return Err(HolefillConfigError::Inflight);
         }
         Ok(())
-    }
-
-    /// The defaults with the `BULKWIRE_HOLEFILL_*` overrides of the process environment,
-    /// validated.
-    pub fn from_env() -> Result<HolefillConfig, HolefillConfigError> {
-        HolefillConfig::from_lookup(|k| std::env::var(k).ok())
-    }
-
-    /// [`HolefillConfig::from_env`] over any variable lookup (testable without touching
-    /// the process environment).
-    pub fn from_lookup(
-        get: impl Fn(&str) -> Option<String>,
-    ) -> Result<HolefillConfig, HolefillConfigError> {
-        let num = |var| env_num::<u64>(&get, var);
-        let d = HolefillConfig::default();
-        let u32_of = |v: u64| v.min(u32::MAX as u64) as u32;
-        let mut cfg = HolefillConfig {
-            buffers: num("BULKWIRE_HOLEFILL_BUFFERS")?.map_or(d.buffers, u32_of),
-            seq_bits: num("BULKWIRE_HOLEFILL_SEQ_BITS")?.map_or(d.seq_bits, u32_of),
-            burst: num("BULKWIRE_HOLEFILL_BURST")?.map_or(d.burst, |v| v as usize),
-            prod_min: num("BULKWIRE_HOLEFILL_PROD_MIN_US")?
-                .map_or(d.prod_min, |v| v.saturating_mul(US)),
-            prod_max: num("BULKWIRE_HOLEFILL_PROD_MAX_US")?
-                .map_or(d.prod_max, |v| v.saturating_mul(US)),
-            window: d.window,
-            inflight_bytes: num("BULKWIRE_HOLEFILL_INFLIGHT_KB")?
-                .map_or(d.inflight_bytes, |v| v.saturating_mul(1024)),
-        };
-        cfg.window = match num("BULKWIRE_HOLEFILL_WINDOW")? {
-            Some(w) => u32_of(w),
-            // Fewer buffers alone shrink the default window to fit them.
-            None => d.window.min(cfg.max_window()).max(1),
-        };
-        cfg.validate()?;
-        Ok(cfg)
     }
 }
 
@@ -507,11 +478,6 @@ impl Holefill {
             cfg,
             c,
         })
-    }
-
-    /// A holefill endpoint with the settings of [`HolefillConfig::from_env`].
-    pub fn from_env(c: Common) -> Result<Holefill, HolefillConfigError> {
-        Holefill::new(c, HolefillConfig::from_env()?)
     }
 
     /// The configuration in force.
@@ -1265,7 +1231,6 @@ mod tests {
 
     use super::*;
     use crate::SEC;
-    use crate::testkit::env;
 
     type Packet = (Header, Bytes);
 
@@ -1329,44 +1294,10 @@ mod tests {
     }
 
     #[test]
-    fn config_from_environment_and_validation() {
-        assert_eq!(
-            HolefillConfig::from_lookup(env(&[])).unwrap(),
-            HolefillConfig::default()
-        );
-        let c = HolefillConfig::from_lookup(env(&[
-            ("BULKWIRE_HOLEFILL_BUFFERS", "4096"),
-            ("BULKWIRE_HOLEFILL_WINDOW", " 1024 "),
-            ("BULKWIRE_HOLEFILL_SEQ_BITS", "16"),
-            ("BULKWIRE_HOLEFILL_BURST", "8"),
-            ("BULKWIRE_HOLEFILL_PROD_MIN_US", "50"),
-            ("BULKWIRE_HOLEFILL_PROD_MAX_US", "20000"),
-            ("BULKWIRE_HOLEFILL_INFLIGHT_KB", "512"),
-        ]))
-        .unwrap();
-        assert_eq!(
-            c,
-            HolefillConfig {
-                buffers: 4096,
-                window: 1024,
-                seq_bits: 16,
-                burst: 8,
-                prod_min: 50 * US,
-                prod_max: 20 * MS,
-                inflight_bytes: 512 << 10,
-            }
-        );
+    fn config_validation() {
         // Fewer buffers alone shrink the default window with them.
-        let c = HolefillConfig::from_lookup(env(&[("BULKWIRE_HOLEFILL_BUFFERS", "64")]));
-        assert_eq!(c.unwrap().window, 32);
-        assert!(matches!(
-            HolefillConfig::from_lookup(env(&[("BULKWIRE_HOLEFILL_WINDOW", "many")])),
-            Err(HolefillConfigError::Env(_))
-        ));
-        assert!(matches!(
-            HolefillConfig::from_lookup(env(&[("BULKWIRE_HOLEFILL_WINDOW", "600")])),
-            Err(HolefillConfigError::Window { max: 512, .. })
-        ));
+        assert_eq!(HolefillConfig::default().with_buffers(64).window, 32);
+        assert_eq!(HolefillConfig::default().with_buffers(4096).window, 256);
         let bad = |f: fn(&mut HolefillConfig)| {
             let mut c = HolefillConfig::default();
             f(&mut c);
@@ -1400,7 +1331,7 @@ mod tests {
         assert_eq!(ack_every(1024, 256, 2), 128);
         assert_eq!(ack_every(1024, 256, 16), 32);
         assert_eq!(ack_every(1024, 256, 4096), 1);
-        assert!(crate::by_name("holefill", Common::new(0, 2, 100)).is_ok());
+        assert!(crate::by_name("holefill", Common::new(0, 2, 100), &Default::default()).is_ok());
     }
 
     #[test]

@@ -12,6 +12,8 @@
 //! - [`rmpp`]: Sandia's message-based protocol, one short connection per message (seed 000);
 //! - [`common`]: what they share: fragmenting, reassembly, round-trip estimation.
 
+#![forbid(unsafe_code)]
+
 pub mod common;
 pub mod gbn;
 pub mod holefill;
@@ -160,7 +162,7 @@ impl Common {
 /// [`Protocol::poll_transmit`] to collect packets, [`Protocol::poll_event`] to collect
 /// deliveries.
 pub trait Protocol: Send {
-    /// Name as chosen by `BULKWIRE_PROTOCOL`.
+    /// The protocol's name, as [`by_name`] takes it.
     fn name(&self) -> &'static str;
 
     /// Queues `data` for `to`. With `notify`, an [`Event::Sent`] follows once the receiver
@@ -249,20 +251,32 @@ pub trait Protocol: Send {
     }
 }
 
-/// Builds a protocol by name, for `BULKWIRE_PROTOCOL`.
-/// Per-protocol settings come from `BULKWIRE_<PROTOCOL>_*` variables.
-pub fn by_name(name: &str, common: Common) -> Result<Box<dyn Protocol>, ConfigError> {
+/// The settings of every protocol, one struct each; [`by_name`] uses the one it builds.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProtocolConfigs {
+    pub gbn: gbn::GbnConfig,
+    pub holefill: holefill::HolefillConfig,
+    pub rmpp: rmpp::RmppConfig,
+}
+
+/// Builds the protocol named `name` (one of [`PROTOCOLS`]) with its settings from `cfg`.
+pub fn by_name(
+    name: &str,
+    common: Common,
+    cfg: &ProtocolConfigs,
+) -> Result<Box<dyn Protocol>, ConfigError> {
     match name {
         "utopia" => Ok(Box::new(utopia::Utopia::new(common))),
         "gbn" => Ok(Box::new(
-            gbn::Gbn::from_env(common).map_err(|e| ConfigError::invalid("gbn", e))?,
+            gbn::Gbn::new(common, cfg.gbn).map_err(|e| ConfigError::invalid("gbn", e))?,
         )),
         "holefill" => Ok(Box::new(
-            holefill::Holefill::from_env(common)
+            holefill::Holefill::new(common, cfg.holefill.clone())
                 .map_err(|e| ConfigError::invalid("holefill", e))?,
         )),
         "rmpp" => Ok(Box::new(
-            rmpp::Rmpp::from_env(common).map_err(|e| ConfigError::invalid("rmpp", e))?,
+            rmpp::Rmpp::new(common, cfg.rmpp.clone())
+                .map_err(|e| ConfigError::invalid("rmpp", e))?,
         )),
         other => Err(ConfigError::Unknown(other.to_string())),
     }

@@ -86,25 +86,25 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use bytes::Bytes;
 
-use crate::common::{BadVar, FillBuf, OutQueue, ReadySet, Rtt, Timers, env_bool, env_num};
+use crate::common::{FillBuf, OutQueue, ReadySet, Rtt, Timers};
 use crate::wire::{Header, Kind, flags};
 use crate::{Common, Event, MsgId, PeerStats, ProtoError, Protocol, Rank, Time, Transmit};
 
-/// Settings of [`Rmpp`]; [`RmppConfig::from_env`] reads overrides from the environment.
+/// Settings of [`Rmpp`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RmppConfig {
     /// Most messages open at once per pair (sender), and how far beyond the next message
     /// to deliver the receiver accepts an Rts; both sides must agree. Default 64, the OSU
-    /// bandwidth window (`BULKWIRE_RMPP_WINDOW`).
+    /// bandwidth window.
     pub window: u32,
     /// Most data packets sent to one peer before the next peer's turn in one
-    /// [`Protocol::poll_transmit`]. Default 32 (`BULKWIRE_RMPP_BURST`).
+    /// [`Protocol::poll_transmit`]. Default 32.
     pub burst: usize,
     /// Accept every message on arrival, without [`Event::Announce`], for upper layers that
-    /// do not post receives. Default off: the paper's protocol (`BULKWIRE_RMPP_AUTO_ACCEPT`).
+    /// do not post receives. Default off: the paper's protocol.
     pub auto_accept: bool,
     /// Most bytes of heads held for announced, unaccepted messages, all peers together.
-    /// Default 16 MiB (`BULKWIRE_RMPP_ANNOUNCE_KIB`, in KiB).
+    /// Default 16 MiB.
     pub announce_bytes: u64,
 }
 
@@ -122,8 +122,6 @@ impl Default for RmppConfig {
 /// Why an [`RmppConfig`] was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RmppConfigError {
-    #[error(transparent)]
-    Env(#[from] BadVar),
     #[error("window {0} is not in 1..=2^30 (message ids are compared within half their space)")]
     Window(u32),
     #[error("burst must be at least 1")]
@@ -145,31 +143,6 @@ impl RmppConfig {
             return Err(RmppConfigError::AnnounceBytes);
         }
         Ok(())
-    }
-
-    /// The defaults with the `BULKWIRE_RMPP_*` overrides of the process environment,
-    /// validated.
-    pub fn from_env() -> Result<RmppConfig, RmppConfigError> {
-        RmppConfig::from_lookup(|k| std::env::var(k).ok())
-    }
-
-    /// [`RmppConfig::from_env`] over any variable lookup.
-    pub fn from_lookup(
-        get: impl Fn(&str) -> Option<String>,
-    ) -> Result<RmppConfig, RmppConfigError> {
-        let num = |var| env_num::<u64>(&get, var);
-        let d = RmppConfig::default();
-        let auto_accept = env_bool(&get, "BULKWIRE_RMPP_AUTO_ACCEPT")?.unwrap_or(d.auto_accept);
-        let cfg = RmppConfig {
-            window: num("BULKWIRE_RMPP_WINDOW")?
-                .map_or(d.window, |v| v.min(u32::MAX as u64) as u32),
-            burst: num("BULKWIRE_RMPP_BURST")?.map_or(d.burst, |v| v as usize),
-            auto_accept,
-            announce_bytes: num("BULKWIRE_RMPP_ANNOUNCE_KIB")?
-                .map_or(d.announce_bytes, |v| v.saturating_mul(1024)),
-        };
-        cfg.validate()?;
-        Ok(cfg)
     }
 }
 
@@ -394,11 +367,6 @@ impl Rmpp {
             c,
             cfg,
         })
-    }
-
-    /// An rmpp endpoint with the settings of [`RmppConfig::from_env`].
-    pub fn from_env(c: Common) -> Result<Rmpp, RmppConfigError> {
-        Rmpp::new(c, RmppConfig::from_env()?)
     }
 
     /// The settings in force.
@@ -1266,7 +1234,7 @@ impl Protocol for Rmpp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testkit::{Duo, common, deref_duo, env, events, exchange, pattern, rx, rx_all, tx};
+    use crate::testkit::{Duo, common, deref_duo, events, exchange, pattern, rx, rx_all, tx};
     use crate::{MS, SEC, US};
     use proptest::prelude::*;
     use rand::RngExt;
@@ -1332,39 +1300,12 @@ mod tests {
     }
 
     #[test]
-    fn config_defaults_and_environment() {
+    fn config_defaults_and_registration() {
         let d = RmppConfig::default();
         assert!(d.validate().is_ok() && !d.auto_accept);
-        assert_eq!(RmppConfig::from_lookup(env(&[])), Ok(d));
-        let c = RmppConfig::from_lookup(env(&[
-            ("BULKWIRE_RMPP_WINDOW", "8"),
-            ("BULKWIRE_RMPP_BURST", " 4 "),
-            ("BULKWIRE_RMPP_AUTO_ACCEPT", "1"),
-            ("BULKWIRE_RMPP_ANNOUNCE_KIB", "2"),
-        ]))
-        .unwrap();
-        assert_eq!(
-            c,
-            RmppConfig {
-                window: 8,
-                burst: 4,
-                auto_accept: true,
-                announce_bytes: 2048
-            }
-        );
-        for bad in [
-            ("BULKWIRE_RMPP_WINDOW", "0"),
-            ("BULKWIRE_RMPP_WINDOW", "many"),
-            ("BULKWIRE_RMPP_BURST", "0"),
-            ("BULKWIRE_RMPP_AUTO_ACCEPT", "maybe"),
-            ("BULKWIRE_RMPP_ANNOUNCE_KIB", "0"),
-        ] {
-            let one: &'static [(&'static str, &'static str)] = Box::leak(Box::new([bad]));
-            assert!(RmppConfig::from_lookup(env(one)).is_err(), "{bad:?}");
-        }
         assert!(crate::PROTOCOLS.contains(&"rmpp"));
         assert_eq!(
-            crate::by_name("rmpp", Common::new(0, 2, MP))
+            crate::by_name("rmpp", Common::new(0, 2, MP), &Default::default())
                 .unwrap()
                 .name(),
             "rmpp"

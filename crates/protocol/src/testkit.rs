@@ -19,18 +19,6 @@ pub(crate) fn common(rank: Rank, mp: usize) -> Common {
     c
 }
 
-/// A variable lookup over `pairs`, for the configs' `from_lookup`.
-pub(crate) fn env(
-    pairs: &'static [(&'static str, &'static str)],
-) -> impl Fn(&str) -> Option<String> {
-    move |k: &str| {
-        pairs
-            .iter()
-            .find(|(n, _)| *n == k)
-            .map(|(_, v)| v.to_string())
-    }
-}
-
 /// Everything `g` transmits now.
 pub(crate) fn tx(g: &mut impl Protocol, now: Time) -> Vec<Transmit> {
     let mut v = Vec::new();

@@ -7,8 +7,10 @@
  * message naming the call, the rank and the bounds). Any mismatch prints what, where,
  * got and expected, and exits 1. Prints "C COLL OK rank=R" at the end.
  *
- * Usage: coll_test N [BIG_BYTES [init-error]]
- *   init-error: expect the collectives' set-up to fail (run with a bad BULKWIRE_COLL). */
+ * Usage: coll_test N [BIG_BYTES [init-error|bad-setting]]
+ *   init-error: the processes configure the collectives differently (BULKWIRE_COLL_PART
+ *     set apart in the spawned ones): expect the collectives' set-up to fail;
+ *   bad-setting: expect bw_init to refuse the bad BULKWIRE_COLL the test runs with. */
 #define _POSIX_C_SOURCE 200809L
 #include "bulkwire.h"
 
@@ -522,9 +524,21 @@ int main(int argc, char **argv) {
     int n = argc > 1 ? atoi(argv[1]) : 3;
     size_t big = argc > 2 ? (size_t)strtoull(argv[2], NULL, 10) : (size_t)4 << 20;
     int init_error = argc > 3 && strcmp(argv[3], "init-error") == 0;
+    int bad_setting = argc > 3 && strcmp(argv[3], "bad-setting") == 0;
 
     /* Before bw_init: the code, naming the call. */
     EXPECT(bw_barrier(), BW_ERR_NOT_INITIALIZED, "bw_barrier", "not initialised");
+    if (bad_setting) {
+        /* Refused at start, naming the variable, the value and what is accepted. */
+        EXPECT(bw_init_spawn(n), BW_ERR_INIT, "BULKWIRE_COLL", "bogus", "auto, netcache or p2p");
+        printf("C COLL BAD-SETTING OK\n");
+        return 0;
+    }
+    /* The self-spawned processes (the job's ranks but 0) configure a part size of their
+     * own, which the collectives' set-up must refuse on every process. */
+    const char *spawned = getenv("BULKWIRE_RANK");
+    if (init_error && spawned && strcmp(spawned, "0") != 0)
+        setenv("BULKWIRE_COLL_PART", "2M", 1);
     CHECK(bw_init_spawn(n));
     CHECK(bw_rank(&rank));
     CHECK(bw_size(&size));

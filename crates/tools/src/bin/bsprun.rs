@@ -9,7 +9,13 @@
 //! bsprun -n 16 --serve 0.0.0.0:7000        only the rendezvous server, for processes
 //!                                          started by srun or mpirun (export
 //!                                          BULKWIRE_RENDEZVOUS=thishost:7000 to them)
+//! bsprun --help-env                        every BULKWIRE_* variable, what it accepts,
+//!                                          its default (--help-env=markdown: the table
+//!                                          of docs/configuration.md)
 //! ```
+//!
+//! bsprun reads the `BULKWIRE_*` variables first, so that a bad value fails here, once,
+//! naming the variable, rather than in every process.
 //!
 //! The processes inherit bsprun's environment (so `BULKWIRE_PROTOCOL`, `BULKWIRE_FAULTS`...
 //! reach them) plus the job's `BULKWIRE_RANK`, `BULKWIRE_NPROCS`, `BULKWIRE_RENDEZVOUS`,
@@ -41,8 +47,19 @@ use clap::Parser;
 )]
 struct Args {
     /// Number of processes.
-    #[arg(short = 'n', long = "nprocs", value_name = "P")]
-    nprocs: u32,
+    #[arg(
+        short = 'n',
+        long = "nprocs",
+        value_name = "P",
+        required_unless_present = "help_env"
+    )]
+    nprocs: Option<u32>,
+
+    /// Print every BULKWIRE_* variable (what it accepts, its default, what it does) and
+    /// exit; FORMAT is text (the default) or markdown.
+    #[arg(long, value_name = "FORMAT", num_args = 0..=1, default_missing_value = "text",
+          value_parser = ["text", "markdown"])]
+    help_env: Option<String>,
 
     /// Prefix every output line with its rank, "[3] ...".
     #[arg(long)]
@@ -76,13 +93,17 @@ struct Args {
     /// untouched, options included).
     #[arg(
         value_name = "PROGRAM [ARGS]",
-        required_unless_present = "serve",
+        required_unless_present_any = ["serve", "help_env"],
         trailing_var_arg = true,
-        allow_hyphen_values = true,
         num_args = 1..
     )]
     command: Vec<OsString>,
 }
+
+/// Most processes bsprun starts on this host: each holds a link to every other (at 1024,
+/// about a million shared-memory rings), and past this the kernel refuses processes long
+/// before a job could run.
+const MAX_LOCAL: u32 = 1024;
 
 fn parse_bind(s: &str) -> Result<Placement, String> {
     Placement::parse(s).ok_or_else(|| format!("{s:?}: expected share or none"))
@@ -104,10 +125,23 @@ fn main() -> ExitCode {
 }
 
 fn run(a: Args) -> Result<i32, (u8, String)> {
-    if a.nprocs == 0 {
-        return Err((2, "-n must be at least 1".into()));
-    }
     let usage = |m: String| (2u8, m);
+    if let Some(format) = a.help_env {
+        let table = match format.as_str() {
+            "markdown" => bulkwire_config::vars::markdown(),
+            _ => bulkwire_config::vars::text(terminal_width()),
+        };
+        print!("{table}");
+        return Ok(0);
+    }
+    let nprocs = a.nprocs.unwrap_or(0);
+    if nprocs == 0 {
+        return Err(usage("-n must be at least 1".into()));
+    }
+    let settings = bulkwire_config::Settings::from_env().map_err(|e| usage(e.to_string()))?;
+    for w in &settings.warnings {
+        eprintln!("bsprun: warning: {w}");
+    }
     let timeout = a
         .timeout
         .map(|t| secs("--timeout", t))
@@ -116,7 +150,7 @@ fn run(a: Args) -> Result<i32, (u8, String)> {
     let kill_grace = secs("--kill-grace", a.kill_grace).map_err(usage)?;
 
     if let Some(addr) = a.serve {
-        let mut cfg = ServerConfig::new(a.nprocs);
+        let mut cfg = ServerConfig::new(nprocs);
         cfg.report = Some("bsprun".into());
         cfg.timeout = timeout;
         cfg.kill_grace = kill_grace;
@@ -129,14 +163,17 @@ fn run(a: Args) -> Result<i32, (u8, String)> {
         return Ok(server.run().exit_code());
     }
 
+    if nprocs > MAX_LOCAL {
+        return Err(usage(format!(
+            "-n {nprocs}: bsprun starts every process on this host, and at most {MAX_LOCAL} \
+             there (each process holds a link to every other)"
+        )));
+    }
     let (program, args) = a
         .command
         .split_first()
         .ok_or_else(|| usage("no program given".into()))?;
-    let placement = match a.bind {
-        Some(p) => p,
-        None => Placement::from_env().map_err(|e| usage(e.to_string()))?,
-    };
+    let placement = a.bind.unwrap_or(settings.launch.placement);
     let opts = LaunchOpts {
         placement,
         tag_output: a.tag_output,
@@ -147,7 +184,7 @@ fn run(a: Args) -> Result<i32, (u8, String)> {
         forward_signals: true,
         ..LaunchOpts::default()
     };
-    match launch(a.nprocs, program, args, &opts) {
+    match launch(nprocs, program, args, &opts) {
         Ok(outcome) => Ok(outcome.exit_code()),
         Err(e @ LaunchError::Spawn { .. }) => {
             let code = match &e {
@@ -167,4 +204,13 @@ fn run(a: Args) -> Result<i32, (u8, String)> {
         }
         Err(e) => Err((2, e.to_string())),
     }
+}
+
+/// The terminal's width for the variable table (`COLUMNS`, else 80).
+fn terminal_width() -> usize {
+    std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .filter(|&w| w >= 40)
+        .unwrap_or(80)
 }

@@ -12,7 +12,7 @@
 //!
 //! Results are `key=value` lines on stdout, one per rank.
 
-#[path = "../../tests/suite/mod.rs"]
+#[path = "../../../collectives/tests/suite/mod.rs"]
 mod suite;
 
 use std::io::Write;
@@ -47,8 +47,10 @@ fn main() {
         args.drain(..2);
     }
     let rest = &args[1.min(args.len())..];
-    let comm = Comm::init_spawn(n).unwrap_or_else(|e| die(e));
-    let coll = Coll::new(&comm).unwrap_or_else(|e| die(format!("rank {}: {e}", comm.rank())));
+    let s = bulkwire_probes::settings();
+    let comm = Comm::init_spawn(n, &s.launch, s.p2p).unwrap_or_else(|e| die(e));
+    let coll =
+        Coll::new(&comm, s.coll).unwrap_or_else(|e| die(format!("rank {}: {e}", comm.rank())));
     let r = match args.first().map(String::as_str) {
         Some("suite") => run_suite(&coll, rest),
         Some("big") => big(&coll, num(rest.first(), "MIB")),

@@ -63,7 +63,8 @@ fn main() {
     if let Some(raw @ ("rawpingpong" | "rawbw")) = args.first().map(String::as_str) {
         return bare(n, raw, rest);
     }
-    let comm = Comm::init_spawn(n).unwrap_or_else(|e| die(e));
+    let s = bulkwire_probes::settings();
+    let comm = Comm::init_spawn(n, &s.launch, s.p2p).unwrap_or_else(|e| die(e));
     let r = match args.first().map(String::as_str) {
         Some("mix") => mix(
             &comm,
@@ -509,10 +510,11 @@ fn refuse(c: &Comm) -> Result<(), Error> {
 /// Ping-pong and bandwidth on the job's transport without p2p: what p2p adds is the
 /// difference with `pingpong` and `bw`.
 fn bare(n: u32, what: &str, args: &[String]) {
-    use bulkwire_engine::job::{JobConfig, connect};
+    use bulkwire_engine::job::connect;
     use bulkwire_engine::{Event, Transport};
-    let mut ctl = bulkwire_launch::self_spawn(n).unwrap_or_else(|e| die(e));
-    let cfg = JobConfig::from_env().unwrap_or_else(|e| die(e));
+    let s = bulkwire_probes::settings();
+    let mut ctl = bulkwire_launch::self_spawn(n, &s.launch).unwrap_or_else(|e| die(e));
+    let cfg = s.job().clone();
     let (mut t, _) = connect(&mut ctl, &cfg).unwrap_or_else(|e| die(e));
     let me = t.rank();
     let size: usize = num(args.first(), "SIZE");

@@ -23,9 +23,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bulkwire_launch::bind::CpuSet;
 use bulkwire_launch::{
-    Card, Control, LaunchOpts, Placement, Server, ServerConfig, available_processors, host_cpus,
-    job_env, launch, self_spawn,
+    Card, Control, LaunchOpts, Placement, Server, ServerConfig, launch, self_spawn,
 };
+use bulkwire_probes::settings;
 
 fn now_ns() -> u128 {
     SystemTime::now()
@@ -138,17 +138,16 @@ fn serve(args: &[String]) {
 }
 
 fn join() -> Control {
-    match job_env() {
-        Ok(Some(env)) => Control::join(&env).unwrap_or_else(|e| die(e)),
-        Ok(None) => die("not started as part of a job"),
-        Err(e) => die(e),
+    match settings().launch.job {
+        Some(env) => Control::join(&env).unwrap_or_else(|e| die(e)),
+        None => die("not started as part of a job"),
     }
 }
 
 /// Exchanges cards and checks them; returns the data socket and the cards.
 fn cards(c: &mut Control) -> (UdpSocket, Vec<Card>) {
     let sock = UdpSocket::bind((c.local_ip(), 0)).unwrap_or_else(|e| die(e));
-    let mine = Card::local(c.rank(), vec![sock.local_addr().unwrap_or_else(|e| die(e))]);
+    let mine = c.card(vec![sock.local_addr().unwrap_or_else(|e| die(e))]);
     let all = c.allgather(&mine.to_bytes()).unwrap_or_else(|e| die(e));
     assert_eq!(all.len(), c.nprocs() as usize);
     let cards: Vec<Card> = all
@@ -292,15 +291,20 @@ fn rank(args: &[String]) {
             print!("chatter {me} tail");
             let _ = std::io::stdout().flush();
         }
-        Some("nprocs") => say(format!("nprocs {}", available_processors())),
-        Some("cpus") => say_cpus(&std::env::var("BULKWIRE_RANK").unwrap_or_default()),
-        Some("env") => match job_env() {
-            Ok(Some(e)) => say(format!(
+        Some("nprocs") => say(format!(
+            "nprocs {}",
+            settings().launch.available_processors()
+        )),
+        Some("cpus") => {
+            let job = settings().launch.job.unwrap_or_else(|| die("not in a job"));
+            say_cpus(&job.rank.to_string(), job.cpus())
+        }
+        Some("env") => match settings().launch.job {
+            Some(e) => say(format!(
                 "env rank={} nprocs={} cookie={:#x} job={} launcher={:?} rendezvous={}",
                 e.rank, e.nprocs, e.cookie, e.job_id, e.launcher, e.rendezvous
             )),
-            Ok(None) => say("env none".into()),
-            Err(e) => die(e),
+            None => say("env none".into()),
         },
         _ => die("rank: allgather|fail|hang|chatter|env"),
     }
@@ -308,7 +312,7 @@ fn rank(args: &[String]) {
 
 /// `cpus rank=R list=0,1 host_cpus=N`: where this process may run, and how many CPUs it
 /// believes the job has here.
-fn say_cpus(me: &str) {
+fn say_cpus(me: &str, host_cpus: usize) {
     let list = CpuSet::current()
         .unwrap_or_else(|e| die(e))
         .cpus()
@@ -316,17 +320,14 @@ fn say_cpus(me: &str) {
         .map(|c| c.to_string())
         .collect::<Vec<_>>()
         .join(",");
-    say(format!(
-        "cpus rank={me} list={list} host_cpus={}",
-        host_cpus()
-    ));
+    say(format!("cpus rank={me} list={list} host_cpus={host_cpus}"));
 }
 
 fn selfspawn(args: &[String]) {
     let n: u32 = args.first().map_or(2, |v| v.parse().unwrap_or(2));
-    let mut c = self_spawn(n).unwrap_or_else(|e| die(e));
+    let mut c = self_spawn(n, &settings().launch).unwrap_or_else(|e| die(e));
     cards(&mut c);
-    say_cpus(&c.rank().to_string());
+    say_cpus(&c.rank().to_string(), c.host_cpus());
     if let (Some(kind), Some(victim)) = (args.get(1), args.get(2)) {
         let victim: u32 = victim.parse().unwrap_or(1);
         if c.rank() == victim {

@@ -1,5 +1,5 @@
 //! A BSP program written against the safe Rust API, for the tests of `bulkwire-bsp`
-//! (`tests/processes.rs`). Run by itself it starts its own job:
+//! (`tests/bsp.rs`). Run by itself it starts its own job:
 //!
 //! ```text
 //! bsp-probe P sum       every pid puts its pid + 1 into pid 0, which prints the sum
@@ -7,10 +7,16 @@
 //! bsp-probe P spmd      the SPMD part in a function (bulkwire_bsp::init)
 //! ```
 
-use bulkwire_bsp::{Bsp, available_processors, init};
+use bulkwire_bsp::{Bsp, init};
+use bulkwire_probes::settings;
+
+fn begin(p: u32) -> Bsp {
+    let s = settings();
+    Bsp::begin(p, &s.launch, s.bsp).unwrap_or_else(|e| panic!("begin: {e}"))
+}
 
 fn sum(p: u32) {
-    let mut bsp = Bsp::begin(p).unwrap_or_else(|e| panic!("begin: {e}"));
+    let mut bsp = begin(p);
     let (p, s) = (bsp.nprocs(), bsp.pid());
     let all = bsp.push_reg(vec![0u32; p as usize]);
     bsp.sync().unwrap_or_else(|e| bsp.fail("bsp_sync", e));
@@ -28,7 +34,7 @@ fn sum(p: u32) {
 }
 
 fn abort(p: u32) {
-    let mut bsp = Bsp::begin(p).unwrap_or_else(|e| panic!("begin: {e}"));
+    let mut bsp = begin(p);
     if bsp.pid() == 1 % bsp.nprocs() {
         bsp.abort("the probe gives up");
     }
@@ -48,12 +54,12 @@ fn main() {
     let p = args
         .first()
         .and_then(|a| a.parse().ok())
-        .unwrap_or_else(available_processors);
+        .unwrap_or_else(|| settings().launch.available_processors());
     match args.get(1).map(String::as_str) {
         Some("sum") => sum(p),
         Some("abort") => abort(p),
         Some("spmd") => {
-            init(spmd);
+            init(spmd, &settings().launch);
             println!("sequential part");
             P.store(p, std::sync::atomic::Ordering::SeqCst);
             spmd();

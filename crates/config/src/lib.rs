@@ -1,0 +1,426 @@
+//! bulkwire's configuration, read once at the edge.
+//!
+//! Every `BULKWIRE_*` variable is read here, and only here: the C ABI, the launchers, the
+//! tools and Rust programs call [`Settings::from_env`] once and hand each layer its typed
+//! configuration (`bulkwire_p2p::Config`, `bulkwire_bsp::Config`, ...). The layers below
+//! read no environment. Every value goes through one set of parsers ([`parse`]), and a
+//! value that is not accepted is an error naming the variable, the value and what is
+//! accepted ([`ConfigError`]), never a silent default. The variables, with what they
+//! accept and their defaults, are one table ([`vars`]), from which `docs/configuration.md`
+//! and `bsprun --help-env` are generated.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let settings = bulkwire_config::Settings::from_env()?;
+//! let mut bsp = bulkwire_bsp::Bsp::begin(4, &settings.launch, settings.bsp.clone())?;
+//! # bsp.end()?; Ok(()) }
+//! ```
+
+mod job;
+pub mod parse;
+pub mod vars;
+
+use std::time::Duration;
+
+use bulkwire_bsp::Schedule;
+use bulkwire_collectives::{Family, Mode};
+use bulkwire_engine::job::{JobConfig, LinkKind};
+use bulkwire_launch::{LaunchConfig, Placement};
+use bulkwire_link::{FaultConfig, ShmSizes, UdpConfig};
+use bulkwire_p2p::SingleCopy;
+use bulkwire_protocol::gbn::GbnConfig;
+use bulkwire_protocol::holefill::HolefillConfig;
+use bulkwire_protocol::rmpp::RmppConfig;
+use bulkwire_protocol::{MS, ProtocolConfigs, US};
+
+use parse::{Lookup, decimal, flag, int, size, word};
+use vars::*;
+
+/// A setting that cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// One variable's value is not accepted.
+    #[error("{var}={value:?} is not accepted: expected {accepted}")]
+    Bad {
+        var: &'static str,
+        value: String,
+        accepted: &'static str,
+    },
+    /// Values that are each accepted do not work together, or a launcher's variables
+    /// contradict each other.
+    #[error("{vars}: {reason}")]
+    Invalid { vars: String, reason: String },
+}
+
+impl ConfigError {
+    fn invalid(vars: &[&Var], reason: impl std::fmt::Display) -> ConfigError {
+        ConfigError::Invalid {
+            vars: vars.iter().map(|v| v.name).collect::<Vec<_>>().join(", "),
+            reason: reason.to_string(),
+        }
+    }
+}
+
+/// Everything the environment configures, one typed value per layer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    /// The job this process runs in, and how it starts one itself.
+    pub launch: LaunchConfig,
+    /// Point-to-point messaging (`bw_init`, `bulkwire_p2p::Comm`), with the job's
+    /// transport and progress settings.
+    pub p2p: bulkwire_p2p::Config,
+    /// BSPlib (`bsp_begin`), with the same transport and progress settings.
+    pub bsp: bulkwire_bsp::Config,
+    /// The collectives.
+    pub coll: bulkwire_collectives::Config,
+    /// Something the user should know that is not an error (e.g. faults injected under a
+    /// protocol without recovery); the edge prints these.
+    pub warnings: Vec<String>,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings::from_lookup(|_| None).expect("the defaults are valid")
+    }
+}
+
+impl Settings {
+    /// The settings of this process's environment.
+    pub fn from_env() -> Result<Settings, ConfigError> {
+        Settings::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// The settings with variables looked up through `get` (a map in tests).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Settings, ConfigError> {
+        Settings::read(&Lookup::new(get))
+    }
+
+    fn read(l: &Lookup) -> Result<Settings, ConfigError> {
+        let job = job_config(l)?;
+        let progress = l
+            .get(&PROGRESS_US, |v| int(v, 0, 10_000_000))?
+            .map_or(Some(bulkwire_engine::progress::DEFAULT_INTERVAL), |us| {
+                (us > 0).then(|| Duration::from_micros(us))
+            });
+        let p2p = p2p_config(l, job.clone(), progress)?;
+        let bsp = bsp_config(l, job.clone(), progress)?;
+        let coll = coll_config(l, &job)?;
+        let launch = launch_config(l)?;
+        let mut warnings = Vec::new();
+        if job.protocol.as_deref() == Some("utopia") && job.faults.is_active() {
+            warnings.push(format!(
+                "{}=utopia has no recovery: with the faults of {} the first lost, \
+                 corrupted or reordered datagram ends the job (choose holefill, gbn or \
+                 rmpp to recover from them)",
+                PROTOCOL.name, FAULTS.name
+            ));
+        }
+        Ok(Settings {
+            launch,
+            p2p,
+            bsp,
+            coll,
+            warnings,
+        })
+    }
+
+    /// The job's transport settings (the same in [`Settings::p2p`] and
+    /// [`Settings::bsp`]).
+    pub fn job(&self) -> &JobConfig {
+        &self.p2p.job
+    }
+
+    /// The variables [`Settings::from_lookup`] looks up, to check the table against.
+    pub fn variables_read() -> std::collections::BTreeSet<&'static str> {
+        let l = Lookup::new(|_| None);
+        Settings::read(&l).expect("the defaults are valid");
+        l.read()
+    }
+}
+
+fn job_config(l: &Lookup) -> Result<JobConfig, ConfigError> {
+    let d = JobConfig::default();
+    let stacks = bulkwire_engine::job::stacks();
+    let protocol = l.get(&PROTOCOL, |v| stacks.contains(&v).then(|| v.to_string()))?;
+    let link = l
+        .get(&TRANSPORT, |v| {
+            word(
+                v,
+                &[
+                    ("auto", LinkKind::Auto),
+                    ("shm", LinkKind::Shm),
+                    ("udp", LinkKind::Udp),
+                ],
+            )
+        })?
+        .unwrap_or(d.link);
+    let faults = l
+        .get(&FAULTS, |v| v.parse::<FaultConfig>().ok())?
+        .unwrap_or(d.faults);
+    let always_checksum = l
+        .get(&CHECKSUM, |v| word(v, &[("auto", false), ("always", true)]))?
+        .unwrap_or(d.always_checksum);
+    let dead_after = l
+        .get(&DEAD_AFTER_MS, |v| int(v, 100, 7 * 24 * 3_600_000))?
+        .map_or(d.dead_after, |ms| ms * MS);
+    let spin = l
+        .get(&SPIN_US, |v| int(v, 0, 10_000_000))?
+        .map_or(d.spin, Duration::from_micros);
+    let tune_malloc = l.get(&MALLOC_TUNE, flag)?.unwrap_or(d.tune_malloc);
+    Ok(JobConfig {
+        link,
+        protocol,
+        protocols: protocol_configs(l)?,
+        faults,
+        udp: udp_config(l)?,
+        shm: shm_sizes(l)?,
+        dead_after,
+        spin,
+        tune_malloc,
+        always_checksum,
+    })
+}
+
+fn udp_config(l: &Lookup) -> Result<UdpConfig, ConfigError> {
+    let d = UdpConfig::default();
+    Ok(UdpConfig {
+        gso: l.get(&GSO, flag)?.unwrap_or(d.gso),
+        gro: l.get(&GRO, flag)?.unwrap_or(d.gro),
+        // setsockopt takes an int, and the kernel doubles it.
+        sockbuf: l
+            .get(&SOCKBUF, |v| size(v, 1, 1 << 30))?
+            .map_or(d.sockbuf, |b| b as usize),
+        mtu: l
+            .get(&MTU, |v| int(v, 576, 65536))?
+            .map(|m| m as usize)
+            .or(d.mtu),
+        batch: d.batch,
+    })
+}
+
+fn shm_sizes(l: &Lookup) -> Result<ShmSizes, ConfigError> {
+    let ring = l.get(&SHM_RING, |v| {
+        size(
+            v,
+            bulkwire_link::shm::MIN_RING as u64,
+            bulkwire_link::shm::MAX_RING as u64,
+        )
+        .filter(|r| r.is_power_of_two())
+    })?;
+    let dgram = l.get(&SHM_DGRAM, |v| size(v, 64, 1 << 28))?;
+    let sizes = ShmSizes {
+        ring_bytes: ring.map(|r| r as usize),
+        max_datagram: dgram.map(|d| d as usize),
+    };
+    // The ring's default depends on the processes per host; an explicit datagram must fit
+    // the ring it is paired with (checked again once that is known).
+    if let Err(e) = sizes.resolve(1) {
+        return Err(ConfigError::invalid(&[&SHM_RING, &SHM_DGRAM], e));
+    }
+    Ok(sizes)
+}
+
+fn protocol_configs(l: &Lookup) -> Result<ProtocolConfigs, ConfigError> {
+    let num = |var: &'static Var| l.get(var, |v| int(v, 0, u32::MAX as u64));
+    let u32_of = |v: u64| v as u32;
+
+    let d = GbnConfig::default();
+    let gbn = GbnConfig {
+        window: num(&GBN_WINDOW)?.map_or(d.window, u32_of),
+        seq_bits: num(&GBN_SEQ_BITS)?.map_or(d.seq_bits, u32_of),
+        rx_slots: num(&GBN_RX_SLOTS)?.map_or(d.rx_slots, u32_of),
+        cumulative_acks: l
+            .get(&GBN_CUMULATIVE_ACKS, flag)?
+            .unwrap_or(d.cumulative_acks),
+    };
+    gbn.validate()
+        .map_err(|e| ConfigError::invalid(&[&GBN_WINDOW, &GBN_SEQ_BITS, &GBN_RX_SLOTS], e))?;
+
+    let d = HolefillConfig::default();
+    let us = |var: &'static Var| l.get(var, |v| int(v, 1, 60_000_000));
+    let mut holefill = HolefillConfig {
+        buffers: num(&HOLEFILL_BUFFERS)?.map_or(d.buffers, u32_of),
+        seq_bits: num(&HOLEFILL_SEQ_BITS)?.map_or(d.seq_bits, u32_of),
+        burst: num(&HOLEFILL_BURST)?.map_or(d.burst, |v| v as usize),
+        prod_min: us(&HOLEFILL_PROD_MIN_US)?.map_or(d.prod_min, |v| v * US),
+        prod_max: us(&HOLEFILL_PROD_MAX_US)?.map_or(d.prod_max, |v| v * US),
+        inflight_bytes: l
+            .get(&HOLEFILL_INFLIGHT_KB, |v| int(v, 1, 4 << 20))?
+            .map_or(d.inflight_bytes, |kb| kb << 10),
+        window: d.window,
+    };
+    holefill.window = match num(&HOLEFILL_WINDOW)? {
+        Some(w) => u32_of(w),
+        // Fewer buffers or sequence numbers alone shrink the default window to fit them.
+        None => d.window.min(holefill.max_window()).max(1),
+    };
+    holefill.validate().map_err(|e| {
+        ConfigError::invalid(
+            &[
+                &HOLEFILL_BUFFERS,
+                &HOLEFILL_SEQ_BITS,
+                &HOLEFILL_WINDOW,
+                &HOLEFILL_BURST,
+                &HOLEFILL_PROD_MIN_US,
+                &HOLEFILL_PROD_MAX_US,
+            ],
+            e,
+        )
+    })?;
+
+    let d = RmppConfig::default();
+    let rmpp = RmppConfig {
+        window: l
+            .get(&RMPP_WINDOW, |v| int(v, 1, 1 << 30))?
+            .map_or(d.window, u32_of),
+        burst: l
+            .get(&RMPP_BURST, |v| int(v, 1, u32::MAX as u64))?
+            .map_or(d.burst, |v| v as usize),
+        auto_accept: l.get(&RMPP_AUTO_ACCEPT, flag)?.unwrap_or(d.auto_accept),
+        announce_bytes: l
+            .get(&RMPP_ANNOUNCE_KIB, |v| int(v, 1, 1 << 30))?
+            .map_or(d.announce_bytes, |kb| kb << 10),
+    };
+    Ok(ProtocolConfigs {
+        gbn,
+        holefill,
+        rmpp,
+    })
+}
+
+fn p2p_config(
+    l: &Lookup,
+    job: JobConfig,
+    progress: Option<Duration>,
+) -> Result<bulkwire_p2p::Config, ConfigError> {
+    let d = bulkwire_p2p::Config::default();
+    let limit = |var: &'static Var| l.get(var, |v| size(v, 0, 1 << 30));
+    let both = limit(&EAGER)?;
+    let single_copy = l
+        .get(&SINGLE_COPY, |v| {
+            word(
+                v,
+                &[
+                    ("on", SingleCopy::On),
+                    ("off", SingleCopy::Off),
+                    ("refuse", SingleCopy::Refuse),
+                ],
+            )
+            .or_else(|| flag(v).map(|on| if on { SingleCopy::On } else { SingleCopy::Off }))
+        })?
+        .unwrap_or(d.single_copy);
+    Ok(bulkwire_p2p::Config {
+        eager: both.map_or(d.eager, |b| b as usize),
+        eager_local: limit(&EAGER_LOCAL)?
+            .or(both)
+            .map_or(d.eager_local, |b| b as usize),
+        single_copy,
+        progress,
+        job,
+    })
+}
+
+fn bsp_config(
+    l: &Lookup,
+    job: JobConfig,
+    progress: Option<Duration>,
+) -> Result<bulkwire_bsp::Config, ConfigError> {
+    let mut c = bulkwire_bsp::Config {
+        job,
+        progress,
+        ..bulkwire_bsp::Config::default()
+    };
+    if let Some(s) = l.get(&BSP_SCHEDULE, |v| {
+        word(v, &[("latin", Schedule::Latin), ("pid", Schedule::Pid)])
+    })? {
+        c.schedule = s;
+    }
+    c.chunk = l
+        .get(&BSP_CHUNK, |v| size(v, 1, 1 << 30))?
+        .map(|b| b as usize);
+    if let Some(rate) = l.get(&BSP_RATE, |v| decimal(v, 1, u64::MAX))? {
+        c = c.with_rate(rate);
+    }
+    c.stats = l.get(&STATS, flag)?.unwrap_or(false);
+    Ok(c)
+}
+
+fn coll_config(l: &Lookup, job: &JobConfig) -> Result<bulkwire_collectives::Config, ConfigError> {
+    let mut c = bulkwire_collectives::Config {
+        dead_after: Duration::from_nanos(job.dead_after),
+        ..bulkwire_collectives::Config::default()
+    };
+    if let Some(m) = l.get(&COLL, |v| {
+        word(
+            v,
+            &[
+                ("auto", Mode::Auto),
+                ("netcache", Mode::NetCache),
+                ("p2p", Mode::P2p),
+            ],
+        )
+    })? {
+        c.mode = m;
+    }
+    if let Some(b) = l.get(&COLL_PART, |v| size(v, 1, 1 << 30))? {
+        c.part_bytes = b as usize;
+    }
+    if let Some(f) = l.get(&COLL_ALG, |v| {
+        word(
+            v,
+            &[
+                ("auto", Family::Auto),
+                ("small", Family::Small),
+                ("large", Family::Large),
+            ],
+        )
+    })? {
+        c.family = f;
+    }
+    if let Some(t) = l.get(&COLL_DIRECT, |v| {
+        if v == "off" {
+            Some(usize::MAX)
+        } else {
+            size(v, 0, u64::MAX).map(|b| b.min(usize::MAX as u64) as usize)
+        }
+    })? {
+        c.thresholds.netcache_direct = t;
+    }
+    Ok(c)
+}
+
+fn launch_config(l: &Lookup) -> Result<LaunchConfig, ConfigError> {
+    let host_id = l.raw(&HOST_ID);
+    let host_cpus = l.get(&HOST_CPUS, |v| int(v, 1, 65536))?.map(|n| n as usize);
+    let mut job = job::job_env(l)?;
+    if let Some(j) = &mut job {
+        j.host_id = host_id.clone();
+        j.host_cpus = host_cpus;
+    }
+    let nprocs = l
+        .get(&NPROCS, |v| int(v, 1, u32::MAX as u64))?
+        .map(|n| n as u32);
+    let placement = l
+        .get(&BIND, |v| {
+            word(
+                v,
+                &[
+                    ("share", Placement::Share),
+                    ("auto", Placement::Share),
+                    ("none", Placement::Free),
+                    ("off", Placement::Free),
+                ],
+            )
+        })?
+        .unwrap_or_default();
+    Ok(LaunchConfig {
+        job,
+        nprocs,
+        placement,
+        host_id,
+        host_cpus,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,522 @@
+use std::collections::BTreeSet;
+
+use bulkwire_launch::{Launcher, cookie_from_job, job_id_from_name};
+
+use super::*;
+
+fn settings(vars: &[(&str, &str)]) -> Result<Settings, ConfigError> {
+    Settings::from_lookup(|k| {
+        vars.iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| v.to_string())
+    })
+}
+
+fn error(vars: &[(&str, &str)]) -> String {
+    settings(vars).unwrap_err().to_string()
+}
+
+#[test]
+fn the_table_lists_exactly_the_variables_read() {
+    let read = Settings::variables_read();
+    let listed: BTreeSet<&str> = ALL.iter().map(|v| v.name).collect();
+    assert_eq!(read, listed);
+}
+
+/// Variables whose default is described rather than a value one could set (or, for
+/// BULKWIRE_EAGER, whose setting also sets another).
+const DESCRIBED_DEFAULTS: &[&str] = &[
+    "BULKWIRE_PROTOCOL",
+    "BULKWIRE_EAGER",
+    "BULKWIRE_FAULTS",
+    "BULKWIRE_MTU",
+    "BULKWIRE_SHM_RING",
+    "BULKWIRE_SHM_DGRAM",
+    "BULKWIRE_HOLEFILL_WINDOW",
+    "BULKWIRE_BSP_RATE",
+    "BULKWIRE_BSP_CHUNK",
+    "BULKWIRE_HOST_CPUS",
+    "BULKWIRE_HOST_ID",
+    "BULKWIRE_RANK",
+    "BULKWIRE_NPROCS",
+    "BULKWIRE_RENDEZVOUS",
+    "BULKWIRE_COOKIE",
+    "BULKWIRE_JOB",
+];
+
+#[test]
+fn the_table_states_the_defaults_the_code_has() {
+    let default = Settings::default();
+    for v in ALL.iter().filter(|v| !DESCRIBED_DEFAULTS.contains(&v.name)) {
+        let s = settings(&[(v.name, v.default)])
+            .unwrap_or_else(|e| panic!("{}'s default {:?}: {e}", v.name, v.default));
+        assert_eq!(s, default, "{}={} is not the default", v.name, v.default);
+    }
+}
+
+#[test]
+fn docs_hold_the_generated_table() {
+    let doc = include_str!("../../../docs/configuration.md");
+    assert!(
+        doc.contains(&vars::markdown()),
+        "docs/configuration.md is out of date: regenerate its table with \
+         `bsprun --help-env=markdown`"
+    );
+}
+
+/// Variables that take any text.
+const ANY_TEXT: &[&str] = &["BULKWIRE_HOST_ID", "BULKWIRE_JOB"];
+
+#[test]
+fn every_bad_value_names_the_variable_and_what_is_accepted() {
+    for v in ALL.iter().filter(|v| !ANY_TEXT.contains(&v.name)) {
+        // A job's variables are only read together.
+        let mut vars = vec![(v.name, "twelve")];
+        if v.section == Section::Launch && v.name != "BULKWIRE_BIND" {
+            vars.extend([
+                ("BULKWIRE_RANK", "0"),
+                ("BULKWIRE_NPROCS", "2"),
+                ("BULKWIRE_RENDEZVOUS", "127.0.0.1:1"),
+                ("BULKWIRE_COOKIE", "1"),
+            ]);
+            vars.retain(|(n, x)| *n != v.name || *x == "twelve");
+            vars.dedup_by_key(|(n, _)| *n);
+        }
+        let e = error(&vars);
+        assert!(e.contains(v.name), "{}: {e}", v.name);
+        if !matches!(settings(&vars), Err(ConfigError::Invalid { .. })) {
+            assert!(e.contains(v.accepted), "{}: {e}", v.name);
+        }
+    }
+}
+
+#[test]
+fn deadlines_and_intervals_are_validated() {
+    for bad in ["0", "99", "-5", "x", "18000000000000", "604800001"] {
+        assert!(
+            error(&[("BULKWIRE_DEAD_AFTER_MS", bad)]).contains("BULKWIRE_DEAD_AFTER_MS"),
+            "{bad}"
+        );
+    }
+    let s = settings(&[("BULKWIRE_DEAD_AFTER_MS", "2500")]).unwrap();
+    assert_eq!(s.job().dead_after, 2500 * MS);
+    assert_eq!(s.coll.dead_after, Duration::from_millis(2500));
+    for (var, bad) in [
+        ("BULKWIRE_SPIN_US", "-5"),
+        ("BULKWIRE_SPIN_US", "1e3"),
+        ("BULKWIRE_PROGRESS_US", "x"),
+        ("BULKWIRE_PROGRESS_US", "10000001"),
+        ("BULKWIRE_STATS", "2"),
+    ] {
+        assert!(error(&[(var, bad)]).contains(var), "{var}={bad}");
+    }
+    let s = settings(&[("BULKWIRE_PROGRESS_US", "0"), ("BULKWIRE_SPIN_US", "0")]).unwrap();
+    assert_eq!((s.p2p.progress, s.bsp.progress), (None, None));
+    assert_eq!(s.job().spin, Duration::ZERO);
+    let s = settings(&[("BULKWIRE_PROGRESS_US", "500")]).unwrap();
+    assert_eq!(s.bsp.progress, Some(Duration::from_micros(500)));
+}
+
+#[test]
+fn blank_counts_as_unset() {
+    let s = settings(&[("BULKWIRE_PROTOCOL", " "), ("BULKWIRE_GSO", "")]).unwrap();
+    assert_eq!(s, Settings::default());
+}
+
+#[test]
+fn stack() {
+    let s = settings(&[
+        ("BULKWIRE_PROTOCOL", "gbn"),
+        ("BULKWIRE_TRANSPORT", "udp"),
+        ("BULKWIRE_FAULTS", "loss=0.05,seed=7"),
+        ("BULKWIRE_CHECKSUM", "always"),
+        ("BULKWIRE_MALLOC_TUNE", "off"),
+    ])
+    .unwrap();
+    let j = s.job();
+    assert_eq!(j.protocol.as_deref(), Some("gbn"));
+    assert_eq!(j.link, LinkKind::Udp);
+    assert_eq!((j.faults.loss, j.faults.seed), (0.05, 7));
+    assert!(j.always_checksum && !j.tune_malloc);
+    assert_eq!(s.bsp.job, s.p2p.job);
+    assert!(s.warnings.is_empty());
+    assert!(error(&[("BULKWIRE_PROTOCOL", "quic")]).contains("utopia, gbn"));
+    let e = error(&[("BULKWIRE_FAULTS", "loss=2")]);
+    assert!(e.contains("BULKWIRE_FAULTS=\"loss=2\""), "{e}");
+}
+
+#[test]
+fn faults_under_utopia_warn() {
+    let s = settings(&[
+        ("BULKWIRE_PROTOCOL", "utopia"),
+        ("BULKWIRE_FAULTS", "dup=0.1"),
+    ])
+    .unwrap();
+    assert_eq!(s.warnings.len(), 1);
+    assert!(s.warnings[0].contains("no recovery"), "{:?}", s.warnings);
+    let s = settings(&[("BULKWIRE_PROTOCOL", "utopia")]).unwrap();
+    assert!(s.warnings.is_empty());
+}
+
+#[test]
+fn udp() {
+    let s = settings(&[
+        ("BULKWIRE_GSO", "0"),
+        ("BULKWIRE_GRO", "off"),
+        ("BULKWIRE_MTU", "9000"),
+        ("BULKWIRE_SOCKBUF", "8M"),
+    ])
+    .unwrap();
+    let u = &s.job().udp;
+    assert!(!u.gso && !u.gro);
+    assert_eq!((u.mtu, u.sockbuf), (Some(9000), 8 << 20));
+    for (var, bad) in [
+        ("BULKWIRE_MTU", "jumbo"),
+        ("BULKWIRE_MTU", "100"),
+        ("BULKWIRE_GRO", "maybe"),
+        ("BULKWIRE_SOCKBUF", "0"),
+        ("BULKWIRE_SOCKBUF", "-1"),
+        ("BULKWIRE_SOCKBUF", "12Q"),
+        ("BULKWIRE_SOCKBUF", "3G"),
+    ] {
+        assert!(error(&[(var, bad)]).starts_with(var), "{var}={bad}");
+    }
+}
+
+#[test]
+fn shared_memory() {
+    let s = settings(&[("BULKWIRE_SHM_RING", "64k"), ("BULKWIRE_SHM_DGRAM", "4096")]).unwrap();
+    let c = s.job().shm.resolve(4).unwrap();
+    assert_eq!((c.ring_bytes, c.max_datagram), (64 << 10, 4096));
+    for bad in ["3000", "2G", "1k"] {
+        assert!(error(&[("BULKWIRE_SHM_RING", bad)]).contains("BULKWIRE_SHM_RING"));
+    }
+    // Each accepted, but the datagram does not fit the ring.
+    let e = error(&[("BULKWIRE_SHM_RING", "64k"), ("BULKWIRE_SHM_DGRAM", "32k")]);
+    assert!(e.contains("BULKWIRE_SHM_RING, BULKWIRE_SHM_DGRAM"), "{e}");
+}
+
+#[test]
+fn protocols() {
+    let s = settings(&[
+        ("BULKWIRE_GBN_WINDOW", "3"),
+        ("BULKWIRE_GBN_SEQ_BITS", " 2 "),
+        ("BULKWIRE_GBN_RX_SLOTS", "5"),
+        ("BULKWIRE_GBN_CUMULATIVE_ACKS", "1"),
+        ("BULKWIRE_HOLEFILL_BUFFERS", "4096"),
+        ("BULKWIRE_HOLEFILL_WINDOW", "1024"),
+        ("BULKWIRE_HOLEFILL_SEQ_BITS", "16"),
+        ("BULKWIRE_HOLEFILL_BURST", "8"),
+        ("BULKWIRE_HOLEFILL_PROD_MIN_US", "50"),
+        ("BULKWIRE_HOLEFILL_PROD_MAX_US", "20000"),
+        ("BULKWIRE_HOLEFILL_INFLIGHT_KB", "512"),
+        ("BULKWIRE_RMPP_WINDOW", "8"),
+        ("BULKWIRE_RMPP_BURST", "4"),
+        ("BULKWIRE_RMPP_AUTO_ACCEPT", "yes"),
+        ("BULKWIRE_RMPP_ANNOUNCE_KIB", "2"),
+    ])
+    .unwrap();
+    let p = &s.job().protocols;
+    assert_eq!(
+        p.gbn,
+        GbnConfig {
+            window: 3,
+            seq_bits: 2,
+            rx_slots: 5,
+            cumulative_acks: true
+        }
+    );
+    assert_eq!(
+        p.holefill,
+        HolefillConfig {
+            buffers: 4096,
+            window: 1024,
+            seq_bits: 16,
+            burst: 8,
+            prod_min: 50 * US,
+            prod_max: 20 * MS,
+            inflight_bytes: 512 << 10,
+        }
+    );
+    assert_eq!(
+        p.rmpp,
+        RmppConfig {
+            window: 8,
+            burst: 4,
+            auto_accept: true,
+            announce_bytes: 2048
+        }
+    );
+    // Fewer buffers alone shrink holefill's default window with them.
+    let s = settings(&[("BULKWIRE_HOLEFILL_BUFFERS", "64")]).unwrap();
+    assert_eq!(s.job().protocols.holefill.window, 32);
+    for (vars, names) in [
+        (&[("BULKWIRE_GBN_WINDOW", "256")][..], "BULKWIRE_GBN_WINDOW"),
+        (
+            &[("BULKWIRE_HOLEFILL_WINDOW", "600")],
+            "BULKWIRE_HOLEFILL_WINDOW",
+        ),
+        (
+            &[
+                ("BULKWIRE_HOLEFILL_PROD_MIN_US", "500"),
+                ("BULKWIRE_HOLEFILL_PROD_MAX_US", "100"),
+            ],
+            "BULKWIRE_HOLEFILL_PROD_MIN_US",
+        ),
+        (&[("BULKWIRE_RMPP_WINDOW", "0")], "BULKWIRE_RMPP_WINDOW"),
+        (&[("BULKWIRE_RMPP_BURST", "0")], "BULKWIRE_RMPP_BURST"),
+        (
+            &[("BULKWIRE_RMPP_ANNOUNCE_KIB", "0")],
+            "BULKWIRE_RMPP_ANNOUNCE_KIB",
+        ),
+        (
+            &[("BULKWIRE_GBN_CUMULATIVE_ACKS", "maybe")],
+            "BULKWIRE_GBN_CUMULATIVE_ACKS",
+        ),
+    ] {
+        let e = error(vars);
+        assert!(e.contains(names), "{vars:?}: {e}");
+    }
+}
+
+#[test]
+fn point_to_point() {
+    let s = settings(&[("BULKWIRE_EAGER", "4k"), ("BULKWIRE_SINGLE_COPY", "off")]).unwrap();
+    assert_eq!((s.p2p.eager, s.p2p.eager_local), (4096, 4096));
+    assert_eq!(s.p2p.single_copy, SingleCopy::Off);
+    let s = settings(&[("BULKWIRE_EAGER", "1m"), ("BULKWIRE_EAGER_LOCAL", "0")]).unwrap();
+    assert_eq!((s.p2p.eager, s.p2p.eager_local), (1 << 20, 0));
+    let s = settings(&[("BULKWIRE_SINGLE_COPY", "refuse")]).unwrap();
+    assert_eq!(s.p2p.single_copy, SingleCopy::Refuse);
+    assert!(error(&[("BULKWIRE_SINGLE_COPY", "sometimes")]).contains("BULKWIRE_SINGLE_COPY"));
+}
+
+#[test]
+fn bsp() {
+    let s = settings(&[
+        ("BULKWIRE_BSP_SCHEDULE", "pid"),
+        ("BULKWIRE_BSP_RATE", "500M"),
+        ("BULKWIRE_STATS", "1"),
+    ])
+    .unwrap();
+    assert_eq!(s.bsp.schedule, Schedule::Pid);
+    assert_eq!(s.bsp.rate, Some(500_000_000));
+    assert_eq!(s.bsp.chunk, Some(bulkwire_bsp::PACED_CHUNK));
+    assert!(s.bsp.stats);
+    let s = settings(&[("BULKWIRE_BSP_CHUNK", "1M"), ("BULKWIRE_BSP_RATE", "1G")]).unwrap();
+    assert_eq!(s.bsp.chunk, Some(1 << 20));
+    for bad in [
+        ("BULKWIRE_BSP_SCHEDULE", "random"),
+        ("BULKWIRE_BSP_RATE", "fast"),
+        ("BULKWIRE_BSP_CHUNK", "0"),
+    ] {
+        assert!(error(&[bad]).contains(bad.0), "{bad:?}");
+    }
+}
+
+#[test]
+fn collectives() {
+    let s = settings(&[
+        ("BULKWIRE_COLL", "p2p"),
+        ("BULKWIRE_COLL_PART", "256k"),
+        ("BULKWIRE_COLL_ALG", "large"),
+        ("BULKWIRE_COLL_DIRECT", "off"),
+    ])
+    .unwrap();
+    assert_eq!((s.coll.mode, s.coll.family), (Mode::P2p, Family::Large));
+    assert_eq!(s.coll.part_bytes, 256 << 10);
+    assert_eq!(s.coll.thresholds.netcache_direct, usize::MAX);
+    assert!(error(&[("BULKWIRE_COLL", "bogus")]).contains("auto, netcache or p2p"));
+}
+
+#[test]
+fn launch_placement_and_host() {
+    let s = settings(&[
+        ("BULKWIRE_BIND", "none"),
+        ("BULKWIRE_HOST_ID", "node7"),
+        ("BULKWIRE_HOST_CPUS", "16"),
+        ("BULKWIRE_NPROCS", "6"),
+    ])
+    .unwrap();
+    let l = &s.launch;
+    assert_eq!(l.placement, Placement::Free);
+    assert_eq!(
+        (l.host_id.as_deref(), l.host_cpus),
+        (Some("node7"), Some(16))
+    );
+    assert_eq!((l.job.clone(), l.available_processors()), (None, 6));
+    assert!(error(&[("BULKWIRE_BIND", "core")]).contains("share or none"));
+}
+
+const RV: (&str, &str) = ("BULKWIRE_RENDEZVOUS", "127.0.0.1:4567");
+
+fn job(vars: &[(&str, &str)]) -> Option<bulkwire_launch::JobEnv> {
+    settings(vars).unwrap().launch.job
+}
+
+#[test]
+fn nothing_set_means_not_launched() {
+    assert_eq!(job(&[]), None);
+    // BULKWIRE_NPROCS alone only sets the size for self-spawn.
+    assert_eq!(job(&[("BULKWIRE_NPROCS", "4")]), None);
+}
+
+#[test]
+fn bulkwire_job_variables_round_trip() {
+    let e = job(&[
+        ("BULKWIRE_RANK", "2"),
+        ("BULKWIRE_NPROCS", "4"),
+        RV,
+        ("BULKWIRE_COOKIE", "0xdeadbeef"),
+        ("BULKWIRE_JOB", "77"),
+        ("BULKWIRE_HOST_ID", "h1"),
+    ])
+    .unwrap();
+    assert_eq!(
+        (e.rank, e.nprocs, e.cookie, e.job_id),
+        (2, 4, 0xdead_beef, 77)
+    );
+    assert_eq!(e.rendezvous, "127.0.0.1:4567".parse().unwrap());
+    assert_eq!(
+        (e.launcher, e.host_id.as_deref()),
+        (Launcher::Bulkwire, Some("h1"))
+    );
+    // Round trip through the variables a launcher sets.
+    let mut vars = e.vars_for(3);
+    vars.push(("BULKWIRE_HOST_ID", "h1".into()));
+    let pairs: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    assert_eq!(
+        job(&pairs).unwrap(),
+        bulkwire_launch::JobEnv { rank: 3, ..e }
+    );
+}
+
+#[test]
+fn cookie_derived_from_job_id() {
+    let a = job(&[
+        ("BULKWIRE_RANK", "0"),
+        ("BULKWIRE_NPROCS", "2"),
+        RV,
+        ("BULKWIRE_JOB", "job-x"),
+    ])
+    .unwrap();
+    let b = job(&[
+        ("BULKWIRE_RANK", "1"),
+        ("BULKWIRE_NPROCS", "2"),
+        RV,
+        ("BULKWIRE_JOB", "job-x"),
+    ])
+    .unwrap();
+    assert_eq!(a.cookie, b.cookie);
+    assert_eq!(a.job_id, job_id_from_name("job-x"));
+    assert_eq!(a.cookie, cookie_from_job(a.job_id));
+    let c = job(&[
+        ("BULKWIRE_RANK", "0"),
+        ("BULKWIRE_NPROCS", "2"),
+        RV,
+        ("BULKWIRE_COOKIE", "12"),
+    ])
+    .unwrap();
+    assert_eq!((c.cookie, c.job_id), (12, 12));
+}
+
+#[test]
+fn slurm_job() {
+    let v = [
+        ("SLURM_PROCID", "3"),
+        ("SLURM_NTASKS", "8"),
+        ("SLURM_JOB_ID", "1234"),
+        ("SLURM_STEP_ID", "0"),
+        RV,
+    ];
+    let e = job(&v).unwrap();
+    assert_eq!((e.rank, e.nprocs, e.launcher), (3, 8, Launcher::Slurm));
+    assert_eq!(e.job_id, job_id_from_name("slurm:1234.0"));
+    assert_eq!(e.cookie, cookie_from_job(e.job_id));
+    // Another step of the same allocation is another job.
+    let mut w = v;
+    w[3] = ("SLURM_STEP_ID", "1");
+    assert_ne!(job(&w).unwrap().cookie, e.cookie);
+}
+
+#[test]
+fn open_mpi_job() {
+    let e = job(&[
+        ("OMPI_COMM_WORLD_RANK", "1"),
+        ("OMPI_COMM_WORLD_SIZE", "2"),
+        ("OMPI_MCA_ess_base_jobid", "3735552001"),
+        RV,
+    ])
+    .unwrap();
+    assert_eq!((e.rank, e.nprocs, e.launcher), (1, 2, Launcher::OpenMpi));
+    assert_eq!(e.job_id, job_id_from_name("ompi:3735552001"));
+}
+
+#[test]
+fn bulkwire_wins_over_slurm() {
+    // bsprun inside a Slurm batch script: the batch step's variables are stale.
+    let e = job(&[
+        ("BULKWIRE_RANK", "1"),
+        ("BULKWIRE_NPROCS", "4"),
+        ("BULKWIRE_COOKIE", "5"),
+        ("SLURM_PROCID", "0"),
+        ("SLURM_NTASKS", "1"),
+        RV,
+    ])
+    .unwrap();
+    assert_eq!((e.rank, e.nprocs, e.launcher), (1, 4, Launcher::Bulkwire));
+}
+
+#[test]
+fn single_task_batch_step_is_not_a_job() {
+    assert_eq!(job(&[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "1")]), None);
+}
+
+#[test]
+fn incomplete_or_inconsistent_jobs() {
+    let rank = |r| ("BULKWIRE_RANK", r);
+    let size = |n| ("BULKWIRE_NPROCS", n);
+    let cookie = ("BULKWIRE_COOKIE", "1");
+    for (vars, says) in [
+        (&[rank("0")][..], "BULKWIRE_NPROCS is not"),
+        (&[rank("4"), size("4"), RV, cookie], "out of range"),
+        (&[rank("x"), size("4")], "BULKWIRE_RANK=\"x\""),
+        (&[rank("0"), size("0")], "BULKWIRE_NPROCS=\"0\""),
+        (
+            &[rank("0"), size("2"), cookie],
+            "BULKWIRE_RENDEZVOUS is not set",
+        ),
+        (
+            &[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "4")],
+            "BULKWIRE_RENDEZVOUS is not set",
+        ),
+        (&[rank("0"), size("2"), RV], "no job cookie"),
+        (&[RV], "no rank"),
+        (
+            &[rank("0"), size("2"), RV, ("BULKWIRE_COOKIE", "0xzz")],
+            "BULKWIRE_COOKIE",
+        ),
+        (
+            &[
+                ("SLURM_PROCID", "0"),
+                ("SLURM_NTASKS", "4"),
+                size("8"),
+                ("SLURM_JOB_ID", "1"),
+                RV,
+            ],
+            "disagrees",
+        ),
+        (
+            &[
+                rank("0"),
+                size("2"),
+                cookie,
+                ("BULKWIRE_RENDEZVOUS", "no-port-here"),
+            ],
+            "host:port",
+        ),
+    ] {
+        let e = error(vars);
+        assert!(e.contains(says), "{vars:?}: {e}");
+    }
+}

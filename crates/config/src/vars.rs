@@ -1,0 +1,411 @@
+//! Every environment variable bulkwire reads: its name, what it accepts, its default and
+//! what it does. The error for a bad value quotes `accepted` from here, and
+//! `docs/configuration.md` and `bsprun --help-env` are generated from this table, so the
+//! three never disagree.
+
+/// Where a variable acts; the sections of the generated table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Section {
+    Stack,
+    Udp,
+    Shm,
+    Gbn,
+    Holefill,
+    Rmpp,
+    Engine,
+    P2p,
+    Bsp,
+    Collectives,
+    Launch,
+    Tools,
+}
+
+impl Section {
+    pub const ALL: [Section; 12] = [
+        Section::Stack,
+        Section::Udp,
+        Section::Shm,
+        Section::Gbn,
+        Section::Holefill,
+        Section::Rmpp,
+        Section::Engine,
+        Section::P2p,
+        Section::Bsp,
+        Section::Collectives,
+        Section::Launch,
+        Section::Tools,
+    ];
+
+    pub fn title(self) -> &'static str {
+        match self {
+            Section::Stack => "Stack: protocol, link, faults",
+            Section::Udp => "UDP link",
+            Section::Shm => "Shared-memory link",
+            Section::Gbn => "gbn (ParaStation2's go-back-N)",
+            Section::Holefill => "holefill (BSPlib's selective retransmission)",
+            Section::Rmpp => "rmpp (Sandia's message-based protocol)",
+            Section::Engine => "Engine: waiting, progress, liveness",
+            Section::P2p => "Point-to-point messaging",
+            Section::Bsp => "BSPlib",
+            Section::Collectives => "Collectives",
+            Section::Launch => "Launch (set by the launchers; set by hand only to join a job)",
+            Section::Tools => "Tools",
+        }
+    }
+}
+
+/// One variable.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Var {
+    pub name: &'static str,
+    pub section: Section,
+    /// What a value may be, as a bad value's error says it.
+    pub accepted: &'static str,
+    pub default: &'static str,
+    pub about: &'static str,
+}
+
+macro_rules! vars {
+    ($($id:ident: $section:ident, $name:literal, $accepted:literal, $default:literal, $about:literal;)*) => {
+        $(
+            #[doc = $about]
+            pub const $id: Var = Var {
+                name: $name,
+                section: Section::$section,
+                accepted: $accepted,
+                default: $default,
+                about: $about,
+            };
+        )*
+        /// Every variable, in the order of the generated table.
+        pub const ALL: &[&Var] = &[$(&$id),*];
+    };
+}
+
+vars! {
+    PROTOCOL: Stack, "BULKWIRE_PROTOCOL",
+        "utopia, gbn, holefill, rmpp, or tcp (kernel TCP)",
+        "utopia where every peer is reached over clean shared memory, else holefill",
+        "The protocol that makes the link reliable, or the kernel-TCP stack.";
+    TRANSPORT: Stack, "BULKWIRE_TRANSPORT",
+        "auto, shm or udp",
+        "auto",
+        "The link: auto uses shared memory between the processes of a host and UDP between hosts; shm only shared memory (one host); udp UDP for every peer.";
+    FAULTS: Stack, "BULKWIRE_FAULTS",
+        "key=value pairs separated by commas: loss, corrupt, dup, reorder, delay (probabilities from 0 to 1), corrupt_bytes (1 to 65536), reorder_us, delay_us, seed (integers)",
+        "no faults",
+        "Faults injected on every datagram received, to exercise recovery, e.g. loss=0.05,dup=0.01,seed=7. utopia has no recovery: with utopia a lost datagram ends the job.";
+    CHECKSUM: Stack, "BULKWIRE_CHECKSUM",
+        "auto or always",
+        "auto",
+        "always: CRC32C on every datagram; auto leaves it out where the link cannot alter bytes (shared memory, UDP between addresses of one host) unless BULKWIRE_FAULTS corrupts. Every process must agree.";
+    MTU: Udp, "BULKWIRE_MTU",
+        "an integer from 576 to 65536",
+        "the path MTU the kernel reports (64 KiB datagrams on loopback)",
+        "Ethernet MTU to assume for every peer; datagrams carry this minus the IP and UDP headers.";
+    GSO: Udp, "BULKWIRE_GSO",
+        "on or off (also 1/0, true/false, yes/no)",
+        "on",
+        "Group consecutive datagrams to one peer into one UDP GSO send.";
+    GRO: Udp, "BULKWIRE_GRO",
+        "on or off (also 1/0, true/false, yes/no)",
+        "on",
+        "Accept UDP GRO-coalesced receive buffers.";
+    SOCKBUF: Udp, "BULKWIRE_SOCKBUF",
+        "a size in bytes from 1 to 1G (suffixes K, M, G: powers of 1024)",
+        "4M",
+        "SO_SNDBUF and SO_RCVBUF requested for each UDP socket (as root, past the system's cap).";
+    SHM_RING: Shm, "BULKWIRE_SHM_RING",
+        "a power of two from 4K to 1G (suffixes K, M, G: powers of 1024)",
+        "1M, smaller with many processes per host (all rings within 256 MiB, at least 64K each)",
+        "Bytes of each shared-memory ring (one per ordered pair of processes of a host). Every process of a host must agree.";
+    SHM_DGRAM: Shm, "BULKWIRE_SHM_DGRAM",
+        "a size from 64 bytes to a quarter of the ring (suffixes K, M, G)",
+        "64K or a quarter of the ring",
+        "Largest datagram on the shared-memory link.";
+    GBN_WINDOW: Gbn, "BULKWIRE_GBN_WINDOW",
+        "an integer from 1 to 2^seq_bits - 1",
+        "8",
+        "Packets in flight per peer (the paper's window).";
+    GBN_SEQ_BITS: Gbn, "BULKWIRE_GBN_SEQ_BITS",
+        "an integer from 1 to 32",
+        "8",
+        "Width of the per-pair sequence numbers.";
+    GBN_RX_SLOTS: Gbn, "BULKWIRE_GBN_RX_SLOTS",
+        "an integer from 2 to 4294967295",
+        "64",
+        "Receive slots per process; one is always kept free (a packet that would take it is NACKed).";
+    GBN_CUMULATIVE_ACKS: Gbn, "BULKWIRE_GBN_CUMULATIVE_ACKS",
+        "on or off (also 1/0, true/false, yes/no)",
+        "off",
+        "Acknowledge several packets at once instead of each one (a variation on the paper).";
+    HOLEFILL_BUFFERS: Holefill, "BULKWIRE_HOLEFILL_BUFFERS",
+        "an integer from 2 to 4294967295",
+        "1024",
+        "Packet buffers per process (n in the paper's acknowledgement rule n/(2p)).";
+    HOLEFILL_SEQ_BITS: Holefill, "BULKWIRE_HOLEFILL_SEQ_BITS",
+        "an integer from 2 to 32",
+        "32",
+        "Width of the per-pair sequence numbers.";
+    HOLEFILL_WINDOW: Holefill, "BULKWIRE_HOLEFILL_WINDOW",
+        "an integer from 1 to the smaller of buffers/2 and 2^(seq_bits-1) - 1",
+        "256, or what fewer buffers allow",
+        "Packets in flight per peer.";
+    HOLEFILL_BURST: Holefill, "BULKWIRE_HOLEFILL_BURST",
+        "an integer from 1 to 4294967295",
+        "32",
+        "Packets sent to one peer before the next peer's turn.";
+    HOLEFILL_PROD_MIN_US: Holefill, "BULKWIRE_HOLEFILL_PROD_MIN_US",
+        "microseconds from 1 to BULKWIRE_HOLEFILL_PROD_MAX_US",
+        "100",
+        "Shortest interval between prods of a silent sender.";
+    HOLEFILL_PROD_MAX_US: Holefill, "BULKWIRE_HOLEFILL_PROD_MAX_US",
+        "microseconds from BULKWIRE_HOLEFILL_PROD_MIN_US to 60000000",
+        "100000",
+        "Longest interval between prods after backing off.";
+    HOLEFILL_INFLIGHT_KB: Holefill, "BULKWIRE_HOLEFILL_INFLIGHT_KB",
+        "an integer from 1 to 4194304 (KiB)",
+        "4096",
+        "Most unacknowledged bytes per peer.";
+    RMPP_WINDOW: Rmpp, "BULKWIRE_RMPP_WINDOW",
+        "an integer from 1 to 1073741824",
+        "64",
+        "Messages in flight per peer.";
+    RMPP_BURST: Rmpp, "BULKWIRE_RMPP_BURST",
+        "an integer from 1 to 4294967295",
+        "32",
+        "Data packets sent to one peer before the next peer's turn.";
+    RMPP_AUTO_ACCEPT: Rmpp, "BULKWIRE_RMPP_AUTO_ACCEPT",
+        "on or off (also 1/0, true/false, yes/no)",
+        "off",
+        "Accept every message on arrival instead of when a receive is posted (BSP and the collectives do this themselves).";
+    RMPP_ANNOUNCE_KIB: Rmpp, "BULKWIRE_RMPP_ANNOUNCE_KIB",
+        "an integer from 1 to 1073741824 (KiB)",
+        "16384",
+        "Most bytes of announced, not yet accepted message heads held, all peers together.";
+    SPIN_US: Engine, "BULKWIRE_SPIN_US",
+        "microseconds from 0 to 10000000",
+        "1000",
+        "A wait spins this long before it sleeps; past 50 us of spinning each idle turn yields the core.";
+    PROGRESS_US: Engine, "BULKWIRE_PROGRESS_US",
+        "microseconds from 0 (no progress thread) to 10000000",
+        "2000",
+        "Interval of the progress thread that keeps messages moving while the program computes. With 0, the library moves them only inside calls.";
+    DEAD_AFTER_MS: Engine, "BULKWIRE_DEAD_AFTER_MS",
+        "milliseconds from 100 to 604800000 (7 days)",
+        "30000",
+        "A peer silent this long while this process depends on it is reported dead, and the job ends naming it.";
+    MALLOC_TUNE: Engine, "BULKWIRE_MALLOC_TUNE",
+        "on or off (also 1/0, true/false, yes/no)",
+        "on",
+        "Keep freed large buffers in the process instead of returning them to the kernel (glibc mallopt): large messages then need no fresh pages.";
+    EAGER: P2p, "BULKWIRE_EAGER",
+        "a size in bytes from 0 to 1G (suffixes K, M, G)",
+        "64K",
+        "Messages up to this size are sent eagerly, larger ones by rendezvous. Also sets BULKWIRE_EAGER_LOCAL unless that is set.";
+    EAGER_LOCAL: P2p, "BULKWIRE_EAGER_LOCAL",
+        "a size in bytes from 0 to 1G (suffixes K, M, G)",
+        "16K",
+        "The eager limit toward processes whose buffers are read in place (single copy).";
+    SINGLE_COPY: P2p, "BULKWIRE_SINGLE_COPY",
+        "on or off (refuse: offered, every read refused, for tests)",
+        "on",
+        "Read large messages straight from the sender's buffer on one host (process_vm_readv). off also turns the collectives' single copy off.";
+    BSP_SCHEDULE: Bsp, "BULKWIRE_BSP_SCHEDULE",
+        "latin or pid",
+        "latin",
+        "Order in which a process sends to its destinations in a superstep: a latin square, or everyone in pid order (for comparison).";
+    BSP_RATE: Bsp, "BULKWIRE_BSP_RATE",
+        "bytes per second (suffixes K, M, G: powers of 1000)",
+        "no cap",
+        "Pacing: most bytes per second a process hands to the transport in a superstep.";
+    BSP_CHUNK: Bsp, "BULKWIRE_BSP_CHUNK",
+        "a size from 1 byte to 1G (suffixes K, M, G: powers of 1024)",
+        "one message per destination; 64K with BULKWIRE_BSP_RATE",
+        "Most bytes per transport message of a superstep's data for one destination.";
+    STATS: Bsp, "BULKWIRE_STATS",
+        "on or off (also 1/0, true/false, yes/no)",
+        "off",
+        "bsp_end prints each process's packet statistics (the BSPlib paper's Table 5).";
+    COLL: Collectives, "BULKWIRE_COLL",
+        "auto, netcache or p2p",
+        "auto",
+        "auto: the shared network cache when every process is on one host, else point-to-point algorithms.";
+    COLL_PART: Collectives, "BULKWIRE_COLL_PART",
+        "a size from 1 byte to 1G (suffixes K, M, G)",
+        "1M",
+        "Bytes of each process's part of the network cache (two halves used in turn).";
+    COLL_ALG: Collectives, "BULKWIRE_COLL_ALG",
+        "auto, small or large",
+        "auto",
+        "Force the point-to-point algorithms for small or for large messages.";
+    COLL_DIRECT: Collectives, "BULKWIRE_COLL_DIRECT",
+        "a size in bytes (suffixes K, M, G) or off",
+        "16K",
+        "Network cache: scatter, gather and alltoall blocks from this size are read out of the writer's buffer (single copy).";
+    BIND: Launch, "BULKWIRE_BIND",
+        "share or none",
+        "share",
+        "share: each process a launcher starts gets an equal share of its cores, whole cores first (nothing is bound when the processes outnumber the CPUs); none leaves placement to the scheduler.";
+    HOST_CPUS: Launch, "BULKWIRE_HOST_CPUS",
+        "an integer from 1 to 65536",
+        "the CPUs this process may run on",
+        "The CPUs the job's processes on this host share; set by a launcher that bound them.";
+    HOST_ID: Launch, "BULKWIRE_HOST_ID",
+        "any text",
+        "hostname/boot id",
+        "Identity of this host: processes with the same one use shared memory. Tests set it to pretend several hosts.";
+    RANK: Launch, "BULKWIRE_RANK",
+        "an integer from 0 to BULKWIRE_NPROCS - 1",
+        "not in a job",
+        "This process's rank.";
+    NPROCS: Launch, "BULKWIRE_NPROCS",
+        "an integer from 1 to 4294967295",
+        "the CPUs this process may run on (for bsp_nprocs before bsp_begin)",
+        "The job's size.";
+    RENDEZVOUS: Launch, "BULKWIRE_RENDEZVOUS",
+        "host:port",
+        "none",
+        "The job's rendezvous server (bsprun, or bsprun --serve under Slurm or mpirun).";
+    COOKIE: Launch, "BULKWIRE_COOKIE",
+        "an integer from 0 to 4294967295, decimal or 0x hex",
+        "derived from BULKWIRE_JOB",
+        "Carried by every packet of the job; packets with another cookie are dropped.";
+    JOB: Launch, "BULKWIRE_JOB",
+        "any text (a number is used as it is, other text hashed)",
+        "Slurm's or Open MPI's job id",
+        "The job's identity, from which the cookie is derived when none is given.";
+}
+
+/// Variables of other launchers that identify a job (read, never written).
+pub const FOREIGN: &[(&str, &str)] = &[
+    ("SLURM_PROCID, SLURM_NTASKS", "rank and size under srun"),
+    (
+        "SLURM_JOB_ID, SLURM_STEP_ID",
+        "the job's identity under srun (each step is a job)",
+    ),
+    (
+        "OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE",
+        "rank and size under Open MPI's mpirun",
+    ),
+    (
+        "OMPI_MCA_ess_base_jobid, PMIX_NAMESPACE, OMPI_MCA_orte_ess_jobid",
+        "the job's identity under Open MPI's mpirun",
+    ),
+];
+
+/// The variable named `name`, if bulkwire reads one.
+pub fn find(name: &str) -> Option<&'static Var> {
+    ALL.iter().copied().find(|v| v.name == name)
+}
+
+/// The table as Markdown, one section per [`Section`] (what `docs/configuration.md`
+/// holds between its markers).
+pub fn markdown() -> String {
+    let mut s = String::new();
+    for section in Section::ALL {
+        s += &format!("### {}\n\n", section.title());
+        s += "| variable | accepted | default | meaning |\n|---|---|---|---|\n";
+        for v in ALL.iter().filter(|v| v.section == section) {
+            s += &format!(
+                "| `{}` | {} | {} | {} |\n",
+                v.name,
+                cell(v.accepted),
+                cell(v.default),
+                cell(v.about)
+            );
+        }
+        s += "\n";
+    }
+    s += "### Other launchers' variables (read to join their jobs)\n\n";
+    s += "| variables | meaning |\n|---|---|\n";
+    for (names, about) in FOREIGN {
+        s += &format!("| `{names}` | {about} |\n");
+    }
+    s
+}
+
+fn cell(text: &str) -> String {
+    text.replace('|', "\\|")
+}
+
+/// The table as plain text for a terminal, `width` columns wide.
+pub fn text(width: usize) -> String {
+    let mut s = String::new();
+    for section in Section::ALL {
+        s += &format!("{}\n", section.title());
+        for v in ALL.iter().filter(|v| v.section == section) {
+            s += &format!("  {}\n", v.name);
+            s += &wrap(v.about, 6, width);
+            s += &wrap(&format!("accepted: {}", v.accepted), 6, width);
+            s += &wrap(&format!("default: {}", v.default), 6, width);
+        }
+        s += "\n";
+    }
+    s += "Other launchers' variables, read to join their jobs\n";
+    for (names, about) in FOREIGN {
+        s += &format!("  {names}\n");
+        s += &wrap(about, 6, width);
+    }
+    s
+}
+
+/// `text` broken into lines of at most `width` columns, each indented by `indent`.
+fn wrap(text: &str, indent: usize, width: usize) -> String {
+    let mut out = String::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        if !line.is_empty() && indent + line.len() + 1 + word.len() > width {
+            out += &format!("{:indent$}{line}\n", "");
+            line.clear();
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line += word;
+    }
+    if !line.is_empty() {
+        out += &format!("{:indent$}{line}\n", "");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_prefixed() {
+        let mut names: Vec<&str> = ALL.iter().map(|v| v.name).collect();
+        assert!(
+            names.iter().all(|n| n.starts_with("BULKWIRE_")),
+            "{names:?}"
+        );
+        names.sort_unstable();
+        let n = names.len();
+        names.dedup();
+        assert_eq!(names.len(), n, "a variable is listed twice");
+    }
+
+    #[test]
+    fn every_section_has_a_variable_or_is_tools() {
+        for s in Section::ALL {
+            assert!(
+                s == Section::Tools || ALL.iter().any(|v| v.section == s),
+                "{s:?} is empty"
+            );
+        }
+    }
+
+    #[test]
+    fn text_lines_fit() {
+        for line in text(80).lines() {
+            // A single word longer than the width may stand alone.
+            assert!(
+                line.len() <= 80 || !line.trim().contains(' '),
+                "too long: {line}"
+            );
+        }
+        assert!(text(80).contains("BULKWIRE_DEAD_AFTER_MS"));
+    }
+}

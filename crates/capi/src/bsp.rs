@@ -347,6 +347,7 @@ fn send(call: &str, hp: bool, p: c_int, tag: *const c_void, payload: *const c_vo
             // SAFETY: the caller hands over tagsize readable bytes at tag and n at
             // payload (for hpsend, until the sync); NULL is refused unless empty.
             let t = unsafe { bytes(call, "the tag", tag, c.tagsize())? };
+            // SAFETY: as above.
             let d = unsafe { bytes(call, "the payload", payload, n)? };
             if hp {
                 // SAFETY: as above.

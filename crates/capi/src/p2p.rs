@@ -504,10 +504,10 @@ unsafe fn finish_all(
 ) -> c_int {
     let mut code = BW_SUCCESS;
     for (i, o) in outs.iter().enumerate() {
-        // SAFETY: i < count, valid by contract.
         let st = if statuses.is_null() {
             std::ptr::null_mut()
         } else {
+            // SAFETY: i < count, valid by contract.
             unsafe { statuses.add(i) }
         };
         match o {

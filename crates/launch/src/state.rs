@@ -214,7 +214,7 @@ type Callback = Box<dyn Fn(&Failure) + Send + Sync>;
 /// first failure is kept: the rest are usually its consequences.
 pub struct JobState {
     failed: AtomicBool,
-    first: Mutex<Option<(Failure, Instant)>>,
+    first: Mutex<Option<Failure>>,
     cv: Condvar,
     callbacks: Mutex<Vec<Callback>>,
     wake: Option<OwnedFd>,
@@ -257,12 +257,7 @@ impl JobState {
         if !self.is_failed() {
             return None;
         }
-        lock(&self.first).as_ref().map(|(f, _)| f.clone())
-    }
-
-    /// When this process learnt of the failure (for latency measurements).
-    pub fn failed_at(&self) -> Option<Instant> {
-        lock(&self.first).as_ref().map(|(_, t)| *t)
+        lock(&self.first).clone()
     }
 
     /// An eventfd that becomes readable when the job fails (and stays readable). A wait
@@ -277,7 +272,7 @@ impl JobState {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut g = lock(&self.first);
         loop {
-            if let Some((f, _)) = g.as_ref() {
+            if let Some(f) = g.as_ref() {
                 return Some(f.clone());
             }
             match deadline {
@@ -322,7 +317,7 @@ impl JobState {
             if g.is_some() {
                 return false;
             }
-            *g = Some((f.clone(), Instant::now()));
+            *g = Some(f.clone());
             self.failed.store(true, Ordering::Release);
             self.cv.notify_all();
         }

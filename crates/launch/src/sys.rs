@@ -19,14 +19,6 @@ impl ExitKind {
     pub fn success(self) -> bool {
         self == ExitKind::Code(0)
     }
-
-    /// The shell's convention: the status, or 128 + the signal.
-    pub fn shell_code(self) -> i32 {
-        match self {
-            ExitKind::Code(c) => c,
-            ExitKind::Signal { signal, .. } => 128 + signal,
-        }
-    }
 }
 
 impl std::fmt::Display for ExitKind {

@@ -177,7 +177,9 @@ fn leaving_without_finish_fails_the_job_and_wakes_waiters() {
         events: libc::POLLIN,
         revents: 0,
     }];
-    assert_eq!(unsafe { libc::poll(p.as_mut_ptr(), 1, 0) }, 1);
+    // SAFETY: one valid pollfd, no wait.
+    let ready = unsafe { libc::poll(p.as_mut_ptr(), 1, 0) };
+    assert_eq!(ready, 1);
     // Rank 2 learns it from its own control connection, a moment later.
     assert!(c.state().wait(Some(Duration::from_secs(2))).is_some());
     drop(a);

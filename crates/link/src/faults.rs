@@ -266,10 +266,6 @@ impl<L: Link> Faulty<L> {
         &self.inner
     }
 
-    pub fn inner_mut(&mut self) -> &mut L {
-        &mut self.inner
-    }
-
     pub fn into_inner(self) -> L {
         self.inner
     }

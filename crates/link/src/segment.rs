@@ -112,11 +112,6 @@ impl HostGroup {
     pub fn is_leader(&self) -> bool {
         self.me == 0
     }
-
-    /// Index in the group of job rank `r`, if it runs on this host.
-    pub fn index_of(&self, r: Rank) -> Option<usize> {
-        self.ranks.binary_search(&r).ok()
-    }
 }
 
 /// Bytes before the caller's region: the header below, padded so that the region starts on

@@ -557,9 +557,12 @@ impl ShmLink {
         let n = layout.n;
         let base = seg.data();
         assert!(layout.total().is_some_and(|t| t <= seg.data_len()));
-        // SAFETY (for every `base.add` below): offsets come from `layout`, whose total fits in
-        // the region (asserted above); all are multiples of 8 from a 128-aligned base.
-        let at = |off: usize| unsafe { base.add(off) };
+        // Every offset below comes from `layout`, whose total fits in the region (asserted
+        // above); all are multiples of 8 from a 128-aligned base.
+        let at = |off: usize| {
+            // SAFETY: `off` is within the region, as said above.
+            unsafe { base.add(off) }
+        };
         let tx = (0..n)
             .map(|d| {
                 let o = layout.ring(me, d);

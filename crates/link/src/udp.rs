@@ -451,11 +451,6 @@ impl UdpLink {
         self.local
     }
 
-    /// Rank `r`'s address as installed.
-    pub fn peer_addr(&self, r: Rank) -> Option<SocketAddr> {
-        self.peers.get(r as usize).copied()
-    }
-
     /// Counters since construction.
     pub fn stats(&self) -> UdpStats {
         self.stats

@@ -520,6 +520,7 @@ fn socket_buffers_are_raised() {
     // As root the FORCE options ignore net.core.[rw]mem_max; otherwise we get at least
     // the kernel's default.
     assert!(b.sndbuf() >= 4096 && b.rcvbuf() >= 4096);
+    // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
         assert_eq!(b.sndbuf(), 4 << 20, "kernel reports twice the request");
         assert_eq!(b.rcvbuf(), 4 << 20);

@@ -64,6 +64,7 @@ fn main() {
     // Posted path: receive posted first, then the send, then the wait.
     let t = Instant::now();
     for _ in 0..iters {
+        // SAFETY: `buf` outlives the receive, which is waited for below.
         let id = unsafe { c1.irecv_raw(0.into(), 5.into(), buf.as_mut_ptr(), buf.len()) }.unwrap();
         c0.send(1, 5, &data).unwrap();
         c1.wait_raw(id).unwrap();

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::jobs;
 use crate::kernels::TIMEOUT;
+use crate::stack::{self, Faults, Stack};
 
 /// The order in which a process sends to the others.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,8 +41,9 @@ impl Schedule {
 /// A p-process experiment.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GroupSpec {
-    /// Protocol name (bulkwire over UDP).
-    pub protocol: String,
+    /// The transport every process runs.
+    #[serde(flatten)]
+    pub over: stack::Transport,
     /// Bytes each process sends to each other process per round.
     pub size: usize,
     pub schedule: Schedule,
@@ -77,7 +79,14 @@ impl GroupResult {
 
 /// Runs `spec` as a job of `n` processes of `exe`.
 pub fn run(exe: &Path, n: u32, spec: &GroupSpec, timeout: Duration) -> Result<GroupResult, String> {
-    jobs::run(exe, n, "__group", spec, &[], timeout)
+    let job = jobs::Job {
+        n,
+        mode: "__group",
+        stack: &Stack::Proto(spec.over.check()?),
+        faults: &Faults::none(),
+        timeout,
+    };
+    jobs::run(exe, &job, spec)
 }
 
 /// First byte of every message: what it is for.
@@ -146,8 +155,9 @@ pub fn worker_main(args: &[OsString]) -> Result<(), String> {
     let w = jobs::Worker::<GroupSpec>::parse(args)?;
     let spec = w.spec.clone();
     let mut ctl = w.join()?;
-    let mut cfg = JobConfig::from_env().map_err(|e| e.to_string())?;
-    cfg.protocol = Some(spec.protocol.clone());
+    let cfg = spec
+        .over
+        .job_config(JobConfig::from_env().map_err(|e| e.to_string())?)?;
     let (mut t, _) = job::connect_transport(&mut ctl, &cfg).map_err(|e| e.to_string())?;
     let (me, p) = (t.rank(), t.nprocs());
     let mut inbox = Inbox::new(p);

@@ -11,18 +11,26 @@ use bulkwire_launch::{Control, LaunchOpts};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::stack::{self, Faults, Stack};
+
 static SERIAL: AtomicU64 = AtomicU64::new(0);
 
-/// Runs `n` processes of `exe` in worker `mode` (the first argument the binary dispatches
-/// on) with `spec`, extra environment `env`, for at most `timeout`; returns what rank 0
-/// wrote.
+/// One job of worker processes: how many, which worker `mode` (the first argument the
+/// binary dispatches on), the stack they run (their environment comes from
+/// [`stack::env`]), and how long they may take.
+pub struct Job<'a> {
+    pub n: u32,
+    pub mode: &'a str,
+    pub stack: &'a Stack,
+    pub faults: &'a Faults,
+    pub timeout: Duration,
+}
+
+/// Runs `job` as processes of `exe` with `spec`; returns what rank 0 wrote.
 pub fn run<S: Serialize, R: DeserializeOwned>(
     exe: &Path,
-    n: u32,
-    mode: &str,
+    job: &Job<'_>,
     spec: &S,
-    env: &[(&str, &str)],
-    timeout: Duration,
 ) -> Result<R, String> {
     let out = std::env::temp_dir().join(format!(
         "bwbench-{}-{}.json",
@@ -30,14 +38,17 @@ pub fn run<S: Serialize, R: DeserializeOwned>(
         SERIAL.fetch_add(1, Ordering::Relaxed)
     ));
     let json = serde_json::to_string(spec).map_err(|e| e.to_string())?;
-    let args: Vec<OsString> = vec![mode.into(), json.into(), out.clone().into()];
+    let args: Vec<OsString> = vec![job.mode.into(), json.into(), out.clone().into()];
     let opts = LaunchOpts {
-        timeout: Some(timeout),
+        timeout: Some(job.timeout),
         report: Some("bwbench".into()),
-        env: env.iter().map(|(k, v)| (k.into(), v.into())).collect(),
+        env: stack::env(job.stack, job.faults)
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect(),
         ..LaunchOpts::default()
     };
-    let outcome = bulkwire_launch::launch(n, exe, &args, &opts).map_err(|e| e.to_string())?;
+    let outcome = bulkwire_launch::launch(job.n, exe, &args, &opts).map_err(|e| e.to_string())?;
     let result = std::fs::read(&out);
     let _ = std::fs::remove_file(&out);
     if !outcome.success() {

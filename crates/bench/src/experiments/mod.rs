@@ -1,0 +1,220 @@
+//! The experiments of `bwbench`, one module each, and the [`REGISTRY`] that `bwbench`
+//! takes its subcommands from. An experiment makes a [`Plan`] of the runs it needs for a
+//! [`Suite`]'s level, then writes its [`Section`] of the report from what they returned.
+//! Adding an experiment is adding a module that implements [`Experiment`] and its line in
+//! [`REGISTRY`].
+
+use std::time::Instant;
+
+use crate::mpi::{MpiJob, MpiNet};
+use crate::pair::{Measure, PairSpec};
+use crate::plan::{Done, Event, Job, Plan, Runner, Step, execute};
+use crate::section::{RunTime, Section, short_mpi};
+use crate::stack::{Faults, Stack};
+use crate::suite::Suite;
+
+pub mod alltoall;
+pub mod bandwidth;
+pub mod bsp;
+pub mod collectives;
+pub mod exchange;
+pub mod latency;
+pub mod layers;
+pub mod loss;
+pub mod overlap;
+
+/// Every experiment, in the order `bwbench all` runs them.
+pub static REGISTRY: &[&dyn Entry] = &[
+    &latency::Latency,
+    &bandwidth::Bandwidth,
+    &layers::Layers,
+    &bsp::Bsp,
+    &collectives::Collectives,
+    &alltoall::Alltoall,
+    &overlap::Overlap,
+    &exchange::Exchange,
+    &loss::Loss,
+];
+
+/// The experiment named `name`.
+pub fn find(name: &str) -> Option<&'static dyn Entry> {
+    REGISTRY.iter().copied().find(|e| e.name() == name)
+}
+
+/// One experiment.
+pub trait Experiment: Sync {
+    /// What a run of the plan is for, in the experiment's own terms.
+    type Tag: 'static;
+
+    /// The subcommand and the section's name in `results.json`.
+    fn name(&self) -> &'static str;
+
+    /// One line for `bwbench --help`.
+    fn about(&self) -> &'static str;
+
+    /// Every run the experiment makes at `s`'s level, in order.
+    fn plan(&self, s: &Suite) -> Plan<Self::Tag>;
+
+    /// The section from the runs of the plan. Failed runs are already listed as not
+    /// measured (with their label and error); the report leaves them out.
+    fn report(&self, s: &Suite, done: &[Done<Self::Tag>]) -> Section;
+}
+
+/// An experiment as the registry holds it.
+pub trait Entry: Sync {
+    fn name(&self) -> &'static str;
+    fn about(&self) -> &'static str;
+    /// Its plan for `s`, ready to run.
+    fn prepare<'a>(&'a self, s: &'a Suite) -> Box<dyn Prepared + 'a>;
+}
+
+/// An experiment with its plan made.
+pub trait Prepared {
+    fn name(&self) -> &'static str;
+    /// Every job the plan will start.
+    fn steps(&self) -> Vec<Step>;
+    /// Runs the plan through `runner` and writes the section.
+    fn run(self: Box<Self>, runner: &dyn Runner, progress: &dyn Fn(Event)) -> Section;
+}
+
+impl<E: Experiment> Entry for E {
+    fn name(&self) -> &'static str {
+        Experiment::name(self)
+    }
+
+    fn about(&self) -> &'static str {
+        Experiment::about(self)
+    }
+
+    fn prepare<'a>(&'a self, s: &'a Suite) -> Box<dyn Prepared + 'a> {
+        Box::new(Ready {
+            exp: self,
+            suite: s,
+            plan: self.plan(s),
+        })
+    }
+}
+
+struct Ready<'a, E: Experiment> {
+    exp: &'a E,
+    suite: &'a Suite,
+    plan: Plan<E::Tag>,
+}
+
+impl<E: Experiment> Prepared for Ready<'_, E> {
+    fn name(&self) -> &'static str {
+        Experiment::name(self.exp)
+    }
+
+    fn steps(&self) -> Vec<Step> {
+        self.plan.steps()
+    }
+
+    fn run(self: Box<Self>, runner: &dyn Runner, progress: &dyn Fn(Event)) -> Section {
+        let t0 = Instant::now();
+        let Ready { exp, suite, plan } = *self;
+        let mut skipped = plan.skipped.clone();
+        let done = execute(plan, runner, progress);
+        let mut sec = exp.report(suite, &done);
+        skipped.extend(done.iter().filter_map(|d| {
+            let e = d.result.as_ref().err()?;
+            Some(format!("{}: {e}", d.label))
+        }));
+        skipped.append(&mut sec.skipped);
+        sec.skipped = skipped;
+        sec.runs = done
+            .iter()
+            .map(|d| RunTime {
+                label: d.label.clone(),
+                seconds: d.seconds,
+                estimate: d.estimate,
+            })
+            .collect();
+        sec.seconds = t0.elapsed().as_secs_f64();
+        sec
+    }
+}
+
+/// A two-process run of `stack` without injected faults.
+pub fn pair(stack: Stack, measure: Measure) -> Job {
+    Job::Pair(PairSpec {
+        stack,
+        measure,
+        faults: Faults::none(),
+    })
+}
+
+/// Adds a run of the user's MPI over shared memory and one over TCP, each `job(net)`,
+/// tagged `tag(net)` and labelled like "Open MPI 4.1.4 shm"; or, without MPI, records why
+/// it is left out. Returns MPI's short name when it is there.
+pub fn add_mpi<T>(
+    plan: &mut Plan<T>,
+    s: &Suite,
+    tag: impl Fn(MpiNet) -> T,
+    job: impl Fn(MpiNet) -> MpiJob,
+) -> Option<String> {
+    match s.mpi() {
+        Ok(mpi) => {
+            let name = short_mpi(&mpi.version);
+            for net in [MpiNet::Shm, MpiNet::Tcp] {
+                plan.add(
+                    format!("{name} {}", net.label()),
+                    tag(net),
+                    Job::Mpi(job(net)),
+                );
+            }
+            Some(name)
+        }
+        Err(e) => {
+            plan.skip(format!("MPI: {e}"));
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::suite::Level;
+
+    fn suite(level: Level) -> Suite {
+        Suite::new(PathBuf::from("/nonexistent"), level, std::env::temp_dir()).without_mpi()
+    }
+
+    #[test]
+    fn names_are_unique_and_found() {
+        for (i, e) in REGISTRY.iter().enumerate() {
+            assert!(!e.about().is_empty());
+            assert!(REGISTRY[..i].iter().all(|o| o.name() != e.name()));
+            assert_eq!(find(e.name()).map(|f| f.name()), Some(e.name()));
+        }
+        assert!(find("all").is_none());
+    }
+
+    #[test]
+    fn every_plan_makes_runs_and_estimates_them() {
+        for level in [Level::Smoke, Level::Quick, Level::Full] {
+            let s = suite(level);
+            let mut total = 0.0;
+            for e in REGISTRY {
+                let p = e.prepare(&s);
+                let steps = p.steps();
+                assert!(!steps.is_empty(), "{}: no run", e.name());
+                for st in &steps {
+                    assert!(
+                        st.estimate.is_finite() && st.estimate > 0.0,
+                        "{}: {st:?}",
+                        e.name()
+                    );
+                }
+                total += steps.iter().map(|s| s.estimate).sum::<f64>();
+            }
+            // The README promises about a minute for the quick suite (without MPI here).
+            if level == Level::Quick {
+                assert!((15.0..120.0).contains(&total), "quick: {total:.0} s");
+            }
+        }
+    }
+}

@@ -125,50 +125,9 @@ impl Experiment for Bsp {
             vec![raw],
             vec![empty],
         );
-        let name = match s.mpi() {
-            Ok(m) => short_mpi(&m.version),
-            Err(e) => {
-                plan.skip(format!("MPI: {e}"));
-                return plan;
-            }
-        };
-        for net in [MpiNet::Shm, MpiNet::Tcp] {
-            for &n in &p.procs {
-                let label = format!("{name} {} p={n}", net.label());
-                let barrier = MpiJob {
-                    kind: "barrier".into(),
-                    np: n,
-                    net,
-                    warmup: p.warmup,
-                    iters: p.iters / 10,
-                    extra: 0.0,
-                    sizes: vec![0],
-                };
-                plan.add(
-                    format!("{label} barrier"),
-                    Tag::Barrier { net, p: n },
-                    Job::Mpi(barrier),
-                );
-                // Bytes per pair giving h-relations of up to ~256 words per process.
-                let pair_bytes: Vec<usize> = [1usize, 8, 32, 64, 128, 256]
-                    .iter()
-                    .map(|h| (h * 8 / (n as usize - 1)).max(8) / 8 * 8)
-                    .collect();
-                let a2a = MpiJob {
-                    kind: "alltoall".into(),
-                    np: n,
-                    net,
-                    warmup: 10,
-                    iters: p.alltoall_iters,
-                    extra: 0.0,
-                    sizes: pair_bytes,
-                };
-                plan.add(
-                    format!("{label} alltoall"),
-                    Tag::Alltoall { net, p: n },
-                    Job::Mpi(a2a),
-                );
-            }
+        match s.mpi() {
+            Ok(m) => plan_mpi(&mut plan, &p, &short_mpi(&m.version)),
+            Err(e) => plan.skip(format!("MPI: {e}")),
         }
         plan
     }
@@ -233,6 +192,42 @@ impl Experiment for Bsp {
             barriers[1],
         ));
         sec
+    }
+}
+
+/// MPI's counterparts: its barrier, and all-to-all h-relations for l and g.
+fn plan_mpi(plan: &mut Plan<Tag>, p: &Params, name: &str) {
+    for net in [MpiNet::Shm, MpiNet::Tcp] {
+        for &n in &p.procs {
+            let label = format!("{name} {} p={n}", net.label());
+            let barrier = MpiJob {
+                kind: "barrier".into(),
+                np: n,
+                net,
+                warmup: p.warmup,
+                iters: p.iters / 10,
+                extra: 0.0,
+                sizes: vec![0],
+            };
+            let tag = Tag::Barrier { net, p: n };
+            plan.add(format!("{label} barrier"), tag, Job::Mpi(barrier));
+            // Bytes per pair giving h-relations of up to ~256 words per process.
+            let pair_bytes: Vec<usize> = [1usize, 8, 32, 64, 128, 256]
+                .iter()
+                .map(|h| (h * 8 / (n as usize - 1)).max(8) / 8 * 8)
+                .collect();
+            let a2a = MpiJob {
+                kind: "alltoall".into(),
+                np: n,
+                net,
+                warmup: 10,
+                iters: p.alltoall_iters,
+                extra: 0.0,
+                sizes: pair_bytes,
+            };
+            let tag = Tag::Alltoall { net, p: n };
+            plan.add(format!("{label} alltoall"), tag, Job::Mpi(a2a));
+        }
     }
 }
 

@@ -135,111 +135,15 @@ impl Experiment for Layers {
     fn plan(&self, s: &Suite) -> Plan<Tag> {
         let p = params(s);
         let mut plan = Plan::default();
-        let latency = Measure::Latency {
-            sizes: vec![8],
-            warmup: p.warmup,
-            iters: p.iters,
-        };
-        let stream = Measure::Bandwidth {
-            sizes: p.sizes.clone(),
-            warmup: p.bw_warmup,
-            reps: p.reps,
-        };
-        for (i, (name, stack)) in levels().into_iter().enumerate() {
-            plan.add(
-                format!("{name} latency"),
-                Tag::Latency(i),
-                pair(stack, latency.clone()),
-            );
-            plan.add(
-                format!("{name} bandwidth"),
-                Tag::Bandwidth(i),
-                pair(stack, stream.clone()),
-            );
-        }
-        // The two levels above p2p. BSP: t(h) = l + g h over h-relations of 8-byte puts.
-        plan.add(
-            "BSP",
-            Tag::Bsp,
-            Job::Bsp {
-                p: 2,
-                over: Transport::udp(Protocol::Holefill),
-                spec: p.bsp.clone(),
-            },
-        );
-        let mut coll_sizes = vec![8];
-        coll_sizes.extend(&p.sizes);
-        for (i, (name, stack)) in colls().into_iter().enumerate() {
-            let spec = CollSpec {
-                kinds: vec!["bcast".into()],
-                sizes: coll_sizes.clone(),
-                warmup: p.warmup.min(100),
-                iters: (p.iters / 10).max(20),
-                stack,
-            };
-            plan.add(name, Tag::Coll(i), Job::Coll { p: 2, spec });
-        }
-        let mpi = match s.mpi() {
-            Ok(m) => m,
-            Err(e) => {
-                plan.skip(format!("MPI: {e}"));
-                return plan;
+        plan_levels(&mut plan, &p);
+        match s.mpi() {
+            Ok(mpi) => {
+                let name = short_mpi(&mpi.version);
+                plan_mpi(&mut plan, &p, &name);
+                plan_target(&mut plan, s, &p, &name);
             }
-        };
-        let name = short_mpi(&mpi.version);
-        let mpi_job = |kind: &str, net, (warmup, iters), extra, sizes: &[usize]| {
-            Job::Mpi(MpiJob {
-                kind: kind.into(),
-                np: 2,
-                net,
-                warmup,
-                iters,
-                extra,
-                sizes: sizes.to_vec(),
-            })
-        };
-        for net in [MpiNet::Shm, MpiNet::Tcp] {
-            let label = format!("MPI ({name} {})", net.label());
-            let lat = mpi_job("latency", net, (p.warmup, p.iters), 0.0, &[8]);
-            plan.add(format!("{label} latency"), Tag::MpiLatency(net), lat);
-            // OSU's window of 64; the kind says how the receiver places a window.
-            let bw = (p.bw_warmup, p.reps);
-            let osu = mpi_job("bandwidth", net, bw, 64.0, &p.sizes);
-            let tag = Tag::MpiStream { net, own: false };
-            plan.add(format!("{label} bandwidth"), tag, osu);
-            if net == MpiNet::Shm {
-                let own = mpi_job("bandwidth-own", net, bw, 64.0, &p.sizes);
-                let tag = Tag::MpiStream { net, own: true };
-                plan.add(format!("{label}, a receive buffer per message"), tag, own);
-            }
+            Err(e) => plan.skip(format!("MPI: {e}")),
         }
-        // The target, in alternating rounds at the largest size (see `rounds`): p2p over
-        // shared memory against MPI over shared memory, both with a receive buffer per
-        // message; MPI's OSU figure (one buffer) from the table beside it.
-        let top = p.top();
-        let (warmup, reps) = p.target;
-        let base = mpi_job("bandwidth-own", MpiNet::Shm, (warmup, reps), 64.0, &[top]);
-        let cand = pair(
-            Stack::P2p {
-                over: Transport::shm(Protocol::Utopia),
-                progress: true,
-            },
-            Measure::Bandwidth {
-                sizes: vec![top],
-                warmup,
-                reps,
-            },
-        );
-        plan.alternate(
-            format!(
-                "p2p over shm, {} streaming vs {name} over shm (both a receive buffer per message)",
-                size_label(top)
-            ),
-            Tag::Target,
-            s.target_rounds(),
-            vec![base],
-            vec![cand],
-        );
         plan
     }
 
@@ -321,6 +225,104 @@ impl Experiment for Layers {
         }
         sec
     }
+}
+
+/// Latency and streaming at each level up to p2p, then BSP and the collectives.
+fn plan_levels(plan: &mut Plan<Tag>, p: &Params) {
+    let latency = Measure::Latency {
+        sizes: vec![8],
+        warmup: p.warmup,
+        iters: p.iters,
+    };
+    let stream = Measure::Bandwidth {
+        sizes: p.sizes.clone(),
+        warmup: p.bw_warmup,
+        reps: p.reps,
+    };
+    for (i, (name, stack)) in levels().into_iter().enumerate() {
+        let lat = pair(stack, latency.clone());
+        plan.add(format!("{name} latency"), Tag::Latency(i), lat);
+        let bw = pair(stack, stream.clone());
+        plan.add(format!("{name} bandwidth"), Tag::Bandwidth(i), bw);
+    }
+    // The two levels above p2p. BSP: t(h) = l + g h over h-relations of 8-byte puts.
+    let bsp = Job::Bsp {
+        p: 2,
+        over: Transport::udp(Protocol::Holefill),
+        spec: p.bsp.clone(),
+    };
+    plan.add("BSP", Tag::Bsp, bsp);
+    let mut coll_sizes = vec![8];
+    coll_sizes.extend(&p.sizes);
+    for (i, (name, stack)) in colls().into_iter().enumerate() {
+        let spec = CollSpec {
+            kinds: vec!["bcast".into()],
+            sizes: coll_sizes.clone(),
+            warmup: p.warmup.min(100),
+            iters: (p.iters / 10).max(20),
+            stack,
+        };
+        plan.add(name, Tag::Coll(i), Job::Coll { p: 2, spec });
+    }
+}
+
+/// A run of MPI's harness at p = 2.
+fn mpi_job(kind: &str, net: MpiNet, (warmup, iters): (usize, usize), sizes: &[usize]) -> Job {
+    Job::Mpi(MpiJob {
+        kind: kind.into(),
+        np: 2,
+        net,
+        warmup,
+        iters,
+        // OSU's window of 64 for the streams; the kind says how the receiver places it.
+        extra: if kind == "latency" { 0.0 } else { 64.0 },
+        sizes: sizes.to_vec(),
+    })
+}
+
+/// MPI's own ping-pong and streaming, the top of its stack, over shared memory and TCP.
+fn plan_mpi(plan: &mut Plan<Tag>, p: &Params, name: &str) {
+    for net in [MpiNet::Shm, MpiNet::Tcp] {
+        let label = format!("MPI ({name} {})", net.label());
+        let lat = mpi_job("latency", net, (p.warmup, p.iters), &[8]);
+        plan.add(format!("{label} latency"), Tag::MpiLatency(net), lat);
+        let bw = (p.bw_warmup, p.reps);
+        let osu = mpi_job("bandwidth", net, bw, &p.sizes);
+        let tag = Tag::MpiStream { net, own: false };
+        plan.add(format!("{label} bandwidth"), tag, osu);
+        if net == MpiNet::Shm {
+            let own = mpi_job("bandwidth-own", net, bw, &p.sizes);
+            let tag = Tag::MpiStream { net, own: true };
+            plan.add(format!("{label}, a receive buffer per message"), tag, own);
+        }
+    }
+}
+
+/// The target, in alternating rounds at the largest size (see `rounds`): p2p over shared
+/// memory against MPI over shared memory, both with a receive buffer per message; MPI's
+/// OSU figure (one buffer) from the table beside it.
+fn plan_target(plan: &mut Plan<Tag>, s: &Suite, p: &Params, name: &str) {
+    let top = p.top();
+    let (warmup, reps) = p.target;
+    let base = mpi_job("bandwidth-own", MpiNet::Shm, p.target, &[top]);
+    let p2p = Stack::P2p {
+        over: Transport::shm(Protocol::Utopia),
+        progress: true,
+    };
+    let sizes = vec![top];
+    let cand = pair(
+        p2p,
+        Measure::Bandwidth {
+            sizes,
+            warmup,
+            reps,
+        },
+    );
+    let what = format!(
+        "p2p over shm, {} streaming vs {name} over shm (both a receive buffer per message)",
+        size_label(top)
+    );
+    plan.alternate(what, Tag::Target, s.target_rounds(), vec![base], vec![cand]);
 }
 
 fn find<T>(done: &[Done<T>], f: impl Fn(&T) -> bool) -> Option<&Done<T>> {

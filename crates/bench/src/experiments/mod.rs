@@ -177,10 +177,126 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
+    use crate::bspk::BspResult;
+    use crate::coll::{CollPoint, CollResult};
+    use crate::errors::{ErrorCurve, ErrorPoint};
+    use crate::group::GroupResult;
+    use crate::pair::{PairResult, Point};
+    use crate::plan::Outcome;
+    use crate::simexp::SimRounds;
+    use crate::stats::Summary;
     use crate::suite::Level;
 
     fn suite(level: Level) -> Suite {
         Suite::new(PathBuf::from("/nonexistent"), level, std::env::temp_dir()).without_mpi()
+    }
+
+    /// Answers every job with a plausible result of its kind, or refuses them all.
+    struct Fake {
+        refuse: bool,
+    }
+
+    impl Runner for Fake {
+        fn run(&self, job: &Job) -> Result<Outcome, String> {
+            if self.refuse {
+                return Err("refused".into());
+            }
+            Ok(match job {
+                Job::Pair(spec) => {
+                    let sizes = match &spec.measure {
+                        Measure::Latency { sizes, .. }
+                        | Measure::Bandwidth { sizes, .. }
+                        | Measure::Overlap { sizes, .. } => sizes.clone(),
+                    };
+                    let bw = matches!(spec.measure, Measure::Bandwidth { .. });
+                    let points = sizes
+                        .iter()
+                        .map(|&size| Point {
+                            size,
+                            samples: if bw { vec![1e9, 2e9] } else { vec![2e-6, 3e-6] },
+                            delivered: bw.then_some(1.0),
+                            complete: if bw { vec![true, true] } else { vec![] },
+                        })
+                        .collect();
+                    Outcome::Pair(PairResult {
+                        spec: spec.clone(),
+                        points,
+                        counters: None,
+                    })
+                }
+                Job::Group { p, spec } => Outcome::Group(GroupResult {
+                    spec: spec.clone(),
+                    nprocs: *p,
+                    seconds: vec![1e-4, 2e-4],
+                    data_packets: 10,
+                    control_packets: 5,
+                    retransmits: 0,
+                    drops: 0,
+                }),
+                Job::Bsp { p, .. } => Outcome::Bsp(BspResult {
+                    nprocs: *p,
+                    g_us: 0.05,
+                    l_us: 10.0,
+                    empty_us: 3.0,
+                    samples: vec![(0, 3.0), (8, 10.4)],
+                }),
+                Job::Coll { p, spec } => Outcome::Coll(CollResult {
+                    spec: spec.clone(),
+                    nprocs: *p,
+                    netcache: false,
+                    protocol: "holefill".into(),
+                    points: spec
+                        .kinds
+                        .iter()
+                        .flat_map(|k| spec.sizes.iter().map(move |&size| (k, size)))
+                        .map(|(k, size)| CollPoint {
+                            kind: k.clone(),
+                            size,
+                            seconds: vec![5e-6],
+                        })
+                        .collect(),
+                }),
+                Job::Mpi(_) => return Err("no MPI in this test".into()),
+                Job::SimAlltoall {
+                    protocol,
+                    p,
+                    size,
+                    schedule,
+                    ..
+                } => Outcome::Sim(SimRounds {
+                    protocol: protocol.name().into(),
+                    nprocs: *p,
+                    size: *size,
+                    schedule: *schedule,
+                    seconds: vec![1e-3],
+                    data_packets: 1,
+                    control_packets: 1,
+                    retransmits: 0,
+                    drops: 0,
+                }),
+                Job::SimErrors { protocol, cfg } => curve(protocol.name(), &cfg.bers),
+                Job::TcpErrors(cfg) => curve("tcp", &cfg.bers),
+            })
+        }
+    }
+
+    fn curve(stack: &str, bers: &[f64]) -> Outcome {
+        Outcome::Curve(ErrorCurve {
+            stack: stack.into(),
+            points: bers
+                .iter()
+                .enumerate()
+                .map(|(i, &ber)| ErrorPoint {
+                    ber,
+                    wait: Some(Summary::of(&[1e-4 * (i + 1) as f64])),
+                    answered: 1,
+                    unanswered: 0,
+                    retransmits: 0,
+                    timeouts: 0,
+                    damaged: 0,
+                })
+                .collect(),
+        })
     }
 
     #[test]
@@ -211,10 +327,76 @@ mod tests {
                 }
                 total += steps.iter().map(|s| s.estimate).sum::<f64>();
             }
-            // The README promises about a minute for the quick suite (without MPI here).
+            // The README promises about a minute for the quick suite (MPI adds to it).
             if level == Level::Quick {
                 assert!((15.0..120.0).contains(&total), "quick: {total:.0} s");
             }
+        }
+    }
+
+    #[test]
+    fn every_experiment_reports_what_its_runs_returned() {
+        for level in [Level::Smoke, Level::Quick] {
+            let s = suite(level);
+            for e in REGISTRY {
+                let p = e.prepare(&s);
+                let steps = p.steps().len();
+                let started = std::cell::Cell::new(0);
+                let sec = p.run(&Fake { refuse: false }, &|ev| {
+                    if let Event::Start(_) = ev {
+                        started.set(started.get() + 1);
+                    }
+                });
+                let name = e.name();
+                assert_eq!(
+                    started.get(),
+                    steps,
+                    "{name}: jobs started against the plan"
+                );
+                assert_eq!(sec.name, name);
+                assert!(!sec.tables.is_empty(), "{name}: no table");
+                for t in &sec.tables {
+                    assert!(!t.rows.is_empty(), "{name}: empty table {}", t.title);
+                    for r in &t.rows {
+                        assert_eq!(r.len(), t.header.len(), "{name}: {}: {r:?}", t.title);
+                    }
+                }
+                // Without MPI, that is the only thing left out (and, at the quick level,
+                // kernel TCP's highest bit-error rates).
+                for k in &sec.skipped {
+                    assert!(
+                        k.starts_with("MPI") || k.starts_with("kernel TCP at"),
+                        "{name}: {k}"
+                    );
+                }
+                assert_eq!(
+                    sec.runs.len(),
+                    sec.runs.iter().filter(|r| r.estimate > 0.0).count()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_failed_run_is_reported_with_its_reason() {
+        let s = suite(Level::Quick);
+        for e in REGISTRY {
+            let p = e.prepare(&s);
+            let sec = p.run(&Fake { refuse: true }, &|_| {});
+            for r in &sec.runs {
+                let want = format!("{}: refused", r.label);
+                assert!(
+                    sec.skipped.contains(&want),
+                    "{}: {want} not in {:?}",
+                    e.name(),
+                    sec.skipped
+                );
+            }
+            assert!(
+                sec.targets.is_empty(),
+                "{}: a target without a measurement",
+                e.name()
+            );
         }
     }
 }

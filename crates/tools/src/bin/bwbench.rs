@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use bulkwire_bench::experiments::{self, Entry, Prepared};
 use bulkwire_bench::plan::Event;
 use bulkwire_bench::report::{Machine, Report};
+use bulkwire_bench::section::Section;
 use bulkwire_bench::suite::{Level, Suite};
 use clap::{Command, CommandFactory, FromArgMatches, Parser};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -100,24 +101,49 @@ fn progress_bar(hidden: bool, plans: &[Box<dyn Prepared + '_>]) -> (ProgressBar,
     (bar, steps.len())
 }
 
+/// Runs `plans` in order with a progress bar (unless `hidden`): their sections.
+fn run_all(suite: &Suite, plans: Vec<Box<dyn Prepared + '_>>, hidden: bool) -> Vec<Section> {
+    let (bar, total) = progress_bar(hidden, &plans);
+    let started = AtomicUsize::new(0);
+    let mut sections = Vec::new();
+    for p in plans {
+        let name = p.name();
+        let progress = |e: Event| match e {
+            Event::Start(step) => {
+                let k = started.fetch_add(1, Ordering::Relaxed) + 1;
+                bar.set_message(format!("{k}/{total} {name}: {}", step.label));
+            }
+            Event::End(step, _) => bar.inc((step.estimate * 1e3) as u64),
+        };
+        sections.push(p.run(suite, &progress));
+    }
+    bar.finish_and_clear();
+    sections
+}
+
+/// Runs a worker process of an experiment, started by bwbench itself (`__pair` and the
+/// like); `None` if `argv` is not a worker's.
+fn worker(argv: &[OsString]) -> Option<ExitCode> {
+    let main: fn(&[OsString]) -> Result<(), String> = match argv.get(1)?.to_str()? {
+        "__pair" => bulkwire_bench::pair::worker_main,
+        "__group" => bulkwire_bench::group::worker_main,
+        "__bsp" => bulkwire_bench::bspk::worker_main,
+        "__coll" => bulkwire_bench::coll::worker_main,
+        _ => return None,
+    };
+    Some(match main(&argv[2..]) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bwbench worker: {e}");
+            ExitCode::FAILURE
+        }
+    })
+}
+
 fn main() -> ExitCode {
     let argv: Vec<OsString> = std::env::args_os().collect();
-    // Worker processes of an experiment, started by bwbench itself.
-    let worker = match argv.get(1).and_then(|a| a.to_str()) {
-        Some("__pair") => Some(bulkwire_bench::pair::worker_main as fn(&[OsString]) -> _),
-        Some("__group") => Some(bulkwire_bench::group::worker_main as fn(&[OsString]) -> _),
-        Some("__bsp") => Some(bulkwire_bench::bspk::worker_main as fn(&[OsString]) -> _),
-        Some("__coll") => Some(bulkwire_bench::coll::worker_main as fn(&[OsString]) -> _),
-        _ => None,
-    };
-    if let Some(w) = worker {
-        return match w(&argv[2..]) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("bwbench worker: {e}");
-                ExitCode::FAILURE
-            }
-        };
+    if let Some(code) = worker(&argv) {
+        return code;
     }
     let matches = command().get_matches();
     let args = match Args::from_arg_matches(&matches) {
@@ -136,12 +162,10 @@ fn main() -> ExitCode {
         Some(name) => experiments::find(name).into_iter().collect(),
     };
     let work = std::env::temp_dir().join(format!("bwbench-{}", std::process::id()));
-    let level = if args.smoke {
-        Level::Smoke
-    } else if args.quick {
-        Level::Quick
-    } else {
-        Level::Full
+    let level = match (args.smoke, args.quick) {
+        (true, _) => Level::Smoke,
+        (false, true) => Level::Quick,
+        (false, false) => Level::Full,
     };
     let mut suite = Suite::new(exe, level, work.clone());
     if args.no_mpi {
@@ -152,22 +176,8 @@ fn main() -> ExitCode {
         print_plan(&plans);
         return ExitCode::SUCCESS;
     }
-    let (bar, total) = progress_bar(args.no_progress, &plans);
-    let started = AtomicUsize::new(0);
     let t0 = Instant::now();
-    let mut sections = Vec::new();
-    for p in plans {
-        let name = p.name();
-        let progress = |e: Event| match e {
-            Event::Start(step) => {
-                let k = started.fetch_add(1, Ordering::Relaxed) + 1;
-                bar.set_message(format!("{k}/{total} {name}: {}", step.label));
-            }
-            Event::End(step, _) => bar.inc((step.estimate * 1e3) as u64),
-        };
-        sections.push(p.run(&suite, &progress));
-    }
-    bar.finish_and_clear();
+    let sections = run_all(&suite, plans, args.no_progress);
     let mpi = match suite.mpi() {
         Ok(m) => m.version.clone(),
         Err(e) => format!("not measured ({e})"),
@@ -184,17 +194,19 @@ fn main() -> ExitCode {
         sections,
     };
     let _ = std::fs::remove_dir_all(&work);
-    if let Err(e) = report.write(&args.out) {
-        eprintln!(
-            "bwbench: cannot write the report to {}: {e}",
-            args.out.display()
-        );
+    write(&report, &args.out)
+}
+
+/// Writes the report into `out` and prints it; fails if an experiment measured nothing.
+fn write(report: &Report, out: &std::path::Path) -> ExitCode {
+    if let Err(e) = report.write(out) {
+        eprintln!("bwbench: cannot write the report to {}: {e}", out.display());
         return ExitCode::FAILURE;
     }
     println!("{}", report.markdown());
     println!(
         "Report written to {}/report.md (data: results.json, charts: *.svg).",
-        args.out.display()
+        out.display()
     );
     let failed = report
         .sections

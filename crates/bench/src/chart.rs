@@ -5,6 +5,7 @@
 //! stack looking the same in every chart; the legend sits beside the plot, never on it.
 
 use plotters::coord::Shift;
+use plotters::coord::types::RangedCoordf64;
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -261,11 +262,10 @@ fn linear_ticks(a: &Axis, lo: f64, hi: f64, data: &[f64]) -> (Vec<f64>, f64, f64
     (t, 0.0f64.min(lo), n as f64 * step)
 }
 
-fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &Chart) -> Result<(), String> {
-    let err = |e: &dyn std::fmt::Display| e.to_string();
-    root.fill(&WHITE).map_err(|e| err(&e))?;
-    let pts: Vec<Vec<(f64, f64)>> = c
-        .series
+/// Each series' points in transformed coordinates, leaving out what the axes cannot show
+/// (zero or negative on a log axis).
+fn transformed(c: &Chart) -> Vec<Vec<(f64, f64)>> {
+    c.series
         .iter()
         .map(|s| {
             s.points
@@ -273,25 +273,35 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &Chart) -> Result<
                 .filter_map(|p| Some((forward(&c.x, p.size as f64)?, forward(&c.y, p.median)?)))
                 .collect()
         })
-        .collect();
+        .collect()
+}
+
+/// The lowest and highest of `v`, at least a unit apart.
+fn span(v: &[f64]) -> (f64, f64) {
+    let lo = v.iter().copied().fold(f64::MAX, f64::min);
+    let hi = v.iter().copied().fold(f64::MIN, f64::max);
+    if hi > lo {
+        (lo, hi)
+    } else {
+        (lo - 0.5, hi + 0.5)
+    }
+}
+
+type Plot<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &Chart) -> Result<(), String> {
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let pts = transformed(c);
     let all: Vec<(f64, f64)> = pts.iter().flatten().copied().collect();
     if all.is_empty() {
         return Ok(());
     }
     let xs: Vec<f64> = all.iter().map(|p| p.0).collect();
     let ys: Vec<f64> = all.iter().map(|p| p.1).collect();
-    let span = |v: &[f64]| {
-        let lo = v.iter().copied().fold(f64::MAX, f64::min);
-        let hi = v.iter().copied().fold(f64::MIN, f64::max);
-        if hi > lo {
-            (lo, hi)
-        } else {
-            (lo - 0.5, hi + 0.5)
-        }
-    };
     let ((xl, xh), (yl, yh)) = (span(&xs), span(&ys));
-    let (xt, x0, x1) = ticks(&c.x, xl, xh, &xs);
-    let (yt, y0, y1) = ticks(&c.y, yl, yh, &ys);
+    let x = ticks(&c.x, xl, xh, &xs);
+    let y = ticks(&c.y, yl, yh, &ys);
     let styles = styles(&c.series);
     let (plot, legend) = root.split_horizontally(WIDTH - LEGEND);
     let mut chart = ChartBuilder::on(&plot)
@@ -299,9 +309,37 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &Chart) -> Result<
         .margin(14)
         .x_label_area_size(50)
         .y_label_area_size(78)
-        .build_cartesian_2d(x0..x1, y0..y1)
+        .build_cartesian_2d(x.1..x.2, y.1..y.2)
         .map_err(|e| err(&e))?;
-    // Axes and their names from plotters; grid and tick labels at our own ticks.
+    axes(&mut chart, &plot, c, &x, &y)?;
+    for (p, st) in pts.iter().zip(&styles) {
+        let line = st.colour.stroke_width(2);
+        if st.dashed {
+            chart
+                .draw_series(DashedLineSeries::new(p.iter().copied(), 8, 5, line))
+                .map_err(|e| err(&e))?;
+        } else {
+            chart
+                .draw_series(LineSeries::new(p.iter().copied(), line))
+                .map_err(|e| err(&e))?;
+        }
+        for &q in p {
+            marker(chart.plotting_area(), q, st)?;
+        }
+    }
+    draw_legend(&legend, &c.series, &styles)
+}
+
+/// The axes with their names (from plotters), and the grid and tick labels at our ticks
+/// `x` and `y` (each: the ticks, and the axis' range).
+fn axes<DB: DrawingBackend>(
+    chart: &mut Plot<'_, DB>,
+    plot: &DrawingArea<DB, Shift>,
+    c: &Chart,
+    (xt, x0, x1): &(Vec<f64>, f64, f64),
+    (yt, y0, y1): &(Vec<f64>, f64, f64),
+) -> Result<(), String> {
+    let err = |e: &dyn std::fmt::Display| e.to_string();
     let y_desc = match c.y.scale {
         Scale::Seconds => format!("{} (lower is better)", c.y.label),
         Scale::BytesPerSecond => format!("{} (higher is better)", c.y.label),
@@ -319,40 +357,25 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &Chart) -> Result<
         .map_err(|e| err(&e))?;
     let grid = BLACK.mix(0.12);
     let font = ("sans-serif", 14).into_font().color(&BLACK);
-    for &t in &xt {
+    for &t in xt {
         chart
-            .draw_series(LineSeries::new([(t, y0), (t, y1)], grid))
+            .draw_series(LineSeries::new([(t, *y0), (t, *y1)], grid))
             .map_err(|e| err(&e))?;
-        let (px, py) = chart.backend_coord(&(t, y0));
+        let (px, py) = chart.backend_coord(&(t, *y0));
         let style = font.pos(Pos::new(HPos::Center, VPos::Top));
         plot.draw(&Text::new(tick_label(&c.x, t), (px, py + 6), style))
             .map_err(|e| err(&e))?;
     }
-    for &t in &yt {
+    for &t in yt {
         chart
-            .draw_series(LineSeries::new([(x0, t), (x1, t)], grid))
+            .draw_series(LineSeries::new([(*x0, t), (*x1, t)], grid))
             .map_err(|e| err(&e))?;
-        let (px, py) = chart.backend_coord(&(x0, t));
+        let (px, py) = chart.backend_coord(&(*x0, t));
         let style = font.pos(Pos::new(HPos::Right, VPos::Center));
         plot.draw(&Text::new(tick_label(&c.y, t), (px - 6, py), style))
             .map_err(|e| err(&e))?;
     }
-    for (p, st) in pts.iter().zip(&styles) {
-        let line = st.colour.stroke_width(2);
-        if st.dashed {
-            chart
-                .draw_series(DashedLineSeries::new(p.iter().copied(), 8, 5, line))
-                .map_err(|e| err(&e))?;
-        } else {
-            chart
-                .draw_series(LineSeries::new(p.iter().copied(), line))
-                .map_err(|e| err(&e))?;
-        }
-        for &q in p {
-            marker(chart.plotting_area(), q, st)?;
-        }
-    }
-    draw_legend(&legend, &c.series, &styles)
+    Ok(())
 }
 
 /// The legend: a sample of each series' line and marker, and its label, top to bottom.

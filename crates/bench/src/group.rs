@@ -1,7 +1,7 @@
-//! Experiments over a job of p processes: all-to-all traffic (seed 000 Fig. 3) and total
-//! exchange in latin-square against pid order (seed 003 Table 1). Like [`crate::pair`], a
-//! spec is passed to worker processes of the `bwbench` binary, and rank 0 writes the
-//! result.
+//! Experiments over a job of p processes: all-to-all traffic (Riesen & Maccabe's Fig. 3)
+//! and total exchange in latin-square against pid order (Donaldson, Hill & Skillicorn's
+//! Table 1). Like [`crate::pair`], a spec is passed to worker processes of the `bwbench`
+//! binary, and rank 0 writes the result.
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
@@ -22,7 +22,7 @@ use crate::stack::{self, Faults, Stack};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Schedule {
     /// Process i sends to i+1, i+2, ... (mod p): a latin square, so at each step every
-    /// process has exactly one sender (seed 003 section 3).
+    /// process has exactly one sender (Donaldson, Hill & Skillicorn, section 3).
     Latin,
     /// Everyone sends to 0, then 1, ...: each destination in turn is hit by all.
     PidOrder,

@@ -37,7 +37,7 @@ pub enum Measure {
         warmup: usize,
         reps: usize,
     },
-    /// Seed 000's overlap: pre-post a receive, compute for `compute_ms`, wait; the waits.
+    /// Riesen & Maccabe's overlap: pre-post a receive, compute for `compute_ms`, wait; the waits.
     /// Point-to-point stacks only.
     Overlap {
         sizes: Vec<usize>,
@@ -307,7 +307,7 @@ trait Kernels {
         reps: usize,
     ) -> Result<Vec<kernels::StreamSample>, String>;
 
-    /// Seed 000's overlap; only the point-to-point layer has posted receives.
+    /// Riesen & Maccabe's overlap; only the point-to-point layer has posted receives.
     fn overlap(
         &mut self,
         _role: Role,

@@ -1,4 +1,4 @@
-//! The report `bwbench all` writes: `report.md` (tables in the seeds' layouts, every figure
+//! The report `bwbench all` writes: `report.md` (tables in the papers' layouts, every figure
 //! beside its baseline), `results.json` (every measurement with the machine and
 //! parameters) and SVG charts.
 

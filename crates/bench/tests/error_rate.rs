@@ -1,5 +1,5 @@
 //! The error-rate experiment, small: it runs, measures something plausible, and shows
-//! what seed 000 says.
+//! what Riesen & Maccabe report.
 
 use bulkwire_bench::errors::{ErrorRateConfig, sim_error_rate, to_text};
 use bulkwire_bench::netns::tcp_error_rate;

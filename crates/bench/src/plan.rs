@@ -7,6 +7,10 @@
 //! report what the run was for. [`execute`] runs a plan through a [`Runner`] (the real one
 //! is [`crate::suite::Suite`]), announcing each job as it starts and ends.
 
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+
 use crate::bspk::{BspResult, BspSpec};
 use crate::coll::{CollResult, CollSpec};
 use crate::errors::{ErrorCurve, ErrorRateConfig};
@@ -16,6 +20,7 @@ use crate::pair::{Measure, PairResult, PairSpec, window_for};
 use crate::rounds::{self, Side};
 use crate::simexp::SimRounds;
 use crate::stack::{Protocol, Transport};
+use crate::suite::Suite;
 
 /// One measurement.
 #[derive(Clone, Debug)]
@@ -50,6 +55,53 @@ pub enum Job {
     },
     /// The error-rate experiment over kernel TCP (see [`crate::netns`]).
     TcpErrors(ErrorRateConfig),
+    /// A measurement an experiment carries out itself.
+    Own(OwnJob),
+}
+
+/// What an [`OwnJob`] returns: a value of the experiment's own type, which its report takes
+/// back with [`Done::own`].
+#[derive(Clone)]
+pub struct Own(pub Arc<dyn Any + Send + Sync>);
+
+impl fmt::Debug for Own {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Own(..)")
+    }
+}
+
+type OwnFn = dyn Fn(&Suite) -> Result<Own, String> + Send + Sync;
+
+/// A measurement an experiment carries out itself (a simulation, a program of its own):
+/// the kinds of job above need no code outside the experiment's module this way.
+#[derive(Clone)]
+pub struct OwnJob {
+    /// Seconds it takes here, roughly (for the progress bar).
+    pub estimate: f64,
+    run: Arc<OwnFn>,
+}
+
+impl OwnJob {
+    /// A job that calls `f` with the suite (its executable, level and MPI).
+    pub fn new<T: Any + Send + Sync>(
+        estimate: f64,
+        f: impl Fn(&Suite) -> Result<T, String> + Send + Sync + 'static,
+    ) -> OwnJob {
+        OwnJob {
+            estimate,
+            run: Arc::new(move |s| f(s).map(|v| Own(Arc::new(v)))),
+        }
+    }
+
+    pub fn run(&self, s: &Suite) -> Result<Own, String> {
+        (self.run)(s)
+    }
+}
+
+impl fmt::Debug for OwnJob {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "OwnJob {{ estimate: {} }}", self.estimate)
+    }
 }
 
 /// What a [`Job`] returned.
@@ -62,6 +114,7 @@ pub enum Outcome {
     Mpi(Vec<MpiPoint>),
     Sim(SimRounds),
     Curve(ErrorCurve),
+    Own(Own),
 }
 
 /// Seconds each side of a message costs in the estimates: a round trip's fixed part, and
@@ -97,6 +150,7 @@ impl Job {
             } => (f64::from(p * p) * *size as f64 * *rounds as f64) * 2e-10,
             Job::SimErrors { cfg, .. } => cfg.bers.len() as f64 * cfg.requests as f64 * 1e-4,
             Job::TcpErrors(cfg) => 0.5 + cfg.bers.len() as f64 * cfg.requests as f64 * 5e-4,
+            Job::Own(j) => j.estimate,
         }
     }
 }
@@ -281,6 +335,8 @@ pub struct Done<T> {
     pub result: Result<Output, String>,
     pub seconds: f64,
     pub estimate: f64,
+    /// Jobs started (all of the run's, unless one failed).
+    pub jobs: usize,
 }
 
 impl<T> Done<T> {
@@ -341,6 +397,14 @@ impl<T> Done<T> {
         }
     }
 
+    /// What an [`OwnJob`] returned, as the type it returned.
+    pub fn own<R: Any>(&self) -> Option<&R> {
+        match self.outcome()? {
+            Outcome::Own(o) => o.0.downcast_ref(),
+            _ => None,
+        }
+    }
+
     /// The rounds of an alternating run: `Err` with why it was not measured.
     pub fn rounds(&self) -> Result<&[Round], String> {
         match &self.result {
@@ -371,13 +435,14 @@ pub fn execute<T>(plan: Plan<T>, runner: &dyn Runner, progress: &dyn Fn(Event)) 
         .into_iter()
         .map(|r| {
             let t0 = std::time::Instant::now();
-            let mut estimate = 0.0;
+            let (mut estimate, mut jobs) = (0.0, 0);
             let mut each = |label: String, job: &Job| {
                 let step = Step {
                     label,
                     estimate: job.estimate(),
                 };
                 estimate += step.estimate;
+                jobs += 1;
                 progress(Event::Start(&step));
                 let t = std::time::Instant::now();
                 let out = runner.run(job);
@@ -391,6 +456,7 @@ pub fn execute<T>(plan: Plan<T>, runner: &dyn Runner, progress: &dyn Fn(Event)) 
                 result,
                 seconds: t0.elapsed().as_secs_f64(),
                 estimate,
+                jobs,
             }
         })
         .collect()
@@ -523,6 +589,34 @@ mod tests {
         assert!(done[1].outcome().is_some());
         // The check stopped at its second job; the next run still ran.
         assert_eq!(fake.calls.borrow().len(), 3);
+    }
+
+    #[test]
+    fn an_experiments_own_job_returns_its_own_type() {
+        #[derive(Debug, PartialEq)]
+        struct Mine(u32);
+        let s = Suite::new(
+            "/nonexistent".into(),
+            crate::suite::Level::Smoke,
+            "/tmp".into(),
+        );
+        let mut plan = Plan::default();
+        plan.add(
+            "mine",
+            (),
+            Job::Own(OwnJob::new(0.5, |s| Ok(Mine(s.target_rounds() as u32)))),
+        );
+        plan.add(
+            "fails",
+            (),
+            Job::Own(OwnJob::new(0.5, |_| Err::<Mine, _>("no".into()))),
+        );
+        assert_eq!(plan.steps()[0].estimate, 0.5);
+        let done = execute(plan, &s, &|_| {});
+        assert_eq!(done[0].own::<Mine>(), Some(&Mine(1)));
+        assert_eq!(done[0].own::<u32>(), None);
+        assert_eq!(done[1].result.as_ref().unwrap_err(), "no");
+        assert_eq!((done[0].jobs, done[1].jobs), (1, 1));
     }
 
     #[test]

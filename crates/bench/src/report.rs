@@ -175,7 +175,12 @@ impl Report {
     /// What was measured, the targets met, where bulkwire stands against each baseline,
     /// and everything that was not measured, with why.
     pub fn summary(&self) -> String {
-        let runs: usize = self.sections.iter().map(|x| x.runs.len()).sum();
+        let runs: usize = self
+            .sections
+            .iter()
+            .flat_map(|x| &x.runs)
+            .map(|r| r.jobs)
+            .sum();
         let names: Vec<&str> = self.sections.iter().map(|x| x.name.as_str()).collect();
         let mut s = format!(
             "## Summary\n\nMeasured: {} ({runs} runs, {:.0} s). Two processes on this host \

@@ -422,6 +422,8 @@ pub struct RunTime {
     pub label: String,
     pub seconds: f64,
     pub estimate: f64,
+    /// Jobs it started (an alternating run starts several).
+    pub jobs: usize,
 }
 
 /// One experiment's part of the report.

@@ -1,6 +1,6 @@
 //! The stacks `bwbench` measures, as typed values: which protocol over which link, at which
 //! layer, with which faults. A job's worker processes learn their stack from one function,
-//! [`env`]; the serialised forms (lower-case names) are those of `BULKWIRE_PROTOCOL` and
+//! [`env()`]; the serialised forms (lower-case names) are those of `BULKWIRE_PROTOCOL` and
 //! `BULKWIRE_TRANSPORT`.
 
 use std::fmt;

@@ -2,7 +2,7 @@
 //! how long the suite runs ([`Level`]), and the user's MPI; and the [`Runner`] that
 //! carries out a plan's jobs.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -46,6 +46,16 @@ impl Suite {
             work,
             mpi: OnceLock::new(),
         }
+    }
+
+    /// The `bwbench` executable the workers are started from.
+    pub fn exe(&self) -> &Path {
+        &self.exe
+    }
+
+    /// A directory for build products, removed when the run ends.
+    pub fn work_dir(&self) -> &Path {
+        &self.work
     }
 
     /// Leaves MPI out even where it is installed.
@@ -110,6 +120,7 @@ impl Runner for Suite {
                 errors::sim_error_rate(protocol.name(), cfg).map(Outcome::Curve)
             }
             Job::TcpErrors(cfg) => netns::tcp_error_rate(cfg).map(Outcome::Curve),
+            Job::Own(j) => j.run(self).map(Outcome::Own),
         }
     }
 }

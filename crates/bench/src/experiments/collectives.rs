@@ -17,7 +17,7 @@ use crate::suite::{Level, Suite};
 pub struct Collectives;
 
 pub enum Tag {
-    /// One bulkwire job running every collective, by stack `i` of [`stacks`].
+    /// One bulkwire job running every collective, by the `i`-th of `stacks()`.
     Ours { stack: usize, p: u32 },
     Mpi {
         net: MpiNet,

@@ -20,12 +20,12 @@ use crate::suite::Suite;
 pub struct Layers;
 
 pub enum Tag {
-    /// The 8 B latency of layer `i` of [`LEVELS`].
+    /// The 8 B latency of the `i`-th of `levels()`.
     Latency(usize),
     /// The streaming bandwidth of layer `i`.
     Bandwidth(usize),
     Bsp,
-    /// A broadcast of collectives stack `i` of [`colls`].
+    /// A broadcast over the `i`-th of `colls()`.
     Coll(usize),
     MpiLatency(MpiNet),
     /// MPI's streaming, OSU's way (one receive buffer) or `own` (a buffer per message).

@@ -1,8 +1,16 @@
 //! The experiments of `bwbench`, one module each, and the [`REGISTRY`] that `bwbench`
 //! takes its subcommands from. An experiment makes a [`Plan`] of the runs it needs for a
 //! [`Suite`]'s level, then writes its [`Section`] of the report from what they returned.
-//! Adding an experiment is adding a module that implements [`Experiment`] and its line in
-//! [`REGISTRY`].
+//!
+//! Adding an experiment is adding a module and its line in [`REGISTRY`]: the module
+//! implements [`Experiment`], with a tag type saying what each run is for. Its plan adds
+//! jobs of the kinds in [`Job`] (two-process and p-process jobs of `bwbench`'s workers over
+//! a typed [`Stack`], the user's MPI, the simulated network), or jobs of its own
+//! ([`crate::plan::OwnJob`]: any function of the suite, whose result its report takes back
+//! with [`Done::own`]); alternating checks of a target go in with [`Plan::alternate`], and
+//! what it leaves out with [`Plan::skip`], with the reason. Its report reads the runs in
+//! order; failed runs are already listed as not measured. The progress bar, the time
+//! estimate and `bwbench --plan` follow from the plan, and `bwbench all` runs it.
 
 use std::time::Instant;
 
@@ -128,6 +136,7 @@ impl<E: Experiment> Prepared for Ready<'_, E> {
                 label: d.label.clone(),
                 seconds: d.seconds,
                 estimate: d.estimate,
+                jobs: d.jobs,
             })
             .collect();
         sec.seconds = t0.elapsed().as_secs_f64();
@@ -276,6 +285,7 @@ mod tests {
                 }),
                 Job::SimErrors { protocol, cfg } => curve(protocol.name(), &cfg.bers),
                 Job::TcpErrors(cfg) => curve("tcp", &cfg.bers),
+                Job::Own(_) => return Err("not run in this test".into()),
             })
         }
     }

@@ -117,34 +117,37 @@ pub enum Outcome {
     Own(Own),
 }
 
-/// Seconds each side of a message costs in the estimates: a round trip's fixed part, and
-/// bytes per second copied.
-const PER_MESSAGE: f64 = 3e-6;
-const COPY_RATE: f64 = 3e9;
+/// What the estimates take a job to cost here (two cores, loopback): a message's fixed
+/// part and the bytes per second moved, starting a job of `bwbench` workers and starting
+/// `mpirun`, all in seconds.
+const PER_MESSAGE: f64 = 2e-6;
+const COPY_RATE: f64 = 6e9;
+const JOB_START: f64 = 0.06;
+const MPI_START: f64 = 0.15;
 
 impl Job {
     /// Roughly how long the job takes here, in seconds: for the progress bar's estimate,
     /// never for a result.
     pub fn estimate(&self) -> f64 {
         match self {
-            Job::Pair(spec) => 0.1 + measure_cost(&spec.measure),
+            Job::Pair(spec) => JOB_START + measure_cost(&spec.measure),
             Job::Group { p, spec } => {
                 let per_round = f64::from(p - 1) * spec.size as f64 / COPY_RATE * 4.0;
-                0.1 + (spec.warmup + spec.reps) as f64 * (per_round + 1e-4)
+                JOB_START * f64::from(*p) + (spec.warmup + spec.reps) as f64 * (per_round + 1e-4)
             }
             Job::Bsp { p, spec, .. } => {
                 let steps = (spec.hmax / spec.hstep.max(1) + 1) * spec.batches * spec.iters;
-                let per_step = 10e-6 * f64::from(*p) + spec.hmax as f64 * 2e-8;
-                0.15 + (steps + spec.warmup) as f64 * per_step * 2.0
+                // l grows faster than p here (p = 4 shares two cores); g is small.
+                let per_step = 5e-6 * f64::from(*p).powf(1.5) + spec.hmax as f64 * 2.5e-8;
+                JOB_START * f64::from(*p) + (steps + spec.warmup) as f64 * per_step
             }
             Job::Coll { p, spec } => {
-                let calls = spec.kinds.len() * (spec.warmup + spec.iters);
+                let calls = (spec.kinds.len() * (spec.warmup + spec.iters)) as f64;
                 let bytes: usize = spec.sizes.iter().sum::<usize>() * *p as usize;
-                let per_call = 3.0 * PER_MESSAGE * f64::from(*p);
-                0.15 + calls as f64 * (per_call * spec.sizes.len() as f64)
-                    + calls as f64 * bytes as f64 / COPY_RATE
+                let per_call = 3.0 * PER_MESSAGE * f64::from(*p) * spec.sizes.len() as f64;
+                JOB_START * f64::from(*p) + calls * (per_call + bytes as f64 / COPY_RATE)
             }
-            Job::Mpi(m) => 0.35 + mpi_cost(m),
+            Job::Mpi(m) => MPI_START + mpi_cost(m),
             Job::SimAlltoall {
                 p, size, rounds, ..
             } => (f64::from(p * p) * *size as f64 * *rounds as f64) * 2e-10,

@@ -237,7 +237,10 @@ pub fn worker_main(args: &[OsString]) -> Result<(), String> {
             let (mut engine, _) =
                 job::connect_transport(&mut ctl, &cfg).map_err(|e| e.to_string())?;
             let peer = 1 - engine.rank();
-            let idle = spec.stack.lossy().then_some(Duration::from_millis(50));
+            let idle = spec
+                .stack
+                .lossy(&spec.faults)
+                .then_some(Duration::from_millis(50));
             let k = &mut OnTransport {
                 t: &mut engine,
                 peer,

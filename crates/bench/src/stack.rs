@@ -214,10 +214,16 @@ impl Stack {
         }
     }
 
-    /// Whether lost messages are simply lost (the receiver must not wait forever).
-    pub fn lossy(&self) -> bool {
-        self.transport()
-            .is_none_or(|t| t.protocol == Protocol::Utopia)
+    /// Whether lost messages are simply lost (the receiver must not wait forever): raw
+    /// sockets, and utopia where its link can lose them. Clean shared memory loses nothing
+    /// (a full ring holds the sender back), so utopia there is waited for like the others.
+    pub fn lossy(&self, faults: &Faults) -> bool {
+        match self.transport() {
+            None => true,
+            Some(t) => {
+                t.protocol == Protocol::Utopia && (t.link != Link::Shm || faults.0.is_active())
+            }
+        }
     }
 }
 
@@ -407,7 +413,10 @@ mod tests {
             progress: false,
         };
         assert_eq!(p.label(), "p2p over holefill/udp, no progress thread");
-        assert!(!p.lossy() && Stack::Raw { link: RawLink::Udp }.lossy());
-        assert!(Stack::Proto(Transport::shm(Protocol::Utopia)).lossy());
+        let (none, loss) = (Faults::none(), Faults::loss(0.01, 1));
+        assert!(!p.lossy(&loss) && Stack::Raw { link: RawLink::Udp }.lossy(&none));
+        assert!(Stack::Proto(Transport::udp(Protocol::Utopia)).lossy(&none));
+        let shm = Stack::Proto(Transport::shm(Protocol::Utopia));
+        assert!(!shm.lossy(&none) && shm.lossy(&loss));
     }
 }

@@ -194,8 +194,8 @@ fn per_size_table(sec: &Section, p: &Params) -> Table {
     t.note = format!(
         "OSU method: a window of 64 messages (bulkwire: fewer above 1 MiB, ~64 MiB per \
          repetition), then a short acknowledgement; {} repetitions after {} warm-up. \
-         Bandwidth counts bytes delivered: raw UDP and utopia lose what the kernel drops, \
-         shown in the fit table's last column.",
+         Bandwidth counts bytes delivered: raw UDP and utopia over UDP lose what the kernel \
+         drops, shown in the fit table's last column.",
         p.reps, p.warmup
     );
     for s in &sec.series {

@@ -50,13 +50,37 @@ pub fn run<S: Serialize, R: DeserializeOwned>(
     };
     let outcome = bulkwire_launch::launch(job.n, exe, &args, &opts).map_err(|e| e.to_string())?;
     let result = std::fs::read(&out);
+    let errors = std::fs::read_to_string(errors_of(&out)).unwrap_or_default();
     let _ = std::fs::remove_file(&out);
+    let _ = std::fs::remove_file(errors_of(&out));
     if !outcome.success() {
-        let why: Vec<String> = outcome.failures.iter().map(|f| f.to_string()).collect();
+        // The workers' own words first (see `record_failure`), then how they ended.
+        let mut why: Vec<String> = errors.lines().map(String::from).collect();
+        why.extend(outcome.failures.iter().map(|f| f.to_string()));
         return Err(why.join("; "));
     }
     let bytes = result.map_err(|e| format!("no result ({e})"))?;
     serde_json::from_slice(&bytes).map_err(|e| e.to_string())
+}
+
+/// Where the workers of the job writing `out` leave their errors.
+fn errors_of(out: &Path) -> PathBuf {
+    let mut p = out.as_os_str().to_owned();
+    p.push(".err");
+    p.into()
+}
+
+/// For a worker that failed with `e`: leaves the error where [`run`] finds it (beside the
+/// result file its arguments, those after the mode, name), so that the report says why
+/// the job failed, not only that a process exited.
+pub fn record_failure(args: &[OsString], e: &str) {
+    let [_, out] = args else { return };
+    let line = format!("{}\n", e.replace('\n', " "));
+    let _ = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(errors_of(Path::new(out)))
+        .and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
 }
 
 /// A worker's view of its arguments: the spec and where rank 0 writes the result.

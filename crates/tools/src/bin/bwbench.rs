@@ -135,6 +135,7 @@ fn worker(argv: &[OsString]) -> Option<ExitCode> {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("bwbench worker: {e}");
+            bulkwire_bench::jobs::record_failure(&argv[2..], &e);
             ExitCode::FAILURE
         }
     })

@@ -110,7 +110,7 @@ static void collective(const char *name, long size, int warmup, int iters) {
     free(s); free(sb); free(rb);
 }
 
-/* Seed 000's overlap benchmark: pre-post a receive, compute, then wait; the wait time. */
+/* Riesen & Maccabe's overlap benchmark: pre-post a receive, compute, then wait; the wait time. */
 static void overlap(long size, double compute, int reps) {
     char *b = buf(size);
     double *s = malloc(sizeof(double) * reps);

@@ -10,6 +10,7 @@ use bulkwire_bsp::bench::{BenchConfig, measure};
 use serde::{Deserialize, Serialize};
 
 use crate::jobs;
+use crate::stack::{Faults, Stack, Transport};
 
 /// What to measure.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -31,15 +32,22 @@ pub struct BspResult {
     pub samples: Vec<(usize, f64)>,
 }
 
-/// Runs `spec` on `p` processes of `exe` with extra environment `env` (the stack).
+/// Runs `spec` on `p` processes of `exe`, BSPlib over `over`.
 pub fn run(
     exe: &Path,
     p: u32,
     spec: &BspSpec,
-    env: &[(&str, &str)],
+    over: Transport,
     timeout: Duration,
 ) -> Result<BspResult, String> {
-    jobs::run(exe, p, "__bsp", spec, env, timeout)
+    let job = jobs::Job {
+        n: p,
+        mode: "__bsp",
+        stack: &Stack::Bsp(over.check()?),
+        faults: &Faults::none(),
+        timeout,
+    };
+    jobs::run(exe, &job, spec)
 }
 
 /// The worker side of [`run`]: a BSP program of the launched job's size.

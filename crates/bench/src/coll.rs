@@ -18,6 +18,7 @@ use bulkwire_p2p::Comm;
 use serde::{Deserialize, Serialize};
 
 use crate::jobs;
+use crate::stack::{Faults, Stack};
 use crate::stats::Summary;
 
 /// The collectives measured, by the harness's names.
@@ -40,9 +41,8 @@ pub struct CollSpec {
     pub sizes: Vec<usize>,
     pub warmup: usize,
     pub iters: usize,
-    /// Environment of the workers on top of the caller's: how the job is carried, e.g.
-    /// `BULKWIRE_TRANSPORT=udp`, `BULKWIRE_COLL=p2p`.
-    pub env: Vec<(String, String)>,
+    /// How the collectives are carried (the workers' environment comes from it).
+    pub stack: Stack,
 }
 
 /// Per collective and size, the slowest process's seconds per call, one per iteration.
@@ -78,12 +78,17 @@ pub fn run(exe: &Path, n: u32, spec: &CollSpec, timeout: Duration) -> Result<Col
     if let Some(k) = spec.kinds.iter().find(|k| !KINDS.contains(&k.as_str())) {
         return Err(format!("unknown collective {k:?}"));
     }
-    let env: Vec<(&str, &str)> = spec
-        .env
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
-    jobs::run(exe, n, "__coll", spec, &env, timeout)
+    if !matches!(spec.stack, Stack::Coll { .. }) {
+        return Err(format!("{}: not a collectives stack", spec.stack.label()));
+    }
+    let job = jobs::Job {
+        n,
+        mode: "__coll",
+        stack: &spec.stack,
+        faults: &Faults::none(),
+        timeout,
+    };
+    jobs::run(exe, &job, spec)
 }
 
 /// One call of `kind` with `size` (see the module documentation).

@@ -1,13 +1,14 @@
-//! Seed 000's client/server error-rate experiment (its Figures 5 and 6): a client sends a
-//! request, the server answers, and the client's wait (request sent -> reply delivered)
-//! is measured against the bit-error rate of the network. RMPP was built for very low
-//! error rates and may degrade sharply past a threshold; the curve shows where.
+//! Riesen & Maccabe's client/server error-rate experiment (their Figures 5 and 6): a
+//! client sends a request, the server answers, and the client's wait (request sent ->
+//! reply delivered) is measured against the bit-error rate of the network. RMPP was built
+//! for very low error rates and may degrade sharply past a threshold; the curve shows
+//! where.
 //!
 //! The protocols over datagrams run on the simulated network ([`sim_error_rate`]):
 //! deterministic, and its bit errors are exact (each bit of each datagram flips with
 //! probability `ber`; the CRC catches it, so a corrupted packet is a lost packet). Kernel
 //! TCP cannot run there; [`crate::netns`] runs it between two network namespaces with
-//! random drops that model corrupted frames, where the tools exist.
+//! random drops that model corrupted frames, where namespaces can be made.
 
 use bulkwire_engine::sim::{SimCluster, SimError};
 use bulkwire_engine::{EndpointConfig, Event};

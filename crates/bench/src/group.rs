@@ -1,7 +1,7 @@
-//! Experiments over a job of p processes: all-to-all traffic (seed 000 Fig. 3) and total
-//! exchange in latin-square against pid order (seed 003 Table 1). Like [`crate::pair`], a
-//! spec is passed to worker processes of the `bwbench` binary, and rank 0 writes the
-//! result.
+//! Experiments over a job of p processes: all-to-all traffic (Riesen & Maccabe's Fig. 3)
+//! and total exchange in latin-square against pid order (Donaldson, Hill & Skillicorn's
+//! Table 1). Like [`crate::pair`], a spec is passed to worker processes of the `bwbench`
+//! binary, and rank 0 writes the result.
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
@@ -16,12 +16,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::jobs;
 use crate::kernels::TIMEOUT;
+use crate::stack::{self, Faults, Stack};
 
 /// The order in which a process sends to the others.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Schedule {
     /// Process i sends to i+1, i+2, ... (mod p): a latin square, so at each step every
-    /// process has exactly one sender (seed 003 section 3).
+    /// process has exactly one sender (Donaldson, Hill & Skillicorn, section 3).
     Latin,
     /// Everyone sends to 0, then 1, ...: each destination in turn is hit by all.
     PidOrder,
@@ -40,8 +41,9 @@ impl Schedule {
 /// A p-process experiment.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GroupSpec {
-    /// Protocol name (bulkwire over UDP).
-    pub protocol: String,
+    /// The transport every process runs.
+    #[serde(flatten)]
+    pub over: stack::Transport,
     /// Bytes each process sends to each other process per round.
     pub size: usize,
     pub schedule: Schedule,
@@ -77,7 +79,14 @@ impl GroupResult {
 
 /// Runs `spec` as a job of `n` processes of `exe`.
 pub fn run(exe: &Path, n: u32, spec: &GroupSpec, timeout: Duration) -> Result<GroupResult, String> {
-    jobs::run(exe, n, "__group", spec, &[], timeout)
+    let job = jobs::Job {
+        n,
+        mode: "__group",
+        stack: &Stack::Proto(spec.over.check()?),
+        faults: &Faults::none(),
+        timeout,
+    };
+    jobs::run(exe, &job, spec)
 }
 
 /// First byte of every message: what it is for.
@@ -146,8 +155,7 @@ pub fn worker_main(args: &[OsString]) -> Result<(), String> {
     let w = jobs::Worker::<GroupSpec>::parse(args)?;
     let spec = w.spec.clone();
     let mut ctl = w.join()?;
-    let mut cfg = jobs::settings()?.job().clone();
-    cfg.protocol = Some(spec.protocol.clone());
+    let cfg = spec.over.job_config(jobs::settings()?.job().clone())?;
     let (mut t, _) = job::connect_transport(&mut ctl, &cfg).map_err(|e| e.to_string())?;
     let (me, p) = (t.rank(), t.nprocs());
     let mut inbox = Inbox::new(p);

@@ -43,6 +43,20 @@ pub struct MpiPoint {
     pub median: f64,
 }
 
+/// One run of the harness: `kind` (latency, bandwidth, bandwidth-own, overlap, or a
+/// collective) on `np` processes over `net`, `warmup` and `iters` per size, and `extra`
+/// (bandwidth: the window; overlap: seconds of computation).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MpiJob {
+    pub kind: String,
+    pub np: u32,
+    pub net: MpiNet,
+    pub warmup: usize,
+    pub iters: usize,
+    pub extra: f64,
+    pub sizes: Vec<usize>,
+}
+
 /// An MPI found on this machine, with the harness built.
 pub struct Mpi {
     pub version: String,
@@ -104,21 +118,18 @@ impl Mpi {
         })
     }
 
-    /// Runs the harness: `kind` (latency, bandwidth, overlap, or a collective), `np`
-    /// processes, over `net`, with `warmup` and `iters`, `extra` (bandwidth: window;
-    /// overlap: compute seconds), for each size.
-    #[allow(clippy::too_many_arguments)]
-    pub fn run(
-        &self,
-        kind: &str,
-        np: u32,
-        net: MpiNet,
-        warmup: usize,
-        iters: usize,
-        extra: f64,
-        sizes: &[usize],
-        timeout: Duration,
-    ) -> Result<Vec<MpiPoint>, String> {
+    /// Runs `job` under `timeout`: a summary per size.
+    pub fn run(&self, job: &MpiJob, timeout: Duration) -> Result<Vec<MpiPoint>, String> {
+        let MpiJob {
+            kind,
+            np,
+            net,
+            warmup,
+            iters,
+            extra,
+            sizes,
+        } = job;
+        let (np, net) = (*np, *net);
         let mut cmd = Command::new("timeout");
         cmd.arg(format!("{}", timeout.as_secs().max(1)))
             .arg("mpirun");

@@ -1,5 +1,5 @@
 //! Kernels over the point-to-point library (`bulkwire_p2p::Comm`), the layer users call:
-//! ping-pong, OSU streaming with pre-posted receives, and seed 000's overlap benchmark
+//! ping-pong, OSU streaming with pre-posted receives, and Riesen & Maccabe's overlap benchmark
 //! (pre-post a receive, compute, then wait: how long the wait takes).
 
 use std::time::{Duration, Instant};
@@ -95,7 +95,7 @@ pub fn stream(
     Ok(out)
 }
 
-/// Seed 000's overlap benchmark: the initiator pre-posts a receive of `size` bytes, tells
+/// Riesen & Maccabe's overlap benchmark: the initiator pre-posts a receive of `size` bytes, tells
 /// the responder to send, computes for `compute`, then waits. Returns the waits, seconds.
 pub fn overlap(
     c: &Comm,

@@ -7,11 +7,11 @@ use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::time::Duration;
 
-use bulkwire_engine::job::{self, JobConfig, LinkKind};
+use bulkwire_engine::job::{self, JobConfig};
 use bulkwire_engine::{Transport, WaitPolicy};
 use bulkwire_launch::{Card, Control};
 use bulkwire_link::Rank;
-use bulkwire_link::{FaultConfig, Faulty, UdpLink};
+use bulkwire_link::{Faulty, UdpLink};
 use bulkwire_protocol::PeerStats;
 use serde::{Deserialize, Serialize};
 
@@ -19,59 +19,8 @@ use crate::jobs;
 use crate::kernels::{self, Role};
 use crate::p2pk;
 use crate::raw::{self, RawChannel, RawTcp, RawUdp};
-
-/// What carries the messages.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Stack {
-    /// Bare datagrams over a link: no header, no recovery (the baseline).
-    Raw { link: String },
-    /// A protocol of `bulkwire_protocol::PROTOCOLS` over a link (`udp`, `shm`, `auto`), or `tcp`:
-    /// bulkwire's upper layers over kernel TCP (the link is then ignored).
-    Proto { protocol: String, link: String },
-    /// The point-to-point library (`Comm`) over such a stack, with or without its progress
-    /// thread.
-    P2p {
-        protocol: String,
-        link: String,
-        progress: bool,
-    },
-}
-
-impl Stack {
-    /// How reports name it.
-    pub fn label(&self) -> String {
-        match self {
-            Stack::Raw { link } => format!("raw {}", link.to_uppercase()),
-            Stack::Proto { protocol, .. } if protocol == job::TCP => "bulkwire/tcp".into(),
-            Stack::Proto { protocol, link } => format!("{protocol}/{link}"),
-            Stack::P2p {
-                protocol,
-                link,
-                progress,
-            } => {
-                let under = Stack::Proto {
-                    protocol: protocol.clone(),
-                    link: link.clone(),
-                }
-                .label();
-                let thread = if *progress {
-                    ""
-                } else {
-                    ", no progress thread"
-                };
-                format!("p2p over {under}{thread}")
-            }
-        }
-    }
-
-    /// Whether lost messages are simply lost (the receiver must not wait forever).
-    pub fn lossy(&self) -> bool {
-        match self {
-            Stack::Raw { .. } => true,
-            Stack::Proto { protocol, .. } | Stack::P2p { protocol, .. } => protocol == "utopia",
-        }
-    }
-}
+pub use crate::stack::Stack;
+use crate::stack::{self, Faults, RawLink};
 
 /// What to measure.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -88,7 +37,7 @@ pub enum Measure {
         warmup: usize,
         reps: usize,
     },
-    /// Seed 000's overlap: pre-post a receive, compute for `compute_ms`, wait; the waits.
+    /// Riesen & Maccabe's overlap: pre-post a receive, compute for `compute_ms`, wait; the waits.
     /// Point-to-point stacks only.
     Overlap {
         sizes: Vec<usize>,
@@ -112,8 +61,8 @@ pub fn window_for(size: usize) -> usize {
 pub struct PairSpec {
     pub stack: Stack,
     pub measure: Measure,
-    /// `BULKWIRE_FAULTS` syntax; empty for none.
-    pub faults: String,
+    /// Injected on receive (`BULKWIRE_FAULTS` syntax in JSON; empty for none).
+    pub faults: Faults,
 }
 
 /// The measurements at one message size.
@@ -193,8 +142,27 @@ pub struct PairResult {
 /// Runs `spec` as a job of two processes of `exe`, which must call [`worker_main`] with
 /// the arguments after its first.
 pub fn run(exe: &Path, spec: &PairSpec, timeout: Duration) -> Result<PairResult, String> {
-    jobs::run(exe, 2, "__pair", spec, &[], timeout)
-        .map_err(|e| format!("{}: {e}", spec.stack.label()))
+    check(&spec.stack)?;
+    let job = jobs::Job {
+        n: 2,
+        mode: "__pair",
+        stack: &spec.stack,
+        faults: &spec.faults,
+        timeout,
+    };
+    jobs::run(exe, &job, spec).map_err(|e| format!("{}: {e}", spec.stack.label()))
+}
+
+/// The stacks a pair measures: raw sockets, a transport, or the point-to-point library.
+fn check(stack: &Stack) -> Result<(), String> {
+    match stack {
+        Stack::Raw { .. } | Stack::Proto(_) | Stack::P2p { .. } => Ok(()),
+        other => Err(format!(
+            "{}: a pair experiment measures raw sockets, a transport or p2p",
+            other.label()
+        )),
+    }?;
+    stack.transport().map_or(Ok(()), |t| t.check().map(|_| ()))
 }
 
 /// The worker side of [`run`]: `args` are the spec (JSON) and the output path. Joins the
@@ -214,13 +182,14 @@ pub fn worker_main(args: &[OsString]) -> Result<(), String> {
     } else {
         Role::Responder
     };
-    let faults = FaultConfig::parse(&spec.faults).map_err(|e| e.to_string())?;
-    let result = match &spec.stack {
+    check(&spec.stack)?;
+    let faults = spec.faults.0.clone();
+    let result = match spec.stack {
         Stack::Raw { link } => {
             let policy = WaitPolicy::for_host(2);
             let peer = 1 - ctl.rank();
-            match link.as_str() {
-                "udp" => {
+            match link {
+                RawLink::Udp => {
                     let cfg = jobs::settings()?.job().udp.clone();
                     let bound = UdpLink::bind((ctl.local_ip(), 0).into(), &cfg)
                         .map_err(|e| e.to_string())?;
@@ -235,7 +204,7 @@ pub fn worker_main(args: &[OsString]) -> Result<(), String> {
                         measure(&mut OnRaw(&mut RawUdp::new(udp, peer, policy)), role, &spec)
                     }
                 }
-                "tcp" => {
+                RawLink::Tcp => {
                     let listener =
                         TcpListener::bind((ctl.local_ip(), 0)).map_err(|e| e.to_string())?;
                     let addrs =
@@ -249,20 +218,11 @@ pub fn worker_main(args: &[OsString]) -> Result<(), String> {
                     let mut ch = RawTcp::new(stream, policy).map_err(|e| e.to_string())?;
                     measure(&mut OnRaw(&mut ch), role, &spec)
                 }
-                other => {
-                    return Err(format!(
-                        "raw over {other:?} is not measured; use udp or tcp"
-                    ));
-                }
             }
         }
-        Stack::P2p {
-            protocol,
-            link,
-            progress,
-        } => {
+        Stack::P2p { over, progress } => {
             let mut cfg = jobs::settings()?.p2p;
-            cfg.job = job_config(protocol, link, faults)?;
+            cfg.job = job_config(over, faults)?;
             if !progress {
                 cfg.progress = None;
             }
@@ -272,12 +232,15 @@ pub fn worker_main(args: &[OsString]) -> Result<(), String> {
             write_result(role, &result, &w)?;
             return comm.finalize().map_err(|e| e.to_string());
         }
-        Stack::Proto { protocol, link } => {
-            let cfg = job_config(protocol, link, faults)?;
+        Stack::Proto(over) => {
+            let cfg = job_config(over, faults)?;
             let (mut engine, _) =
                 job::connect_transport(&mut ctl, &cfg).map_err(|e| e.to_string())?;
             let peer = 1 - engine.rank();
-            let idle = spec.stack.lossy().then_some(Duration::from_millis(50));
+            let idle = spec
+                .stack
+                .lossy(&spec.faults)
+                .then_some(Duration::from_millis(50));
             let k = &mut OnTransport {
                 t: &mut engine,
                 peer,
@@ -286,6 +249,9 @@ pub fn worker_main(args: &[OsString]) -> Result<(), String> {
             let result = measure(k, role, &spec)?;
             write_result(role, &result, &w)?;
             return job::finish(&mut engine, ctl, 0).map_err(|e| e.to_string());
+        }
+        Stack::Bsp(_) | Stack::Coll { .. } => {
+            Err(format!("{}: not a pair stack", spec.stack.label()))
         }
     }?;
     write_result(role, &result, &w)?;
@@ -306,15 +272,14 @@ fn exchange(
         .ok_or_else(|| "a peer published an unusable card".into())
 }
 
-/// The job configuration of a stack: the environment's, with its protocol, link and faults.
-fn job_config(protocol: &str, link: &str, faults: FaultConfig) -> Result<JobConfig, String> {
-    let mut cfg = jobs::settings()?.job().clone();
-    cfg.protocol = Some(protocol.to_string());
-    cfg.link = match link {
-        "udp" => LinkKind::Udp,
-        "shm" => LinkKind::Shm,
-        _ => LinkKind::Auto,
-    };
+/// The job configuration of a transport: the environment's, with its protocol, link and
+/// the spec's faults (so that a spec given on the command line runs what it says).
+fn job_config(
+    over: stack::Transport,
+    faults: bulkwire_link::FaultConfig,
+) -> Result<JobConfig, String> {
+    let base = jobs::settings()?.job().clone();
+    let mut cfg = over.job_config(base)?;
     cfg.faults = faults;
     Ok(cfg)
 }
@@ -345,7 +310,7 @@ trait Kernels {
         reps: usize,
     ) -> Result<Vec<kernels::StreamSample>, String>;
 
-    /// Seed 000's overlap; only the point-to-point layer has posted receives.
+    /// Riesen & Maccabe's overlap; only the point-to-point layer has posted receives.
     fn overlap(
         &mut self,
         _role: Role,

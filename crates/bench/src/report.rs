@@ -1,14 +1,14 @@
-//! The report `bwbench all` writes: `report.md` (tables in the seeds' layouts, every figure
+//! The report `bwbench all` writes: `report.md` (tables in the papers' layouts, every figure
 //! beside its baseline), `results.json` (every measurement with the machine and
 //! parameters) and SVG charts.
 
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use plotters::prelude::*;
 use serde::Serialize;
 
-use crate::suite::{Chart, Group, Section};
+use crate::section::{Baseline, Finding, Section};
+use crate::suite::Level;
 
 /// What the measurements were taken on.
 #[derive(Clone, Debug, Serialize)]
@@ -55,11 +55,46 @@ impl Machine {
             bulkwire: env!("CARGO_PKG_VERSION").to_string(),
             mpi: mpi.to_string(),
             date: utc_now(),
-            network: "all processes on this host: bulkwire over UDP on loopback, MPI over \
-                      shared memory and TCP on loopback"
+            network: "all processes on this host: bulkwire over UDP on loopback or over shared \
+                      memory (as each row says), MPI over shared memory and TCP on loopback"
                 .into(),
         }
     }
+}
+
+/// The summary's table: per baseline, bulkwire's figure beside the baseline's.
+fn findings_table<'a>(findings: impl Iterator<Item = &'a Finding>) -> String {
+    let mut all: Vec<&Finding> = findings.collect();
+    if all.is_empty() {
+        return String::new();
+    }
+    all.sort_by_key(|f| f.against);
+    let mut s = String::from(
+        "Where bulkwire stands against each baseline, both measured in this run:\n\n\
+         | against | figure | bulkwire | baseline | bulkwire is |\n|---|---|---|---|---|\n",
+    );
+    for f in all {
+        s += &format!(
+            "| {} | {} | {} | {} | {} |\n",
+            f.against.label(),
+            f.what,
+            f.unit.format(f.ours),
+            f.unit.format(f.theirs),
+            f.verdict()
+        );
+    }
+    let missing: Vec<&str> = Baseline::ALL
+        .iter()
+        .filter(|b| !s.contains(&format!("| {} |", b.label())))
+        .map(|b| b.label())
+        .collect();
+    if !missing.is_empty() {
+        s += &format!(
+            "\nNo figure against {} (see Not measured).\n",
+            missing.join(", ")
+        );
+    }
+    s + "\n"
 }
 
 /// The current time as `YYYY-MM-DDTHH:MM:SSZ` (civil-from-days, no calendar crate).
@@ -89,14 +124,15 @@ fn utc_now() -> String {
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
     pub machine: Machine,
-    pub level: crate::suite::Level,
+    pub level: Level,
     pub command: String,
     pub seconds: f64,
     pub sections: Vec<Section>,
 }
 
 impl Report {
-    /// The Markdown report.
+    /// The Markdown report: what was measured and on what, the summary, the targets, then
+    /// each experiment's section.
     pub fn markdown(&self) -> String {
         let m = &self.machine;
         let mut s = String::from("# bulkwire benchmark report\n\n");
@@ -110,12 +146,13 @@ impl Report {
             m.network,
             self.command,
             match self.level {
-                crate::suite::Level::Smoke => "smoke test: too few iterations to quote",
-                crate::suite::Level::Quick => "quick mode",
-                crate::suite::Level::Full => "full mode",
+                Level::Smoke => "smoke test: too few iterations to quote",
+                Level::Quick => "quick mode",
+                Level::Full => "full mode",
             },
             self.seconds
         );
+        s += &self.summary();
         let targets: Vec<_> = self.sections.iter().flat_map(|x| &x.targets).collect();
         if !targets.is_empty() {
             s += "## Targets\n\n| figure | measured | target | met |\n|---|---|---|---|\n";
@@ -135,6 +172,62 @@ impl Report {
         s
     }
 
+    /// What was measured, the targets met, where bulkwire stands against each baseline,
+    /// and everything that was not measured, with why.
+    pub fn summary(&self) -> String {
+        let runs: usize = self
+            .sections
+            .iter()
+            .flat_map(|x| &x.runs)
+            .map(|r| r.jobs)
+            .sum();
+        let names: Vec<&str> = self.sections.iter().map(|x| x.name.as_str()).collect();
+        let mut s = format!(
+            "## Summary\n\nMeasured: {} ({runs} runs, {:.0} s). Two processes on this host \
+             unless a table says otherwise.\n\n",
+            names.join(", "),
+            self.seconds
+        );
+        let targets: Vec<_> = self.sections.iter().flat_map(|x| &x.targets).collect();
+        let met = targets.iter().filter(|t| t.met == Some(true)).count();
+        let missed: Vec<&str> = targets
+            .iter()
+            .filter(|t| t.met != Some(true))
+            .map(|t| t.what.as_str())
+            .collect();
+        if !targets.is_empty() {
+            s += &format!("**Targets: {met} of {} met.**", targets.len());
+            if !missed.is_empty() {
+                s += &format!(" Not met: {}.", missed.join("; "));
+            }
+            s += " (Table below.)\n\n";
+        }
+        s += &findings_table(self.sections.iter().flat_map(|x| &x.findings));
+        s += &self.not_measured();
+        s
+    }
+
+    /// Every skip of every section, each reason once with the sections it applies to.
+    fn not_measured(&self) -> String {
+        let mut why: Vec<(&str, Vec<&str>)> = Vec::new();
+        for sec in &self.sections {
+            for k in &sec.skipped {
+                match why.iter_mut().find(|(w, _)| w == k) {
+                    Some((_, secs)) => secs.push(&sec.name),
+                    None => why.push((k, vec![&sec.name])),
+                }
+            }
+        }
+        if why.is_empty() {
+            return "Everything planned was measured.\n\n".into();
+        }
+        let mut s = format!("**Not measured** ({}):\n\n", why.len());
+        for (w, secs) in why {
+            s += &format!("- {w} ({})\n", secs.join(", "));
+        }
+        s + "\n"
+    }
+
     /// Writes `report.md`, `results.json` and the charts into `dir`.
     pub fn write(&self, dir: &Path) -> std::io::Result<()> {
         std::fs::create_dir_all(dir)?;
@@ -143,179 +236,21 @@ impl Report {
         std::fs::write(dir.join("results.json"), json)?;
         for sec in &self.sections {
             for c in &sec.charts {
-                std::fs::write(dir.join(&c.file), svg(c))?;
+                std::fs::write(dir.join(&c.file), crate::chart::svg(c))?;
             }
         }
         Ok(())
     }
 }
 
-/// Renders a chart as SVG: one line per series, log axes where asked.
-pub fn svg(c: &Chart) -> String {
-    let mut out = String::new();
-    {
-        let root = SVGBackend::with_string(&mut out, (900, 560)).into_drawing_area();
-        let _ = draw(&root, c);
-        let _ = root.present();
-    }
-    out
-}
-
-fn draw<DB: DrawingBackend>(
-    root: &DrawingArea<DB, plotters::coord::Shift>,
-    c: &Chart,
-) -> Result<(), String> {
-    let err = |e: &dyn std::fmt::Display| e.to_string();
-    root.fill(&WHITE).map_err(|e| err(&e))?;
-    let pts: Vec<Vec<(f64, f64)>> = c
-        .series
-        .iter()
-        .map(|s| {
-            s.points
-                .iter()
-                .map(|p| (p.size as f64, p.median * c.y_scale))
-                .filter(|&(x, y)| x.is_finite() && y.is_finite() && (!c.log_x || x > 0.0))
-                .filter(|&(_, y)| !c.log_y || y > 0.0)
-                .collect()
-        })
-        .collect();
-    let all: Vec<(f64, f64)> = pts.iter().flatten().copied().collect();
-    if all.is_empty() {
-        return Ok(());
-    }
-    let (mut x0, mut x1, mut y0, mut y1) = all.iter().fold(
-        (f64::MAX, f64::MIN, f64::MAX, f64::MIN),
-        |(a, b, c, d), &(x, y)| (a.min(x), b.max(x), c.min(y), d.max(y)),
-    );
-    if x0 == x1 {
-        x1 = x0 * 2.0 + 1.0;
-    }
-    if y0 == y1 {
-        y1 = y0 * 2.0 + 1.0;
-    }
-    if c.log_y {
-        y0 /= 1.5;
-        y1 *= 1.5;
-    } else {
-        y0 = 0.0f64.min(y0);
-        y1 *= 1.1;
-    }
-    if !c.log_x {
-        x0 = 0.0f64.min(x0);
-    }
-    let palette = |i: usize, g: Group| -> RGBColor {
-        let base = [
-            RGBColor(31, 119, 180),
-            RGBColor(255, 127, 14),
-            RGBColor(44, 160, 44),
-            RGBColor(214, 39, 40),
-            RGBColor(148, 103, 189),
-            RGBColor(140, 86, 75),
-            RGBColor(227, 119, 194),
-            RGBColor(23, 190, 207),
-            RGBColor(188, 189, 34),
-        ];
-        match g {
-            Group::Baseline => RGBColor(90, 90, 90),
-            _ => base[i % base.len()],
-        }
-    };
-    macro_rules! plot {
-        ($xr:expr, $yr:expr) => {{
-            let mut chart = ChartBuilder::on(root)
-                .caption(&c.title, ("sans-serif", 20))
-                .margin(12)
-                .x_label_area_size(44)
-                .y_label_area_size(64)
-                .build_cartesian_2d($xr, $yr)
-                .map_err(|e| err(&e))?;
-            chart
-                .configure_mesh()
-                .x_desc(&c.x_label)
-                .y_desc(&c.y_label)
-                .draw()
-                .map_err(|e| err(&e))?;
-            for (i, (s, p)) in c.series.iter().zip(&pts).enumerate() {
-                let col = palette(i, s.group);
-                let style = if s.group == Group::Mpi {
-                    col.stroke_width(2)
-                } else {
-                    col.stroke_width(3)
-                };
-                chart
-                    .draw_series(LineSeries::new(p.iter().copied(), style))
-                    .map_err(|e| err(&e))?
-                    .label(&s.label)
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], col));
-                chart
-                    .draw_series(p.iter().map(|&q| Circle::new(q, 3, col.filled())))
-                    .map_err(|e| err(&e))?;
-            }
-            chart
-                .configure_series_labels()
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK)
-                .position(SeriesLabelPosition::UpperLeft)
-                .draw()
-                .map_err(|e| err(&e))?;
-        }};
-    }
-    match (c.log_x, c.log_y) {
-        (true, true) => plot!((x0..x1).log_scale(), (y0..y1).log_scale()),
-        (true, false) => plot!((x0..x1).log_scale(), y0..y1),
-        (false, true) => plot!(x0..x1, (y0..y1).log_scale()),
-        (false, false) => plot!(x0..x1, y0..y1),
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::suite::{Series, Stat};
 
     #[test]
     fn date_format() {
         let d = utc_now();
         assert_eq!(d.len(), 20);
         assert!(d.starts_with("20") && d.ends_with('Z'));
-    }
-
-    #[test]
-    fn chart_renders_every_series() {
-        let stat = |size, median| Stat {
-            size,
-            n: 1,
-            min: median,
-            mean: median,
-            max: median,
-            std_dev: 0.0,
-            median,
-            delivered: None,
-        };
-        let c = Chart {
-            file: "x.svg".into(),
-            title: "t".into(),
-            x_label: "x".into(),
-            y_label: "y".into(),
-            y_scale: 1e6,
-            log_x: true,
-            log_y: true,
-            series: vec![
-                Series {
-                    label: "alpha".into(),
-                    group: Group::Baseline,
-                    points: vec![stat(8, 2e-6), stat(1024, 4e-6)],
-                },
-                Series {
-                    label: "beta".into(),
-                    group: Group::Bulkwire,
-                    points: vec![stat(8, 3e-6), stat(1024, 5e-6)],
-                },
-            ],
-        };
-        let s = svg(&c);
-        assert!(s.starts_with("<svg") || s.contains("<svg"));
-        assert!(s.contains("alpha") && s.contains("beta"));
     }
 }

@@ -6,7 +6,8 @@
 //! the baseline and the candidate therefore run back to back, several times, in ABBA
 //! order (baseline first in even rounds, candidate first in odd ones, so neither always
 //! runs on a warmer or a quieter machine). Each round gives one ratio; the verdict takes
-//! their median, and the report prints their range beside it.
+//! their median, and the report prints their range beside it. A plan's alternating runs
+//! ([`crate::plan::Work::Rounds`]) follow [`order`]; [`Rounds`] holds their figures.
 
 use crate::stats::Summary;
 
@@ -19,41 +20,28 @@ pub struct Rounds {
     pub invalid: usize,
 }
 
-/// One side's measurement: `Ok(None)` when the run worked but its figure is not a valid
-/// baseline (the round is then left out), `Err` when it failed.
-pub type Measurement<'a> = dyn FnMut() -> Result<Option<f64>, String> + 'a;
+/// A side of an alternating check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    Base,
+    Cand,
+}
 
-/// Runs `rounds` rounds of `base` and `cand` in ABBA order (baseline first in even
-/// rounds): each round's (baseline, candidate) results. A failed run ends them all with
-/// its error.
-pub fn abba<T>(
-    rounds: usize,
-    base: &mut dyn FnMut() -> Result<T, String>,
-    cand: &mut dyn FnMut() -> Result<T, String>,
-) -> Result<Vec<(T, T)>, String> {
-    let mut v = Vec::with_capacity(rounds);
-    for i in 0..rounds {
-        v.push(if i % 2 == 0 {
-            let b = base()?;
-            (b, cand()?)
-        } else {
-            let c = cand()?;
-            (base()?, c)
-        });
+/// Which side runs first in round `i` (from 0): the baseline in even rounds (ABBA order).
+pub fn order(i: usize) -> [Side; 2] {
+    if i.is_multiple_of(2) {
+        [Side::Base, Side::Cand]
+    } else {
+        [Side::Cand, Side::Base]
     }
-    Ok(v)
 }
 
 impl Rounds {
-    /// Runs `rounds` rounds of `base` and `cand` in ABBA order. A failed run ends the
-    /// whole check with its error.
-    pub fn run(
-        rounds: usize,
-        base: &mut Measurement<'_>,
-        cand: &mut Measurement<'_>,
-    ) -> Result<Rounds, String> {
+    /// The rounds of each round's (baseline, candidate) figures: a round counts when both
+    /// are finite and the baseline positive, and is left out otherwise.
+    pub fn collect(figures: impl IntoIterator<Item = (Option<f64>, Option<f64>)>) -> Rounds {
         let mut r = Rounds::default();
-        for (b, c) in abba(rounds, base, cand)? {
+        for (b, c) in figures {
             match (b, c) {
                 (Some(b), Some(c)) if b > 0.0 && b.is_finite() && c.is_finite() => {
                     r.base.push(b);
@@ -62,7 +50,7 @@ impl Rounds {
                 _ => r.invalid += 1,
             }
         }
-        Ok(r)
+        r
     }
 
     /// Candidate over baseline, per valid round.
@@ -118,53 +106,42 @@ mod tests {
 
     #[test]
     fn alternates_the_order_and_takes_the_median_ratio() {
-        let order = std::cell::RefCell::new(String::new());
-        let mut k = 0.0;
-        let mut base = || {
-            order.borrow_mut().push('b');
-            Ok(Some(2.0))
-        };
-        let mut cand = || {
-            order.borrow_mut().push('c');
-            k += 1.0;
-            Ok(Some(k))
-        };
-        let r = Rounds::run(4, &mut base, &mut cand).unwrap();
-        assert_eq!(*order.borrow(), "bccbbccb");
+        let order: String = (0..4)
+            .flat_map(order)
+            .map(|s| if s == Side::Base { 'b' } else { 'c' })
+            .collect();
+        assert_eq!(order, "bccbbccb");
+        let r = Rounds::collect((1..=4).map(|k| (Some(2.0), Some(k as f64))));
         assert_eq!(r.ratios(), vec![0.5, 1.0, 1.5, 2.0]);
         assert_eq!(r.ratio(), Some(1.25));
         assert!(
             r.describe()
                 .starts_with("median of 4 alternating rounds, 0.50-2.00x")
         );
+        assert_eq!(r.medians(), Some((2.0, 2.5)));
     }
 
     #[test]
-    fn rounds_without_a_valid_baseline_are_left_out_and_errors_end_the_check() {
-        let mut i = 0;
-        let mut base = || {
-            i += 1;
-            Ok((i != 2).then_some(1.0))
-        };
-        let mut cand = || Ok(Some(3.0));
-        let r = Rounds::run(3, &mut base, &mut cand).unwrap();
+    fn rounds_without_a_valid_baseline_are_left_out() {
+        let r = Rounds::collect([
+            (Some(1.0), Some(3.0)),
+            (None, Some(3.0)),
+            (Some(1.0), Some(3.0)),
+        ]);
         assert_eq!((r.ratios(), r.invalid), (vec![3.0, 3.0], 1));
         assert!(
             r.describe()
                 .ends_with("1 left out, without a valid baseline")
         );
-        let mut bad = || Err("no such stack".to_string());
-        let mut cand = || Ok(Some(1.0));
-        assert_eq!(
-            Rounds::run(3, &mut bad, &mut cand),
-            Err("no such stack".into())
-        );
-        let mut none = || Ok(None);
-        let mut cand = || Ok(Some(1.0));
-        let r = Rounds::run(2, &mut none, &mut cand).unwrap();
+        let bad = [
+            (Some(0.0), Some(1.0)),
+            (Some(f64::NAN), Some(1.0)),
+            (Some(1.0), None),
+        ];
+        let r = Rounds::collect(bad);
         assert_eq!(
             (r.ratio(), r.describe()),
-            (None, "no valid round of 2".into())
+            (None, "no valid round of 3".into())
         );
     }
 }

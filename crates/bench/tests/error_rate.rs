@@ -1,5 +1,5 @@
 //! The error-rate experiment, small: it runs, measures something plausible, and shows
-//! what seed 000 says.
+//! what Riesen & Maccabe report.
 
 use bulkwire_bench::errors::{ErrorRateConfig, sim_error_rate, to_text};
 use bulkwire_bench::netns::tcp_error_rate;
@@ -35,22 +35,38 @@ fn rmpp_degrades_past_a_bit_error_threshold() {
     assert!(sim_error_rate("utopia", &cfg).is_err());
 }
 
-/// Kernel TCP between two network namespaces with random drops; skipped (with a note)
-/// where root, `ip` or `iptables` are missing.
+/// Kernel TCP between two network namespaces joined by a relay that drops frames as bit
+/// errors would. It needs the right to make namespaces and the TUN driver: as root with
+/// /dev/net/tun it must run; elsewhere it must say which is missing.
 #[test]
-fn tcp_under_bit_errors_where_the_tools_exist() {
+fn tcp_under_bit_errors_between_namespaces() {
     let cfg = ErrorRateConfig {
         bers: vec![0.0, 1e-6],
         requests: 20,
         limit: 20 * SEC,
         ..ErrorRateConfig::default()
     };
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let tun = std::path::Path::new("/dev/net/tun").exists();
     match tcp_error_rate(&cfg) {
         Ok(c) => {
             eprintln!("{}", to_text(std::slice::from_ref(&c)));
-            assert_eq!(c.points[0].answered, 20);
-            assert_eq!(c.points[0].damaged, 0);
+            assert_eq!(c.points.len(), 2);
+            assert_eq!((c.points[0].answered, c.points[0].damaged), (20, 0));
+            // At 1e-6 a 9 KB frame fails about 7 % of the time, and each reply takes eight:
+            // the relay drops some of them (about 9 expected), and TCP recovers every one.
+            let noisy = &c.points[1];
+            assert_eq!(noisy.answered, 20, "{noisy:?}");
+            assert!(noisy.damaged > 0, "{noisy:?}");
         }
-        Err(e) => eprintln!("skipped: {e}"),
+        Err(e) if !(root && tun) => {
+            eprintln!("not measured here: {e}");
+            assert!(
+                e.contains("CAP_SYS_ADMIN") || e.contains("/dev/net/tun"),
+                "{e}"
+            );
+        }
+        Err(e) => panic!("as root with /dev/net/tun: {e}"),
     }
 }

@@ -50,7 +50,7 @@ fn pingpong_and_stream_measure() {
     h.join().unwrap();
 }
 
-/// Seed 000 Table 1's packet counts: utopia one packet per message; gbn a data packet and
+/// The packet counts of Riesen & Maccabe's Table 1: utopia one packet per message; gbn a data packet and
 /// its ACK; holefill about one (acks ride on the replies); rmpp about three (its Fin and
 /// Close besides the data). The link loses nothing, so the retransmission timeout is set
 /// far above any stall of the two threads: a thread descheduled for longer than the

@@ -109,7 +109,8 @@ fn smoke_suite_writes_a_complete_report() {
             .filter_map(|x| x.as_str())
             .filter(|x| !x.starts_with("MPI"))
             .collect();
-        // Kernel TCP under bit errors needs root and iptables; it may be skipped.
+        // Kernel TCP under bit errors needs the right to make network namespaces; it may
+        // be skipped.
         let skipped: Vec<&str> = skipped
             .into_iter()
             .filter(|x| !x.starts_with("kernel TCP"))

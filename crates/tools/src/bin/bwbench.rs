@@ -1,4 +1,4 @@
-//! `bwbench`: the seeds' experiments as one benchmark suite, measured on this machine
+//! `bwbench`: the papers' experiments as one benchmark suite, measured on this machine
 //! beside raw UDP, kernel TCP and (when installed) MPI, written up as a report directory:
 //! `report.md`, `results.json` and SVG charts.
 //!
@@ -11,22 +11,27 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use bulkwire_bench::experiments::{self, Entry, Prepared};
+use bulkwire_bench::plan::Event;
 use bulkwire_bench::report::{Machine, Report};
-use bulkwire_bench::suite::{Level, Section, Suite};
-use clap::{Parser, Subcommand, ValueEnum};
+use bulkwire_bench::section::Section;
+use bulkwire_bench::suite::{Level, Suite};
+use clap::{Command, CommandFactory, FromArgMatches, Parser};
 use indicatif::{ProgressBar, ProgressStyle};
 
+/// The options of every subcommand; the subcommands (`all` and one per experiment) come
+/// from the experiments' registry.
 #[derive(Parser, Debug)]
 #[command(
     name = "bwbench",
     version,
-    about = "Measure every bulkwire stack on this machine beside raw UDP, kernel TCP and MPI"
+    about = "Measure every bulkwire stack on this machine beside raw UDP, kernel TCP and MPI",
+    subcommand_required = true
 )]
 struct Args {
-    #[command(subcommand)]
-    cmd: Cmd,
     /// Fewer sizes and repetitions (about a minute for `all`).
     #[arg(long, global = true)]
     quick: bool,
@@ -42,101 +47,110 @@ struct Args {
     /// No progress bar (for logs).
     #[arg(long, global = true)]
     no_progress: bool,
+    /// List the runs the command would make, with their estimated times, and exit.
+    #[arg(long, global = true)]
+    plan: bool,
 }
 
-#[derive(Subcommand, Debug)]
-enum Cmd {
-    /// Every experiment below, into one report.
-    All,
-    /// One experiment.
-    #[command(flatten)]
-    One(Experiment),
+/// The command line: [`Args`], `all`, and a subcommand per registered experiment.
+fn command() -> Command {
+    let mut cmd = Args::command()
+        .subcommand(Command::new("all").about("Every experiment below, into one report"));
+    for e in experiments::REGISTRY {
+        cmd = cmd.subcommand(Command::new(e.name()).about(e.about()));
+    }
+    cmd
 }
 
-#[derive(Subcommand, Debug, Clone, Copy, ValueEnum)]
-enum Experiment {
-    /// Ping-pong half round trip per size: min / avg / max / std dev (seed 000 Table 1).
-    Latency,
-    /// Streaming bandwidth per size and the Hockney fit: t0, r_inf, n_1/2 (seed 002 Table 1).
-    Bandwidth,
-    /// All-to-all with 60 KiB messages: per-process bandwidth, packets and drops against p
-    /// (seed 000 Fig. 3), on this host and on the simulated switch.
-    Alltoall,
-    /// Total exchange in latin-square against pid order (seed 003 Table 1).
-    Exchange,
-    /// Client/server wait against bit-error rate per protocol (seed 000 Fig. 5 and 6).
-    Loss,
-    /// Pre-post, compute, wait: the wait against message size (seed 000 Fig. 4).
-    Overlap,
-    /// Latency, throughput and N/2 at each level of the stack (seed 004 Table 3).
-    Layers,
-    /// BSP: g and l by least squares over h-relations, and the empty superstep.
-    Bsp,
-    /// OSU-style latency of each collective per size and p (network cache, p2p over UDP).
-    Collectives,
-}
-
-const ALL: [Experiment; 9] = [
-    Experiment::Latency,
-    Experiment::Bandwidth,
-    Experiment::Layers,
-    Experiment::Bsp,
-    Experiment::Collectives,
-    Experiment::Alltoall,
-    Experiment::Overlap,
-    Experiment::Exchange,
-    Experiment::Loss,
-];
-
-impl Experiment {
-    fn runs(self, s: &Suite) -> usize {
-        match self {
-            Experiment::Latency | Experiment::Bandwidth => s.pair_runs(),
-            Experiment::Alltoall => s.alltoall_runs(),
-            Experiment::Exchange => s.exchange_runs(),
-            Experiment::Loss => s.loss_runs(),
-            Experiment::Overlap => s.overlap_runs(),
-            Experiment::Layers => s.layers_runs(),
-            Experiment::Bsp => s.bsp_runs(),
-            Experiment::Collectives => s.collectives_runs(),
+/// Prints every run of `plans`, with its estimate.
+fn print_plan(plans: &[Box<dyn Prepared + '_>]) {
+    let mut total = 0.0;
+    let mut runs = 0;
+    for p in plans {
+        for st in p.steps() {
+            println!("{:>7.1} s  {}: {}", st.estimate, p.name(), st.label);
+            total += st.estimate;
+            runs += 1;
         }
     }
+    println!("{runs} runs, about {total:.0} s");
+}
 
-    fn run(self, s: &Suite) -> Section {
-        match self {
-            Experiment::Latency => s.latency(),
-            Experiment::Bandwidth => s.bandwidth(),
-            Experiment::Alltoall => s.alltoall(),
-            Experiment::Exchange => s.exchange(),
-            Experiment::Loss => s.loss(),
-            Experiment::Overlap => s.overlap(),
-            Experiment::Layers => s.layers(),
-            Experiment::Bsp => s.bsp(),
-            Experiment::Collectives => s.collectives(),
-        }
+/// A progress bar over the plans' estimated time: each run advances it by its estimate,
+/// so the time left follows the plan rather than the count of runs.
+fn progress_bar(hidden: bool, plans: &[Box<dyn Prepared + '_>]) -> (ProgressBar, usize) {
+    let steps: Vec<_> = plans.iter().flat_map(|p| p.steps()).collect();
+    let total: f64 = steps.iter().map(|s| s.estimate).sum();
+    let bar = if hidden {
+        ProgressBar::hidden()
+    } else {
+        eprintln!(
+            "bwbench: {} runs in {} experiments, about {:.0} s",
+            steps.len(),
+            plans.len(),
+            total
+        );
+        ProgressBar::new((total * 1e3) as u64)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] ~{eta} left: {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    (bar, steps.len())
+}
+
+/// Runs `plans` in order with a progress bar (unless `hidden`): their sections.
+fn run_all(suite: &Suite, plans: Vec<Box<dyn Prepared + '_>>, hidden: bool) -> Vec<Section> {
+    let (bar, total) = progress_bar(hidden, &plans);
+    let started = AtomicUsize::new(0);
+    let mut sections = Vec::new();
+    for p in plans {
+        let name = p.name();
+        let progress = |e: Event| match e {
+            Event::Start(step) => {
+                let k = started.fetch_add(1, Ordering::Relaxed) + 1;
+                bar.set_message(format!("{k}/{total} {name}: {}", step.label));
+            }
+            Event::End(step, _) => bar.inc((step.estimate * 1e3) as u64),
+        };
+        sections.push(p.run(suite, &progress));
     }
+    bar.finish_and_clear();
+    sections
+}
+
+/// Runs a worker process of an experiment, started by bwbench itself (`__pair` and the
+/// like); `None` if `argv` is not a worker's.
+fn worker(argv: &[OsString]) -> Option<ExitCode> {
+    let main: fn(&[OsString]) -> Result<(), String> = match argv.get(1)?.to_str()? {
+        "__pair" => bulkwire_bench::pair::worker_main,
+        "__group" => bulkwire_bench::group::worker_main,
+        "__bsp" => bulkwire_bench::bspk::worker_main,
+        "__coll" => bulkwire_bench::coll::worker_main,
+        _ => return None,
+    };
+    Some(match main(&argv[2..]) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bwbench worker: {e}");
+            bulkwire_bench::jobs::record_failure(&argv[2..], &e);
+            ExitCode::FAILURE
+        }
+    })
 }
 
 fn main() -> ExitCode {
     let argv: Vec<OsString> = std::env::args_os().collect();
-    // Worker processes of an experiment, started by bwbench itself.
-    let worker = match argv.get(1).and_then(|a| a.to_str()) {
-        Some("__pair") => Some(bulkwire_bench::pair::worker_main as fn(&[OsString]) -> _),
-        Some("__group") => Some(bulkwire_bench::group::worker_main as fn(&[OsString]) -> _),
-        Some("__bsp") => Some(bulkwire_bench::bspk::worker_main as fn(&[OsString]) -> _),
-        Some("__coll") => Some(bulkwire_bench::coll::worker_main as fn(&[OsString]) -> _),
-        _ => None,
-    };
-    if let Some(w) = worker {
-        return match w(&argv[2..]) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("bwbench worker: {e}");
-                ExitCode::FAILURE
-            }
-        };
+    if let Some(code) = worker(&argv) {
+        return code;
     }
-    let args = Args::parse();
+    let matches = command().get_matches();
+    let args = match Args::from_arg_matches(&matches) {
+        Ok(a) => a,
+        Err(e) => e.exit(),
+    };
     let exe = match std::env::current_exe() {
         Ok(e) => e,
         Err(e) => {
@@ -144,49 +158,27 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let experiments: Vec<Experiment> = match args.cmd {
-        Cmd::All => ALL.to_vec(),
-        Cmd::One(e) => vec![e],
+    let chosen: Vec<&dyn Entry> = match matches.subcommand_name() {
+        Some("all") | None => experiments::REGISTRY.to_vec(),
+        Some(name) => experiments::find(name).into_iter().collect(),
     };
     let work = std::env::temp_dir().join(format!("bwbench-{}", std::process::id()));
-    let bar = if args.no_progress {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(0)
+    let level = match (args.smoke, args.quick) {
+        (true, _) => Level::Smoke,
+        (false, true) => Level::Quick,
+        (false, false) => Level::Full,
     };
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{elapsed_precise} [{bar:30}] {pos}/{len} runs, ~{eta} left: {msg}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar())
-        .progress_chars("=> "),
-    );
-    bar.enable_steady_tick(Duration::from_millis(200));
-    let b2 = bar.clone();
-    let level = if args.smoke {
-        Level::Smoke
-    } else if args.quick {
-        Level::Quick
-    } else {
-        Level::Full
-    };
-    let mut suite = Suite::new(exe, level, work.clone()).on_progress(move |what| {
-        b2.inc(1);
-        b2.set_message(what.to_string());
-    });
+    let mut suite = Suite::new(exe, level, work.clone());
     if args.no_mpi {
         suite = suite.without_mpi();
     }
-    bar.set_length(experiments.iter().map(|e| e.runs(&suite)).sum::<usize>() as u64);
-    let t0 = Instant::now();
-    let mut sections = Vec::new();
-    for e in &experiments {
-        let t = Instant::now();
-        let mut sec = e.run(&suite);
-        sec.seconds = t.elapsed().as_secs_f64();
-        sections.push(sec);
+    let plans: Vec<Box<dyn Prepared>> = chosen.iter().map(|e| e.prepare(&suite)).collect();
+    if args.plan {
+        print_plan(&plans);
+        return ExitCode::SUCCESS;
     }
-    bar.finish_and_clear();
+    let t0 = Instant::now();
+    let sections = run_all(&suite, plans, args.no_progress);
     let mpi = match suite.mpi() {
         Ok(m) => m.version.clone(),
         Err(e) => format!("not measured ({e})"),
@@ -203,17 +195,19 @@ fn main() -> ExitCode {
         sections,
     };
     let _ = std::fs::remove_dir_all(&work);
-    if let Err(e) = report.write(&args.out) {
-        eprintln!(
-            "bwbench: cannot write the report to {}: {e}",
-            args.out.display()
-        );
+    write(&report, &args.out)
+}
+
+/// Writes the report into `out` and prints it; fails if an experiment measured nothing.
+fn write(report: &Report, out: &std::path::Path) -> ExitCode {
+    if let Err(e) = report.write(out) {
+        eprintln!("bwbench: cannot write the report to {}: {e}", out.display());
         return ExitCode::FAILURE;
     }
     println!("{}", report.markdown());
     println!(
         "Report written to {}/report.md (data: results.json, charts: *.svg).",
-        args.out.display()
+        out.display()
     );
     let failed = report
         .sections

@@ -1,0 +1,313 @@
+//! Streaming bandwidth per size and the Hockney fit (Melas & Zaluska's Table 1), and each
+//! protocol's share of utopia's (Riesen & Maccabe's Fig. 2); targets: holefill against
+//! raw UDP, and holefill under 1 % loss against its own lossless rate, in alternating
+//! rounds.
+
+use super::latency::stacks;
+use super::{Experiment, add_mpi, pair};
+use crate::mpi::MpiJob;
+use crate::pair::{Measure, PairSpec};
+use crate::plan::{Done, Job, Outcome, Plan};
+use crate::rounds::Rounds;
+use crate::section::{
+    Axis, Baseline, Chart, Finding, Group, Scale, Section, Series, Table, Target, gbs, in_gbs,
+    ratio, size_label, us,
+};
+use crate::stack::{Faults, Protocol, RawLink, Stack, Transport};
+use crate::stats::hockney;
+use crate::suite::Suite;
+
+pub struct Bandwidth;
+
+pub enum Tag {
+    Stack,
+    Mpi,
+    /// holefill/udp against raw UDP at 1 MiB.
+    UdpTarget,
+    /// holefill/udp with 1 % loss against itself without.
+    LossTarget,
+}
+
+const MIB: usize = 1 << 20;
+
+struct Params {
+    sizes: Vec<usize>,
+    warmup: usize,
+    reps: usize,
+    /// Warm-up and repetitions per side of a target round.
+    target: (usize, usize),
+}
+
+fn params(s: &Suite) -> Params {
+    let (warmup, reps) = s.pick((1, 2), (1, 3), (2, 9));
+    Params {
+        sizes: s.pick(
+            vec![1 << 10, 64 << 10],
+            (5..=12).map(|k| 1usize << (2 * k)).collect(),
+            (10..=24).map(|k| 1usize << k).collect(),
+        ),
+        warmup,
+        reps,
+        target: s.pick((1, 2), (3, 5), (5, 9)),
+    }
+}
+
+/// The best complete repetition at the first size of a bandwidth run (see
+/// `Point::best_complete_rate`): raw UDP counts what arrives, and a repetition in which the
+/// kernel dropped datagrams says nothing about the link.
+pub fn best_rate(o: &Outcome) -> Option<f64> {
+    match o {
+        Outcome::Pair(r) => r.points.first().and_then(|p| p.best_complete_rate()),
+        _ => None,
+    }
+}
+
+impl Experiment for Bandwidth {
+    type Tag = Tag;
+
+    fn name(&self) -> &'static str {
+        "bandwidth"
+    }
+
+    fn about(&self) -> &'static str {
+        "Streaming bandwidth per size and the Hockney fit: t0, r_inf, n_1/2 (Melas & Zaluska, Table 1)"
+    }
+
+    fn plan(&self, s: &Suite) -> Plan<Tag> {
+        let p = params(s);
+        let mut plan = Plan::default();
+        let measure = Measure::Bandwidth {
+            sizes: p.sizes.clone(),
+            warmup: p.warmup,
+            reps: p.reps,
+        };
+        for stack in stacks() {
+            plan.add(stack.label(), Tag::Stack, pair(stack, measure.clone()));
+        }
+        // The MPI harness uses the OSU window of 64 at every size.
+        add_mpi(
+            &mut plan,
+            s,
+            |_| Tag::Mpi,
+            |net| MpiJob {
+                kind: "bandwidth".into(),
+                np: 2,
+                net,
+                warmup: p.warmup,
+                iters: p.reps,
+                extra: 64.0,
+                sizes: p.sizes.clone(),
+            },
+        );
+        let (warmup, reps) = p.target;
+        let at_mib = |stack, faults| {
+            Job::Pair(PairSpec {
+                stack,
+                measure: Measure::Bandwidth {
+                    sizes: vec![MIB],
+                    warmup,
+                    reps,
+                },
+                faults,
+            })
+        };
+        let holefill = Stack::Proto(Transport::udp(Protocol::Holefill));
+        plan.alternate(
+            "holefill 1 MiB streaming bandwidth vs raw UDP",
+            Tag::UdpTarget,
+            s.target_rounds(),
+            vec![at_mib(Stack::Raw { link: RawLink::Udp }, Faults::none())],
+            vec![at_mib(holefill, Faults::none())],
+        );
+        // The same stream with 1 % of the datagrams dropped on receive (the fault wrapper,
+        // seeded), against holefill's own lossless figure.
+        plan.alternate(
+            "holefill 1 MiB streaming bandwidth with 1% loss vs its lossless",
+            Tag::LossTarget,
+            s.target_rounds(),
+            vec![at_mib(holefill, Faults::none())],
+            vec![at_mib(holefill, Faults::loss(0.01, 11))],
+        );
+        plan
+    }
+
+    fn report(&self, s: &Suite, done: &[Done<Tag>]) -> Section {
+        let p = params(s);
+        let mut sec = Section::new("bandwidth", "Bandwidth: streaming, and the Hockney fit");
+        for d in done {
+            match d.tag {
+                Tag::Stack => {
+                    if let Some(r) = d.pair() {
+                        sec.series.push(Series::from_pair(r));
+                        sec.results.push(r.clone());
+                    }
+                }
+                Tag::Mpi => {
+                    if let Some(v) = d.mpi() {
+                        sec.series.push(Series::from_mpi(d.label.clone(), v));
+                        sec.mpi.extend_from_slice(v);
+                    }
+                }
+                Tag::UdpTarget | Tag::LossTarget => {}
+            }
+        }
+        sec.tables = vec![
+            per_size_table(&sec, &p),
+            hockney_table(&sec),
+            utopia_share_table(&sec, &p),
+        ];
+        sec.charts.push(Chart {
+            file: "bandwidth.svg".into(),
+            title: "Streaming bandwidth against message size".into(),
+            x: Axis::log("message size", Scale::Bytes),
+            y: Axis::log("bandwidth", Scale::BytesPerSecond),
+            series: sec.series.clone(),
+        });
+        for d in done {
+            let (want, limit) = match d.tag {
+                Tag::UdpTarget => (">= 0.90x (90 %)", 0.9),
+                Tag::LossTarget => (">= 0.80x (80 %)", 0.8),
+                _ => continue,
+            };
+            let r = rounds_of(d);
+            sec.check(d.label.clone(), r, |w, r| {
+                Target::of_rounds(w, r, want, in_gbs, |q| q >= limit)
+            });
+        }
+        findings(&mut sec);
+        sec
+    }
+}
+
+fn rounds_of(d: &Done<Tag>) -> Result<Rounds, String> {
+    super::latency::rounds_of(d, best_rate)
+}
+
+fn per_size_table(sec: &Section, p: &Params) -> Table {
+    let base = sec.series("raw UDP");
+    let base_at = |n| base.and_then(|b| b.at(n)).unwrap_or(f64::NAN);
+    let mut t = Table::by_size(
+        "Streaming bandwidth per message size (GB/s, median), and ratio to raw UDP",
+        "stack",
+        &p.sizes,
+    );
+    t.note = format!(
+        "OSU method: a window of 64 messages (bulkwire: fewer above 1 MiB, ~64 MiB per \
+         repetition), then a short acknowledgement; {} repetitions after {} warm-up. \
+         Bandwidth counts bytes delivered: raw UDP and utopia over UDP lose what the kernel \
+         drops, shown in the fit table's last column.",
+        p.reps, p.warmup
+    );
+    for s in &sec.series {
+        let mut row = vec![s.label.clone()];
+        for &n in &p.sizes {
+            row.push(match s.at(n) {
+                None => "-".into(),
+                Some(m) if s.label == "raw UDP" => gbs(m),
+                Some(m) => format!("{} ({})", gbs(m), ratio(m, base_at(n))),
+            });
+        }
+        t.rows.push(row);
+    }
+    t
+}
+
+fn hockney_table(sec: &Section) -> Table {
+    let mut t = Table::new(
+        "Hockney fit t(n) = t0 + n / r_inf (in the layout of Melas & Zaluska's Table 1)",
+        &[
+            "stack",
+            "t0 (us)",
+            "r_inf (GB/s)",
+            "n_1/2",
+            "delivered (worst size)",
+        ],
+        "Least squares of per-message time (size / bandwidth) against size over all sizes, \
+         each point weighted by its relative error so that small and large sizes count \
+         alike; n_1/2 = t0 * r_inf. In a stream, t0 is the cost per message that \
+         overlapping does not hide, not the latency.",
+    );
+    for s in &sec.series {
+        let pts: Vec<(f64, f64)> = s
+            .points
+            .iter()
+            .map(|p| (p.size as f64, p.size as f64 / p.median))
+            .collect();
+        let delivered = s
+            .points
+            .iter()
+            .map(|p| p.delivered.unwrap_or(1.0))
+            .fold(1.0f64, f64::min);
+        let h = hockney(&pts);
+        t.rows.push(vec![
+            s.label.clone(),
+            h.map_or("-".into(), |h| us(h.t0)),
+            h.map_or("-".into(), |h| gbs(h.r_inf)),
+            h.map_or("-".into(), |h| size_label(h.n_half.round() as usize)),
+            format!("{:.1} %", delivered * 100.0),
+        ]);
+    }
+    t
+}
+
+fn utopia_share_table(sec: &Section, p: &Params) -> Table {
+    let mut t = Table::by_size(
+        "Bandwidth as a fraction of utopia's (Riesen & Maccabe's Fig. 2)",
+        "stack",
+        &p.sizes,
+    );
+    t.note = "Utopia sends and trusts: the ceiling for every protocol over the same link.".into();
+    let Some(u) = sec.series("utopia/udp") else {
+        return t;
+    };
+    for s in sec.series.iter().filter(|s| s.group == Group::Bulkwire) {
+        let mut row = vec![s.label.clone()];
+        for &n in &p.sizes {
+            // Utopia may deliver nothing at a size (the kernel drops it all).
+            row.push(match (s.at(n), u.at(n).filter(|&b| b > 0.0)) {
+                (Some(m), Some(b)) => format!("{:.0} %", 100.0 * m / b),
+                _ => "-".into(),
+            });
+        }
+        t.rows.push(row);
+    }
+    t
+}
+
+/// The summary's lines at 1 MiB: holefill over UDP against raw UDP (the rounds' medians),
+/// raw TCP and MPI over TCP.
+fn findings(sec: &mut Section) {
+    let what = |base: &str| format!("1 MiB streaming bandwidth, holefill/udp vs {base}");
+    let at = |label: &str| sec.series(label).and_then(|s| s.at(MIB));
+    let rounds = sec
+        .rounds
+        .iter()
+        .find(|(w, _)| w.ends_with("vs raw UDP"))
+        .and_then(|(_, r)| r.medians());
+    let (ours, raw) = match rounds {
+        Some((b, c)) => (Some(c), Some(b)),
+        None => (at("holefill/udp"), at("raw UDP")),
+    };
+    let mut v = vec![
+        Finding::rate(Baseline::RawUdp, what("raw UDP"), ours, raw),
+        Finding::rate(
+            Baseline::KernelTcp,
+            what("raw TCP"),
+            at("holefill/udp"),
+            at("raw TCP"),
+        ),
+    ];
+    for s in sec.series.iter().filter(|s| s.group == Group::Mpi) {
+        if s.label.ends_with(" TCP") {
+            v.push(Finding::rate(
+                Baseline::MpiTcp,
+                what(&s.label),
+                at("holefill/udp"),
+                s.at(MIB),
+            ));
+        }
+    }
+    for f in v {
+        sec.find(f);
+    }
+}

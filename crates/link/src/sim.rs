@@ -299,6 +299,7 @@ impl SimNet {
             rank,
             nprocs: n.cfg.nodes,
             mtu: n.cfg.mtu,
+            intact: n.cfg.ber == 0.0,
         }
     }
 
@@ -393,6 +394,8 @@ pub struct SimLink {
     rank: Rank,
     nprocs: u32,
     mtu: usize,
+    /// No bit errors are configured: the bytes that arrive are the bytes sent.
+    intact: bool,
 }
 
 impl Link for SimLink {
@@ -406,6 +409,10 @@ impl Link for SimLink {
 
     fn max_datagram(&self, _peer: Rank) -> usize {
         self.mtu
+    }
+
+    fn intact(&self) -> bool {
+        self.intact
     }
 
     fn send(&mut self, batch: &[Tx<'_>]) -> io::Result<usize> {

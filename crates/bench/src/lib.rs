@@ -20,6 +20,7 @@ pub mod pair;
 pub mod raw;
 pub mod report;
 pub mod rounds;
+pub mod scale;
 pub mod simexp;
 pub mod stats;
 pub mod suite;

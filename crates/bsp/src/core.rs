@@ -769,6 +769,7 @@ impl Core {
         x.order = match self.cfg.schedule {
             Schedule::Latin => (1..p).map(|t| ((me + t) % p) as u32).collect(),
             Schedule::Pid => (0..p).filter(|&d| d != me).map(|d| d as u32).collect(),
+            Schedule::Random => shuffled(me as u32, step, p as u32),
         };
         x.order.retain(|&d| outgoing[d as usize].is_some());
         for (fed, o) in x.fed.iter_mut().zip(&outgoing) {
@@ -1170,6 +1171,25 @@ impl Net {
             })
         })
     }
+}
+
+/// The destinations other than `me` in an order drawn from `me` and `step`
+/// (Fisher-Yates over a splitmix64 stream), so every run of a program sends alike.
+fn shuffled(me: u32, step: u32, p: u32) -> Vec<u32> {
+    let mut order: Vec<u32> = (0..p).filter(|&d| d != me).collect();
+    let mut x = ((me as u64) << 32 | step as u64) ^ 0x9e37_79b9_7f4a_7c15;
+    let mut next = || {
+        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    for i in (1..order.len()).rev() {
+        let j = (next() % (i as u64 + 1)) as usize;
+        order.swap(i, j);
+    }
+    order
 }
 
 impl Exchange {

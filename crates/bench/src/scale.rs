@@ -503,18 +503,17 @@ pub fn sample_sort(cluster: &Cluster, p: u32, n: usize) -> Result<SimOutcome<usi
         b.sync()?;
         // Buckets by BSMP: one message per destination with its keys.
         let mut start = 0;
-        for d in 0..p as usize {
-            let end = if d + 1 == p as usize {
-                keys.len()
-            } else {
-                keys.partition_point(|&k| k < splitters[d])
+        for d in 0..p {
+            let end = match splitters.get(d as usize) {
+                Some(&s) => keys.partition_point(|&k| k < s).max(start),
+                None => keys.len(),
             };
             if end > start {
                 b.core
-                    .send("bsp_send", d as u32, &[], as_bytes(&keys[start..end]))
+                    .send("bsp_send", d, &[], as_bytes(&keys[start..end]))
                     .map_err(|e| e.to_string())?;
             }
-            start = end.max(start);
+            start = end;
         }
         b.sync()?;
         let mut mine: Vec<u64> = Vec::new();

@@ -34,7 +34,7 @@ use crate::bsmp::Queue;
 use crate::config::{Config, Schedule};
 use crate::error::misuse;
 use crate::regs::{Regs, Unregistered};
-use crate::wire::{self, Rec, RegOp, Row};
+use crate::wire::{self, Cell, Rec, RegOp, Summary};
 
 /// What one destination gets this superstep.
 #[derive(Default)]
@@ -494,28 +494,22 @@ impl Core {
         // process past the next barrier proves everyone has them (docs/bsp.md).
         n.t.hold_colour(step.wrapping_add(1) as u8);
         self.fill_deferred();
-        let row = self.my_row(ending);
-        let rows = self.reduce(n, step, row)?;
-        self.check_rows(&rows)?;
+        let b = self.reduce(n, step, ending)?;
+        self.check_summaries(&b.summaries)?;
         n.t.set_colour(step.wrapping_add(1) as u8);
-        self.exchange(n, step, &rows)?;
-        let me = self.pid as usize;
-        let pushes: Vec<Vec<u64>> = rows
-            .iter()
-            .map(|r| {
-                r.ops
-                    .iter()
-                    .filter_map(|op| match *op {
-                        RegOp::Push(size) => Some(size),
-                        RegOp::Pop(_) => None,
-                    })
-                    .collect()
-            })
-            .collect();
+        self.exchange(n, step, &b.incoming)?;
+        let calls = self.regs.ops().iter();
+        let k = calls.filter(|o| matches!(o, RegOp::Push(_))).count();
+        let pushes = b.pushes.finish(k).ok_or_else(|| {
+            BspError::Protocol(format!(
+                "the barrier of superstep {step} did not bring every process's {k} \
+                 registration sizes"
+            ))
+        })?;
         self.regs
             .commit(|k| pushes.iter().map(|v| v[k]).collect::<Vec<u64>>().into());
-        if let Some(t) = rows[me].tagsize {
-            self.tagsize = t as usize;
+        if let Some(t) = self.next_tagsize {
+            self.tagsize = t;
         }
         self.next_tagsize = None;
         self.step = step.wrapping_add(1);
@@ -537,95 +531,157 @@ impl Core {
         }
     }
 
-    fn my_row(&self, ending: bool) -> Row {
-        Row {
+    /// What this process's superstep says about its collective calls.
+    fn summary(&self, ending: bool) -> Summary {
+        Summary {
             ending,
-            sends: self
-                .out
+            ops: self
+                .regs
+                .ops()
                 .iter()
-                .enumerate()
-                .filter(|&(d, o)| d != self.pid as usize && !o.buf.is_empty())
-                .map(|(d, o)| (d as u32, o.buf.len() as u64, !o.gets.is_empty()))
+                .map(|op| match *op {
+                    RegOp::Push(_) => RegOp::Push(0),
+                    pop => pop,
+                })
                 .collect(),
-            ops: self.regs.ops().to_vec(),
             tagsize: self.next_tagsize.map(|t| t as u64),
         }
     }
 
-    /// The barrier: dissemination of every process's row.
-    fn reduce(&mut self, n: &mut Net, step: u32, row: Row) -> Result<Vec<Row>, BspError> {
+    /// This superstep's cells of the communication matrix: whom we send how much.
+    fn my_cells(&self) -> Vec<Cell> {
+        let me = self.pid as usize;
+        self.out
+            .iter()
+            .enumerate()
+            .filter(|&(d, o)| d != me && !o.buf.is_empty())
+            .map(|(d, o)| Cell {
+                src: self.pid,
+                dst: d as u32,
+                bytes: o.buf.len() as u64,
+                gets: !o.gets.is_empty(),
+            })
+            .collect()
+    }
+
+    /// The barrier, in ceil(log2 p) rounds of dissemination: in round r a process sends to
+    /// `pid + 2^r` and waits for `pid - 2^r`. What the rounds carry costs nothing per
+    /// process that has nothing to say, so an empty superstep's messages stay small at
+    /// any p:
+    ///
+    /// - the collective calls, reduced: of the summaries a process has heard, it keeps
+    ///   the lowest pid's and the lowest pid's that differs from it, so at the end every
+    ///   process holds pid 0's and, if anyone disagrees, one that does (an idempotent
+    ///   reduction: a summary heard twice changes nothing);
+    /// - registration sizes, gathered: every process needs every size of a new area;
+    /// - the communication matrix, transposed by index (Bruck et al.): the cell
+    ///   (src, dst) travels from src to dst by the bits of `(dst - src) mod p`, one bit
+    ///   per round, so each process ends with its column (who sends it how much: the
+    ///   seed's total exchange of counts) after forwarding about half of the cells it
+    ///   holds per round, and no process ever holds the whole matrix.
+    fn reduce(&mut self, n: &mut Net, step: u32, ending: bool) -> Result<Barrier, BspError> {
         let p = self.p;
         let me = self.pid;
-        let mut known: Vec<Option<Vec<u8>>> = vec![None; p as usize];
-        let mut mine = Vec::new();
-        row.encode(&mut mine);
-        known[me as usize] = Some(mine);
+        let mut own = Vec::new();
+        self.summary(ending).encode(&mut own);
+        let mut summaries = vec![(me, own)];
+        let mut pushes = Pushes::new(p);
+        let sizes: Vec<u64> = self
+            .regs
+            .ops()
+            .iter()
+            .filter_map(|op| match *op {
+                RegOp::Push(size) => Some(size),
+                RegOp::Pop(_) => None,
+            })
+            .collect();
+        if !sizes.is_empty() {
+            pushes.insert(me, sizes);
+        }
+        let mut held = self.my_cells();
+        let mut incoming = Vec::new();
         let mut dist = 1u32;
         let mut round = 0u8;
         while dist < p {
             let to = (me + dist) % p;
             let from = (me + p - dist) % p;
-            let msg = wire::reduce_msg(step, round, &known);
+            let (go, stay): (Vec<Cell>, Vec<Cell>) = held
+                .into_iter()
+                .partition(|c| ((c.dst + p - me) % p) & dist != 0);
+            held = stay;
+            let msg = wire::reduce_msg(step, round, &summaries, pushes.iter(), &go);
             n.t.send(to, Bytes::from(msg), false)?;
-            n.t.expect(from, true);
-            let mut got = None;
-            let r = n.wait(|n| {
-                got = n.take(|f, k, s| f == from && k == wire::REDUCE && s == step);
-                Ok(if got.is_some() {
-                    Poll::Done
-                } else {
-                    Poll::Wait(None)
-                })
-            });
-            n.t.expect(from, false);
-            r?;
-            let (_, msg) = got.expect("the wait ended with a message");
+            let msg = Self::await_reduce(n, step, from)?;
             let bad = || BspError::Protocol(format!("pid {from} sent a malformed barrier message"));
-            let (r, rows) = wire::parse_reduce(&msg, p).ok_or_else(bad)?;
-            if r != round {
+            let r = wire::parse_reduce(&msg, p).ok_or_else(bad)?;
+            if r.round != round {
                 return Err(bad());
             }
-            for (pid, b) in rows {
-                if known[pid as usize].is_none() {
-                    known[pid as usize] = Some(b.to_vec());
+            merge_summaries(&mut summaries, &r.summaries);
+            for (pid, sizes) in r.pushes {
+                pushes.insert(pid, sizes);
+            }
+            for c in r.cells {
+                // It came `dist` closer: the bits up to this round's are spent.
+                if ((c.dst + p - me) % p) & (2 * dist - 1) != 0 {
+                    return Err(bad());
+                }
+                if c.dst == me {
+                    incoming.push(c);
+                } else {
+                    held.push(c);
                 }
             }
             dist <<= 1;
             round = round.wrapping_add(1);
         }
-        known
-            .into_iter()
-            .enumerate()
-            .map(|(pid, b)| {
-                b.and_then(|b| Row::decode(&b, p)).ok_or_else(|| {
-                    BspError::Protocol(format!(
-                        "the barrier of superstep {step} did not bring a valid row of pid {pid}"
-                    ))
-                })
-            })
-            .collect()
+        Ok(Barrier {
+            summaries,
+            pushes,
+            incoming,
+        })
     }
 
-    /// The rules every process can check once it holds every row: all end together, make
-    /// the same registration calls, and set the same tag size.
-    fn check_rows(&self, rows: &[Row]) -> Result<(), BspError> {
-        let step = self.step;
-        let list = |v: &[usize]| {
-            let s: Vec<String> = v.iter().map(|p| p.to_string()).collect();
-            format!(
-                "{} {}",
-                if v.len() == 1 { "pid" } else { "pids" },
-                s.join(", ")
-            )
+    /// Waits for `from`'s barrier message of superstep `step`.
+    fn await_reduce(n: &mut Net, step: u32, from: u32) -> Result<Vec<u8>, BspError> {
+        n.t.expect(from, true);
+        let mut got = None;
+        let r = n.wait(|n| {
+            got = n.take(|f, k, s| f == from && k == wire::REDUCE && s == step);
+            Ok(if got.is_some() {
+                Poll::Done
+            } else {
+                Poll::Wait(None)
+            })
+        });
+        n.t.expect(from, false);
+        r?;
+        Ok(got.expect("the wait ended with a message").1)
+    }
+
+    /// The rules every process checks once the barrier has brought pid 0's summary and,
+    /// if any process's differs, one that does: all end together, make the same
+    /// registration calls, and set the same tag size.
+    fn check_summaries(&self, summaries: &[(u32, Vec<u8>)]) -> Result<(), BspError> {
+        let decode = |(pid, b): &(u32, Vec<u8>)| {
+            Summary::decode(b).map(|s| (*pid, s)).ok_or_else(|| {
+                BspError::Protocol(format!(
+                    "the barrier brought a malformed summary of pid {pid}"
+                ))
+            })
         };
-        let ending: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].ending).collect();
-        if !ending.is_empty() && ending.len() < rows.len() {
-            let syncing: Vec<usize> = (0..rows.len()).filter(|&i| !rows[i].ending).collect();
+        let [a, b] = match summaries {
+            [_] => return Ok(()),
+            [a, b] => [decode(a)?, decode(b)?],
+            _ => unreachable!("merge_summaries keeps one or two"),
+        };
+        let step = self.step;
+        let ((pa, ra), (pb, rb)) = (&a, &b);
+        if ra.ending != rb.ending {
+            let (end, sync) = if ra.ending { (pa, pb) } else { (pb, pa) };
             return misuse(format!(
-                "bsp_end: {} called bsp_end while {} called bsp_sync (superstep {step}); \
-                 every process must call bsp_end together",
-                list(&ending),
-                list(&syncing)
+                "bsp_end: pid {end} called bsp_end while pid {sync} called bsp_sync \
+                 (superstep {step}); every process must call bsp_end together"
             ));
         }
         let count = |ops: &[RegOp], push: bool| {
@@ -633,58 +689,43 @@ impl Core {
                 .filter(|o| matches!(o, RegOp::Push(_)) == push)
                 .count()
         };
-        let r0 = &rows[0];
-        for (pid, r) in rows.iter().enumerate().skip(1) {
-            for (push, call, verb) in [
-                (true, "bsp_push_reg", "registered"),
-                (false, "bsp_pop_reg", "popped"),
-            ] {
-                let (a, b) = (count(&r0.ops, push), count(&r.ops, push));
-                if a != b {
+        for (push, call, verb) in [
+            (true, "bsp_push_reg", "registered"),
+            (false, "bsp_pop_reg", "popped"),
+        ] {
+            let (x, y) = (count(&ra.ops, push), count(&rb.ops, push));
+            if x != y {
+                return misuse(format!(
+                    "{call}: in superstep {step} pid {pa} {verb} {x} area{} but pid {pb} \
+                     {verb} {y}; registration is collective: every process makes the same \
+                     calls in the same order",
+                    if x == 1 { "" } else { "s" }
+                ));
+            }
+        }
+        for (k, (x, y)) in ra.ops.iter().zip(&rb.ops).enumerate() {
+            match (x, y) {
+                (RegOp::Push(_), RegOp::Push(_)) => {}
+                (RegOp::Pop(u), RegOp::Pop(v)) if u == v => {}
+                (RegOp::Pop(u), RegOp::Pop(v)) => {
                     return misuse(format!(
-                        "{call}: in superstep {step} pid 0 {verb} {a} area{} but pid {pid} \
-                         {verb} {b}; registration is collective: every process makes the \
-                         same calls in the same order",
-                        if a == 1 { "" } else { "s" }
+                        "bsp_pop_reg: in superstep {step} pid {pa} and pid {pb} popped \
+                         different registrations (call {}: pid {pa} popped registration \
+                         #{u}, pid {pb} #{v}); pops must name the same registration on \
+                         every process",
+                        k + 1
                     ));
                 }
-            }
-            for (k, (x, y)) in r0.ops.iter().zip(&r.ops).enumerate() {
-                match (x, y) {
-                    (RegOp::Push(_), RegOp::Push(_)) => {}
-                    (RegOp::Pop(a), RegOp::Pop(b)) if a == b => {}
-                    (RegOp::Pop(a), RegOp::Pop(b)) => {
-                        return misuse(format!(
-                            "bsp_pop_reg: in superstep {step} pid 0 and pid {pid} popped \
-                             different registrations (call {}: pid 0 popped registration \
-                             #{a}, pid {pid} #{b}); pops must name the same registration \
-                             on every process",
-                            k + 1
-                        ));
-                    }
-                    _ => {
-                        return misuse(format!(
-                            "bsp_push_reg/bsp_pop_reg: in superstep {step} pid 0 and pid \
-                             {pid} pushed and popped registrations in different orders \
-                             (call {} was a {} on pid 0 and a {} on pid {pid})",
-                            k + 1,
-                            name(x),
-                            name(y)
-                        ));
-                    }
+                _ => {
+                    return misuse(format!(
+                        "bsp_push_reg/bsp_pop_reg: in superstep {step} pid {pa} and pid {pb} \
+                         pushed and popped registrations in different orders (call {} was \
+                         a {} on pid {pa} and a {} on pid {pb})",
+                        k + 1,
+                        name(x),
+                        name(y)
+                    ));
                 }
-            }
-            if r0.tagsize != r.tagsize {
-                let say = |t: Option<u64>| match t {
-                    Some(t) => format!("set the tag size to {t}"),
-                    None => "did not call it".to_string(),
-                };
-                return misuse(format!(
-                    "bsp_set_tagsize: in superstep {step} pid 0 {} but pid {pid} {}; it is \
-                     collective: every process sets the same size in the same superstep",
-                    say(r0.tagsize),
-                    say(r.tagsize)
-                ));
             }
         }
         fn name(op: &RegOp) -> &'static str {
@@ -693,15 +734,24 @@ impl Core {
                 RegOp::Pop(_) => "bsp_pop_reg",
             }
         }
-        Ok(())
+        let say = |t: Option<u64>| match t {
+            Some(t) => format!("set the tag size to {t}"),
+            None => "did not call it".to_string(),
+        };
+        misuse(format!(
+            "bsp_set_tagsize: in superstep {step} pid {pa} {} but pid {pb} {}; it is \
+             collective: every process sets the same size in the same superstep",
+            say(ra.tagsize),
+            say(rb.tagsize)
+        ))
     }
 
     /// The data phase of the superstep: send by schedule, serve gets, receive, write.
-    fn exchange(&mut self, n: &mut Net, step: u32, rows: &[Row]) -> Result<(), BspError> {
+    fn exchange(&mut self, n: &mut Net, step: u32, incoming: &[Cell]) -> Result<(), BspError> {
         let p = self.p as usize;
         let me = self.pid as usize;
-        if self.out[me].buf.is_empty() && rows.iter().all(|r| r.sends.is_empty()) {
-            // Nobody communicates: the barrier was the whole superstep.
+        if incoming.is_empty() && self.out.iter().all(|o| o.buf.is_empty()) {
+            // Nothing to send, nothing to receive: the barrier was our whole superstep.
             self.queue = Queue::default();
             return Ok(());
         }
@@ -730,14 +780,17 @@ impl Core {
             waiting: vec![false; p],
             queue: Queue::default(),
         };
-        for (s, row) in rows.iter().enumerate() {
-            for &(d, bytes, g) in &row.sends {
-                if d as usize == me {
-                    x.expect[s] = bytes;
-                    x.owes[s] = g;
-                    x.senders_left += 1;
-                }
+        for c in incoming {
+            let s = c.src as usize;
+            if x.expect[s] > 0 || c.bytes == 0 {
+                return Err(BspError::Protocol(format!(
+                    "the barrier of superstep {step} announced data from pid {s} twice or \
+                     empty"
+                )));
             }
+            x.expect[s] = c.bytes;
+            x.owes[s] = c.gets;
+            x.senders_left += 1;
         }
         let mut bufs = Vec::with_capacity(p);
         for (d, o) in outs.into_iter().enumerate() {
@@ -1170,6 +1223,79 @@ impl Net {
                 Poll::Wait(Some(limit))
             })
         })
+    }
+}
+
+/// What the barrier gives each process.
+struct Barrier {
+    /// Pid 0's summary, and another pid's that differs from it, if any.
+    summaries: Vec<(u32, Vec<u8>)>,
+    /// Registration sizes of this superstep.
+    pushes: Pushes,
+    /// Our column of the communication matrix.
+    incoming: Vec<Cell>,
+}
+
+/// Keeps the lowest pid's summary and the lowest pid's that differs from it, out of
+/// those held and those heard.
+fn merge_summaries(held: &mut Vec<(u32, Vec<u8>)>, heard: &[(u32, &[u8])]) {
+    for &(pid, b) in heard {
+        if !held.iter().any(|(q, _)| *q == pid) {
+            held.push((pid, b.to_vec()));
+        }
+    }
+    held.sort_by_key(|(pid, _)| *pid);
+    let first = held[0].1.clone();
+    let other = held.iter().position(|(_, b)| *b != first);
+    let keep_other = other.map(|i| held.swap_remove(i));
+    held.truncate(1);
+    held.extend(keep_other);
+}
+
+/// Registration sizes gathered in the barrier, by pid.
+struct Pushes {
+    p: u32,
+    by_pid: Vec<Option<Vec<u64>>>,
+    known: Vec<u32>,
+}
+
+impl Pushes {
+    fn new(p: u32) -> Pushes {
+        Pushes {
+            p,
+            by_pid: Vec::new(),
+            known: Vec::new(),
+        }
+    }
+
+    fn insert(&mut self, pid: u32, sizes: Vec<u64>) {
+        if self.by_pid.is_empty() {
+            self.by_pid = vec![None; self.p as usize];
+        }
+        let slot = &mut self.by_pid[pid as usize];
+        if slot.is_none() {
+            *slot = Some(sizes);
+            self.known.push(pid);
+        }
+    }
+
+    fn iter(&self) -> impl ExactSizeIterator<Item = (u32, &[u64])> {
+        self.known.iter().map(|&pid| {
+            let sizes = self.by_pid[pid as usize].as_deref().unwrap_or_default();
+            (pid, sizes)
+        })
+    }
+
+    /// Every process's `k` sizes by pid (the summaries agreed that everyone pushed `k`
+    /// areas); `None` if any is missing or of another count.
+    fn finish(self, k: usize) -> Option<Vec<Vec<u64>>> {
+        if k == 0 {
+            return self.known.is_empty().then(Vec::new);
+        }
+        self.by_pid
+            .into_iter()
+            .map(|v| v.filter(|v| v.len() == k))
+            .collect()
     }
 }
 

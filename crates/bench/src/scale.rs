@@ -424,12 +424,33 @@ pub fn total_exchange(
         b.sync()?;
         let t0 = b.now();
         let mut src = vec![0u8; size];
-        for d in (0..p).filter(|&d| d != me) {
+        if !distinct {
+            // One source for every destination, read as each message is built: memory
+            // stays per process.
             for (k, x) in src.iter_mut().enumerate() {
-                *x = pattern(me, if distinct { d } else { 0 }, k);
+                *x = pattern(me, 0, k);
             }
-            let at = if distinct { me as usize * size } else { 0 };
-            b.put(d, &src, &area, at)?;
+        }
+        for d in (0..p).filter(|&d| d != me) {
+            if distinct {
+                for (k, x) in src.iter_mut().enumerate() {
+                    *x = pattern(me, d, k);
+                }
+                b.put(d, &src, &area, me as usize * size)?;
+            } else {
+                // SAFETY: `src` lives, unchanged, until after the sync below.
+                unsafe {
+                    b.core.hpput(
+                        "bsp_hpput",
+                        d,
+                        src.as_ptr() as usize,
+                        area.as_ptr() as usize,
+                        0,
+                        size,
+                    )
+                }
+                .map_err(|e| e.to_string())?;
+            }
         }
         b.sync()?;
         let t1 = b.now();

@@ -48,8 +48,11 @@ struct Outbox {
     /// Get requests, in order: where each value goes and its length.
     gets: Vec<(usize, usize)>,
     get_bytes: u64,
-    /// `hpput`/`hpsend` data read at the sync: position in `buf`, source, length.
-    deferred: Vec<(usize, usize, usize)>,
+    /// `hpput`/`hpsend` data, read only when the message is built during the sync (so
+    /// their bytes take no memory before): position in the message, source, length.
+    holes: Vec<(usize, usize, usize)>,
+    /// Bytes of the holes: the message is `buf` with them inserted.
+    hole_bytes: usize,
 }
 
 impl Outbox {
@@ -60,12 +63,59 @@ impl Outbox {
         let add = rec + reply;
         if self.chunks.is_empty() || limit.is_some_and(|c| self.weight > 0 && self.weight + add > c)
         {
-            self.chunks.push(self.buf.len());
+            self.chunks.push(self.len());
             wire::put_head(&mut self.buf, wire::DATA, step);
             self.weight = 0;
         }
         self.weight += add;
         self.buf.reserve(rec);
+    }
+
+    /// Bytes of the message, holes included.
+    fn len(&self) -> usize {
+        self.buf.len() + self.hole_bytes
+    }
+
+    /// Leaves room for `n` bytes read from `src` when the message is built.
+    fn hole(&mut self, src: usize, n: usize) {
+        self.holes.push((self.len(), src, n));
+        self.hole_bytes += n;
+    }
+}
+
+/// One destination's message as recorded: bytes, holes to fill, chunk starts.
+struct Recorded {
+    buf: Vec<u8>,
+    holes: Vec<(usize, usize, usize)>,
+    chunks: Vec<usize>,
+}
+
+impl Recorded {
+    /// The message with its holes filled from their sources.
+    fn build(self) -> Vec<u8> {
+        if self.holes.is_empty() {
+            return self.buf;
+        }
+        let total = self.buf.len() + self.holes.iter().map(|h| h.2).sum::<usize>();
+        let mut out = Vec::with_capacity(total);
+        let mut from = 0;
+        for (at, src, n) in self.holes {
+            let upto = from + (at - out.len());
+            out.extend_from_slice(&self.buf[from..upto]);
+            from = upto;
+            // SAFETY: the caller of hpput/hpsend promised `src` readable for `n` bytes
+            // until the end of this sync.
+            out.extend_from_slice(unsafe { std::slice::from_raw_parts(src as *const u8, n) });
+        }
+        out.extend_from_slice(&self.buf[from..]);
+        out
+    }
+
+    /// The lowest and highest source address the holes read, if any.
+    fn sources(&self) -> Option<(usize, usize)> {
+        let lo = self.holes.iter().map(|h| h.1).min()?;
+        let hi = self.holes.iter().map(|h| h.1 + h.2).max()?;
+        Some((lo, hi))
     }
 }
 
@@ -121,6 +171,14 @@ struct Exchange {
     /// `Transport::expect` is on for the peer.
     waiting: Vec<bool>,
     queue: Queue,
+    /// Nobody reads our memory this superstep (no get requests for us): big messages of
+    /// puts are written as they arrive (see `apply_early`).
+    early: bool,
+    /// The span of the sources our unsent hpput/hpsend data will be read from: an early
+    /// write there must wait.
+    hp_src: Option<(usize, usize)>,
+    /// Who wrote which bytes early.
+    owners: Owners,
 }
 
 /// The user side of one BSP process: registrations, the superstep's outgoing data and the
@@ -271,8 +329,8 @@ impl Core {
         self.check_pid(call, pid)?;
         let slot = self.slot(call, dst)?;
         self.check_bounds(call, pid, slot, dst, offset, src.len())?;
-        self.put_record(pid, slot, offset, src.len(), |buf, range| {
-            buf.extend_from_slice(&src[range]);
+        self.put_record(pid, slot, offset, src.len(), |o, range| {
+            o.buf.extend_from_slice(&src[range]);
         });
         Ok(())
     }
@@ -293,12 +351,9 @@ impl Core {
         self.check_pid(call, pid)?;
         let slot = self.slot(call, dst)?;
         self.check_bounds(call, pid, slot, dst, offset, n)?;
-        let mut holes = Vec::new();
-        self.put_record(pid, slot, offset, n, |buf, range| {
-            holes.push((buf.len(), src + range.start, range.len()));
-            buf.resize(buf.len() + range.len(), 0);
+        self.put_record(pid, slot, offset, n, |o, range| {
+            o.hole(src + range.start, range.len());
         });
-        self.out[pid as usize].deferred.extend(holes);
         Ok(())
     }
 
@@ -310,7 +365,7 @@ impl Core {
         slot: u32,
         offset: usize,
         n: usize,
-        mut fill: impl FnMut(&mut Vec<u8>, std::ops::Range<usize>),
+        mut fill: impl FnMut(&mut Outbox, std::ops::Range<usize>),
     ) {
         let limit = self.chunk_limit(pid);
         let step = self.step;
@@ -326,7 +381,7 @@ impl Core {
             wire::put_var(&mut o.buf, slot as u64);
             wire::put_var(&mut o.buf, off);
             wire::put_var(&mut o.buf, k as u64);
-            fill(&mut o.buf, done..done + k);
+            fill(o, done..done + k);
             done += k;
             if done >= n {
                 break;
@@ -392,9 +447,8 @@ impl Core {
         tag: &[u8],
         payload: &[u8],
     ) -> Result<(), BspError> {
-        self.send_record(call, pid, tag, payload.len(), |buf| {
-            buf.extend_from_slice(payload);
-            None
+        self.send_record(call, pid, tag, payload.len(), |o| {
+            o.buf.extend_from_slice(payload);
         })
     }
 
@@ -410,11 +464,7 @@ impl Core {
         payload: usize,
         n: usize,
     ) -> Result<(), BspError> {
-        self.send_record(call, pid, tag, n, |buf| {
-            let at = buf.len();
-            buf.resize(at + n, 0);
-            Some((at, payload, n))
-        })
+        self.send_record(call, pid, tag, n, |o| o.hole(payload, n))
     }
 
     fn send_record(
@@ -423,7 +473,7 @@ impl Core {
         pid: u32,
         tag: &[u8],
         n: usize,
-        fill: impl FnOnce(&mut Vec<u8>) -> Option<(usize, usize, usize)>,
+        fill: impl FnOnce(&mut Outbox),
     ) -> Result<(), BspError> {
         self.check_pid(call, pid)?;
         if tag.len() != self.tagsize {
@@ -442,9 +492,7 @@ impl Core {
         wire::put_var(&mut o.buf, tag.len() as u64);
         o.buf.extend_from_slice(tag);
         wire::put_var(&mut o.buf, n as u64);
-        if let Some(d) = fill(&mut o.buf) {
-            o.deferred.push(d);
-        }
+        fill(o);
         Ok(())
     }
 
@@ -493,7 +541,6 @@ impl Core {
         // This sync's barrier messages carry the colour of the barriers passed, but only a
         // process past the next barrier proves everyone has them (docs/bsp.md).
         n.t.hold_colour(step.wrapping_add(1) as u8);
-        self.fill_deferred();
         let b = self.reduce(n, step, ending)?;
         self.check_summaries(&b.summaries)?;
         n.t.set_colour(step.wrapping_add(1) as u8);
@@ -516,19 +563,6 @@ impl Core {
         n.step = self.step;
         self.counters.supersteps += 1;
         Ok(())
-    }
-
-    /// Reads the sources of `hpput` and `hpsend` into the messages.
-    fn fill_deferred(&mut self) {
-        for o in &mut self.out {
-            for (at, src, n) in o.deferred.drain(..) {
-                // SAFETY: the caller of hpput/hpsend promised `src` readable for `n` bytes
-                // until this sync; `at..at+n` was reserved in `buf` for it.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(src as *const u8, o.buf.as_mut_ptr().add(at), n)
-                };
-            }
-        }
     }
 
     /// What this process's superstep says about its collective calls.
@@ -558,7 +592,7 @@ impl Core {
             .map(|(d, o)| Cell {
                 src: self.pid,
                 dst: d as u32,
-                bytes: o.buf.len() as u64,
+                bytes: o.len() as u64,
                 gets: !o.gets.is_empty(),
             })
             .collect()
@@ -779,6 +813,9 @@ impl Core {
             ended: vec![false; p],
             waiting: vec![false; p],
             queue: Queue::default(),
+            early: false,
+            hp_src: None,
+            owners: Owners::default(),
         };
         for c in incoming {
             let s = c.src as usize;
@@ -799,11 +836,15 @@ impl Core {
                 x.replies_left += 1;
             }
             x.gets.push(o.gets);
-            bufs.push((o.buf, o.chunks));
+            bufs.push((!o.buf.is_empty()).then_some(Recorded {
+                buf: o.buf,
+                holes: o.holes,
+                chunks: o.chunks,
+            }));
         }
         // Our own data is local: its gets are served first, like anyone's.
-        let (own, _) = std::mem::take(&mut bufs[me]);
-        if !own.is_empty() {
+        if let Some(own) = bufs[me].take() {
+            let own = own.build();
             self.counters.bytes_local += own.len() as u64;
             self.on_data(n, &mut x, me as u32, own)?;
         }
@@ -815,10 +856,13 @@ impl Core {
         for s in 0..p {
             self.update_waiting(n, &mut x, s);
         }
-        let mut outgoing: Vec<Option<(Vec<u8>, Vec<usize>)>> = bufs
-            .into_iter()
-            .map(|(b, c)| (!b.is_empty()).then_some((b, c)))
-            .collect();
+        let mut outgoing = bufs;
+        x.early = !x.owes.iter().any(|&g| g);
+        x.hp_src = outgoing
+            .iter()
+            .flatten()
+            .filter_map(Recorded::sources)
+            .reduce(|(a, b), (c, d)| (a.min(c), b.max(d)));
         x.order = match self.cfg.schedule {
             Schedule::Latin => (1..p).map(|t| ((me + t) % p) as u32).collect(),
             Schedule::Pid => (0..p).filter(|&d| d != me).map(|d| d as u32).collect(),
@@ -852,7 +896,7 @@ impl Core {
         &mut self,
         n: &mut Net,
         x: &mut Exchange,
-        outgoing: &mut [Option<(Vec<u8>, Vec<usize>)>],
+        outgoing: &mut [Option<Recorded>],
     ) -> Result<Poll, BspError> {
         let step = x.step;
         while let Some((from, m)) =
@@ -883,7 +927,7 @@ impl Core {
         &mut self,
         n: &mut Net,
         x: &mut Exchange,
-        outgoing: &mut [Option<(Vec<u8>, Vec<usize>)>],
+        outgoing: &mut [Option<Recorded>],
     ) -> Result<Option<Time>, BspError> {
         loop {
             if let Some(d) = x.draining {
@@ -897,8 +941,9 @@ impl Core {
                     return Ok(None);
                 };
                 x.next += 1;
-                let (buf, chunks) = outgoing[d as usize].take().expect("scheduled once");
-                x.cur = Some((d, Bytes::from(buf), chunks, 0));
+                let mut rec = outgoing[d as usize].take().expect("scheduled once");
+                let chunks = std::mem::take(&mut rec.chunks);
+                x.cur = Some((d, Bytes::from(rec.build()), chunks, 0));
             }
             let (d, whole, chunks, k) = x.cur.as_mut().expect("set above");
             let d = *d;
@@ -982,7 +1027,11 @@ impl Core {
                 x.sent[s] = true;
             }
         }
-        x.data.push((from, m));
+        let written =
+            s != me && x.early && m.len() >= EARLY_MIN && self.apply_early(x, from, &m)?;
+        if !written {
+            x.data.push((from, m));
+        }
         if s != me && x.got[s] == x.expect[s] {
             x.senders_left -= 1;
             self.update_waiting(n, x, s);
@@ -1063,6 +1112,36 @@ impl Core {
         x.cursor[s] = (i, off);
     }
 
+    /// Writes a big message of puts as it arrives, when that cannot be told from writing
+    /// it at the end: nobody reads our memory this superstep (`x.early`), the message
+    /// holds only puts (BSMP messages stay where they arrived), and none lands on the
+    /// source of an hpput or hpsend of ours still to be read. A byte that a higher pid
+    /// already wrote keeps its value, so the result is that of pid order; the owners are
+    /// recorded for the messages written at the end. False if it must wait.
+    fn apply_early(&self, x: &mut Exchange, from: u32, m: &[u8]) -> Result<bool, BspError> {
+        let malformed = || BspError::Protocol(format!("pid {from} sent a malformed data record"));
+        let mut puts = Vec::new();
+        let mut r = wire::Reader::at(m, wire::HEAD);
+        while let Some(rec) = wire::next_rec(&mut r) {
+            let Rec::Put { slot, offset, data } = rec.map_err(|()| malformed())? else {
+                return Ok(false);
+            };
+            let dst = self.local_range("bsp_put", from, slot, offset, data.len())?;
+            if x.hp_src
+                .is_some_and(|(lo, hi)| dst < hi && lo < dst + data.len())
+            {
+                return Ok(false);
+            }
+            puts.push((dst, data));
+        }
+        for (dst, data) in puts {
+            for (a, b) in x.owners.claim(dst, dst + data.len(), from, true) {
+                write(&m[data.start + a - dst..data.start + b - dst], a);
+            }
+        }
+        Ok(true)
+    }
+
     /// Every message of the superstep is here and every get served: write the puts in pid
     /// order, queue the BSMP messages, and write the get results held so far.
     fn apply(&mut self, x: &mut Exchange) -> Result<(), BspError> {
@@ -1078,11 +1157,14 @@ impl Core {
                 })? {
                     Rec::Put { slot, offset, data } => {
                         let dst = self.local_range("bsp_put", from, slot, offset, data.len())?;
-                        // SAFETY: the range was checked against the registered area. A
-                        // program may register overlapping areas, hence `copy`.
-                        unsafe {
-                            std::ptr::copy(m[data.clone()].as_ptr(), dst as *mut u8, data.len())
-                        };
+                        if x.owners.is_empty() {
+                            write(&m[data], dst);
+                        } else {
+                            // Bytes a higher pid wrote early keep its value.
+                            for (a, b) in x.owners.claim(dst, dst + data.len(), from, false) {
+                                write(&m[data.start + a - dst..data.start + b - dst], a);
+                            }
+                        }
                     }
                     Rec::Send { .. } => has_send = true,
                     Rec::Get { .. } => {}
@@ -1226,6 +1308,70 @@ impl Net {
     }
 }
 
+/// Messages from this size on may be written as they arrive (`Core::apply_early`):
+/// holding a superstep's big messages until the last arrives doubles its memory.
+const EARLY_MIN: usize = 8 << 10;
+
+/// Copies a put's bytes to where it goes.
+fn write(bytes: &[u8], dst: usize) {
+    // SAFETY: `dst` comes from `local_range`, checked against the registered area, which
+    // the program keeps valid while registered. Areas may overlap, hence `copy`.
+    unsafe { std::ptr::copy(bytes.as_ptr(), dst as *mut u8, bytes.len()) };
+}
+
+/// Byte ranges written early in a superstep, with their writer: disjoint, by start.
+#[derive(Default)]
+struct Owners {
+    map: std::collections::BTreeMap<usize, (usize, u32)>,
+}
+
+impl Owners {
+    fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// The parts of `[a, b)` that `pid` may write: those no higher pid wrote early.
+    /// With `record`, they become `pid`'s.
+    fn claim(&mut self, a: usize, b: usize, pid: u32, record: bool) -> Vec<(usize, usize)> {
+        let mut over: Vec<(usize, usize, u32)> = self
+            .map
+            .range(..b)
+            .rev()
+            .take_while(|(_, (end, _))| *end > a)
+            .map(|(&st, &(en, q))| (st, en, q))
+            .collect();
+        over.reverse();
+        let mut free = Vec::new();
+        let mut cur = a;
+        for &(st, en, q) in &over {
+            if q > pid {
+                if cur < st.max(a) {
+                    free.push((cur, st.max(a)));
+                }
+                cur = en.min(b);
+            }
+        }
+        if cur < b {
+            free.push((cur, b));
+        }
+        if record {
+            for &(st, en, q) in over.iter().filter(|o| o.2 <= pid) {
+                self.map.remove(&st);
+                if st < a {
+                    self.map.insert(st, (a, q));
+                }
+                if en > b {
+                    self.map.insert(b, (en, q));
+                }
+            }
+            for &(x, y) in &free {
+                self.map.insert(x, (y, pid));
+            }
+        }
+        free
+    }
+}
+
 /// What the barrier gives each process.
 struct Barrier {
     /// Pid 0's summary, and another pid's that differs from it, if any.
@@ -1239,14 +1385,20 @@ struct Barrier {
 /// Keeps the lowest pid's summary and the lowest pid's that differs from it, out of
 /// those held and those heard.
 fn merge_summaries(held: &mut Vec<(u32, Vec<u8>)>, heard: &[(u32, &[u8])]) {
+    // The usual case: everyone agrees, nothing to copy.
+    if let [(pid, mine)] = held.as_mut_slice()
+        && heard.iter().all(|(_, b)| *b == mine.as_slice())
+    {
+        *pid = heard.iter().map(|h| h.0).fold(*pid, u32::min);
+        return;
+    }
     for &(pid, b) in heard {
         if !held.iter().any(|(q, _)| *q == pid) {
             held.push((pid, b.to_vec()));
         }
     }
     held.sort_by_key(|(pid, _)| *pid);
-    let first = held[0].1.clone();
-    let other = held.iter().position(|(_, b)| *b != first);
+    let other = held.iter().position(|(_, b)| *b != held[0].1);
     let keep_other = other.map(|i| held.swap_remove(i));
     held.truncate(1);
     held.extend(keep_other);
@@ -1351,5 +1503,94 @@ impl Service for Net {
 
     fn busy(&self) -> bool {
         self.t.busy()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_schedules_are_permutations_that_change_with_the_superstep() {
+        let a = shuffled(3, 0, 64);
+        let mut sorted = a.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..64).filter(|&d| d != 3).collect::<Vec<_>>());
+        assert_eq!(a, shuffled(3, 0, 64));
+        assert_ne!(a, shuffled(3, 1, 64));
+        assert_ne!(a, shuffled(4, 0, 64));
+        assert!(shuffled(0, 0, 1).is_empty());
+    }
+
+    #[test]
+    fn dissemination_of_summaries_finds_pid_0_and_a_dissenter() {
+        for p in [1u32, 2, 3, 5, 8, 13, 64] {
+            for odd in [None, Some(p - 1), Some(p / 2), Some(0)] {
+                let summary = |pid: u32| vec![u8::from(Some(pid) == odd)];
+                let mut held: Vec<Vec<(u32, Vec<u8>)>> =
+                    (0..p).map(|q| vec![(q, summary(q))]).collect();
+                let mut dist = 1;
+                while dist < p {
+                    let sent = held.clone();
+                    for (q, h) in held.iter_mut().enumerate() {
+                        let from = (q as u32 + p - dist) % p;
+                        let heard: Vec<(u32, &[u8])> = sent[from as usize]
+                            .iter()
+                            .map(|(pid, b)| (*pid, b.as_slice()))
+                            .collect();
+                        merge_summaries(h, &heard);
+                    }
+                    dist <<= 1;
+                }
+                for h in &held {
+                    assert_eq!(h[0], (0, summary(0)), "p {p} odd {odd:?}");
+                    match odd.filter(|_| p > 1) {
+                        Some(o) => {
+                            assert_eq!(h.len(), 2, "p {p} odd {o}: {h:?}");
+                            assert_ne!(h[1].1, h[0].1);
+                        }
+                        _ => assert_eq!(h.len(), 1),
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn early_writes_keep_the_highest_pid() {
+        let mut o = Owners::default();
+        // Pid 5 writes [10, 20) first; pid 2 may write only around it.
+        assert_eq!(o.claim(10, 20, 5, true), vec![(10, 20)]);
+        assert_eq!(o.claim(0, 30, 2, true), vec![(0, 10), (20, 30)]);
+        // Pid 7 takes everything, including pid 5's bytes.
+        assert_eq!(o.claim(5, 25, 7, true), vec![(5, 25)]);
+        let owners: Vec<(usize, usize, u32)> =
+            o.map.iter().map(|(&s, &(e, p))| (s, e, p)).collect();
+        assert_eq!(owners, vec![(0, 5, 2), (5, 25, 7), (25, 30, 2)]);
+        // A late writer of a lower pid, not recorded, writes what nobody higher did.
+        assert_eq!(o.claim(0, 40, 3, false), vec![(0, 5), (25, 40)]);
+        assert_eq!(o.map.len(), 3);
+        assert!(o.claim(8, 8, 1, false).is_empty());
+    }
+
+    #[test]
+    fn recorded_messages_fill_their_holes_at_the_end() {
+        let src = *b"HOLE";
+        let mut o = Outbox::default();
+        o.buf.extend_from_slice(b"ab");
+        o.hole(src.as_ptr() as usize, 4);
+        o.buf.extend_from_slice(b"cd");
+        o.hole(src.as_ptr() as usize + 1, 2);
+        assert_eq!(o.len(), 10);
+        let r = Recorded {
+            buf: o.buf,
+            holes: o.holes,
+            chunks: vec![0],
+        };
+        assert_eq!(
+            r.sources(),
+            Some((src.as_ptr() as usize, src.as_ptr() as usize + 4))
+        );
+        assert_eq!(r.build(), b"abHOLEcdOL");
     }
 }

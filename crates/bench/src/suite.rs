@@ -234,12 +234,14 @@ pub struct Section {
     pub rounds: Vec<(String, Rounds)>,
     /// Stacks that could not be measured, and why.
     pub skipped: Vec<String>,
+    /// The BSP layer at scale on the simulated cluster (`bwbench scale`).
+    pub scale: Vec<crate::scale::Point>,
     /// Wall-clock time the experiment took (set by whoever runs it).
     pub seconds: f64,
 }
 
 impl Section {
-    fn new(name: &str, title: &str) -> Section {
+    pub(crate) fn new(name: &str, title: &str) -> Section {
         Section {
             name: name.into(),
             title: title.into(),
@@ -256,6 +258,7 @@ impl Section {
             colls: Vec::new(),
             rounds: Vec::new(),
             skipped: Vec::new(),
+            scale: Vec::new(),
             seconds: 0.0,
         }
     }
@@ -374,6 +377,14 @@ impl Suite {
     pub fn without_mpi(mut self) -> Suite {
         self.with_mpi = false;
         self
+    }
+
+    /// `bwbench scale` (see [`crate::scale`]) and its number of runs.
+    pub fn scale(&self) -> Section {
+        crate::scale::section(self.level, &*self.progress)
+    }
+    pub fn scale_runs(&self) -> usize {
+        crate::scale::Plan::for_level(self.level).runs()
     }
 
     /// `smoke`, `quick` or `full` by level.

@@ -56,10 +56,11 @@ struct Outbox {
 }
 
 impl Outbox {
-    /// Makes room for a record of `rec` bytes asking for `reply` bytes: starts a chunk
-    /// when there is none or the current one would pass `limit`.
+    /// Makes room for a record of `rec` bytes asking for `reply` bytes, `held` of them
+    /// in holes (not in `buf`): starts a chunk when there is none or the current one
+    /// would pass `limit`.
     #[inline]
-    fn reserve(&mut self, step: u32, limit: Option<usize>, rec: usize, reply: usize) {
+    fn reserve(&mut self, step: u32, limit: Option<usize>, rec: usize, reply: usize, held: usize) {
         let add = rec + reply;
         if self.chunks.is_empty() || limit.is_some_and(|c| self.weight > 0 && self.weight + add > c)
         {
@@ -68,7 +69,7 @@ impl Outbox {
             self.weight = 0;
         }
         self.weight += add;
-        self.buf.reserve(rec);
+        self.buf.reserve(rec - held);
     }
 
     /// Bytes of the message, holes included.
@@ -329,7 +330,7 @@ impl Core {
         self.check_pid(call, pid)?;
         let slot = self.slot(call, dst)?;
         self.check_bounds(call, pid, slot, dst, offset, src.len())?;
-        self.put_record(pid, slot, offset, src.len(), |o, range| {
+        self.put_record(pid, slot, offset, src.len(), false, |o, range| {
             o.buf.extend_from_slice(&src[range]);
         });
         Ok(())
@@ -351,20 +352,22 @@ impl Core {
         self.check_pid(call, pid)?;
         let slot = self.slot(call, dst)?;
         self.check_bounds(call, pid, slot, dst, offset, n)?;
-        self.put_record(pid, slot, offset, n, |o, range| {
+        self.put_record(pid, slot, offset, n, true, |o, range| {
             o.hole(src + range.start, range.len());
         });
         Ok(())
     }
 
     /// Appends PUT records for `n` bytes (split at the chunk limit); `fill` appends the
-    /// bytes of each piece.
+    /// bytes of each piece, or leaves a hole for them (`held`).
+    #[allow(clippy::too_many_arguments)]
     fn put_record(
         &mut self,
         pid: u32,
         slot: u32,
         offset: usize,
         n: usize,
+        held: bool,
         mut fill: impl FnMut(&mut Outbox, std::ops::Range<usize>),
     ) {
         let limit = self.chunk_limit(pid);
@@ -376,7 +379,7 @@ impl Core {
             let k = (n - done).min(piece);
             let off = (offset + done) as u64;
             let rec = 1 + wire::var_len(slot as u64) + wire::var_len(off) + wire::var_len(k as u64);
-            o.reserve(step, limit, rec + k, 0);
+            o.reserve(step, limit, rec + k, 0, if held { k } else { 0 });
             o.buf.push(wire::REC_PUT);
             wire::put_var(&mut o.buf, slot as u64);
             wire::put_var(&mut o.buf, off);
@@ -413,7 +416,7 @@ impl Core {
             let k = (n - done).min(piece);
             let off = (offset + done) as u64;
             let rec = 1 + wire::var_len(slot as u64) + wire::var_len(off) + wire::var_len(k as u64);
-            o.reserve(step, limit, rec, k);
+            o.reserve(step, limit, rec, k, 0);
             o.buf.push(wire::REC_GET);
             wire::put_var(&mut o.buf, slot as u64);
             wire::put_var(&mut o.buf, off);
@@ -447,7 +450,7 @@ impl Core {
         tag: &[u8],
         payload: &[u8],
     ) -> Result<(), BspError> {
-        self.send_record(call, pid, tag, payload.len(), |o| {
+        self.send_record(call, pid, tag, payload.len(), false, |o| {
             o.buf.extend_from_slice(payload);
         })
     }
@@ -464,7 +467,7 @@ impl Core {
         payload: usize,
         n: usize,
     ) -> Result<(), BspError> {
-        self.send_record(call, pid, tag, n, |o| o.hole(payload, n))
+        self.send_record(call, pid, tag, n, true, |o| o.hole(payload, n))
     }
 
     fn send_record(
@@ -473,6 +476,7 @@ impl Core {
         pid: u32,
         tag: &[u8],
         n: usize,
+        held: bool,
         fill: impl FnOnce(&mut Outbox),
     ) -> Result<(), BspError> {
         self.check_pid(call, pid)?;
@@ -487,7 +491,7 @@ impl Core {
         let step = self.step;
         let o = &mut self.out[pid as usize];
         let rec = 1 + wire::var_len(tag.len() as u64) + tag.len() + wire::var_len(n as u64) + n;
-        o.reserve(step, limit, rec, 0);
+        o.reserve(step, limit, rec, 0, if held { n } else { 0 });
         o.buf.push(wire::REC_SEND);
         wire::put_var(&mut o.buf, tag.len() as u64);
         o.buf.extend_from_slice(tag);

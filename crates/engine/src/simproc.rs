@@ -301,6 +301,16 @@ impl SimTransport {
         }
     }
 
+    /// A handle that reads this rank's statistics while the transport itself is owned
+    /// by the layer above.
+    pub fn watch(&self) -> SimWatch {
+        SimWatch {
+            sh: self.sh.clone(),
+            rank: self.rank,
+            nprocs: self.nprocs,
+        }
+    }
+
     /// The rank's program has returned: record when, and pass the turn on.
     fn finish(&self) {
         let mut w = self.world();
@@ -315,6 +325,32 @@ impl SimTransport {
 
     fn node_error(e: SimError) -> Error {
         Error::JobFailed(format!("simulation: {e}"))
+    }
+}
+
+/// Reads one rank's statistics (see [`SimTransport::watch`]).
+pub struct SimWatch {
+    sh: Arc<Shared>,
+    rank: Rank,
+    nprocs: u32,
+}
+
+impl SimWatch {
+    /// What the network did to this node's datagrams so far (drops are counted at the
+    /// node they were heading for).
+    pub fn node_stats(&self) -> NodeStats {
+        self.sh.lock().sim.net().stats(self.rank)
+    }
+
+    /// This node's protocol statistics, summed over its peers.
+    pub fn protocol_stats(&self) -> PeerStats {
+        let w = self.sh.lock();
+        let ep = w.sim.endpoint_ref(self.rank);
+        let mut s = PeerStats::default();
+        for q in (0..self.nprocs).filter(|&q| q != self.rank) {
+            s += &ep.peer_stats(q);
+        }
+        s
     }
 }
 

@@ -74,9 +74,12 @@ enum Experiment {
     Bsp,
     /// OSU-style latency of each collective per size and p (network cache, p2p over UDP).
     Collectives,
+    /// The BSP messaging layer at p = 16 to 4096 on a simulated 25 Gb/s cluster: l, g, and
+    /// total exchanges by schedule and pacing, in virtual time (the BSPlib paper at scale).
+    Scale,
 }
 
-const ALL: [Experiment; 9] = [
+const ALL: [Experiment; 10] = [
     Experiment::Latency,
     Experiment::Bandwidth,
     Experiment::Layers,
@@ -86,6 +89,7 @@ const ALL: [Experiment; 9] = [
     Experiment::Overlap,
     Experiment::Exchange,
     Experiment::Loss,
+    Experiment::Scale,
 ];
 
 impl Experiment {
@@ -99,6 +103,7 @@ impl Experiment {
             Experiment::Layers => s.layers_runs(),
             Experiment::Bsp => s.bsp_runs(),
             Experiment::Collectives => s.collectives_runs(),
+            Experiment::Scale => s.scale_runs(),
         }
     }
 
@@ -113,6 +118,7 @@ impl Experiment {
             Experiment::Layers => s.layers(),
             Experiment::Bsp => s.bsp(),
             Experiment::Collectives => s.collectives(),
+            Experiment::Scale => s.scale(),
         }
     }
 }

@@ -242,7 +242,21 @@ pub fn run<T: Send>(
     p: u32,
     program: impl Fn(SimTransport) -> RankResult<T> + Sync,
 ) -> Result<SimOutcome<T>, String> {
-    let out = simproc::run(&cluster.setup(p), program).map_err(|e| e.to_string())?;
+    // A rank whose check fails stops, and the others then wait for it in vain: its own
+    // error is the one to report, not the stall.
+    let first = std::sync::Mutex::new(None::<String>);
+    let out = simproc::run(&cluster.setup(p), |t| {
+        let r = program(t);
+        if let Err(e) = &r {
+            first
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_or_insert_with(|| e.clone());
+        }
+        r
+    });
+    let first = first.into_inner().unwrap_or_else(|e| e.into_inner());
+    let out = out.map_err(|e| first.unwrap_or_else(|| e.to_string()))?;
     let mut results = Vec::with_capacity(out.results.len());
     for r in out.results {
         results.push(r?);

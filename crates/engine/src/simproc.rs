@@ -127,7 +127,6 @@ struct World {
 struct Shared {
     world: Mutex<World>,
     turns: Vec<Condvar>,
-    all_done: Condvar,
 }
 
 impl Shared {
@@ -233,9 +232,15 @@ impl World {
 /// Gives the turn to the next rank and, unless that is `me`, waits for it to come back.
 /// `me` is `None` for a rank that has finished.
 fn hand_over(sh: &Shared, mut w: MutexGuard<'_, World>, me: Option<Rank>) -> Result<(), Error> {
-    let next = match w.next_proc() {
+    // A failed run stops: every rank's next call ends with the failure.
+    let found = if w.failed.is_some() {
+        Ok(None)
+    } else {
+        w.next_proc()
+    };
+    let next = match found {
         Ok(Some(n)) => Some(n),
-        Ok(None) if w.live == 0 => None,
+        Ok(None) if w.live == 0 || w.failed.is_some() => None,
         Ok(None) => {
             let why = w.stalled();
             w.fail(why);
@@ -260,7 +265,6 @@ fn hand_over(sh: &Shared, mut w: MutexGuard<'_, World>, me: Option<Rank>) -> Res
         for c in &sh.turns {
             c.notify_one();
         }
-        sh.all_done.notify_all();
     }
     let Some(me) = me else { return Ok(()) };
     while w.turn != Some(me) && w.failed.is_none() {
@@ -551,7 +555,6 @@ where
             trace: Default::default(),
         }),
         turns: (0..p).map(|_| Condvar::new()).collect(),
-        all_done: Condvar::new(),
     });
     let program = &program;
     let results: Vec<Option<T>> = std::thread::scope(|s| {

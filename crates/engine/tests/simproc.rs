@@ -65,3 +65,34 @@ fn a_ring_of_blocking_programs_is_deterministic() {
     let c = ring(64, 20_000, 4);
     assert_ne!(a.trace, c.trace);
 }
+
+/// Ranks that wait for what never comes make the run fail, naming the stall, instead of
+/// hanging; so does a rank whose program panics.
+#[test]
+fn stalls_and_panics_end_the_run_with_an_error() {
+    let setup = SimSetup::new(SimConfig::new(8), "holefill");
+    let stalled = simproc::run(&setup, |mut t| {
+        if t.rank() != 3 {
+            let r = t.wait_for(None, |_| None::<()>);
+            assert!(r.is_err(), "the wait ends with the run's failure");
+        }
+    });
+    let e = stalled.unwrap_err().to_string();
+    assert!(
+        e.contains("nothing left to happen") && e.contains("0, 1, 2, 4"),
+        "{e}"
+    );
+    let panicked = simproc::run(&setup, |mut t| {
+        if t.rank() == 5 {
+            panic!("rank 5 gives up");
+        }
+        let _ = t.wait_for(None, |_| None::<()>);
+    });
+    assert!(
+        panicked
+            .unwrap_err()
+            .to_string()
+            .contains("rank 5's program panicked"),
+        "a panic is reported as such"
+    );
+}

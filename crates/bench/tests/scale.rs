@@ -40,7 +40,7 @@ fn suite(p: u32, exchange: usize) -> bulkwire_engine::simproc::SimOutcome<Found>
 #[test]
 fn bsp_at_p_256_is_checked_and_a_function_of_its_seed() {
     let p = 256;
-    let a = suite(p, 16 << 10);
+    let a = suite(p, 12 << 10);
     // An empty superstep is the barrier alone: ceil(log2 p) = 8 one-packet messages per
     // process, not one per process.
     let (_, _, packets, ..) = &a.results[0];
@@ -49,7 +49,7 @@ fn bsp_at_p_256_is_checked_and_a_function_of_its_seed() {
     // Every key went somewhere, in order (pid 0 checked the order and the sum).
     let keys: usize = a.results.iter().map(|r| r.5).sum();
     assert_eq!(keys, 64 * p as usize);
-    // The exchange moved (p - 1) * 16 KiB per process without a drop.
+    // The exchange moved (p - 1) * 12 KiB (two packets) per process without a drop.
     let x: Vec<_> = a.results.iter().map(|r| r.4.2).collect();
     assert_eq!(
         x.iter()
@@ -59,7 +59,7 @@ fn bsp_at_p_256_is_checked_and_a_function_of_its_seed() {
     );
     assert!(x.iter().map(|k| k.data).sum::<u64>() >= (p * (p - 1) * 2) as u64);
     // Same seed, same run: every hand-over between processes, every time, every count.
-    let b = suite(p, 16 << 10);
+    let b = suite(p, 12 << 10);
     assert_eq!(a.trace, b.trace);
     assert_eq!(a.handovers, b.handovers);
     assert_eq!(a.finish, b.finish);

@@ -27,6 +27,7 @@ pub mod plan;
 pub mod raw;
 pub mod report;
 pub mod rounds;
+pub mod scale;
 pub mod section;
 pub mod simexp;
 pub mod stack;

@@ -457,6 +457,9 @@ pub struct Section {
     pub skipped: Vec<String>,
     /// Every run of the experiment's plan, timed.
     pub runs: Vec<RunTime>,
+    /// The BSP layer at scale on the simulated cluster (`bwbench scale`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub scale: Vec<crate::scale::Point>,
     /// Wall-clock time the experiment took.
     pub seconds: f64,
 }
@@ -481,6 +484,7 @@ impl Section {
             rounds: Vec::new(),
             skipped: Vec::new(),
             runs: Vec::new(),
+            scale: Vec::new(),
             seconds: 0.0,
         }
     }

@@ -12,6 +12,9 @@ pub enum Schedule {
     Latin,
     /// Everyone sends to 0, then 1, ... (the naive order, for comparison).
     Pid,
+    /// Each process in its own random order, drawn afresh every superstep from its pid
+    /// and the superstep (the seed's other way of spreading the load).
+    Random,
 }
 
 /// How the BSP layer runs.

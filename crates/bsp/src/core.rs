@@ -34,7 +34,7 @@ use crate::bsmp::Queue;
 use crate::config::{Config, Schedule};
 use crate::error::misuse;
 use crate::regs::{Regs, Unregistered};
-use crate::wire::{self, Rec, RegOp, Row};
+use crate::wire::{self, Cell, Rec, RegOp, Summary};
 
 /// What one destination gets this superstep.
 #[derive(Default)]
@@ -48,24 +48,75 @@ struct Outbox {
     /// Get requests, in order: where each value goes and its length.
     gets: Vec<(usize, usize)>,
     get_bytes: u64,
-    /// `hpput`/`hpsend` data read at the sync: position in `buf`, source, length.
-    deferred: Vec<(usize, usize, usize)>,
+    /// `hpput`/`hpsend` data, read only when the message is built during the sync (so
+    /// their bytes take no memory before): position in the message, source, length.
+    holes: Vec<(usize, usize, usize)>,
+    /// Bytes of the holes: the message is `buf` with them inserted.
+    hole_bytes: usize,
 }
 
 impl Outbox {
-    /// Makes room for a record of `rec` bytes asking for `reply` bytes: starts a chunk
-    /// when there is none or the current one would pass `limit`.
+    /// Makes room for a record of `rec` bytes asking for `reply` bytes, `held` of them
+    /// in holes (not in `buf`): starts a chunk when there is none or the current one
+    /// would pass `limit`.
     #[inline]
-    fn reserve(&mut self, step: u32, limit: Option<usize>, rec: usize, reply: usize) {
+    fn reserve(&mut self, step: u32, limit: Option<usize>, rec: usize, reply: usize, held: usize) {
         let add = rec + reply;
         if self.chunks.is_empty() || limit.is_some_and(|c| self.weight > 0 && self.weight + add > c)
         {
-            self.chunks.push(self.buf.len());
+            self.chunks.push(self.len());
             wire::put_head(&mut self.buf, wire::DATA, step);
             self.weight = 0;
         }
         self.weight += add;
-        self.buf.reserve(rec);
+        self.buf.reserve(rec - held);
+    }
+
+    /// Bytes of the message, holes included.
+    fn len(&self) -> usize {
+        self.buf.len() + self.hole_bytes
+    }
+
+    /// Leaves room for `n` bytes read from `src` when the message is built.
+    fn hole(&mut self, src: usize, n: usize) {
+        self.holes.push((self.len(), src, n));
+        self.hole_bytes += n;
+    }
+}
+
+/// One destination's message as recorded: bytes, holes to fill, chunk starts.
+struct Recorded {
+    buf: Vec<u8>,
+    holes: Vec<(usize, usize, usize)>,
+    chunks: Vec<usize>,
+}
+
+impl Recorded {
+    /// The message with its holes filled from their sources.
+    fn build(self) -> Vec<u8> {
+        if self.holes.is_empty() {
+            return self.buf;
+        }
+        let total = self.buf.len() + self.holes.iter().map(|h| h.2).sum::<usize>();
+        let mut out = Vec::with_capacity(total);
+        let mut from = 0;
+        for (at, src, n) in self.holes {
+            let upto = from + (at - out.len());
+            out.extend_from_slice(&self.buf[from..upto]);
+            from = upto;
+            // SAFETY: the caller of hpput/hpsend promised `src` readable for `n` bytes
+            // until the end of this sync.
+            out.extend_from_slice(unsafe { std::slice::from_raw_parts(src as *const u8, n) });
+        }
+        out.extend_from_slice(&self.buf[from..]);
+        out
+    }
+
+    /// The lowest and highest source address the holes read, if any.
+    fn sources(&self) -> Option<(usize, usize)> {
+        let lo = self.holes.iter().map(|h| h.1).min()?;
+        let hi = self.holes.iter().map(|h| h.1 + h.2).max()?;
+        Some((lo, hi))
     }
 }
 
@@ -121,6 +172,14 @@ struct Exchange {
     /// `Transport::expect` is on for the peer.
     waiting: Vec<bool>,
     queue: Queue,
+    /// Nobody reads our memory this superstep (no get requests for us): big messages of
+    /// puts are written as they arrive (see `apply_early`).
+    early: bool,
+    /// The span of the sources our unsent hpput/hpsend data will be read from: an early
+    /// write there must wait.
+    hp_src: Option<(usize, usize)>,
+    /// Who wrote which bytes early.
+    owners: Owners,
 }
 
 /// The user side of one BSP process: registrations, the superstep's outgoing data and the
@@ -271,8 +330,8 @@ impl Core {
         self.check_pid(call, pid)?;
         let slot = self.slot(call, dst)?;
         self.check_bounds(call, pid, slot, dst, offset, src.len())?;
-        self.put_record(pid, slot, offset, src.len(), |buf, range| {
-            buf.extend_from_slice(&src[range]);
+        self.put_record(pid, slot, offset, src.len(), false, |o, range| {
+            o.buf.extend_from_slice(&src[range]);
         });
         Ok(())
     }
@@ -293,24 +352,23 @@ impl Core {
         self.check_pid(call, pid)?;
         let slot = self.slot(call, dst)?;
         self.check_bounds(call, pid, slot, dst, offset, n)?;
-        let mut holes = Vec::new();
-        self.put_record(pid, slot, offset, n, |buf, range| {
-            holes.push((buf.len(), src + range.start, range.len()));
-            buf.resize(buf.len() + range.len(), 0);
+        self.put_record(pid, slot, offset, n, true, |o, range| {
+            o.hole(src + range.start, range.len());
         });
-        self.out[pid as usize].deferred.extend(holes);
         Ok(())
     }
 
     /// Appends PUT records for `n` bytes (split at the chunk limit); `fill` appends the
-    /// bytes of each piece.
+    /// bytes of each piece, or leaves a hole for them (`held`).
+    #[allow(clippy::too_many_arguments)]
     fn put_record(
         &mut self,
         pid: u32,
         slot: u32,
         offset: usize,
         n: usize,
-        mut fill: impl FnMut(&mut Vec<u8>, std::ops::Range<usize>),
+        held: bool,
+        mut fill: impl FnMut(&mut Outbox, std::ops::Range<usize>),
     ) {
         let limit = self.chunk_limit(pid);
         let step = self.step;
@@ -321,12 +379,12 @@ impl Core {
             let k = (n - done).min(piece);
             let off = (offset + done) as u64;
             let rec = 1 + wire::var_len(slot as u64) + wire::var_len(off) + wire::var_len(k as u64);
-            o.reserve(step, limit, rec + k, 0);
+            o.reserve(step, limit, rec + k, 0, if held { k } else { 0 });
             o.buf.push(wire::REC_PUT);
             wire::put_var(&mut o.buf, slot as u64);
             wire::put_var(&mut o.buf, off);
             wire::put_var(&mut o.buf, k as u64);
-            fill(&mut o.buf, done..done + k);
+            fill(o, done..done + k);
             done += k;
             if done >= n {
                 break;
@@ -358,7 +416,7 @@ impl Core {
             let k = (n - done).min(piece);
             let off = (offset + done) as u64;
             let rec = 1 + wire::var_len(slot as u64) + wire::var_len(off) + wire::var_len(k as u64);
-            o.reserve(step, limit, rec, k);
+            o.reserve(step, limit, rec, k, 0);
             o.buf.push(wire::REC_GET);
             wire::put_var(&mut o.buf, slot as u64);
             wire::put_var(&mut o.buf, off);
@@ -392,9 +450,8 @@ impl Core {
         tag: &[u8],
         payload: &[u8],
     ) -> Result<(), BspError> {
-        self.send_record(call, pid, tag, payload.len(), |buf| {
-            buf.extend_from_slice(payload);
-            None
+        self.send_record(call, pid, tag, payload.len(), false, |o| {
+            o.buf.extend_from_slice(payload);
         })
     }
 
@@ -410,11 +467,7 @@ impl Core {
         payload: usize,
         n: usize,
     ) -> Result<(), BspError> {
-        self.send_record(call, pid, tag, n, |buf| {
-            let at = buf.len();
-            buf.resize(at + n, 0);
-            Some((at, payload, n))
-        })
+        self.send_record(call, pid, tag, n, true, |o| o.hole(payload, n))
     }
 
     fn send_record(
@@ -423,7 +476,8 @@ impl Core {
         pid: u32,
         tag: &[u8],
         n: usize,
-        fill: impl FnOnce(&mut Vec<u8>) -> Option<(usize, usize, usize)>,
+        held: bool,
+        fill: impl FnOnce(&mut Outbox),
     ) -> Result<(), BspError> {
         self.check_pid(call, pid)?;
         if tag.len() != self.tagsize {
@@ -437,14 +491,12 @@ impl Core {
         let step = self.step;
         let o = &mut self.out[pid as usize];
         let rec = 1 + wire::var_len(tag.len() as u64) + tag.len() + wire::var_len(n as u64) + n;
-        o.reserve(step, limit, rec, 0);
+        o.reserve(step, limit, rec, 0, if held { n } else { 0 });
         o.buf.push(wire::REC_SEND);
         wire::put_var(&mut o.buf, tag.len() as u64);
         o.buf.extend_from_slice(tag);
         wire::put_var(&mut o.buf, n as u64);
-        if let Some(d) = fill(&mut o.buf) {
-            o.deferred.push(d);
-        }
+        fill(o);
         Ok(())
     }
 
@@ -493,29 +545,22 @@ impl Core {
         // This sync's barrier messages carry the colour of the barriers passed, but only a
         // process past the next barrier proves everyone has them (docs/bsp.md).
         n.t.hold_colour(step.wrapping_add(1) as u8);
-        self.fill_deferred();
-        let row = self.my_row(ending);
-        let rows = self.reduce(n, step, row)?;
-        self.check_rows(&rows)?;
+        let b = self.reduce(n, step, ending)?;
+        self.check_summaries(&b.summaries)?;
         n.t.set_colour(step.wrapping_add(1) as u8);
-        self.exchange(n, step, &rows)?;
-        let me = self.pid as usize;
-        let pushes: Vec<Vec<u64>> = rows
-            .iter()
-            .map(|r| {
-                r.ops
-                    .iter()
-                    .filter_map(|op| match *op {
-                        RegOp::Push(size) => Some(size),
-                        RegOp::Pop(_) => None,
-                    })
-                    .collect()
-            })
-            .collect();
+        self.exchange(n, step, &b.incoming)?;
+        let calls = self.regs.ops().iter();
+        let k = calls.filter(|o| matches!(o, RegOp::Push(_))).count();
+        let pushes = b.pushes.finish(k).ok_or_else(|| {
+            BspError::Protocol(format!(
+                "the barrier of superstep {step} did not bring every process's {k} \
+                 registration sizes"
+            ))
+        })?;
         self.regs
             .commit(|k| pushes.iter().map(|v| v[k]).collect::<Vec<u64>>().into());
-        if let Some(t) = rows[me].tagsize {
-            self.tagsize = t as usize;
+        if let Some(t) = self.next_tagsize {
+            self.tagsize = t;
         }
         self.next_tagsize = None;
         self.step = step.wrapping_add(1);
@@ -524,108 +569,157 @@ impl Core {
         Ok(())
     }
 
-    /// Reads the sources of `hpput` and `hpsend` into the messages.
-    fn fill_deferred(&mut self) {
-        for o in &mut self.out {
-            for (at, src, n) in o.deferred.drain(..) {
-                // SAFETY: the caller of hpput/hpsend promised `src` readable for `n` bytes
-                // until this sync; `at..at+n` was reserved in `buf` for it.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(src as *const u8, o.buf.as_mut_ptr().add(at), n)
-                };
-            }
-        }
-    }
-
-    fn my_row(&self, ending: bool) -> Row {
-        Row {
+    /// What this process's superstep says about its collective calls.
+    fn summary(&self, ending: bool) -> Summary {
+        Summary {
             ending,
-            sends: self
-                .out
+            ops: self
+                .regs
+                .ops()
                 .iter()
-                .enumerate()
-                .filter(|&(d, o)| d != self.pid as usize && !o.buf.is_empty())
-                .map(|(d, o)| (d as u32, o.buf.len() as u64, !o.gets.is_empty()))
+                .map(|op| match *op {
+                    RegOp::Push(_) => RegOp::Push(0),
+                    pop => pop,
+                })
                 .collect(),
-            ops: self.regs.ops().to_vec(),
             tagsize: self.next_tagsize.map(|t| t as u64),
         }
     }
 
-    /// The barrier: dissemination of every process's row.
-    fn reduce(&mut self, n: &mut Net, step: u32, row: Row) -> Result<Vec<Row>, BspError> {
+    /// This superstep's cells of the communication matrix: whom we send how much.
+    fn my_cells(&self) -> Vec<Cell> {
+        let me = self.pid as usize;
+        self.out
+            .iter()
+            .enumerate()
+            .filter(|&(d, o)| d != me && !o.buf.is_empty())
+            .map(|(d, o)| Cell {
+                src: self.pid,
+                dst: d as u32,
+                bytes: o.len() as u64,
+                gets: !o.gets.is_empty(),
+            })
+            .collect()
+    }
+
+    /// The barrier, in ceil(log2 p) rounds of dissemination: in round r a process sends to
+    /// `pid + 2^r` and waits for `pid - 2^r`. What the rounds carry costs nothing per
+    /// process that has nothing to say, so an empty superstep's messages stay small at
+    /// any p:
+    ///
+    /// - the collective calls, reduced: of the summaries a process has heard, it keeps
+    ///   the lowest pid's and the lowest pid's that differs from it, so at the end every
+    ///   process holds pid 0's and, if anyone disagrees, one that does (an idempotent
+    ///   reduction: a summary heard twice changes nothing);
+    /// - registration sizes, gathered: every process needs every size of a new area;
+    /// - the communication matrix, transposed by index (Bruck et al.): the cell
+    ///   (src, dst) travels from src to dst by the bits of `(dst - src) mod p`, one bit
+    ///   per round, so each process ends with its column (who sends it how much: the
+    ///   seed's total exchange of counts) after forwarding about half of the cells it
+    ///   holds per round, and no process ever holds the whole matrix.
+    fn reduce(&mut self, n: &mut Net, step: u32, ending: bool) -> Result<Barrier, BspError> {
         let p = self.p;
         let me = self.pid;
-        let mut known: Vec<Option<Vec<u8>>> = vec![None; p as usize];
-        let mut mine = Vec::new();
-        row.encode(&mut mine);
-        known[me as usize] = Some(mine);
+        let mut own = Vec::new();
+        self.summary(ending).encode(&mut own);
+        let mut summaries = vec![(me, own)];
+        let mut pushes = Pushes::new(p);
+        let sizes: Vec<u64> = self
+            .regs
+            .ops()
+            .iter()
+            .filter_map(|op| match *op {
+                RegOp::Push(size) => Some(size),
+                RegOp::Pop(_) => None,
+            })
+            .collect();
+        if !sizes.is_empty() {
+            pushes.insert(me, sizes);
+        }
+        let mut held = self.my_cells();
+        let mut incoming = Vec::new();
         let mut dist = 1u32;
         let mut round = 0u8;
         while dist < p {
             let to = (me + dist) % p;
             let from = (me + p - dist) % p;
-            let msg = wire::reduce_msg(step, round, &known);
+            let (go, stay): (Vec<Cell>, Vec<Cell>) = held
+                .into_iter()
+                .partition(|c| ((c.dst + p - me) % p) & dist != 0);
+            held = stay;
+            let msg = wire::reduce_msg(step, round, &summaries, pushes.iter(), &go);
             n.t.send(to, Bytes::from(msg), false)?;
-            n.t.expect(from, true);
-            let mut got = None;
-            let r = n.wait(|n| {
-                got = n.take(|f, k, s| f == from && k == wire::REDUCE && s == step);
-                Ok(if got.is_some() {
-                    Poll::Done
-                } else {
-                    Poll::Wait(None)
-                })
-            });
-            n.t.expect(from, false);
-            r?;
-            let (_, msg) = got.expect("the wait ended with a message");
+            let msg = Self::await_reduce(n, step, from)?;
             let bad = || BspError::Protocol(format!("pid {from} sent a malformed barrier message"));
-            let (r, rows) = wire::parse_reduce(&msg, p).ok_or_else(bad)?;
-            if r != round {
+            let r = wire::parse_reduce(&msg, p).ok_or_else(bad)?;
+            if r.round != round {
                 return Err(bad());
             }
-            for (pid, b) in rows {
-                if known[pid as usize].is_none() {
-                    known[pid as usize] = Some(b.to_vec());
+            merge_summaries(&mut summaries, &r.summaries);
+            for (pid, sizes) in r.pushes {
+                pushes.insert(pid, sizes);
+            }
+            for c in r.cells {
+                // It came `dist` closer: the bits up to this round's are spent.
+                if ((c.dst + p - me) % p) & (2 * dist - 1) != 0 {
+                    return Err(bad());
+                }
+                if c.dst == me {
+                    incoming.push(c);
+                } else {
+                    held.push(c);
                 }
             }
             dist <<= 1;
             round = round.wrapping_add(1);
         }
-        known
-            .into_iter()
-            .enumerate()
-            .map(|(pid, b)| {
-                b.and_then(|b| Row::decode(&b, p)).ok_or_else(|| {
-                    BspError::Protocol(format!(
-                        "the barrier of superstep {step} did not bring a valid row of pid {pid}"
-                    ))
-                })
-            })
-            .collect()
+        Ok(Barrier {
+            summaries,
+            pushes,
+            incoming,
+        })
     }
 
-    /// The rules every process can check once it holds every row: all end together, make
-    /// the same registration calls, and set the same tag size.
-    fn check_rows(&self, rows: &[Row]) -> Result<(), BspError> {
-        let step = self.step;
-        let list = |v: &[usize]| {
-            let s: Vec<String> = v.iter().map(|p| p.to_string()).collect();
-            format!(
-                "{} {}",
-                if v.len() == 1 { "pid" } else { "pids" },
-                s.join(", ")
-            )
+    /// Waits for `from`'s barrier message of superstep `step`.
+    fn await_reduce(n: &mut Net, step: u32, from: u32) -> Result<Vec<u8>, BspError> {
+        n.t.expect(from, true);
+        let mut got = None;
+        let r = n.wait(|n| {
+            got = n.take(|f, k, s| f == from && k == wire::REDUCE && s == step);
+            Ok(if got.is_some() {
+                Poll::Done
+            } else {
+                Poll::Wait(None)
+            })
+        });
+        n.t.expect(from, false);
+        r?;
+        Ok(got.expect("the wait ended with a message").1)
+    }
+
+    /// The rules every process checks once the barrier has brought pid 0's summary and,
+    /// if any process's differs, one that does: all end together, make the same
+    /// registration calls, and set the same tag size.
+    fn check_summaries(&self, summaries: &[(u32, Vec<u8>)]) -> Result<(), BspError> {
+        let decode = |(pid, b): &(u32, Vec<u8>)| {
+            Summary::decode(b).map(|s| (*pid, s)).ok_or_else(|| {
+                BspError::Protocol(format!(
+                    "the barrier brought a malformed summary of pid {pid}"
+                ))
+            })
         };
-        let ending: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].ending).collect();
-        if !ending.is_empty() && ending.len() < rows.len() {
-            let syncing: Vec<usize> = (0..rows.len()).filter(|&i| !rows[i].ending).collect();
+        let [a, b] = match summaries {
+            [_] => return Ok(()),
+            [a, b] => [decode(a)?, decode(b)?],
+            _ => unreachable!("merge_summaries keeps one or two"),
+        };
+        let step = self.step;
+        let ((pa, ra), (pb, rb)) = (&a, &b);
+        if ra.ending != rb.ending {
+            let (end, sync) = if ra.ending { (pa, pb) } else { (pb, pa) };
             return misuse(format!(
-                "bsp_end: {} called bsp_end while {} called bsp_sync (superstep {step}); \
-                 every process must call bsp_end together",
-                list(&ending),
-                list(&syncing)
+                "bsp_end: pid {end} called bsp_end while pid {sync} called bsp_sync \
+                 (superstep {step}); every process must call bsp_end together"
             ));
         }
         let count = |ops: &[RegOp], push: bool| {
@@ -633,58 +727,43 @@ impl Core {
                 .filter(|o| matches!(o, RegOp::Push(_)) == push)
                 .count()
         };
-        let r0 = &rows[0];
-        for (pid, r) in rows.iter().enumerate().skip(1) {
-            for (push, call, verb) in [
-                (true, "bsp_push_reg", "registered"),
-                (false, "bsp_pop_reg", "popped"),
-            ] {
-                let (a, b) = (count(&r0.ops, push), count(&r.ops, push));
-                if a != b {
+        for (push, call, verb) in [
+            (true, "bsp_push_reg", "registered"),
+            (false, "bsp_pop_reg", "popped"),
+        ] {
+            let (x, y) = (count(&ra.ops, push), count(&rb.ops, push));
+            if x != y {
+                return misuse(format!(
+                    "{call}: in superstep {step} pid {pa} {verb} {x} area{} but pid {pb} \
+                     {verb} {y}; registration is collective: every process makes the same \
+                     calls in the same order",
+                    if x == 1 { "" } else { "s" }
+                ));
+            }
+        }
+        for (k, (x, y)) in ra.ops.iter().zip(&rb.ops).enumerate() {
+            match (x, y) {
+                (RegOp::Push(_), RegOp::Push(_)) => {}
+                (RegOp::Pop(u), RegOp::Pop(v)) if u == v => {}
+                (RegOp::Pop(u), RegOp::Pop(v)) => {
                     return misuse(format!(
-                        "{call}: in superstep {step} pid 0 {verb} {a} area{} but pid {pid} \
-                         {verb} {b}; registration is collective: every process makes the \
-                         same calls in the same order",
-                        if a == 1 { "" } else { "s" }
+                        "bsp_pop_reg: in superstep {step} pid {pa} and pid {pb} popped \
+                         different registrations (call {}: pid {pa} popped registration \
+                         #{u}, pid {pb} #{v}); pops must name the same registration on \
+                         every process",
+                        k + 1
                     ));
                 }
-            }
-            for (k, (x, y)) in r0.ops.iter().zip(&r.ops).enumerate() {
-                match (x, y) {
-                    (RegOp::Push(_), RegOp::Push(_)) => {}
-                    (RegOp::Pop(a), RegOp::Pop(b)) if a == b => {}
-                    (RegOp::Pop(a), RegOp::Pop(b)) => {
-                        return misuse(format!(
-                            "bsp_pop_reg: in superstep {step} pid 0 and pid {pid} popped \
-                             different registrations (call {}: pid 0 popped registration \
-                             #{a}, pid {pid} #{b}); pops must name the same registration \
-                             on every process",
-                            k + 1
-                        ));
-                    }
-                    _ => {
-                        return misuse(format!(
-                            "bsp_push_reg/bsp_pop_reg: in superstep {step} pid 0 and pid \
-                             {pid} pushed and popped registrations in different orders \
-                             (call {} was a {} on pid 0 and a {} on pid {pid})",
-                            k + 1,
-                            name(x),
-                            name(y)
-                        ));
-                    }
+                _ => {
+                    return misuse(format!(
+                        "bsp_push_reg/bsp_pop_reg: in superstep {step} pid {pa} and pid {pb} \
+                         pushed and popped registrations in different orders (call {} was \
+                         a {} on pid {pa} and a {} on pid {pb})",
+                        k + 1,
+                        name(x),
+                        name(y)
+                    ));
                 }
-            }
-            if r0.tagsize != r.tagsize {
-                let say = |t: Option<u64>| match t {
-                    Some(t) => format!("set the tag size to {t}"),
-                    None => "did not call it".to_string(),
-                };
-                return misuse(format!(
-                    "bsp_set_tagsize: in superstep {step} pid 0 {} but pid {pid} {}; it is \
-                     collective: every process sets the same size in the same superstep",
-                    say(r0.tagsize),
-                    say(r.tagsize)
-                ));
             }
         }
         fn name(op: &RegOp) -> &'static str {
@@ -693,15 +772,24 @@ impl Core {
                 RegOp::Pop(_) => "bsp_pop_reg",
             }
         }
-        Ok(())
+        let say = |t: Option<u64>| match t {
+            Some(t) => format!("set the tag size to {t}"),
+            None => "did not call it".to_string(),
+        };
+        misuse(format!(
+            "bsp_set_tagsize: in superstep {step} pid {pa} {} but pid {pb} {}; it is \
+             collective: every process sets the same size in the same superstep",
+            say(ra.tagsize),
+            say(rb.tagsize)
+        ))
     }
 
     /// The data phase of the superstep: send by schedule, serve gets, receive, write.
-    fn exchange(&mut self, n: &mut Net, step: u32, rows: &[Row]) -> Result<(), BspError> {
+    fn exchange(&mut self, n: &mut Net, step: u32, incoming: &[Cell]) -> Result<(), BspError> {
         let p = self.p as usize;
         let me = self.pid as usize;
-        if self.out[me].buf.is_empty() && rows.iter().all(|r| r.sends.is_empty()) {
-            // Nobody communicates: the barrier was the whole superstep.
+        if incoming.is_empty() && self.out.iter().all(|o| o.buf.is_empty()) {
+            // Nothing to send, nothing to receive: the barrier was our whole superstep.
             self.queue = Queue::default();
             return Ok(());
         }
@@ -729,15 +817,21 @@ impl Core {
             ended: vec![false; p],
             waiting: vec![false; p],
             queue: Queue::default(),
+            early: false,
+            hp_src: None,
+            owners: Owners::default(),
         };
-        for (s, row) in rows.iter().enumerate() {
-            for &(d, bytes, g) in &row.sends {
-                if d as usize == me {
-                    x.expect[s] = bytes;
-                    x.owes[s] = g;
-                    x.senders_left += 1;
-                }
+        for c in incoming {
+            let s = c.src as usize;
+            if x.expect[s] > 0 || c.bytes == 0 {
+                return Err(BspError::Protocol(format!(
+                    "the barrier of superstep {step} announced data from pid {s} twice or \
+                     empty"
+                )));
             }
+            x.expect[s] = c.bytes;
+            x.owes[s] = c.gets;
+            x.senders_left += 1;
         }
         let mut bufs = Vec::with_capacity(p);
         for (d, o) in outs.into_iter().enumerate() {
@@ -746,11 +840,15 @@ impl Core {
                 x.replies_left += 1;
             }
             x.gets.push(o.gets);
-            bufs.push((o.buf, o.chunks));
+            bufs.push((!o.buf.is_empty()).then_some(Recorded {
+                buf: o.buf,
+                holes: o.holes,
+                chunks: o.chunks,
+            }));
         }
         // Our own data is local: its gets are served first, like anyone's.
-        let (own, _) = std::mem::take(&mut bufs[me]);
-        if !own.is_empty() {
+        if let Some(own) = bufs[me].take() {
+            let own = own.build();
             self.counters.bytes_local += own.len() as u64;
             self.on_data(n, &mut x, me as u32, own)?;
         }
@@ -762,13 +860,17 @@ impl Core {
         for s in 0..p {
             self.update_waiting(n, &mut x, s);
         }
-        let mut outgoing: Vec<Option<(Vec<u8>, Vec<usize>)>> = bufs
-            .into_iter()
-            .map(|(b, c)| (!b.is_empty()).then_some((b, c)))
-            .collect();
+        let mut outgoing = bufs;
+        x.early = !x.owes.iter().any(|&g| g);
+        x.hp_src = outgoing
+            .iter()
+            .flatten()
+            .filter_map(Recorded::sources)
+            .reduce(|(a, b), (c, d)| (a.min(c), b.max(d)));
         x.order = match self.cfg.schedule {
             Schedule::Latin => (1..p).map(|t| ((me + t) % p) as u32).collect(),
             Schedule::Pid => (0..p).filter(|&d| d != me).map(|d| d as u32).collect(),
+            Schedule::Random => shuffled(me as u32, step, p as u32),
         };
         x.order.retain(|&d| outgoing[d as usize].is_some());
         for (fed, o) in x.fed.iter_mut().zip(&outgoing) {
@@ -798,7 +900,7 @@ impl Core {
         &mut self,
         n: &mut Net,
         x: &mut Exchange,
-        outgoing: &mut [Option<(Vec<u8>, Vec<usize>)>],
+        outgoing: &mut [Option<Recorded>],
     ) -> Result<Poll, BspError> {
         let step = x.step;
         while let Some((from, m)) =
@@ -829,7 +931,7 @@ impl Core {
         &mut self,
         n: &mut Net,
         x: &mut Exchange,
-        outgoing: &mut [Option<(Vec<u8>, Vec<usize>)>],
+        outgoing: &mut [Option<Recorded>],
     ) -> Result<Option<Time>, BspError> {
         loop {
             if let Some(d) = x.draining {
@@ -843,8 +945,9 @@ impl Core {
                     return Ok(None);
                 };
                 x.next += 1;
-                let (buf, chunks) = outgoing[d as usize].take().expect("scheduled once");
-                x.cur = Some((d, Bytes::from(buf), chunks, 0));
+                let mut rec = outgoing[d as usize].take().expect("scheduled once");
+                let chunks = std::mem::take(&mut rec.chunks);
+                x.cur = Some((d, Bytes::from(rec.build()), chunks, 0));
             }
             let (d, whole, chunks, k) = x.cur.as_mut().expect("set above");
             let d = *d;
@@ -928,7 +1031,11 @@ impl Core {
                 x.sent[s] = true;
             }
         }
-        x.data.push((from, m));
+        let written =
+            s != me && x.early && m.len() >= EARLY_MIN && self.apply_early(x, from, &m)?;
+        if !written {
+            x.data.push((from, m));
+        }
         if s != me && x.got[s] == x.expect[s] {
             x.senders_left -= 1;
             self.update_waiting(n, x, s);
@@ -1009,6 +1116,36 @@ impl Core {
         x.cursor[s] = (i, off);
     }
 
+    /// Writes a big message of puts as it arrives, when that cannot be told from writing
+    /// it at the end: nobody reads our memory this superstep (`x.early`), the message
+    /// holds only puts (BSMP messages stay where they arrived), and none lands on the
+    /// source of an hpput or hpsend of ours still to be read. A byte that a higher pid
+    /// already wrote keeps its value, so the result is that of pid order; the owners are
+    /// recorded for the messages written at the end. False if it must wait.
+    fn apply_early(&self, x: &mut Exchange, from: u32, m: &[u8]) -> Result<bool, BspError> {
+        let malformed = || BspError::Protocol(format!("pid {from} sent a malformed data record"));
+        let mut puts = Vec::new();
+        let mut r = wire::Reader::at(m, wire::HEAD);
+        while let Some(rec) = wire::next_rec(&mut r) {
+            let Rec::Put { slot, offset, data } = rec.map_err(|()| malformed())? else {
+                return Ok(false);
+            };
+            let dst = self.local_range("bsp_put", from, slot, offset, data.len())?;
+            if x.hp_src
+                .is_some_and(|(lo, hi)| dst < hi && lo < dst + data.len())
+            {
+                return Ok(false);
+            }
+            puts.push((dst, data));
+        }
+        for (dst, data) in puts {
+            for (a, b) in x.owners.claim(dst, dst + data.len(), from, true) {
+                write(&m[data.start + a - dst..data.start + b - dst], a);
+            }
+        }
+        Ok(true)
+    }
+
     /// Every message of the superstep is here and every get served: write the puts in pid
     /// order, queue the BSMP messages, and write the get results held so far.
     fn apply(&mut self, x: &mut Exchange) -> Result<(), BspError> {
@@ -1024,11 +1161,14 @@ impl Core {
                 })? {
                     Rec::Put { slot, offset, data } => {
                         let dst = self.local_range("bsp_put", from, slot, offset, data.len())?;
-                        // SAFETY: the range was checked against the registered area. A
-                        // program may register overlapping areas, hence `copy`.
-                        unsafe {
-                            std::ptr::copy(m[data.clone()].as_ptr(), dst as *mut u8, data.len())
-                        };
+                        if x.owners.is_empty() {
+                            write(&m[data], dst);
+                        } else {
+                            // Bytes a higher pid wrote early keep its value.
+                            for (a, b) in x.owners.claim(dst, dst + data.len(), from, false) {
+                                write(&m[data.start + a - dst..data.start + b - dst], a);
+                            }
+                        }
                     }
                     Rec::Send { .. } => has_send = true,
                     Rec::Get { .. } => {}
@@ -1172,6 +1312,168 @@ impl Net {
     }
 }
 
+/// Messages from this size on may be written as they arrive (`Core::apply_early`):
+/// holding a superstep's big messages until the last arrives doubles its memory.
+const EARLY_MIN: usize = 8 << 10;
+
+/// Copies a put's bytes to where it goes.
+fn write(bytes: &[u8], dst: usize) {
+    // SAFETY: `dst` comes from `local_range`, checked against the registered area, which
+    // the program keeps valid while registered. Areas may overlap, hence `copy`.
+    unsafe { std::ptr::copy(bytes.as_ptr(), dst as *mut u8, bytes.len()) };
+}
+
+/// Byte ranges written early in a superstep, with their writer: disjoint, by start.
+#[derive(Default)]
+struct Owners {
+    map: std::collections::BTreeMap<usize, (usize, u32)>,
+}
+
+impl Owners {
+    fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// The parts of `[a, b)` that `pid` may write: those no higher pid wrote early.
+    /// With `record`, they become `pid`'s.
+    fn claim(&mut self, a: usize, b: usize, pid: u32, record: bool) -> Vec<(usize, usize)> {
+        let mut over: Vec<(usize, usize, u32)> = self
+            .map
+            .range(..b)
+            .rev()
+            .take_while(|(_, (end, _))| *end > a)
+            .map(|(&st, &(en, q))| (st, en, q))
+            .collect();
+        over.reverse();
+        let mut free = Vec::new();
+        let mut cur = a;
+        for &(st, en, q) in &over {
+            if q > pid {
+                if cur < st.max(a) {
+                    free.push((cur, st.max(a)));
+                }
+                cur = en.min(b);
+            }
+        }
+        if cur < b {
+            free.push((cur, b));
+        }
+        if record {
+            for &(st, en, q) in over.iter().filter(|o| o.2 <= pid) {
+                self.map.remove(&st);
+                if st < a {
+                    self.map.insert(st, (a, q));
+                }
+                if en > b {
+                    self.map.insert(b, (en, q));
+                }
+            }
+            for &(x, y) in &free {
+                self.map.insert(x, (y, pid));
+            }
+        }
+        free
+    }
+}
+
+/// What the barrier gives each process.
+struct Barrier {
+    /// Pid 0's summary, and another pid's that differs from it, if any.
+    summaries: Vec<(u32, Vec<u8>)>,
+    /// Registration sizes of this superstep.
+    pushes: Pushes,
+    /// Our column of the communication matrix.
+    incoming: Vec<Cell>,
+}
+
+/// Keeps the lowest pid's summary and the lowest pid's that differs from it, out of
+/// those held and those heard.
+fn merge_summaries(held: &mut Vec<(u32, Vec<u8>)>, heard: &[(u32, &[u8])]) {
+    // The usual case: everyone agrees, nothing to copy.
+    if let [(pid, mine)] = held.as_mut_slice()
+        && heard.iter().all(|(_, b)| *b == mine.as_slice())
+    {
+        *pid = heard.iter().map(|h| h.0).fold(*pid, u32::min);
+        return;
+    }
+    for &(pid, b) in heard {
+        if !held.iter().any(|(q, _)| *q == pid) {
+            held.push((pid, b.to_vec()));
+        }
+    }
+    held.sort_by_key(|(pid, _)| *pid);
+    let other = held.iter().position(|(_, b)| *b != held[0].1);
+    let keep_other = other.map(|i| held.swap_remove(i));
+    held.truncate(1);
+    held.extend(keep_other);
+}
+
+/// Registration sizes gathered in the barrier, by pid.
+struct Pushes {
+    p: u32,
+    by_pid: Vec<Option<Vec<u64>>>,
+    known: Vec<u32>,
+}
+
+impl Pushes {
+    fn new(p: u32) -> Pushes {
+        Pushes {
+            p,
+            by_pid: Vec::new(),
+            known: Vec::new(),
+        }
+    }
+
+    fn insert(&mut self, pid: u32, sizes: Vec<u64>) {
+        if self.by_pid.is_empty() {
+            self.by_pid = vec![None; self.p as usize];
+        }
+        let slot = &mut self.by_pid[pid as usize];
+        if slot.is_none() {
+            *slot = Some(sizes);
+            self.known.push(pid);
+        }
+    }
+
+    fn iter(&self) -> impl ExactSizeIterator<Item = (u32, &[u64])> {
+        self.known.iter().map(|&pid| {
+            let sizes = self.by_pid[pid as usize].as_deref().unwrap_or_default();
+            (pid, sizes)
+        })
+    }
+
+    /// Every process's `k` sizes by pid (the summaries agreed that everyone pushed `k`
+    /// areas); `None` if any is missing or of another count.
+    fn finish(self, k: usize) -> Option<Vec<Vec<u64>>> {
+        if k == 0 {
+            return self.known.is_empty().then(Vec::new);
+        }
+        self.by_pid
+            .into_iter()
+            .map(|v| v.filter(|v| v.len() == k))
+            .collect()
+    }
+}
+
+/// The destinations other than `me` in an order drawn from `me` and `step`
+/// (Fisher-Yates over a splitmix64 stream), so every run of a program sends alike.
+fn shuffled(me: u32, step: u32, p: u32) -> Vec<u32> {
+    let mut order: Vec<u32> = (0..p).filter(|&d| d != me).collect();
+    let mut x = ((me as u64) << 32 | step as u64) ^ 0x9e37_79b9_7f4a_7c15;
+    let mut next = || {
+        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    for i in (1..order.len()).rev() {
+        let j = (next() % (i as u64 + 1)) as usize;
+        order.swap(i, j);
+    }
+    order
+}
+
 impl Exchange {
     fn queue_buf(&self, at: usize) -> &[u8] {
         self.queue.buf(at)
@@ -1205,5 +1507,94 @@ impl Service for Net {
 
     fn busy(&self) -> bool {
         self.t.busy()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_schedules_are_permutations_that_change_with_the_superstep() {
+        let a = shuffled(3, 0, 64);
+        let mut sorted = a.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..64).filter(|&d| d != 3).collect::<Vec<_>>());
+        assert_eq!(a, shuffled(3, 0, 64));
+        assert_ne!(a, shuffled(3, 1, 64));
+        assert_ne!(a, shuffled(4, 0, 64));
+        assert!(shuffled(0, 0, 1).is_empty());
+    }
+
+    #[test]
+    fn dissemination_of_summaries_finds_pid_0_and_a_dissenter() {
+        for p in [1u32, 2, 3, 5, 8, 13, 64] {
+            for odd in [None, Some(p - 1), Some(p / 2), Some(0)] {
+                let summary = |pid: u32| vec![u8::from(Some(pid) == odd)];
+                let mut held: Vec<Vec<(u32, Vec<u8>)>> =
+                    (0..p).map(|q| vec![(q, summary(q))]).collect();
+                let mut dist = 1;
+                while dist < p {
+                    let sent = held.clone();
+                    for (q, h) in held.iter_mut().enumerate() {
+                        let from = (q as u32 + p - dist) % p;
+                        let heard: Vec<(u32, &[u8])> = sent[from as usize]
+                            .iter()
+                            .map(|(pid, b)| (*pid, b.as_slice()))
+                            .collect();
+                        merge_summaries(h, &heard);
+                    }
+                    dist <<= 1;
+                }
+                for h in &held {
+                    assert_eq!(h[0], (0, summary(0)), "p {p} odd {odd:?}");
+                    match odd.filter(|_| p > 1) {
+                        Some(o) => {
+                            assert_eq!(h.len(), 2, "p {p} odd {o}: {h:?}");
+                            assert_ne!(h[1].1, h[0].1);
+                        }
+                        _ => assert_eq!(h.len(), 1),
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn early_writes_keep_the_highest_pid() {
+        let mut o = Owners::default();
+        // Pid 5 writes [10, 20) first; pid 2 may write only around it.
+        assert_eq!(o.claim(10, 20, 5, true), vec![(10, 20)]);
+        assert_eq!(o.claim(0, 30, 2, true), vec![(0, 10), (20, 30)]);
+        // Pid 7 takes everything, including pid 5's bytes.
+        assert_eq!(o.claim(5, 25, 7, true), vec![(5, 25)]);
+        let owners: Vec<(usize, usize, u32)> =
+            o.map.iter().map(|(&s, &(e, p))| (s, e, p)).collect();
+        assert_eq!(owners, vec![(0, 5, 2), (5, 25, 7), (25, 30, 2)]);
+        // A late writer of a lower pid, not recorded, writes what nobody higher did.
+        assert_eq!(o.claim(0, 40, 3, false), vec![(0, 5), (25, 40)]);
+        assert_eq!(o.map.len(), 3);
+        assert!(o.claim(8, 8, 1, false).is_empty());
+    }
+
+    #[test]
+    fn recorded_messages_fill_their_holes_at_the_end() {
+        let src = *b"HOLE";
+        let mut o = Outbox::default();
+        o.buf.extend_from_slice(b"ab");
+        o.hole(src.as_ptr() as usize, 4);
+        o.buf.extend_from_slice(b"cd");
+        o.hole(src.as_ptr() as usize + 1, 2);
+        assert_eq!(o.len(), 10);
+        let r = Recorded {
+            buf: o.buf,
+            holes: o.holes,
+            chunks: vec![0],
+        };
+        assert_eq!(
+            r.sources(),
+            Some((src.as_ptr() as usize, src.as_ptr() as usize + 4))
+        );
+        assert_eq!(r.build(), b"abHOLEcdOL");
     }
 }

@@ -2,8 +2,9 @@
 //! the superstep it belongs to, so that messages of the next superstep (a process may run
 //! one barrier ahead) are told apart from those of the current one.
 //!
-//! - `REDUCE` (kind, step, round, rows): one round of the barrier's dissemination; carries
-//!   every per-process [`Row`] the sender knows.
+//! - `REDUCE` (kind, step, round, summaries, pushes, cells): one round of the barrier
+//!   (see `Core::reduce`): at most two [`Summary`]s, the registration sizes known so far,
+//!   and the cells of the communication matrix routed through the receiver.
 //! - `DATA` (kind, step, records): a chunk of the superstep's puts, get requests and BSMP
 //!   sends for one destination, as records (see [`Rec`]).
 //! - `REPLY` (kind, step, bytes): the values read for a DATA chunk's get requests,
@@ -177,18 +178,15 @@ pub enum RegOp {
     Pop(u32),
 }
 
-/// What one process contributes to a barrier: whom it sends to and how much, and the
-/// collective calls of its superstep, so that every process can check them against the
-/// others'. The OR of the processes' destination rows is the seed's reduction; carrying
-/// the sizes folds the total exchange of counts and sizes into it (docs/bsp.md).
+/// The collective calls of one process's superstep, which every process checks against
+/// the others': whether it is in `bsp_end`, the kinds of its registration calls (a push's
+/// size is left out: sizes may differ) and the tag size it set. Equal summaries encode to
+/// equal bytes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Row {
+pub struct Summary {
     /// The process is in `bsp_end`, not `bsp_sync`.
     pub ending: bool,
-    /// `(destination, bytes of DATA, whether they hold get requests)`, destinations
-    /// ascending, self excluded.
-    pub sends: Vec<(u32, u64, bool)>,
-    /// Registration calls of the superstep, in call order.
+    /// Registration calls of the superstep, in call order (pushes as `Push(0)`).
     pub ops: Vec<RegOp>,
     /// `bsp_set_tagsize` of the superstep, if called.
     pub tagsize: Option<u64>,
@@ -198,7 +196,7 @@ const F_ENDING: u8 = 1;
 const F_OPS: u8 = 2;
 const F_TAGSIZE: u8 = 4;
 
-impl Row {
+impl Summary {
     pub fn encode(&self, buf: &mut Vec<u8>) {
         let mut f = 0;
         if self.ending {
@@ -211,11 +209,6 @@ impl Row {
             f |= F_TAGSIZE;
         }
         buf.push(f);
-        put_var(buf, self.sends.len() as u64);
-        for &(d, n, g) in &self.sends {
-            put_var(buf, d as u64);
-            put_var(buf, n << 1 | g as u64);
-        }
         if !self.ops.is_empty() {
             put_var(buf, self.ops.len() as u64);
             for op in &self.ops {
@@ -230,24 +223,9 @@ impl Row {
         }
     }
 
-    /// Decodes a row of a job of `p` processes.
-    pub fn decode(b: &[u8], p: u32) -> Option<Row> {
+    pub fn decode(b: &[u8]) -> Option<Summary> {
         let mut r = Reader::new(b);
         let f = r.u8()?;
-        let n = r.size()?;
-        if n >= p as usize {
-            return None;
-        }
-        let mut sends: Vec<(u32, u64, bool)> = Vec::with_capacity(n);
-        for _ in 0..n {
-            let d = u32::try_from(r.var()?).ok().filter(|&d| d < p)?;
-            // Strictly ascending: a destination listed twice would be waited for twice.
-            if sends.last().is_some_and(|l| l.0 >= d) {
-                return None;
-            }
-            let v = r.var()?;
-            sends.push((d, v >> 1, v & 1 == 1));
-        }
         let mut ops = Vec::new();
         if f & F_OPS != 0 {
             let n = r.size()?;
@@ -270,51 +248,113 @@ impl Row {
         } else {
             None
         };
-        r.is_empty().then_some(Row {
+        r.is_empty().then_some(Summary {
             ending: f & F_ENDING != 0,
-            sends,
             ops,
             tagsize,
         })
     }
 }
 
-/// Encodes a REDUCE message: header, round, then `(pid, row)` for every row known.
-pub fn reduce_msg(step: u32, round: u8, rows: &[Option<Vec<u8>>]) -> Vec<u8> {
-    let n = rows.iter().filter(|r| r.is_some()).count();
-    let size: usize = rows.iter().flatten().map(|r| r.len() + 8).sum();
-    let mut buf = Vec::with_capacity(HEAD + 4 + size);
+/// One cell of the communication matrix on its way to its column: `src` sends `bytes` of
+/// DATA to `dst` this superstep, with get requests among them if `gets`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cell {
+    pub src: u32,
+    pub dst: u32,
+    pub bytes: u64,
+    pub gets: bool,
+}
+
+/// What one round of the barrier carries (see `Core::reduce`): at most two summaries
+/// with their pids, the push sizes known so far, and the matrix cells routed through the
+/// receiver.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Reduce<'a> {
+    pub round: u8,
+    pub summaries: Vec<(u32, &'a [u8])>,
+    pub pushes: Vec<(u32, Vec<u64>)>,
+    pub cells: Vec<Cell>,
+}
+
+/// Encodes a REDUCE message.
+pub fn reduce_msg<'a>(
+    step: u32,
+    round: u8,
+    summaries: &[(u32, Vec<u8>)],
+    pushes: impl ExactSizeIterator<Item = (u32, &'a [u64])>,
+    cells: &[Cell],
+) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(HEAD + 16 + 8 * cells.len());
     put_head(&mut buf, REDUCE, step);
     buf.push(round);
-    put_var(&mut buf, n as u64);
-    for (pid, r) in rows.iter().enumerate() {
-        if let Some(r) = r {
-            put_var(&mut buf, pid as u64);
-            put_var(&mut buf, r.len() as u64);
-            buf.extend_from_slice(r);
+    put_var(&mut buf, summaries.len() as u64);
+    for (pid, s) in summaries {
+        put_var(&mut buf, *pid as u64);
+        put_var(&mut buf, s.len() as u64);
+        buf.extend_from_slice(s);
+    }
+    put_var(&mut buf, pushes.len() as u64);
+    for (pid, sizes) in pushes {
+        put_var(&mut buf, pid as u64);
+        put_var(&mut buf, sizes.len() as u64);
+        for &z in sizes {
+            put_var(&mut buf, z);
         }
+    }
+    put_var(&mut buf, cells.len() as u64);
+    for c in cells {
+        put_var(&mut buf, c.src as u64);
+        put_var(&mut buf, c.dst as u64);
+        put_var(&mut buf, c.bytes << 1 | c.gets as u64);
     }
     buf
 }
 
-/// The rows a REDUCE message carries: `(pid, row bytes)`.
-pub type Rows<'a> = Vec<(u32, &'a [u8])>;
-
-/// Decodes a REDUCE message of a job of `p` processes: its round and rows.
-pub fn parse_reduce(msg: &[u8], p: u32) -> Option<(u8, Rows<'_>)> {
+/// Decodes a REDUCE message of a job of `p` processes. Counts are bounded by the bytes
+/// left (every item takes at least one), pids by `p`; a cell from a process to itself is
+/// nonsense.
+pub fn parse_reduce(msg: &[u8], p: u32) -> Option<Reduce<'_>> {
     let mut r = Reader::at(msg, HEAD);
+    let pid = |r: &mut Reader<'_>| u32::try_from(r.var()?).ok().filter(|&x| x < p);
     let round = r.u8()?;
-    let n = r.size()?;
-    if n > p as usize {
-        return None;
-    }
-    let mut v = Vec::with_capacity(n);
+    let n = r.size()?.min(msg.len());
+    let mut summaries = Vec::with_capacity(n);
     for _ in 0..n {
-        let pid = u32::try_from(r.var()?).ok().filter(|&x| x < p)?;
+        let who = pid(&mut r)?;
         let len = r.size()?;
-        v.push((pid, r.bytes(len)?));
+        summaries.push((who, r.bytes(len)?));
     }
-    r.is_empty().then_some((round, v))
+    let n = r.size()?.min(msg.len());
+    let mut pushes = Vec::with_capacity(n);
+    for _ in 0..n {
+        let who = pid(&mut r)?;
+        let k = r.size()?;
+        if k > msg.len() {
+            return None;
+        }
+        let sizes = (0..k).map(|_| r.var()).collect::<Option<Vec<u64>>>()?;
+        pushes.push((who, sizes));
+    }
+    let n = r.size()?.min(msg.len());
+    let mut cells = Vec::with_capacity(n);
+    for _ in 0..n {
+        let src = pid(&mut r)?;
+        let dst = pid(&mut r).filter(|&d| d != src)?;
+        let v = r.var()?;
+        cells.push(Cell {
+            src,
+            dst,
+            bytes: v >> 1,
+            gets: v & 1 == 1,
+        });
+    }
+    r.is_empty().then_some(Reduce {
+        round,
+        summaries,
+        pushes,
+        cells,
+    })
 }
 
 #[cfg(test)]
@@ -334,32 +374,22 @@ mod tests {
     }
 
     #[test]
-    fn rows_round_trip_and_reject_nonsense() {
-        let row = Row {
+    fn summaries_round_trip_and_reject_nonsense() {
+        let sum = Summary {
             ending: true,
-            sends: vec![(1, 100, true), (3, 5, false)],
-            ops: vec![RegOp::Push(8), RegOp::Pop(2), RegOp::Push(0)],
+            ops: vec![RegOp::Push(0), RegOp::Pop(2), RegOp::Push(0)],
             tagsize: Some(4),
         };
         let mut b = Vec::new();
-        row.encode(&mut b);
-        assert_eq!(Row::decode(&b, 4), Some(row));
-        assert_eq!(
-            Row::decode(&b, 3),
-            None,
-            "destination 3 is not in a job of 3"
-        );
-        assert_eq!(Row::decode(&b[..b.len() - 1], 4), None);
-        let twice = Row {
-            sends: vec![(1, 1, false), (1, 2, false)],
-            ..Row::default()
-        };
-        let mut t = Vec::new();
-        twice.encode(&mut t);
-        assert_eq!(Row::decode(&t, 4), None, "a destination listed twice");
+        sum.encode(&mut b);
+        assert_eq!(Summary::decode(&b), Some(sum));
+        assert_eq!(Summary::decode(&b[..b.len() - 1]), None);
         let mut longer = b.clone();
         longer.push(0);
-        assert_eq!(Row::decode(&longer, 4), None);
+        assert_eq!(Summary::decode(&longer), None);
+        let mut empty = Vec::new();
+        Summary::default().encode(&mut empty);
+        assert_eq!(empty, vec![0]);
     }
 
     #[test]
@@ -374,7 +404,7 @@ mod tests {
                     x as u8
                 })
                 .collect();
-            let _ = Row::decode(&bytes, 8);
+            let _ = Summary::decode(&bytes);
             let _ = parse_reduce(&bytes, 8);
             let _ = head(&bytes);
             let mut r = Reader::new(&bytes);
@@ -383,12 +413,42 @@ mod tests {
     }
 
     #[test]
-    fn reduce_messages_carry_known_rows() {
-        let rows = vec![Some(vec![1, 2]), None, Some(vec![])];
-        let m = reduce_msg(7, 1, &rows);
+    fn reduce_messages_carry_summaries_pushes_and_cells() {
+        let summaries = vec![(0, vec![1u8, 2]), (2, vec![])];
+        let sizes = [8u64, 0];
+        let cells = [
+            Cell {
+                src: 0,
+                dst: 2,
+                bytes: 100,
+                gets: true,
+            },
+            Cell {
+                src: 1,
+                dst: 0,
+                bytes: 5,
+                gets: false,
+            },
+        ];
+        let m = reduce_msg(7, 1, &summaries, [(1u32, &sizes[..])].into_iter(), &cells);
         assert_eq!(head(&m), Some((REDUCE, 7)));
-        let (round, v) = parse_reduce(&m, 3).unwrap();
-        assert_eq!(round, 1);
-        assert_eq!(v, vec![(0, &[1u8, 2][..]), (2, &[][..])]);
+        let r = parse_reduce(&m, 3).unwrap();
+        assert_eq!(r.round, 1);
+        assert_eq!(r.summaries, vec![(0, &[1u8, 2][..]), (2, &[][..])]);
+        assert_eq!(r.pushes, vec![(1, vec![8, 0])]);
+        assert_eq!(r.cells, cells.to_vec());
+        assert!(parse_reduce(&m, 2).is_none(), "pid 2 is not in a job of 2");
+        assert!(parse_reduce(&m[..m.len() - 1], 3).is_none());
+        let own = [Cell {
+            src: 1,
+            dst: 1,
+            bytes: 1,
+            gets: false,
+        }];
+        let m = reduce_msg(7, 0, &[], std::iter::empty(), &own);
+        assert!(
+            parse_reduce(&m, 3).is_none(),
+            "a cell from a process to itself"
+        );
     }
 }

@@ -331,7 +331,14 @@ fn bsp_config(
         ..bulkwire_bsp::Config::default()
     };
     if let Some(s) = l.get(&BSP_SCHEDULE, |v| {
-        word(v, &[("latin", Schedule::Latin), ("pid", Schedule::Pid)])
+        word(
+            v,
+            &[
+                ("latin", Schedule::Latin),
+                ("pid", Schedule::Pid),
+                ("random", Schedule::Random),
+            ],
+        )
     })? {
         c.schedule = s;
     }

@@ -306,7 +306,7 @@ fn bsp() {
     let s = settings(&[("BULKWIRE_BSP_CHUNK", "1M"), ("BULKWIRE_BSP_RATE", "1G")]).unwrap();
     assert_eq!(s.bsp.chunk, Some(1 << 20));
     for bad in [
-        ("BULKWIRE_BSP_SCHEDULE", "random"),
+        ("BULKWIRE_BSP_SCHEDULE", "shuffle"),
         ("BULKWIRE_BSP_RATE", "fast"),
         ("BULKWIRE_BSP_CHUNK", "0"),
     ] {

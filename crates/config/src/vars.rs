@@ -212,9 +212,9 @@ vars! {
         "on",
         "Read large messages straight from the sender's buffer on one host (process_vm_readv). off also turns the collectives' single copy off.";
     BSP_SCHEDULE: Bsp, "BULKWIRE_BSP_SCHEDULE",
-        "latin or pid",
+        "latin, pid or random",
         "latin",
-        "Order in which a process sends to its destinations in a superstep: a latin square, or everyone in pid order (for comparison).";
+        "Order in which a process sends to its destinations in a superstep: a latin square, everyone in pid order, or each process in its own random order (the last two for comparison).";
     BSP_RATE: Bsp, "BULKWIRE_BSP_RATE",
         "bytes per second (suffixes K, M, G: powers of 1000)",
         "no cap",

@@ -12,6 +12,7 @@ pub mod engine;
 pub mod job;
 pub mod progress;
 pub mod sim;
+pub mod simproc;
 pub mod tcp;
 pub mod transport;
 

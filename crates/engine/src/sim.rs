@@ -16,7 +16,7 @@ use bulkwire_protocol::{Common, MsgId, Protocol, Time};
 use bytes::Bytes;
 
 use crate::Error;
-use crate::endpoint::{Endpoint, EndpointConfig, Event};
+use crate::endpoint::{Endpoint, EndpointConfig, Event, Progress};
 
 /// Why a simulation run stopped before its goal.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -27,6 +27,9 @@ pub enum SimError {
     TimeLimit { limit: Time },
     #[error("node {rank} failed: {msg}")]
     Node { rank: Rank, msg: String },
+    /// A run of programs over the simulation failed (see [`crate::simproc`]).
+    #[error("{0}")]
+    Run(String),
 }
 
 struct Node {
@@ -45,6 +48,8 @@ pub struct SimCluster {
     now: Time,
     steps: u64,
     auto_accept: bool,
+    /// Nodes stepped since [`SimCluster::take_touched`] last ran, when tracking is on.
+    touched: Option<Vec<Rank>>,
 }
 
 impl SimCluster {
@@ -79,6 +84,7 @@ impl SimCluster {
             now: 0,
             steps: 0,
             auto_accept: true,
+            touched: None,
         }
     }
 
@@ -112,6 +118,18 @@ impl SimCluster {
     /// Node `rank`'s endpoint.
     pub fn endpoint(&mut self, rank: Rank) -> &mut Endpoint {
         &mut self.nodes[rank as usize].ep
+    }
+
+    /// Node `rank`'s endpoint, to look at.
+    pub fn endpoint_ref(&self, rank: Rank) -> &Endpoint {
+        &self.nodes[rank as usize].ep
+    }
+
+    /// `rank`'s CPU works `ns` more (a cost the endpoint does not see, such as the
+    /// program's own per-message work): its next steps wait for it.
+    pub fn charge_cpu(&mut self, rank: Rank, ns: Time) {
+        let n = &mut self.nodes[rank as usize];
+        n.busy_until = n.busy_until.max(self.now) + ns;
     }
 
     /// Queues a message from `from` to `to` at the current time.
@@ -163,6 +181,42 @@ impl SimCluster {
         self.nodes[rank as usize].wake = None;
     }
 
+    /// Starts recording which nodes are stepped (see [`SimCluster::take_touched`]).
+    pub fn track_touched(&mut self) {
+        self.touched.get_or_insert_with(Vec::new);
+    }
+
+    /// Nodes stepped since the last call (a node may appear more than once), when
+    /// [`SimCluster::track_touched`] was called: a layer above that waits on a node's
+    /// events looks at these nodes only.
+    pub fn take_touched(&mut self) -> Vec<Rank> {
+        self.touched
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// Schedules a step of `rank` at `at` (or when its CPU is free, if later).
+    pub fn wake_at(&mut self, rank: Rank, at: Time) {
+        self.wake(rank, at);
+    }
+
+    /// Until when `rank`'s CPU is busy with what it processed.
+    pub fn busy_until(&self, rank: Rank) -> Time {
+        self.nodes[rank as usize].busy_until
+    }
+
+    /// Steps `rank` now if its CPU is free (a process driving its own endpoint);
+    /// otherwise schedules the step for when it is, and reports no progress.
+    pub fn poll_node(&mut self, rank: Rank) -> Result<Progress, SimError> {
+        let busy = self.nodes[rank as usize].busy_until;
+        if busy > self.now || self.net.is_dead(rank) {
+            self.wake(rank, busy);
+            return Ok(Progress::default());
+        }
+        self.step_node(rank)
+    }
+
     fn wake(&mut self, rank: Rank, at: Time) {
         let n = &mut self.nodes[rank as usize];
         let at = at.max(n.busy_until);
@@ -172,9 +226,12 @@ impl SimCluster {
         }
     }
 
-    fn step_node(&mut self, rank: Rank) -> Result<(), SimError> {
+    fn step_node(&mut self, rank: Rank) -> Result<Progress, SimError> {
         if self.net.is_dead(rank) {
-            return Ok(());
+            return Ok(Progress::default());
+        }
+        if let Some(t) = &mut self.touched {
+            t.push(rank);
         }
         let now = self.now;
         let node = &mut self.nodes[rank as usize];
@@ -218,7 +275,7 @@ impl SimCluster {
         if let Some(t) = next {
             self.wake(rank, t.max(now));
         }
-        Ok(())
+        Ok(prog)
     }
 
     /// Runs until `done` holds (checked after every instant), the network and all nodes
@@ -232,27 +289,36 @@ impl SimCluster {
             if done(self) {
                 return Ok(self.now);
             }
-            let Some(t) = self.next_time() else {
+            if !self.instant(limit)? {
                 return Err(SimError::Stalled { now: self.now });
-            };
-            if t > limit {
-                return Err(SimError::TimeLimit { limit });
-            }
-            self.now = t.max(self.now);
-            for r in self.net.advance(self.now) {
-                let busy = self.nodes[r as usize].busy_until;
-                self.wake(r, busy.max(self.now));
-            }
-            while let Some(&Reverse((at, r))) = self.agenda.peek() {
-                if at > self.now {
-                    break;
-                }
-                self.agenda.pop();
-                if self.nodes[r as usize].wake == Some(at) {
-                    self.step_node(r)?;
-                }
             }
         }
+    }
+
+    /// Moves to the next time anything happens and runs everything due then. False if
+    /// nothing is left to happen; an error past `limit`.
+    pub fn instant(&mut self, limit: Time) -> Result<bool, SimError> {
+        let Some(t) = self.next_time() else {
+            return Ok(false);
+        };
+        if t > limit {
+            return Err(SimError::TimeLimit { limit });
+        }
+        self.now = t.max(self.now);
+        for r in self.net.advance(self.now) {
+            let busy = self.nodes[r as usize].busy_until;
+            self.wake(r, busy.max(self.now));
+        }
+        while let Some(&Reverse((at, r))) = self.agenda.peek() {
+            if at > self.now {
+                break;
+            }
+            self.agenda.pop();
+            if self.nodes[r as usize].wake == Some(at) {
+                self.step_node(r)?;
+            }
+        }
+        Ok(true)
     }
 
     /// Runs everything due up to time `t`, then sets the clock to `t` (even if nothing was

@@ -59,6 +59,11 @@ pub struct SimConfig {
     pub cpu_per_recv: Time,
     pub cpu_per_send: Time,
     pub seed: u64,
+    /// `None`: one switch. `Some(k)`: a two-tier fat tree of leaf switches with `k`
+    /// nodes each and `k` uplinks, one to each of `k` spine switches (full bisection);
+    /// traffic between leaves goes up to spine `dst mod k` and down (d-mod-k routing).
+    /// Every output port on the way has `switch_buffer` bytes and the link bandwidth.
+    pub hosts_per_leaf: Option<u32>,
 }
 
 impl SimConfig {
@@ -80,6 +85,33 @@ impl SimConfig {
             cpu_per_recv: 500,
             cpu_per_send: 300,
             seed: 1,
+            hosts_per_leaf: None,
+        }
+    }
+
+    /// The switch output ports a datagram from `src` to `dst` queues at, in order, and
+    /// their number. Ports `0..nodes` lead to the nodes; a fat tree's uplinks and spine
+    /// ports follow.
+    fn route(&self, src: Rank, dst: Rank) -> ([u32; 3], usize) {
+        let Some(k) = self.hosts_per_leaf.filter(|&k| k > 0) else {
+            return ([dst, 0, 0], 1);
+        };
+        let (n, leaves) = (self.nodes, self.nodes.div_ceil(k));
+        let (ls, ld) = (src / k, dst / k);
+        if ls == ld {
+            return ([dst, 0, 0], 1);
+        }
+        let spine = dst % k;
+        let up = n + ls * k + spine;
+        let down = n + leaves * k + spine * leaves + ld;
+        ([up, down, dst], 3)
+    }
+
+    /// Output ports of the whole network.
+    fn ports(&self) -> usize {
+        match self.hosts_per_leaf.filter(|&k| k > 0) {
+            None => self.nodes as usize,
+            Some(k) => (self.nodes + 2 * self.nodes.div_ceil(k) * k) as usize,
         }
     }
 
@@ -126,7 +158,12 @@ impl NodeStats {
 }
 
 enum Stage {
-    AtSwitch,
+    /// At a switch, for the `hop`-th output port of `path`.
+    AtSwitch {
+        path: [u32; 3],
+        hops: u8,
+        hop: u8,
+    },
     AtReceiver,
 }
 
@@ -157,7 +194,6 @@ impl Ord for InFlight {
 
 struct Node {
     uplink_free: Time,
-    port_free: Time,
     rx: VecDeque<Vec<u8>>,
     rx_bytes: usize,
     dead: bool,
@@ -170,6 +206,8 @@ struct Net {
     order: u64,
     rng: ChaCha8Rng,
     nodes: Vec<Node>,
+    /// When each switch output port is free again (see [`SimConfig::route`]).
+    ports: Vec<Time>,
     events: BinaryHeap<Reverse<InFlight>>,
     /// Nodes whose receive buffer gained data since the runner last asked.
     arrivals: Vec<Rank>,
@@ -205,13 +243,25 @@ impl Net {
         true
     }
 
-    fn at_switch(&mut self, t: Time, dst: Rank, mut data: Vec<u8>) {
+    /// A datagram reaches a switch and queues at the `hop`-th port of its path (faults
+    /// strike on the last hop, the port toward the destination).
+    fn at_switch(
+        &mut self,
+        t: Time,
+        dst: Rank,
+        path: [u32; 3],
+        hops: u8,
+        hop: u8,
+        mut data: Vec<u8>,
+    ) {
+        let last = hop + 1 == hops;
         // Faults on the way are counted at the node the datagram was heading for.
-        if self.cfg.loss > 0.0 && self.rng.random::<f64>() < self.cfg.loss {
+        if last && self.cfg.loss > 0.0 && self.rng.random::<f64>() < self.cfg.loss {
             self.nodes[dst as usize].stats.lost += 1;
             return;
         }
-        let backlog_ns = self.nodes[dst as usize].port_free.saturating_sub(t);
+        let port = path[hop as usize] as usize;
+        let backlog_ns = self.ports[port].saturating_sub(t);
         let backlog =
             (backlog_ns as u128 * self.cfg.bandwidth_bps as u128 / 8_000_000_000) as usize;
         if backlog + data.len() > self.cfg.switch_buffer {
@@ -219,8 +269,17 @@ impl Net {
             return;
         }
         let wire = self.cfg.wire_time(data.len());
-        let depart = self.nodes[dst as usize].port_free.max(t) + wire;
-        self.nodes[dst as usize].port_free = depart;
+        let depart = self.ports[port].max(t) + wire;
+        self.ports[port] = depart;
+        if !last {
+            let stage = Stage::AtSwitch {
+                path,
+                hops,
+                hop: hop + 1,
+            };
+            self.schedule(depart + self.cfg.latency, stage, dst, data);
+            return;
+        }
         if self.corrupt(&mut data) {
             self.nodes[dst as usize].stats.corrupted += 1;
         }
@@ -266,7 +325,6 @@ impl SimNet {
         let nodes = (0..cfg.nodes)
             .map(|_| Node {
                 uplink_free: 0,
-                port_free: 0,
                 rx: VecDeque::new(),
                 rx_bytes: 0,
                 dead: false,
@@ -276,6 +334,7 @@ impl SimNet {
         SimNet {
             inner: Arc::new(Mutex::new(Net {
                 rng: ChaCha8Rng::seed_from_u64(cfg.seed),
+                ports: vec![0; cfg.ports()],
                 cfg,
                 now: 0,
                 order: 0,
@@ -299,6 +358,7 @@ impl SimNet {
             rank,
             nprocs: n.cfg.nodes,
             mtu: n.cfg.mtu,
+            intact: n.cfg.ber == 0.0,
         }
     }
 
@@ -326,7 +386,9 @@ impl SimNet {
         while n.events.peek().is_some_and(|Reverse(e)| e.at <= t) {
             let Reverse(e) = n.events.pop().unwrap();
             match e.stage {
-                Stage::AtSwitch => n.at_switch(e.at, e.dst, e.data),
+                Stage::AtSwitch { path, hops, hop } => {
+                    n.at_switch(e.at, e.dst, path, hops, hop, e.data)
+                }
                 Stage::AtReceiver => n.at_receiver(e.dst, e.data),
             }
         }
@@ -393,6 +455,8 @@ pub struct SimLink {
     rank: Rank,
     nprocs: u32,
     mtu: usize,
+    /// No bit errors are configured: the bytes that arrive are the bytes sent.
+    intact: bool,
 }
 
 impl Link for SimLink {
@@ -406,6 +470,10 @@ impl Link for SimLink {
 
     fn max_datagram(&self, _peer: Rank) -> usize {
         self.mtu
+    }
+
+    fn intact(&self) -> bool {
+        self.intact
     }
 
     fn send(&mut self, batch: &[Tx<'_>]) -> io::Result<usize> {
@@ -440,7 +508,13 @@ impl Link for SimLink {
             n.nodes[me].stats.sent_bytes += len as u64;
             let at = done + n.cfg.latency;
             if (tx.dst as usize) < n.nodes.len() {
-                n.schedule(at, Stage::AtSwitch, tx.dst, tx.to_vec());
+                let (path, hops) = n.cfg.route(self.rank, tx.dst);
+                let stage = Stage::AtSwitch {
+                    path,
+                    hops: hops as u8,
+                    hop: 0,
+                };
+                n.schedule(at, stage, tx.dst, tx.to_vec());
             }
         }
         Ok(batch.len())
@@ -561,6 +635,34 @@ mod tests {
             .map(|d| u32::from_le_bytes(d[..4].try_into().unwrap()))
             .collect();
         assert!(order.windows(2).any(|w| w[1] < w[0]), "some reordering");
+    }
+
+    #[test]
+    fn fat_tree_routes_across_leaves_through_three_ports() {
+        let mut cfg = SimConfig::new(8);
+        cfg.bandwidth_bps = 8_000_000_000; // one byte per ns
+        cfg.latency = 1_000;
+        cfg.hosts_per_leaf = Some(4);
+        let net = SimNet::new(cfg.clone());
+        let mut a = net.link(0);
+        let d = vec![7u8; 1000];
+        // Same leaf: uplink, one port, as on one switch.
+        a.send(&[tx(1, &d)]).unwrap();
+        assert_eq!(net.advance(3_999), Vec::<Rank>::new());
+        assert_eq!(net.advance(4_000), vec![1]);
+        // Another leaf: uplink, leaf uplink port, spine port, leaf port: two more hops.
+        a.send(&[tx(5, &d)]).unwrap();
+        assert!(net.advance(4_000 + 7_999).is_empty());
+        assert_eq!(net.advance(4_000 + 8_000), vec![5]);
+        // Two senders of one leaf to two nodes of another share no port (d-mod-k): both
+        // arrive as fast as one.
+        let mut b = net.link(1);
+        let t0 = 100_000;
+        net.advance(t0);
+        a.send(&[tx(6, &d)]).unwrap();
+        b.send(&[tx(7, &d)]).unwrap();
+        assert_eq!(net.advance(t0 + 8_000), vec![6, 7]);
+        assert_eq!(cfg.route(0, 6).0, [8 + 2, 8 + 8 + 2 * 2 + 1, 6]);
     }
 
     #[test]

@@ -450,7 +450,7 @@ const MISUSES: &[(&str, &str)] = &[
     ),
     (
         "end_vs_sync",
-        "bsp_end: pid 1 called bsp_end while pids 0, 2 called bsp_sync",
+        "bsp_end: pid 1 called bsp_end while pid 0 called bsp_sync",
     ),
     (
         "negative_tagsize",

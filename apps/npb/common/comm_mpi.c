@@ -1,0 +1,67 @@
+/* The kernels' common communication over MPI. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mpi.h>
+
+#include "comm.h"
+
+static const char *program = "npb";
+static int rank, size;
+
+const char *npb_program(void) { return program; }
+
+void npb_begin(int argc, char **argv) {
+    const char *s = strrchr(argv[0], '/');
+    program = s ? s + 1 : argv[0];
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (argc > 1)
+        npb_fail("takes no arguments: the number of processes is mpirun's (mpirun -np P %s)",
+                 program);
+}
+
+int npb_pid(void) { return rank; }
+int npb_nprocs(void) { return size; }
+
+void npb_fail(const char *fmt, ...) {
+    if (rank == 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        fprintf(stderr, "%s: ", program);
+        vfprintf(stderr, fmt, ap);
+        fprintf(stderr, "\n");
+        va_end(ap);
+    }
+    /* Every process reaches this together, so a plain finalize ends the job. */
+    MPI_Finalize();
+    exit(1);
+}
+
+void npb_barrier(void) { MPI_Barrier(MPI_COMM_WORLD); }
+
+void npb_allgather(const void *mine, void *all, int nbytes) {
+    npb_comm_begin();
+    MPI_Allgather(mine, nbytes, MPI_BYTE, all, nbytes, MPI_BYTE, MPI_COMM_WORLD);
+    npb_comm_end();
+}
+
+int npb_end(struct npb_result *r, double my_time, double my_comm) {
+    double mine[2] = {my_time, my_comm};
+    double *all = npb_alloc("the times", 2 * size, sizeof(double));
+    npb_allgather(mine, all, sizeof mine);
+    r->np = size;
+    r->time = 0.0;
+    r->comm = 0.0;
+    for (int q = 0; q < size; q++) {
+        if (all[2 * q] > r->time) r->time = all[2 * q];
+        r->comm += all[2 * q + 1] / size;
+    }
+    free(all);
+    if (rank == 0) npb_print_result(r, "mpi");
+    MPI_Finalize();
+    return rank == 0 && !r->verified ? 1 : 0;
+}

@@ -53,7 +53,7 @@ static void add_entry(struct entries *es, int row, int col, double val) {
     if (es->n == es->cap) {
         es->cap = es->cap ? 2 * es->cap : 1 << 16;
         es->e = realloc(es->e, (size_t)es->cap * sizeof *es->e);
-        if (!es->e) npb_fail("cannot hold %ld matrix entries", es->cap);
+        if (!es->e) npb_abort("cannot hold %ld matrix entries", es->cap);
     }
     es->e[es->n] = (struct entry){row, col, (int)es->n, val};
     es->n++;

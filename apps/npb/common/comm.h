@@ -25,8 +25,10 @@ int npb_nprocs(void);
 const char *npb_program(void);
 
 /* Stops every process; the message (prefixed by the program's name) is printed once. Every
- * process must call it (the kernels call it on conditions all of them evaluate alike). */
+ * process calls it (on conditions all of them evaluate alike). */
 void npb_fail(const char *fmt, ...) NPB_NORETURN NPB_PRINTF(1, 2);
+/* The same from one process, while the others may be communicating. */
+void npb_abort(const char *fmt, ...) NPB_NORETURN NPB_PRINTF(1, 2);
 
 /* Waits for every process (not counted as communication: it only lines up the clocks). */
 void npb_barrier(void);

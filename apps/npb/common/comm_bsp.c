@@ -54,6 +54,15 @@ void npb_fail(const char *fmt, ...) {
     bsp_abort("%s: %s\n", program, msg);
 }
 
+void npb_abort(const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    bsp_abort("%s: %s\n", program, msg);
+}
+
 void npb_barrier(void) { bsp_sync(); }
 
 void npb_allgather(const void *mine, void *all, int nbytes) {

@@ -41,6 +41,17 @@ void npb_fail(const char *fmt, ...) {
     exit(1);
 }
 
+void npb_abort(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: process %d: ", program, rank);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    exit(1); /* not reached: MPI_Abort does not return */
+}
+
 void npb_barrier(void) { MPI_Barrier(MPI_COMM_WORLD); }
 
 void npb_allgather(const void *mine, void *all, int nbytes) {

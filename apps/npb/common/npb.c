@@ -1,6 +1,7 @@
 /* The shared serial code: generator, timer, communication account, report. */
 #define _POSIX_C_SOURCE 200809L
 #include "npb.h"
+#include "comm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,10 +62,7 @@ int npb_log2(long x) {
 
 void *npb_alloc(const char *what, long count, long size) {
     void *p = calloc(count > 0 ? (size_t)count : 1, (size_t)size);
-    if (!p) {
-        fprintf(stderr, "npb: cannot allocate %s (%ld x %ld bytes)\n", what, count, size);
-        exit(3);
-    }
+    if (!p) npb_abort("cannot allocate %s (%ld x %ld bytes)", what, count, size);
     return p;
 }
 

@@ -50,7 +50,7 @@ static inline long npb_part(long n, int parts, int i) {
 int npb_is_pow2(long x);
 int npb_log2(long x); /* of a power of two */
 
-/* Allocation that stops the job with a message naming what could not be had. */
+/* Zeroed allocation that stops the job with a message naming what could not be had. */
 void *npb_alloc(const char *what, long count, long size);
 
 /* What a run reports (NPB's layout, plus one machine-readable line). */

@@ -128,7 +128,7 @@ static void plan_exchange(struct is *s) {
         s->nrecv += s->recv_count[q];
     }
     if (s->nrecv > s->capacity)
-        npb_fail("process %d would receive %ld keys, more than its buffer of %ld", me, s->nrecv,
+        npb_abort("process %d would receive %ld keys, more than its buffer of %ld", me, s->nrecv,
                  s->capacity);
 }
 

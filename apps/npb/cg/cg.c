@@ -332,8 +332,7 @@ int main(int argc, char **argv) {
     step(&s, &rnorm);
     for (long j = 0; j < s.ncols; j++) s.x[j] = 1.0;
     npb_barrier();
-    npb_comm_reset();
-    double t0 = npb_wtime();
+    npb_timed_begin();
     for (int it = 1; it <= NITER; it++) {
         zeta = step(&s, &rnorm);
         if (s.g.me == 0) {
@@ -341,7 +340,7 @@ int main(int argc, char **argv) {
             printf("    %5d       %20.14e%20.13e\n", it, rnorm, zeta);
         }
     }
-    double t = npb_wtime() - t0, comm = npb_comm_seconds();
+    npb_timed_end();
     double err = fabs(zeta - ZETA_REF) / ZETA_REF;
     if (s.g.me == 0) {
         printf(" Benchmark completed\n");
@@ -353,5 +352,5 @@ int main(int argc, char **argv) {
         .mops_work = 2.0 * NITER * NA * (3.0 + nnz + 25.0 * (5.0 + nnz) + 3.0) / 1e6,
         .verified = err <= 1e-10,
     };
-    return npb_end(&r, t, comm);
+    return npb_end(&r);
 }

@@ -18,7 +18,7 @@ void cg_comm_init(const struct cg_grid *g, double *wrecv, double *srecv) {
 void cg_comm_matvec(const struct cg_grid *g, const struct cg_plan *pl, const double *w,
                     double *wrecv) {
     (void)wrecv;
-    npb_comm_begin();
+    npb_comm_begin("matvec");
     int slot = (int)(g->pcol * g->seg * (long)sizeof(double));
     for (int i = 0; i < pl->nsend; i++)
         bsp_hpput(pl->dest[i], w + pl->off[i], wslots, slot, (int)(pl->len[i] * (long)sizeof(double)));
@@ -28,7 +28,7 @@ void cg_comm_matvec(const struct cg_grid *g, const struct cg_plan *pl, const dou
 
 void cg_comm_row(const struct cg_grid *g, const double *mine, double *all, int n) {
     int nb = n * (int)sizeof(double), base = g->prow * g->npcols;
-    npb_comm_begin();
+    npb_comm_begin("rowsum");
     for (int c = 0; c < g->npcols; c++)
         if (c != g->pcol) bsp_put(base + c, mine, sslots, g->pcol * nb, nb);
     bsp_sync();

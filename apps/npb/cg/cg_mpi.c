@@ -18,7 +18,7 @@ void cg_comm_init(const struct cg_grid *g, double *wrecv, double *srecv) {
 void cg_comm_matvec(const struct cg_grid *g, const struct cg_plan *pl, const double *w,
                     double *wrecv) {
     int n = 0;
-    npb_comm_begin();
+    npb_comm_begin("matvec");
     for (int i = 0; i < pl->nrecv; i++)
         MPI_Irecv(wrecv + pl->slot[i] * g->seg, (int)pl->rlen, MPI_DOUBLE, pl->src[i], 1,
                   MPI_COMM_WORLD, &reqs[n++]);
@@ -31,7 +31,7 @@ void cg_comm_matvec(const struct cg_grid *g, const struct cg_plan *pl, const dou
 
 void cg_comm_row(const struct cg_grid *g, const double *mine, double *all, int n) {
     (void)g;
-    npb_comm_begin();
+    npb_comm_begin("rowsum");
     MPI_Allgather(mine, n, MPI_DOUBLE, all, n, MPI_DOUBLE, row_comm);
     npb_comm_end();
 }

@@ -34,13 +34,15 @@ void npb_abort(const char *fmt, ...) NPB_NORETURN NPB_PRINTF(1, 2);
 void npb_barrier(void);
 
 /* all[q * nbytes ...] = process q's `mine`, on every process. At most NPB_GATHER_MAX
- * bytes a process. Counted as communication. */
+ * bytes a process. Counted as communication of `phase`. */
 #define NPB_GATHER_MAX 8192
-void npb_allgather(const void *mine, void *all, int nbytes);
+void npb_allgather(const char *phase, const void *mine, void *all, int nbytes);
 
-/* Collects every process's time and communication time of the timed section into r
- * (r->np, r->time, r->comm), prints the report on pid 0 and ends the parallel part.
- * Returns main's exit status on pid 0: 0 when verified, 1 when not. */
-int npb_end(struct npb_result *r, double my_time, double my_comm);
+/* Collects every process's account of the timed section into r (r->np, r->time, r->comm,
+ * r->phase), prints the report on pid 0 and ends the parallel part. Returns main's exit
+ * status on pid 0: 0 when verified, 1 when not. */
+int npb_end(struct npb_result *r);
+/* npb_end's first half, the same over both libraries: gathers the accounts into r. */
+void npb_collect(struct npb_result *r);
 
 #endif

@@ -65,10 +65,10 @@ void npb_abort(const char *fmt, ...) {
 
 void npb_barrier(void) { bsp_sync(); }
 
-void npb_allgather(const void *mine, void *all, int nbytes) {
+void npb_allgather(const char *phase, const void *mine, void *all, int nbytes) {
     int p = bsp_nprocs(), me = bsp_pid();
     if (nbytes > NPB_GATHER_MAX) npb_fail("npb_allgather: %d bytes exceed %d", nbytes, NPB_GATHER_MAX);
-    npb_comm_begin();
+    npb_comm_begin(phase);
     for (int q = 0; q < p; q++)
         if (q != me) bsp_put(q, mine, gather_area, me * nbytes, nbytes);
     bsp_sync();
@@ -77,19 +77,8 @@ void npb_allgather(const void *mine, void *all, int nbytes) {
     memcpy(all, gather_area, (size_t)p * nbytes);
 }
 
-int npb_end(struct npb_result *r, double my_time, double my_comm) {
-    int p = bsp_nprocs();
-    double mine[2] = {my_time, my_comm};
-    double *all = npb_alloc("the times", 2 * p, sizeof(double));
-    npb_allgather(mine, all, sizeof mine);
-    r->np = p;
-    r->time = 0.0;
-    r->comm = 0.0;
-    for (int q = 0; q < p; q++) {
-        if (all[2 * q] > r->time) r->time = all[2 * q];
-        r->comm += all[2 * q + 1] / p;
-    }
-    free(all);
+int npb_end(struct npb_result *r) {
+    npb_collect(r);
     if (bsp_pid() == 0) npb_print_result(r, "bsp");
     bsp_end();
     return r->verified ? 0 : 1;

@@ -54,24 +54,14 @@ void npb_abort(const char *fmt, ...) {
 
 void npb_barrier(void) { MPI_Barrier(MPI_COMM_WORLD); }
 
-void npb_allgather(const void *mine, void *all, int nbytes) {
-    npb_comm_begin();
+void npb_allgather(const char *phase, const void *mine, void *all, int nbytes) {
+    npb_comm_begin(phase);
     MPI_Allgather(mine, nbytes, MPI_BYTE, all, nbytes, MPI_BYTE, MPI_COMM_WORLD);
     npb_comm_end();
 }
 
-int npb_end(struct npb_result *r, double my_time, double my_comm) {
-    double mine[2] = {my_time, my_comm};
-    double *all = npb_alloc("the times", 2 * size, sizeof(double));
-    npb_allgather(mine, all, sizeof mine);
-    r->np = size;
-    r->time = 0.0;
-    r->comm = 0.0;
-    for (int q = 0; q < size; q++) {
-        if (all[2 * q] > r->time) r->time = all[2 * q];
-        r->comm += all[2 * q + 1] / size;
-    }
-    free(all);
+int npb_end(struct npb_result *r) {
+    npb_collect(r);
     if (rank == 0) npb_print_result(r, "mpi");
     MPI_Finalize();
     return rank == 0 && !r->verified ? 1 : 0;

@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #define MASK46 ((UINT64_C(1) << 46) - 1)
@@ -45,12 +46,41 @@ double npb_wtime(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static double comm_total, comm_start;
+static struct npb_account account;
+static int timing, current;
+static double section_start, comm_start;
 
-void npb_comm_begin(void) { comm_start = npb_wtime(); }
-void npb_comm_end(void) { comm_total += npb_wtime() - comm_start; }
-void npb_comm_reset(void) { comm_total = 0.0; }
-double npb_comm_seconds(void) { return comm_total; }
+void npb_timed_begin(void) {
+    memset(&account, 0, sizeof account);
+    timing = 1;
+    section_start = npb_wtime();
+}
+
+double npb_timed_end(void) {
+    account.time = npb_wtime() - section_start;
+    timing = 0;
+    return account.time;
+}
+
+void npb_comm_begin(const char *phase) {
+    if (!timing) return;
+    current = 0;
+    while (current < account.nphases && strcmp(account.phase[current], phase) != 0) current++;
+    if (current == account.nphases && current < NPB_MAX_PHASES) account.phase[account.nphases++] = phase;
+    comm_start = npb_wtime();
+}
+
+void npb_comm_end(void) {
+    if (!timing) return;
+    double dt = npb_wtime() - comm_start;
+    account.comm += dt;
+    if (current < NPB_MAX_PHASES) {
+        account.seconds[current] += dt;
+        account.calls[current]++;
+    }
+}
+
+const struct npb_account *npb_account(void) { return &account; }
 
 int npb_is_pow2(long x) { return x > 0 && (x & (x - 1)) == 0; }
 
@@ -64,6 +94,25 @@ void *npb_alloc(const char *what, long count, long size) {
     void *p = calloc(count > 0 ? (size_t)count : 1, (size_t)size);
     if (!p) npb_abort("cannot allocate %s (%ld x %ld bytes)", what, count, size);
     return p;
+}
+
+void npb_collect(struct npb_result *r) {
+    enum { N = 2 + NPB_MAX_PHASES };
+    int p = npb_nprocs();
+    double mine[N] = {account.time, account.comm};
+    for (int i = 0; i < NPB_MAX_PHASES; i++) mine[2 + i] = account.seconds[i];
+    double *all = npb_alloc("the times", (long)N * p, sizeof(double));
+    npb_allgather("report", mine, all, sizeof mine);
+    r->np = p;
+    r->time = r->comm = 0.0;
+    for (int i = 0; i < NPB_MAX_PHASES; i++) r->phase[i] = 0.0;
+    for (int q = 0; q < p; q++) {
+        const double *t = all + (long)N * q;
+        if (t[0] > r->time) r->time = t[0];
+        r->comm += t[1] / p;
+        for (int i = 0; i < NPB_MAX_PHASES; i++) r->phase[i] += t[2 + i] / p;
+    }
+    free(all);
 }
 
 void npb_print_result(const struct npb_result *r, const char *impl) {
@@ -90,5 +139,10 @@ void npb_print_result(const struct npb_result *r, const char *impl) {
      * communication calls, comp the rest of the slowest process's time. */
     printf("BWNPB kernel=%s class=%c impl=%s np=%d time=%.6f comm=%.6f comp=%.6f verified=%d mops=%.3f\n",
            r->kernel, CLASS, impl, r->np, r->time, r->comm, r->time - r->comm, r->verified, mops);
+    /* The communication time by exchange: mean seconds over processes / calls a process. */
+    const struct npb_account *a = npb_account();
+    printf("BWNPB-COMM kernel=%s class=%c impl=%s np=%d", r->kernel, CLASS, impl, r->np);
+    for (int i = 0; i < a->nphases; i++) printf(" %s=%.6f/%ld", a->phase[i], r->phase[i], a->calls[i]);
+    printf("\n");
     fflush(stdout);
 }

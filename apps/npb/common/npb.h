@@ -34,12 +34,24 @@ uint64_t npb_skip(uint64_t x, uint64_t a, uint64_t n);
 /* Seconds on a monotonic clock. */
 double npb_wtime(void);
 
-/* Communication time: the kernels' communication (library calls only, never packing or
- * summing) runs between npb_comm_begin and npb_comm_end. */
-void npb_comm_begin(void);
+/* The timed section: npb_timed_begin starts the clock and a fresh communication account,
+ * npb_timed_end stops both and returns the section's seconds. Communication (library calls
+ * only, never packing or summing) runs between npb_comm_begin and npb_comm_end; the account
+ * keeps its time per phase, a string constant naming the exchange ("matvec"). Every
+ * process makes the same sequence of exchanges, so phases are numbered alike everywhere. */
+#define NPB_MAX_PHASES 8
+struct npb_account {
+    double time, comm;
+    int nphases;
+    const char *phase[NPB_MAX_PHASES];
+    double seconds[NPB_MAX_PHASES];
+    long calls[NPB_MAX_PHASES];
+};
+void npb_timed_begin(void);
+double npb_timed_end(void);
+void npb_comm_begin(const char *phase);
 void npb_comm_end(void);
-void npb_comm_reset(void);
-double npb_comm_seconds(void);
+const struct npb_account *npb_account(void);
 
 /* Block partition of [0, n) into `parts`: part i is [npb_part(n, parts, i),
  * npb_part(n, parts, i + 1)). Nested partitions by powers of two line up. */
@@ -65,6 +77,7 @@ struct npb_result {
     int np;
     double time;         /* the slowest process's timed section */
     double comm;         /* mean over processes of their communication time in it */
+    double phase[NPB_MAX_PHASES]; /* the same per phase of npb_account() */
 };
 
 /* Prints the report of a finished run (pid 0 does). impl is "bsp" or "mpi". */

@@ -63,15 +63,14 @@ int main(int argc, char **argv) {
     double *x = npb_alloc("the batch", 2 * NK, sizeof(double));
     double sums[2 + NQ] = {0}, *all = npb_alloc("the sums", (long)p * (2 + NQ), sizeof(double));
     npb_barrier();
-    npb_comm_reset();
-    double t0 = npb_wtime();
+    npb_timed_begin();
     uint64_t an = npb_pow46(NPB_MULT, 2 * NK); /* one batch of the sequence */
     for (long k = npb_part(NN, p, me); k < npb_part(NN, p, me + 1); k++) batch(k, an, x, sums);
-    npb_allgather(sums, all, sizeof sums);
+    npb_allgather("sums", sums, all, sizeof sums);
     double total[2 + NQ] = {0};
     for (int q = 0; q < p; q++)
         for (int i = 0; i < 2 + NQ; i++) total[i] += all[q * (2 + NQ) + i];
-    double t = npb_wtime() - t0, comm = npb_comm_seconds();
+    double t = npb_timed_end();
     double gc = 0;
     for (int l = 0; l < NQ; l++) gc += total[2 + l];
     double sx_err = fabs((total[0] - SX_REF) / SX_REF), sy_err = fabs((total[1] - SY_REF) / SY_REF);
@@ -88,5 +87,5 @@ int main(int argc, char **argv) {
     };
     free(all);
     free(x);
-    return npb_end(&r, t, comm);
+    return npb_end(&r);
 }

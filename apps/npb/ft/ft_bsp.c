@@ -18,7 +18,7 @@ void ft_comm_init(dcomplex *recv, long n) {
 void ft_comm_alltoall(const dcomplex *send, dcomplex *recv, long block) {
     int p = bsp_nprocs(), me = bsp_pid();
     int bytes = (int)(block * (long)sizeof(dcomplex));
-    npb_comm_begin();
+    npb_comm_begin("transpose");
     for (int t = 1; t < p; t++) {
         int q = (me + t) % p;
         bsp_hpput(q, send + q * block, recv_area, me * bytes, bytes);

@@ -10,7 +10,7 @@ void ft_comm_init(dcomplex *recv, long n) {
 }
 
 void ft_comm_alltoall(const dcomplex *send, dcomplex *recv, long block) {
-    npb_comm_begin();
+    npb_comm_begin("transpose");
     MPI_Alltoall(send, (int)(2 * block), MPI_DOUBLE, recv, (int)(2 * block), MPI_DOUBLE,
                  MPI_COMM_WORLD);
     npb_comm_end();

@@ -159,7 +159,7 @@ static void rank(struct is *s, int iteration) {
     set_key(s, iteration, iteration);
     set_key(s, iteration + MAX_ITERATIONS, (int)(MAX_KEY - iteration));
     count_buckets(s);
-    npb_allgather(s->mine, s->all, ROW * sizeof(int));
+    npb_allgather("counts", s->mine, s->all, ROW * sizeof(int));
     long total[NUM_BUCKETS], test_key[TEST_ARRAY_SIZE];
     memset(total, 0, sizeof total);
     memset(test_key, 0, sizeof test_key);
@@ -190,7 +190,7 @@ static int full_verify(struct is *s) {
     for (long i = 1; i < s->nrecv; i++) bad += sorted[i - 1] > sorted[i];
     int edge[3] = {s->nrecv > 0, s->nrecv ? sorted[0] : 0, s->nrecv ? sorted[s->nrecv - 1] : 0};
     int *edges = npb_alloc("the edges", 3L * s->p, sizeof(int));
-    npb_allgather(edge, edges, sizeof edge);
+    npb_allgather("verify", edge, edges, sizeof edge);
     for (int q = 0; q < s->me; q++)
         if (edges[3 * q] && s->nrecv && edges[3 * q + 2] > sorted[0]) bad++;
     if (bad) printf("Full verification failed on process %d: %ld keys out of order\n", s->me, bad);
@@ -242,16 +242,14 @@ int main(int argc, char **argv) {
     rank(&s, 1);
     s.passed = 0;
     npb_barrier();
-    npb_comm_reset();
-    double t0 = npb_wtime();
+    npb_timed_begin();
     for (int it = 1; it <= MAX_ITERATIONS; it++) {
         if (s.me == 0) printf("        %d\n", it);
         rank(&s, it);
     }
-    double t = npb_wtime() - t0;
-    double comm = npb_comm_seconds();
+    npb_timed_end();
     long mine[2] = {s.passed, full_verify(&s)}, *every = npb_alloc("the results", 2L * s.p, sizeof(long));
-    npb_allgather(mine, every, sizeof mine);
+    npb_allgather("verify", mine, every, sizeof mine);
     long passed = 0;
     for (int q = 0; q < s.p; q++) passed += every[2 * q] + every[2 * q + 1];
     struct npb_result r = {
@@ -260,5 +258,5 @@ int main(int argc, char **argv) {
         .verified = passed == 5L * MAX_ITERATIONS + s.p,
     };
     free(every);
-    return npb_end(&r, t, comm);
+    return npb_end(&r);
 }

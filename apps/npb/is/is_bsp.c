@@ -19,7 +19,7 @@ void is_comm_keys(const int *send, const long *start, const long *count, const l
     (void)recv_count;
     (void)recv_off;
     int p = bsp_nprocs(), me = bsp_pid();
-    npb_comm_begin();
+    npb_comm_begin("keys");
     for (int t = 1; t < p; t++) {
         int d = (me + t) % p;
         if (count[d] > 0)

@@ -32,7 +32,7 @@ void is_comm_keys(const int *send, const long *start, const long *count, const l
         rcount[q] = q == me ? 0 : (int)recv_count[q];
         rdispl[q] = (int)recv_off[q];
     }
-    npb_comm_begin();
+    npb_comm_begin("keys");
     MPI_Alltoallv(send, scount, sdispl, MPI_INT, recv_area, rcount, rdispl, MPI_INT,
                   MPI_COMM_WORLD);
     npb_comm_end();

@@ -235,7 +235,7 @@ static void zran3(struct mg *s) {
                 keep(mine + MM, -1, v, at);
             }
     struct extreme *all = npb_alloc("the extremes", 2L * MM * s->p, sizeof *all);
-    npb_allgather(mine, all, sizeof mine);
+    npb_allgather("extremes", mine, all, sizeof mine);
     struct extreme top[MM], bottom[MM];
     for (int i = 0; i < MM; i++) {
         top[i] = (struct extreme){-1.0, -1};
@@ -329,7 +329,7 @@ static void norm2u3(struct mg *s, double *rnm2, double *rnmu) {
                 if (fabs(v) > mine[1]) mine[1] = fabs(v);
             }
     double *all = npb_alloc("the norms", 2L * s->p, sizeof(double));
-    npb_allgather(mine, all, sizeof mine);
+    npb_allgather("norm", mine, all, sizeof mine);
     double sum = 0.0, max = 0.0;
     for (int q = 0; q < s->p; q++) {
         sum += all[2 * q];
@@ -397,8 +397,7 @@ int main(int argc, char **argv) {
     top_resid(&s);
     start(&s);
     npb_barrier();
-    npb_comm_reset();
-    double t0 = npb_wtime();
+    npb_timed_begin();
     top_resid(&s);
     norm2u3(&s, &rnm2, &rnmu);
     for (int it = 1; it <= NIT; it++) {
@@ -407,7 +406,7 @@ int main(int argc, char **argv) {
         top_resid(&s);
     }
     norm2u3(&s, &rnm2, &rnmu);
-    double t = npb_wtime() - t0, comm = npb_comm_seconds();
+    npb_timed_end();
     double err = fabs(rnm2 - RNM2_REF) / RNM2_REF;
     if (s.me == 0) {
         printf("\n Benchmark completed\n");
@@ -417,5 +416,5 @@ int main(int argc, char **argv) {
         .kernel = "MG", .n1 = NX, .n2 = NX, .n3 = NX, .niter = NIT, .optype = "floating point",
         .mops_work = 58.0 * NIT * (double)NX * NX * NX / 1e6, .verified = err <= 1e-8,
     };
-    return npb_end(&r, t, comm);
+    return npb_end(&r);
 }

@@ -14,7 +14,7 @@ void mg_comm_init(double *u, long usize, double *r, long rsize) {
 
 void mg_comm_ghosts(double *stack, long off, long plane, long m3, int up, int down) {
     double *a = stack + off;
-    npb_comm_begin();
+    npb_comm_begin("ghosts");
     MPI_Sendrecv(a + (m3 - 2) * plane, (int)plane, MPI_DOUBLE, up, 1, a, (int)plane, MPI_DOUBLE,
                  down, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     MPI_Sendrecv(a + plane, (int)plane, MPI_DOUBLE, down, 2, a + (m3 - 1) * plane, (int)plane,
@@ -23,7 +23,7 @@ void mg_comm_ghosts(double *stack, long off, long plane, long m3, int up, int do
 }
 
 void mg_comm_gather(double *stack, long off, long plane, long nl) {
-    npb_comm_begin();
+    npb_comm_begin("gather");
     MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, stack + off + plane, (int)(nl * plane),
                   MPI_DOUBLE, MPI_COMM_WORLD);
     npb_comm_end();

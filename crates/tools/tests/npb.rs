@@ -232,6 +232,50 @@ fn report(o: &Out, kernel: &str, p: u32, imp: &str) -> HashMap<String, String> {
     r
 }
 
+/// The `BWNPB-COMM` line: seconds and calls per exchange; the seconds add up to `comm`.
+fn phases(o: &Out, comm: f64) -> HashMap<String, (f64, u64)> {
+    let line = o
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("BWNPB-COMM "))
+        .unwrap_or_else(|| panic!("{}: no BWNPB-COMM line:\n{}", o.what, o.stdout));
+    let phases: HashMap<String, (f64, u64)> = line
+        .split_whitespace()
+        .skip(5)
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap();
+            let (secs, calls) = v.split_once('/').unwrap();
+            (
+                k.to_string(),
+                (secs.parse().unwrap(), calls.parse().unwrap()),
+            )
+        })
+        .collect();
+    let sum: f64 = phases.values().map(|(s, _)| s).sum();
+    assert!(
+        (sum - comm).abs() <= 1e-5,
+        "{}: {line} vs comm={comm}",
+        o.what
+    );
+    phases
+}
+
+/// Exchanges a kernel makes in its timed section at p > 1, by NPB's iteration counts.
+fn calls(kernel: &str) -> &'static [(&'static str, u64)] {
+    match kernel {
+        // One count exchange and one key exchange per iteration.
+        "is" => &[("counts", 10), ("keys", 10)],
+        "ep" => &[("sums", 1)],
+        // 15 steps of 25 CG iterations plus the residual: 26 products; 2 dot products per
+        // iteration plus 3 a step.
+        "cg" => &[("matvec", 15 * 26), ("rowsum", 15 * 53)],
+        // One transpose forward, one per step back; a checksum per step.
+        "ft" => &[("transpose", 7), ("checksum", 6)],
+        // MG's ghost exchanges depend on how many levels are cut into slabs.
+        _ => &[("norm", 2)],
+    }
+}
+
 /// A verified run of `kernel` at `p`, with its NPB report.
 fn verified(o: &Out, kernel: &str, p: u32, imp: &str) {
     o.ok();
@@ -251,7 +295,18 @@ fn verified(o: &Out, kernel: &str, p: u32, imp: &str) {
         "{}",
         o.stdout
     );
-    report(o, kernel, p, imp);
+    let r = report(o, kernel, p, imp);
+    let ph = phases(o, r["comm"].parse().unwrap());
+    if p > 1 {
+        for &(name, n) in calls(kernel) {
+            assert_eq!(
+                ph.get(name).map(|x| x.1),
+                Some(n),
+                "{}: {name} in {ph:?}",
+                o.what
+            );
+        }
+    }
 }
 
 /// The lines that carry the computed numbers (not the times): EP's sums and counts, CG's

@@ -35,8 +35,9 @@ fn on_path(cmd: &str) -> bool {
         .is_some_and(|paths| std::env::split_paths(&paths).any(|p| p.join(cmd).is_file()))
 }
 
-/// How to start an MPI job here: Open MPI needs to be told it may run as root and place
-/// more processes than cores.
+/// How to start an MPI job here, stopped after 80 s: Open MPI needs to be told it may run
+/// as root and place more processes than cores; MPICH's mpirun takes its time limit from
+/// the environment (`mpi` sets MPIEXEC_TIMEOUT).
 fn mpirun_command() -> Vec<String> {
     let mut cmd = vec!["mpirun".to_string()];
     let version = Command::new("mpirun")
@@ -50,6 +51,7 @@ fn mpirun_command() -> Vec<String> {
             cmd.push("--allow-run-as-root".into());
         }
         cmd.push("--oversubscribe".into());
+        cmd.extend(["--timeout".into(), "80".into()]);
     }
     cmd
 }
@@ -183,10 +185,12 @@ fn mpi(kernel: &str, p: u32) -> Option<Out> {
     let mpirun = programs().mpirun.as_ref()?;
     let prog = programs().bin.join(format!("{kernel}.S.mpi"));
     let mut c = Command::new(&mpirun[0]);
-    c.args(&mpirun[1..])
-        .args(["--timeout", "80", "-np", &p.to_string()])
-        .arg(prog);
-    Some(run(format!("{kernel}.S.mpi p={p}"), c, &[]))
+    c.args(&mpirun[1..]).args(["-np", &p.to_string()]).arg(prog);
+    Some(run(
+        format!("{kernel}.S.mpi p={p}"),
+        c,
+        &[("MPIEXEC_TIMEOUT", "80")],
+    ))
 }
 
 /// The `BWNPB key=value ...` line, checked against what the run was.

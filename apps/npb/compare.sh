@@ -60,18 +60,22 @@ for ((r = 0; r < rounds; r++)); do
 done
 [ -n "$raw" ] && cp "$out" "$raw"
 
-echo "class $class, $rounds rounds, $cores cores (p above $cores is oversubscribed); medians"
-printf '%-6s %3s %-8s %10s %10s %10s %10s %4s\n' kernel p transport time comm comp mops ok
+echo "class $class, $rounds rounds, $cores cores (p above $cores is oversubscribed); medians, and the"
+echo "minimum time and communication time over the rounds"
+printf '%-6s %3s %-8s %10s %10s %10s %10s %10s %10s %4s\n' kernel p transport time comm comp mops min-time min-comm ok
 awk '
 function field(k,   i, kv) { for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] == k) return kv[2] } return "" }
 { key = field("kernel") " " field("np") " " $1; n[key]++; ok[key] += field("verified") == "1"
   t[key, n[key]] = field("time"); c[key, n[key]] = field("comm"); d[key, n[key]] = field("comp")
   m[key, n[key]] = field("mops") }
+function least(a, key, cnt,   i, v) {
+  v = a[key, 1] + 0; for (i = 2; i <= cnt; i++) if (a[key, i] + 0 < v) v = a[key, i] + 0; return v }
 function median(a, key, cnt,   i, j, v, tmp) {
   for (i = 1; i <= cnt; i++) v[i] = a[key, i] + 0
   for (i = 2; i <= cnt; i++) { tmp = v[i]; for (j = i - 1; j >= 1 && v[j] > tmp; j--) v[j + 1] = v[j]; v[j + 1] = tmp }
   return cnt % 2 ? v[(cnt + 1) / 2] : (v[cnt / 2] + v[cnt / 2 + 1]) / 2 }
 END { for (key in n) { split(key, f, " ")
-        printf "%-6s %3s %-8s %10.4f %10.4f %10.4f %10.1f %2d/%d\n", f[1], f[2], f[3], median(t, key, n[key]),
-          median(c, key, n[key]), median(d, key, n[key]), median(m, key, n[key]), ok[key], n[key] } }
+        printf "%-6s %3s %-8s %10.4f %10.4f %10.4f %10.1f %10.4f %10.4f %2d/%d\n", f[1], f[2], f[3],
+          median(t, key, n[key]), median(c, key, n[key]), median(d, key, n[key]), median(m, key, n[key]),
+          least(t, key, n[key]), least(c, key, n[key]), ok[key], n[key] } }
 ' "$out" | sort -k1,1 -k2,2n -k3,3

@@ -53,7 +53,7 @@ for ((r = 0; r < rounds; r++)); do
                 t=${transports[(i + r) % n]}
                 line=$(run "$t" "$k" "$p" 2>/dev/null | grep '^BWNPB ' || true)
                 [ -n "$line" ] || line="BWNPB kernel=${k^^} np=$p verified=failed"
-                echo "$t $line" >>"$out"
+                echo "$t round=$r $line" >>"$out"
             done
         done
     done
@@ -79,3 +79,30 @@ END { for (key in n) { split(key, f, " ")
           median(t, key, n[key]), median(c, key, n[key]), median(d, key, n[key]), median(m, key, n[key]),
           least(t, key, n[key]), least(c, key, n[key]), ok[key], n[key] } }
 ' "$out" | sort -k1,1 -k2,2n -k3,3
+
+# Ratios within a round (the BSP version over the MPI one on the comparable transport), then
+# their median over the rounds: a slow moment of the machine hits both sides of a ratio.
+echo
+echo "BSP / MPI, per round, median over the rounds: shared memory (bsp-shm / mpi-shm) and"
+echo "the network path (bsp-udp, holefill over UDP / mpi-tcp)"
+printf '%-6s %3s %12s %12s %12s %12s %6s\n' kernel p shm-time shm-comm net-time net-comm rounds
+awk '
+function field(k,   i, kv) { for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] == k) return kv[2] } return "" }
+function median(a, cnt,   i, j, tmp) {
+  for (i = 2; i <= cnt; i++) { tmp = a[i]; for (j = i - 1; j >= 1 && a[j] > tmp; j--) a[j + 1] = a[j]; a[j + 1] = tmp }
+  return cnt % 2 ? a[(cnt + 1) / 2] : (a[cnt / 2] + a[cnt / 2 + 1]) / 2 }
+field("verified") == "1" { g = field("kernel") " " field("np"); r = field("round"); keys[g] = 1; rounds[g, r] = 1
+  t[g, r, $1] = field("time"); c[g, r, $1] = field("comm") }
+function ratio(g, what, a, b,   r, n, v, x, y) {
+  n = 0
+  for (r = 0; r < 1000; r++) {
+    if (!((g, r) in rounds)) continue
+    x = (what == "t" ? t[g, r, a] : c[g, r, a]); y = (what == "t" ? t[g, r, b] : c[g, r, b])
+    if (x != "" && y != "" && y + 0 > 0) v[++n] = x / y
+  }
+  cnt = n; return n ? median(v, n) : -1 }
+END { for (g in keys) { split(g, f, " ")
+        st = ratio(g, "t", "bsp-shm", "mpi-shm"); sc = ratio(g, "c", "bsp-shm", "mpi-shm")
+        nt = ratio(g, "t", "bsp-udp", "mpi-tcp"); nc = ratio(g, "c", "bsp-udp", "mpi-tcp")
+        printf "%-6s %3s %12.2f %12.2f %12.2f %12.2f %6d\n", f[1], f[2], st, sc, nt, nc, cnt } }
+' "$out" | sort -k1,1 -k2,2n

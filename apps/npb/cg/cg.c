@@ -229,7 +229,7 @@ static void matvec(struct cg *s, const double *v, double *out) {
     if (s->plan.self)
         memcpy(s->wrecv + g->pcol * g->seg, s->w + s->plan.self_off,
                s->plan.self_len * sizeof(double));
-    cg_comm_matvec(g, &s->plan, s->w, s->wrecv);
+    if (g->p > 1) cg_comm_matvec(g, &s->plan, s->w, s->wrecv);
     memcpy(out, s->wrecv, s->ncols * sizeof(double));
     for (int c = 1; c < g->npcols; c++) {
         const double *part = s->wrecv + c * g->seg;

@@ -34,7 +34,8 @@ void npb_abort(const char *fmt, ...) NPB_NORETURN NPB_PRINTF(1, 2);
 void npb_barrier(void);
 
 /* all[q * nbytes ...] = process q's `mine`, on every process. At most NPB_GATHER_MAX
- * bytes a process. Counted as communication of `phase`. */
+ * bytes a process. Counted as communication of `phase`. Like every exchange of the
+ * kernels, a process alone only copies: no library call, no communication time. */
 #define NPB_GATHER_MAX 8192
 void npb_allgather(const char *phase, const void *mine, void *all, int nbytes);
 

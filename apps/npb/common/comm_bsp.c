@@ -67,6 +67,10 @@ void npb_barrier(void) { bsp_sync(); }
 
 void npb_allgather(const char *phase, const void *mine, void *all, int nbytes) {
     int p = bsp_nprocs(), me = bsp_pid();
+    if (p == 1) {
+        memcpy(all, mine, (size_t)nbytes);
+        return;
+    }
     if (nbytes > NPB_GATHER_MAX) npb_fail("npb_allgather: %d bytes exceed %d", nbytes, NPB_GATHER_MAX);
     npb_comm_begin(phase);
     for (int q = 0; q < p; q++)

@@ -146,6 +146,13 @@ static void fft_z(struct ft *s, dcomplex *u, int sign) {
 
 /* ---- the transposes ---- */
 
+static void alltoall(struct ft *s) {
+    if (s->p > 1)
+        ft_comm_alltoall(s->send, s->recv, s->block);
+    else
+        memcpy(s->recv, s->send, s->block * sizeof(dcomplex));
+}
+
 /* Space (z slabs, u2) to frequency (y slabs, out). */
 static void space_to_freq(struct ft *s, dcomplex *out) {
     size_t row = NX * sizeof(dcomplex);
@@ -153,7 +160,7 @@ static void space_to_freq(struct ft *s, dcomplex *out) {
         for (long kk = 0; kk < s->nkz; kk++)
             memcpy(s->send + q * s->block + kk * s->njy * NX, s->u2 + (kk * NY + q * s->njy) * NX,
                    s->njy * row);
-    ft_comm_alltoall(s->send, s->recv, s->block);
+    alltoall(s);
     for (int q = 0; q < s->p; q++)
         for (long kk = 0; kk < s->nkz; kk++)
             for (long jj = 0; jj < s->njy; jj++)
@@ -168,7 +175,7 @@ static void freq_to_space(struct ft *s, const dcomplex *in) {
         for (long jj = 0; jj < s->njy; jj++)
             memcpy(s->send + q * s->block + jj * s->nkz * NX, in + (jj * NZ + q * s->nkz) * NX,
                    s->nkz * row);
-    ft_comm_alltoall(s->send, s->recv, s->block);
+    alltoall(s);
     for (int q = 0; q < s->p; q++)
         for (long jj = 0; jj < s->njy; jj++)
             for (long kk = 0; kk < s->nkz; kk++)

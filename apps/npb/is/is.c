@@ -171,7 +171,7 @@ static void rank(struct is *s, int iteration) {
     assign_buckets(s, total);
     plan_exchange(s);
     memcpy(s->recv + s->recv_off[s->me], s->send + s->start[s->me], s->count[s->me] * sizeof(int));
-    is_comm_keys(s->send, s->start, s->count, s->dest_off, s->recv_count, s->recv_off);
+    if (s->p > 1) is_comm_keys(s->send, s->start, s->count, s->dest_off, s->recv_count, s->recv_off);
     s->lesser = 0;
     for (long b = 0; b < s->bstart[s->me]; b++) s->lesser += total[b];
     rank_local(s);

@@ -84,7 +84,7 @@ END { for (key in n) { split(key, f, " ")
 # their median over the rounds: a slow moment of the machine hits both sides of a ratio.
 echo
 echo "BSP / MPI, per round, median over the rounds: shared memory (bsp-shm / mpi-shm) and"
-echo "the network path (bsp-udp, holefill over UDP / mpi-tcp)"
+echo "the network path (bsp-udp, holefill over UDP / mpi-tcp); \"-\" where MPI spent no time"
 printf '%-6s %3s %12s %12s %12s %12s %6s\n' kernel p shm-time shm-comm net-time net-comm rounds
 awk '
 function field(k,   i, kv) { for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] == k) return kv[2] } return "" }
@@ -100,9 +100,10 @@ function ratio(g, what, a, b,   r, n, v, x, y) {
     x = (what == "t" ? t[g, r, a] : c[g, r, a]); y = (what == "t" ? t[g, r, b] : c[g, r, b])
     if (x != "" && y != "" && y + 0 > 0) v[++n] = x / y
   }
-  cnt = n; return n ? median(v, n) : -1 }
+  if (what == "t") cnt = n
+  return n ? sprintf("%.2f", median(v, n)) : "-" }
 END { for (g in keys) { split(g, f, " ")
         st = ratio(g, "t", "bsp-shm", "mpi-shm"); sc = ratio(g, "c", "bsp-shm", "mpi-shm")
         nt = ratio(g, "t", "bsp-udp", "mpi-tcp"); nc = ratio(g, "c", "bsp-udp", "mpi-tcp")
-        printf "%-6s %3s %12.2f %12.2f %12.2f %12.2f %6d\n", f[1], f[2], st, sc, nt, nc, cnt } }
+        printf "%-6s %3s %12s %12s %12s %12s %6d\n", f[1], f[2], st, sc, nt, nc, cnt } }
 ' "$out" | sort -k1,1 -k2,2n

@@ -141,6 +141,26 @@ impl JobConfig {
     }
 }
 
+/// What the configuration reader should warn about when `faults` are injected under the
+/// protocol `protocol` names (`None`: the default choice, which recovers whenever faults
+/// are injected): utopia cannot recover from any of them, so the first datagram lost,
+/// corrupted, duplicated, reordered or delayed ends the job. `None` when there is
+/// nothing to warn about.
+pub fn faults_warning(protocol: Option<&str>, faults: &FaultConfig) -> Option<String> {
+    let p = protocol?;
+    (faults.is_active()
+        && bulkwire_protocol::PROTOCOLS.contains(&p)
+        && !bulkwire_protocol::recovers(p))
+    .then(|| {
+        format!(
+            "BULKWIRE_FAULTS injects faults, but BULKWIRE_PROTOCOL={p} has no recovery: \
+                 the first datagram lost, corrupted, duplicated, reordered or delayed ends \
+                 the job; {} recover from them",
+            bulkwire_protocol::RECOVERING.join(", ")
+        )
+    })
+}
+
 /// `BULKWIRE_PROTOCOL` value choosing the kernel-TCP baseline stack ([`TcpTransport`])
 /// instead of a protocol over a link.
 pub const TCP: &str = "tcp";
@@ -437,3 +457,34 @@ pub fn finish<T: Transport>(t: &mut T, mut ctl: Control, status: i32) -> Result<
 
 /// How long [`finish`] waits for this process's data to be acknowledged.
 pub const FINISH_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn faults_under_utopia_are_warned_about() {
+        let lossy = FaultConfig::parse("loss=0.01").unwrap();
+        let none = FaultConfig::none();
+        let w = faults_warning(Some("utopia"), &lossy).expect("a warning");
+        for part in [
+            "BULKWIRE_FAULTS",
+            "BULKWIRE_PROTOCOL=utopia has no recovery",
+            "holefill, gbn, rmpp",
+        ] {
+            assert!(w.contains(part), "{w}");
+        }
+        assert_eq!(faults_warning(Some("utopia"), &none), None);
+        for p in [
+            None,
+            Some("holefill"),
+            Some("gbn"),
+            Some("rmpp"),
+            Some("tcp"),
+        ] {
+            assert_eq!(faults_warning(p, &lossy), None, "{p:?}");
+        }
+        let delayed = FaultConfig::parse("delay=0.5").unwrap();
+        assert!(faults_warning(Some("utopia"), &delayed).is_some());
+    }
+}

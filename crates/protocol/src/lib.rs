@@ -83,6 +83,20 @@ pub enum ProtoError {
     TooLarge { len: u64, max: u64 },
     #[error("rank {peer} was declared dead; nothing more can be sent to it")]
     PeerDead { peer: Rank },
+    /// The protocol lost what it cannot get back: the job cannot go on correctly.
+    #[error(
+        "{protocol} has no recovery: {what}; choose a protocol that recovers \
+         (BULKWIRE_PROTOCOL={}) to run over a link that loses, corrupts, duplicates or \
+         reorders datagrams",
+        RECOVERING.join(", ")
+    )]
+    Unrecoverable {
+        protocol: &'static str,
+        /// The peer whose traffic was lost.
+        peer: Rank,
+        /// What was lost, with the peer and the sequence numbers.
+        what: String,
+    },
 }
 
 /// Settings every protocol shares.
@@ -247,6 +261,32 @@ pub trait Protocol: Send {
     fn queued_bytes(&self, _peer: Rank) -> u64 {
         0
     }
+
+    /// What the protocol could not recover from, once it happened: the engine then fails
+    /// every step with it. A protocol that fails makes [`Protocol::poll_timeout`] due at
+    /// once, which is when the engine asks (so the question costs nothing per packet).
+    fn failure(&self) -> Option<&ProtoError> {
+        None
+    }
+
+    /// For a protocol without recovery (utopia): how many packets it has sent to `peer`
+    /// and received from it. The engine puts them in its liveness pings and pongs, so
+    /// that a receiver learns of packets that never came even when nothing follows them.
+    fn liveness_marks(&self, _peer: Rank) -> Option<(u32, u32)> {
+        None
+    }
+
+    /// `peer`'s [`Protocol::liveness_marks`] arrived: it had sent `sent` packets to us and
+    /// received `received` from us when it wrote them (it writes them only once every
+    /// packet before is on the wire, and the link keeps a pair's order).
+    fn on_liveness_marks(&mut self, _now: Time, _peer: Rank, _sent: u32, _received: u32) {}
+
+    /// Whether packets sent to `peer` are not yet known to have arrived, for a protocol
+    /// that learns it only from [`Protocol::on_liveness_marks`]: the engine then pings
+    /// `peer` when it falls silent, as it does for a peer it waits on.
+    fn unconfirmed(&self, _peer: Rank) -> bool {
+        false
+    }
 }
 
 /// Builds a protocol by name, for `BULKWIRE_PROTOCOL`.
@@ -270,6 +310,16 @@ pub fn by_name(name: &str, common: Common) -> Result<Box<dyn Protocol>, ConfigEr
 
 /// The names [`by_name`] knows.
 pub const PROTOCOLS: &[&str] = &["utopia", "gbn", "holefill", "rmpp"];
+
+/// The protocols that recover from lost, corrupted, duplicated and reordered datagrams
+/// (all but utopia).
+pub const RECOVERING: &[&str] = &["holefill", "gbn", "rmpp"];
+
+/// Whether the protocol `name` recovers from faults of the link ([`RECOVERING`]); false
+/// for utopia and for names [`by_name`] does not know.
+pub fn recovers(name: &str) -> bool {
+    RECOVERING.contains(&name)
+}
 
 /// Why [`by_name`] could not build a protocol.
 #[derive(Debug, thiserror::Error)]

@@ -84,19 +84,25 @@ pub enum ProtoError {
     #[error("rank {peer} was declared dead; nothing more can be sent to it")]
     PeerDead { peer: Rank },
     /// The protocol lost what it cannot get back: the job cannot go on correctly.
-    #[error(
-        "{protocol} has no recovery: {what}; choose a protocol that recovers \
-         (BULKWIRE_PROTOCOL={}) to run over a link that loses, corrupts, duplicates or \
-         reorders datagrams",
-        RECOVERING.join(", ")
-    )]
-    Unrecoverable {
-        protocol: &'static str,
-        /// The peer whose traffic was lost.
-        peer: Rank,
-        /// What was lost, with the peer and the sequence numbers.
-        what: String,
-    },
+    #[error("{0}")]
+    Unrecoverable(Box<Unrecoverable>),
+}
+
+/// What a protocol without recovery lost (boxed in [`ProtoError`], which every send
+/// returns: it stays two words).
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[error(
+    "{protocol} has no recovery: {what}; choose a protocol that recovers \
+     (BULKWIRE_PROTOCOL={}) to run over a link that loses, corrupts, duplicates or \
+     reorders datagrams",
+    RECOVERING.join(", ")
+)]
+pub struct Unrecoverable {
+    pub protocol: &'static str,
+    /// The peer whose traffic was lost.
+    pub peer: Rank,
+    /// What was lost, with the peer and the sequence numbers.
+    pub what: String,
 }
 
 /// Settings every protocol shares.

@@ -21,7 +21,9 @@ use bytes::Bytes;
 
 use crate::common::{FillBuf, Fragment, OutQueue};
 use crate::wire::{Header, Kind, flags};
-use crate::{Common, Event, MsgId, PeerStats, ProtoError, Protocol, Rank, Time, Transmit};
+use crate::{
+    Common, Event, MsgId, PeerStats, ProtoError, Protocol, Rank, Time, Transmit, Unrecoverable,
+};
 
 struct Partial {
     msg: MsgId,
@@ -104,11 +106,12 @@ impl Utopia {
 
     /// Records the first thing utopia could not recover from.
     fn fail(&mut self, peer: Rank, what: String) {
-        self.failed.get_or_insert(ProtoError::Unrecoverable {
-            protocol: "utopia",
-            peer,
-            what,
-        });
+        self.failed
+            .get_or_insert(ProtoError::Unrecoverable(Box::new(Unrecoverable {
+                protocol: "utopia",
+                peer,
+                what,
+            })));
     }
 
     /// The failure for packet `seq` from `from` when `expected` was due.
@@ -424,14 +427,7 @@ mod tests {
         assert_eq!(messages(&mut b), 0);
         let e = b.failure().expect("the gap is detected").clone();
         assert!(
-            matches!(
-                e,
-                ProtoError::Unrecoverable {
-                    protocol: "utopia",
-                    peer: 0,
-                    ..
-                }
-            ),
+            matches!(&e, ProtoError::Unrecoverable(u) if u.protocol == "utopia" && u.peer == 0),
             "{e:?}"
         );
         let m = e.to_string();

@@ -347,6 +347,11 @@ impl Endpoint {
         self.pings_sent
     }
 
+    /// How long a silent peer we depend on goes unpinged ([`EndpointConfig::ping_interval`]).
+    pub fn ping_interval(&self) -> Time {
+        self.cfg.ping_interval
+    }
+
     /// The earliest time at which [`Endpoint::step`] has timer work.
     pub fn next_deadline(&mut self) -> Option<Time> {
         let p = self.proto.poll_timeout();

@@ -85,7 +85,7 @@ use crate::common::{
     Added, BadVar, OutQueue, ReadySet, Reassembler, Rtt, SeqSpace, Timers, env_bool, env_num,
 };
 use crate::wire::{Header, Kind, flags};
-use crate::{Common, Event, MsgId, PeerStats, ProtoError, Protocol, Rank, Time, Transmit};
+use crate::{Common, Event, MsgId, PeerStats, ProtoError, Protocol, Rank, Time, Transmit, US};
 
 /// Settings of [`Gbn`]. The defaults are the paper's: 8-bit sequence numbers, a window of
 /// 8 packets, explicit ACK for every packet.
@@ -103,6 +103,19 @@ pub struct GbnConfig {
     /// ACK no longer costs a timeout. Off in [`GbnConfig::default`] (the paper's
     /// protocol), on in [`GbnConfig::recommended`] (what jobs run).
     pub cumulative_acks: bool,
+    /// Floor of the retransmission timeout, if lower than the job's
+    /// ([`Common::rto_min`], 1 ms, which must exceed the delayed acknowledgements of
+    /// holefill and rmpp). gbn acknowledges every packet at once, so its timer may follow
+    /// the round trip closer; a packet lost at the end of a burst (no later packet to
+    /// draw a NACK) is recovered only by this timer. `None` in [`GbnConfig::default`],
+    /// 200 us in [`GbnConfig::recommended`].
+    pub rto_min: Option<Time>,
+    /// Timeouts in a row toward a silent peer before the timeout doubles (it never does
+    /// while the peer is heard from). 0 in [`GbnConfig::default`] (doubling at every
+    /// timeout, as RFC 6298 does); 2 in [`GbnConfig::recommended`]: under random loss two
+    /// losses in a row are common, and a stopped peer still makes the timeout double from
+    /// the third on.
+    pub backoff_after: u32,
 }
 
 impl Default for GbnConfig {
@@ -112,6 +125,8 @@ impl Default for GbnConfig {
             seq_bits: 8,
             rx_slots: 64,
             cumulative_acks: false,
+            rto_min: None,
+            backoff_after: 0,
         }
     }
 }
@@ -166,8 +181,15 @@ impl GbnConfig {
     pub fn recommended() -> GbnConfig {
         GbnConfig {
             cumulative_acks: true,
+            rto_min: Some(200 * US),
+            backoff_after: 2,
             ..GbnConfig::default()
         }
+    }
+
+    /// These settings with `rto_min` as the floor of the retransmission timeout.
+    pub fn with_rto_min(self, rto_min: Option<Time>) -> GbnConfig {
+        GbnConfig { rto_min, ..self }
     }
 
     /// [`GbnConfig::recommended`] with overrides from `BULKWIRE_GBN_WINDOW`,
@@ -196,6 +218,8 @@ impl GbnConfig {
             seq_bits: env_num(&get, "BULKWIRE_GBN_SEQ_BITS")?.unwrap_or(d.seq_bits),
             rx_slots: env_num(&get, "BULKWIRE_GBN_RX_SLOTS")?.unwrap_or(d.rx_slots),
             cumulative_acks,
+            rto_min: d.rto_min,
+            backoff_after: d.backoff_after,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -251,6 +275,10 @@ struct Peer {
     rcv_total: u64,
     reasm: Reassembler,
     closed: bool,
+    /// Something came from the peer since the retransmission timer was last armed.
+    heard: bool,
+    /// Timeouts in a row with nothing heard from the peer.
+    silent_timeouts: u32,
     /// Packets of kinds gbn does not use.
     ignored: u64,
     stats: PeerStats,
@@ -293,13 +321,19 @@ impl Gbn {
                 slots: VecDeque::new(),
                 cursor: 0,
                 una: 0,
-                rtt: Rtt::new(c.rto_initial, c.rto_min, c.rto_max),
+                rtt: Rtt::new(
+                    c.rto_initial,
+                    cfg.rto_min.map_or(c.rto_min, |m| m.min(c.rto_min)),
+                    c.rto_max,
+                ),
                 rcv_nxt: 0,
                 rcv_msg: 0,
                 rcv_off: 0,
                 rcv_total: 0,
                 reasm: Reassembler::new(c.max_message),
                 closed: false,
+                heard: false,
+                silent_timeouts: 0,
                 ignored: 0,
                 stats: PeerStats::default(),
             })
@@ -410,10 +444,12 @@ impl Gbn {
         }
         p.una = self.space.add(p.una, n as u32);
         p.cursor = p.cursor.saturating_sub(n);
+        p.silent_timeouts = 0;
         // The timer covers the oldest packet in transit; RETRANSMIT and READY slots re-arm
         // it when they are sent.
         if p.cursor > 0 {
             self.timers.set(to, now + p.rtt.rto());
+            p.heard = false;
         } else {
             self.timers.clear(to);
         }
@@ -597,6 +633,7 @@ impl Gbn {
         // The timer runs for the oldest packet in transit: (re)arm it when that one leaves.
         if k == 0 || self.timers.get(to).is_none() {
             self.timers.set(to, now + rto);
+            self.peers[to as usize].heard = false;
         }
         Some(Transmit { hdr, payload })
     }
@@ -629,6 +666,7 @@ impl Protocol for Gbn {
         if from >= self.c.nprocs || from == self.c.rank || self.peers[from as usize].closed {
             return;
         }
+        self.peers[from as usize].heard = true;
         match hdr.kind {
             Kind::Data => self.on_data(from, hdr, payload),
             Kind::Ack => self.on_ack(now, from, hdr),
@@ -689,7 +727,20 @@ impl Protocol for Gbn {
                 continue;
             }
             p.stats.timeouts += 1;
-            p.rtt.back_off();
+            // Back off only for a peer silent since the timer started (stopped, slow, or
+            // a congested path), and only once `backoff_after` such timeouts came in a
+            // row. A peer that still talks lost packets at random, and one or two losses
+            // in a row are what random loss does: backing off there makes each further
+            // loss cost twice the time before (with a quarter of the packets lost, a tail
+            // loss waited about six timeouts instead of one and a half).
+            if std::mem::take(&mut p.heard) {
+                p.silent_timeouts = 0;
+            } else {
+                p.silent_timeouts += 1;
+                if p.silent_timeouts > self.cfg.backoff_after {
+                    p.rtt.back_off();
+                }
+            }
             self.go_back(to);
         }
     }
@@ -743,6 +794,8 @@ mod tests {
             seq_bits,
             rx_slots,
             cumulative_acks: false,
+            rto_min: None,
+            backoff_after: 0,
         }
     }
 
@@ -931,12 +984,66 @@ mod tests {
             r,
             GbnConfig {
                 cumulative_acks: true,
+                rto_min: Some(200 * US),
+                backoff_after: 2,
                 ..GbnConfig::default()
             }
         );
         assert_eq!(GbnConfig::over(r, env(&[])), Ok(r));
         let off = GbnConfig::over(r, env(&[("BULKWIRE_GBN_CUMULATIVE_ACKS", "0")])).unwrap();
-        assert_eq!(off, GbnConfig::default());
+        assert!(!off.cumulative_acks);
+        assert_eq!(
+            GbnConfig {
+                cumulative_acks: true,
+                ..off
+            },
+            r
+        );
+    }
+
+    /// gbn's own floor of the timeout applies when lower than the job's.
+    #[test]
+    fn its_own_timeout_floor() {
+        let mut c = common(0, MP);
+        c.rto_initial = 50 * US;
+        let mut g = Gbn::new(c.clone(), GbnConfig::recommended()).unwrap();
+        g.send(0, 1, pattern(5, 0), false).unwrap();
+        tx(&mut g, 0);
+        assert_eq!(
+            g.poll_timeout(),
+            Some(200 * US),
+            "the floor, above the initial"
+        );
+        let mut g = Gbn::new(c, GbnConfig::default()).unwrap();
+        g.send(0, 1, pattern(5, 0), false).unwrap();
+        tx(&mut g, 0);
+        assert_eq!(g.poll_timeout(), Some(MS), "the job's floor");
+    }
+
+    /// A peer that still talks is losing packets at random, not gone: the timeout stays
+    /// put. Toward a silent one it stays put twice more, then doubles.
+    #[test]
+    fn timeouts_back_off_only_for_a_silent_peer() {
+        let (mut a, mut b) = pair(GbnConfig::recommended(), MP);
+        a.send(0, 1, pattern(5, 0), false).unwrap();
+        tx(&mut a, 0); // lost, and every resend too
+        let mut now = 0;
+        let mut gaps = Vec::new();
+        for i in 0..9 {
+            let t = a.poll_timeout().unwrap();
+            gaps.push(t - now);
+            now = t;
+            if i < 4 {
+                // The peer sends a message of its own meanwhile: it is alive.
+                b.send(now, 0, pattern(1, i), false).unwrap();
+                rx_all(&mut a, now, &tx(&mut b, now));
+            }
+            a.handle_timeout(now);
+            tx(&mut a, now);
+        }
+        let rto = gaps[0];
+        assert_eq!(gaps[..5], [rto; 5], "{gaps:?}");
+        assert_eq!(gaps[5..], [rto, rto, 2 * rto, 4 * rto], "{gaps:?}");
     }
 
     #[test]
@@ -1737,6 +1844,8 @@ mod tests {
                 seq_bits: s.seq_bits,
                 rx_slots: s.rx_slots,
                 cumulative_acks: s.cumulative,
+                rto_min: None,
+                backoff_after: 0,
             };
             let mut net = Net::new(c, s.mp, s.seed);
             net.jitter = s.jitter;

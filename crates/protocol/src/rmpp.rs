@@ -88,7 +88,7 @@ use bytes::Bytes;
 
 use crate::common::{BadVar, FillBuf, OutQueue, ReadySet, Rtt, Timers, env_bool, env_num};
 use crate::wire::{Header, Kind, flags};
-use crate::{Common, Event, MsgId, PeerStats, ProtoError, Protocol, Rank, Time, Transmit};
+use crate::{Common, Event, MsgId, PeerStats, ProtoError, Protocol, Rank, Time, Transmit, US};
 
 /// Settings of [`Rmpp`]; [`RmppConfig::from_env`] reads overrides from the environment.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -106,6 +106,21 @@ pub struct RmppConfig {
     /// Most bytes of heads held for announced, unaccepted messages, all peers together.
     /// Default 16 MiB (`BULKWIRE_RMPP_ANNOUNCE_KIB`, in KiB).
     pub announce_bytes: u64,
+    /// Floor of the retransmission timeouts, if lower than the job's ([`Common::rto_min`],
+    /// 1 ms, which must exceed holefill's delayed acknowledgements). Every stage of an
+    /// rmpp connection is answered at once (the time an Rts waits for `accept` is
+    /// reported and left out of the round trip), so the timers may follow the round trip
+    /// closer; a lost Rts with no later one to overtake it, the usual loss in a
+    /// superstep's or a collective's last message to a peer, waits for this timer.
+    /// `None` in [`RmppConfig::default`], 200 us in [`RmppConfig::recommended`].
+    pub rto_min: Option<Time>,
+    /// Retransmissions toward a silent peer before a timeout doubles (it never does while
+    /// the peer is heard from). 0 in [`RmppConfig::default`] (doubling at every
+    /// retransmission); 2 in [`RmppConfig::recommended`]: under random loss one or two
+    /// losses in a row are common, and doubling at once makes each further loss cost
+    /// twice as much (with a quarter of the packets lost, about six timeouts a loss
+    /// instead of one and a half); a stopped peer still makes the timeouts double.
+    pub backoff_after: u32,
 }
 
 impl Default for RmppConfig {
@@ -115,6 +130,8 @@ impl Default for RmppConfig {
             burst: 32,
             auto_accept: false,
             announce_bytes: 16 << 20,
+            rto_min: None,
+            backoff_after: 0,
         }
     }
 }
@@ -147,18 +164,37 @@ impl RmppConfig {
         Ok(())
     }
 
-    /// The defaults with the `BULKWIRE_RMPP_*` overrides of the process environment,
-    /// validated.
-    pub fn from_env() -> Result<RmppConfig, RmppConfigError> {
-        RmppConfig::from_lookup(|k| std::env::var(k).ok())
+    /// What a job runs unless told otherwise: the defaults with timers that follow the
+    /// round trip closer and back off only toward a silent peer (`rto_min` 200 us,
+    /// `backoff_after` 2).
+    pub fn recommended() -> RmppConfig {
+        RmppConfig {
+            rto_min: Some(200 * US),
+            backoff_after: 2,
+            ..RmppConfig::default()
+        }
     }
 
-    /// [`RmppConfig::from_env`] over any variable lookup.
+    /// [`RmppConfig::recommended`] with the `BULKWIRE_RMPP_*` overrides of the process
+    /// environment, validated.
+    pub fn from_env() -> Result<RmppConfig, RmppConfigError> {
+        RmppConfig::over(RmppConfig::recommended(), |k| std::env::var(k).ok())
+    }
+
+    /// [`RmppConfig::default`] with the overrides of [`RmppConfig::from_env`] from any
+    /// variable lookup.
     pub fn from_lookup(
         get: impl Fn(&str) -> Option<String>,
     ) -> Result<RmppConfig, RmppConfigError> {
+        RmppConfig::over(RmppConfig::default(), get)
+    }
+
+    /// `d` with the overrides `get` gives, validated.
+    fn over(
+        d: RmppConfig,
+        get: impl Fn(&str) -> Option<String>,
+    ) -> Result<RmppConfig, RmppConfigError> {
         let num = |var| env_num::<u64>(&get, var);
-        let d = RmppConfig::default();
         let auto_accept = env_bool(&get, "BULKWIRE_RMPP_AUTO_ACCEPT")?.unwrap_or(d.auto_accept);
         let cfg = RmppConfig {
             window: num("BULKWIRE_RMPP_WINDOW")?
@@ -167,6 +203,8 @@ impl RmppConfig {
             auto_accept,
             announce_bytes: num("BULKWIRE_RMPP_ANNOUNCE_KIB")?
                 .map_or(d.announce_bytes, |v| v.saturating_mul(1024)),
+            rto_min: d.rto_min,
+            backoff_after: d.backoff_after,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -332,6 +370,8 @@ struct Peer {
     ignored_requests: u64,
     /// Latest arrival of new data from this peer, for any message.
     last_data: Time,
+    /// Latest arrival of anything from this peer.
+    last_heard: Time,
     stats: PeerStats,
 }
 
@@ -377,10 +417,15 @@ impl Rmpp {
                 next_deliver: 0,
                 next_announce: 0,
                 lingering: 0,
-                rtt: Rtt::new(c.rto_initial, c.rto_min, c.rto_max),
+                rtt: Rtt::new(
+                    c.rto_initial,
+                    cfg.rto_min.map_or(c.rto_min, |m| m.min(c.rto_min)),
+                    c.rto_max,
+                ),
                 closed: false,
                 ignored_requests: 0,
                 last_data: 0,
+                last_heard: 0,
                 stats: PeerStats::default(),
             })
             .collect();
@@ -434,6 +479,41 @@ impl Rmpp {
     fn rto(&self, peer: Rank, sends: u32) -> Time {
         let base = self.peers[peer as usize].rtt.rto();
         (base << sends.saturating_sub(1).min(MAX_BACKOFF)).min(self.c.rto_max.max(base))
+    }
+
+    /// The transmission count to back off by for the `sends`th transmission of something
+    /// whose previous one left at `prev` (see [`RmppConfig::backoff_after`]): 1 (no
+    /// back-off) when the peer has been heard from since, and for the first
+    /// `backoff_after` retransmissions; then doubling. With `backoff_after` 0: `sends`,
+    /// doubling at every retransmission.
+    fn backoff_sends(&self, peer: Rank, sends: u32, prev: Time) -> u32 {
+        if self.cfg.backoff_after > 0 && self.peers[peer as usize].last_heard > prev {
+            1
+        } else {
+            sends.saturating_sub(self.cfg.backoff_after).max(1)
+        }
+    }
+
+    /// An answer came to the Rts of `tx[k]`: every earlier message whose Rts left before
+    /// that one and is still unanswered was lost (or its answer was), since the link
+    /// mostly keeps a pair's order and the receiver answers in arrival order. Resend those
+    /// now instead of waiting out their timers (a duplicate Rts is answered from the
+    /// receiver's state). Rts go out in message order, so an earlier message's Rts sent
+    /// in the same instant left first.
+    fn resend_overtaken(&mut self, to: Rank, k: usize) {
+        let p = &mut self.peers[to as usize];
+        let answered = p.tx[k].rts_at;
+        let mut any = false;
+        for m in p.tx.iter_mut().take(k) {
+            if !m.open && !m.rts_due && m.rts_sends > 0 && m.rts_at <= answered {
+                m.rts_due = true;
+                m.deadline = None;
+                any = true;
+            }
+        }
+        if any {
+            self.ready.insert(to);
+        }
     }
 
     /// Queues a control packet for `to`.
@@ -519,9 +599,14 @@ impl Rmpp {
         });
     }
 
-    /// Starts (or restarts) `conn`'s timer after a transmission.
+    /// Starts (or restarts) `conn`'s timer after a transmission, its `sends`th without
+    /// progress (the timeout backs off by [`Rmpp::backoff_sends`] of it).
     fn arm_rx(&mut self, now: Time, from: Rank, id: MsgId, sends: u32) {
-        let t = now + self.rto(from, sends);
+        let prev = self.peers[from as usize]
+            .rx
+            .get(&id)
+            .map_or(now, |c| c.sent_at);
+        let t = now + self.rto(from, self.backoff_sends(from, sends, prev));
         if let Some(c) = self.peers[from as usize].rx.get_mut(&id) {
             c.sends = sends;
             c.sent_at = now;
@@ -806,6 +891,9 @@ impl Rmpp {
             return;
         };
         self.sample_rts(now, to, k, hdr.aux);
+        if !self.peers[to as usize].tx[k].open {
+            self.resend_overtaken(to, k);
+        }
         let p = &mut self.peers[to as usize];
         let half_rtt = p.rtt.srtt() / 2;
         let m = &mut p.tx[k];
@@ -867,6 +955,7 @@ impl Rmpp {
         match self.tx_index(to, id) {
             Some(k) => {
                 self.sample_rts(now, to, k, hdr.aux);
+                self.resend_overtaken(to, k);
                 let p = &mut self.peers[to as usize];
                 let m = p.tx.remove(k).expect("index just found");
                 if m.notify {
@@ -937,8 +1026,11 @@ impl Rmpp {
             if !self.peers[to as usize].tx[k].rts_due {
                 continue;
             }
-            let sends = self.peers[to as usize].tx[k].rts_sends + 1;
-            let deadline = now + self.rto(to, sends);
+            let (sends, prev) = {
+                let m = &self.peers[to as usize].tx[k];
+                (m.rts_sends + 1, m.rts_at)
+            };
+            let deadline = now + self.rto(to, self.backoff_sends(to, sends, prev));
             let p = &mut self.peers[to as usize];
             let m = &mut p.tx[k];
             m.rts_due = false;
@@ -1097,6 +1189,7 @@ impl Protocol for Rmpp {
         if !self.valid_peer(from) {
             return;
         }
+        self.peers[from as usize].last_heard = now;
         let s = &mut self.peers[from as usize].stats;
         match hdr.kind {
             Kind::Cts | Kind::Resend | Kind::Fin | Kind::Close => {
@@ -1349,7 +1442,8 @@ mod tests {
                 window: 8,
                 burst: 4,
                 auto_accept: true,
-                announce_bytes: 2048
+                announce_bytes: 2048,
+                ..RmppConfig::default()
             }
         );
         for bad in [
@@ -1500,6 +1594,61 @@ mod tests {
         // Karn: the Rts went three times, so no sample.
         assert_eq!(a.peer_stats(1).srtt_ns, 0);
         assert_eq!(kinds(&tx(&mut a, t2)), [Kind::Data, Kind::Data]);
+    }
+
+    /// An answer to a later Rts shows an earlier one, sent before it and unanswered, was
+    /// lost: it goes again at once, not at its timeout.
+    #[test]
+    fn an_overtaken_rts_is_resent_at_once() {
+        let (mut a, mut b) = pair(cfg(8, true), MP);
+        a.send(0, 1, pattern(10, 0), false).unwrap();
+        a.send(0, 1, pattern(10, 1), false).unwrap();
+        let rts = tx(&mut a, 0);
+        assert_eq!(kinds(&rts), [Kind::Rts, Kind::Rts]);
+        rx_all(&mut b, 0, &rts[1..]); // the first is lost
+        let fin = tx(&mut b, 0);
+        assert_eq!(kinds(&fin), [Kind::Fin]);
+        rx_all(&mut a, 10 * US, &fin);
+        let again = tx(&mut a, 10 * US);
+        assert_eq!(kinds(&again), [Kind::Close, Kind::Rts]);
+        assert_eq!((again[1].hdr.msg, again[1].hdr.aux), (0, 2));
+        assert_eq!(a.peer_stats(1).timeouts, 0, "no timer was waited for");
+        rx_all(&mut b, 10 * US, &again);
+        let got = split(events(&mut b)).1;
+        assert_eq!(got.len(), 2, "both delivered, in order");
+    }
+
+    /// Jobs' settings: timers back off only toward a silent peer, and only after two
+    /// retransmissions in a row.
+    #[test]
+    fn recommended_timers_back_off_only_toward_a_silent_peer() {
+        let c = RmppConfig {
+            auto_accept: true,
+            ..RmppConfig::recommended()
+        };
+        let mut a = Rmpp::new(common(0, MP), c.clone()).unwrap();
+        a.send(0, 1, pattern(10, 0), false).unwrap();
+        tx(&mut a, 0); // lost, and every resend too
+        let mut now = 0;
+        let mut gaps = Vec::new();
+        for _ in 0..5 {
+            let t = a.poll_timeout().unwrap();
+            gaps.push(t - now);
+            now = t;
+            a.handle_timeout(now);
+            tx(&mut a, now);
+        }
+        // No round trip measured yet: the base is the initial timeout (10 ms here).
+        let rto = 10 * MS;
+        assert_eq!(gaps, [rto, rto, rto, 2 * rto, 4 * rto], "{gaps:?}");
+        // The paper's default doubles at once.
+        let mut a = Rmpp::new(common(0, MP), cfg(8, true)).unwrap();
+        a.send(0, 1, pattern(10, 0), false).unwrap();
+        tx(&mut a, 0);
+        let t = a.poll_timeout().unwrap();
+        a.handle_timeout(t);
+        tx(&mut a, t);
+        assert_eq!(a.poll_timeout().unwrap() - t, 2 * rto);
     }
 
     #[test]

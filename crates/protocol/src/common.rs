@@ -373,6 +373,8 @@ pub struct Rtt {
     rttvar: Time,
     rto: Time,
     backoff: u32,
+    /// Most doublings of the timeout.
+    max_backoff: u32,
     min: Time,
     max: Time,
 }
@@ -384,8 +386,17 @@ impl Rtt {
             rttvar: 0,
             rto: initial.clamp(min, max),
             backoff: 0,
+            max_backoff: 20,
             min,
             max,
+        }
+    }
+
+    /// This estimator with the timeout doubling at most `n` times (20 by default).
+    pub fn with_max_backoff(self, n: u32) -> Rtt {
+        Rtt {
+            max_backoff: n.min(20),
+            ..self
         }
     }
 
@@ -422,12 +433,12 @@ impl Rtt {
 
     /// The current timeout, back-off included.
     pub fn rto(&self) -> Time {
-        (self.rto << self.backoff.min(20)).min(self.max)
+        (self.rto << self.backoff.min(self.max_backoff)).min(self.max)
     }
 
     /// Doubles the timeout after a timeout fired.
     pub fn back_off(&mut self) {
-        self.backoff = (self.backoff + 1).min(20);
+        self.backoff = (self.backoff + 1).min(self.max_backoff);
     }
 
     /// Clears the back-off (progress was made).

@@ -116,6 +116,12 @@ pub struct GbnConfig {
     /// losses in a row are common, and a stopped peer still makes the timeout double from
     /// the third on.
     pub backoff_after: u32,
+    /// Most doublings of the timeout. 20 in [`GbnConfig::default`]; 4 in
+    /// [`GbnConfig::recommended`]: a run of random losses then costs at most 16 base
+    /// timeouts per further loss instead of climbing toward a second (a silent peer is
+    /// the engine's liveness to judge, not this timer's), while a stopped peer still gets
+    /// at most one window per 16 base timeouts.
+    pub max_backoff: u32,
 }
 
 impl Default for GbnConfig {
@@ -127,6 +133,7 @@ impl Default for GbnConfig {
             cumulative_acks: false,
             rto_min: None,
             backoff_after: 0,
+            max_backoff: 20,
         }
     }
 }
@@ -183,6 +190,7 @@ impl GbnConfig {
             cumulative_acks: true,
             rto_min: Some(200 * US),
             backoff_after: 2,
+            max_backoff: 4,
             ..GbnConfig::default()
         }
     }
@@ -220,6 +228,7 @@ impl GbnConfig {
             cumulative_acks,
             rto_min: d.rto_min,
             backoff_after: d.backoff_after,
+            max_backoff: d.max_backoff,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -325,7 +334,8 @@ impl Gbn {
                     c.rto_initial,
                     cfg.rto_min.map_or(c.rto_min, |m| m.min(c.rto_min)),
                     c.rto_max,
-                ),
+                )
+                .with_max_backoff(cfg.max_backoff),
                 rcv_nxt: 0,
                 rcv_msg: 0,
                 rcv_off: 0,
@@ -796,6 +806,7 @@ mod tests {
             cumulative_acks: false,
             rto_min: None,
             backoff_after: 0,
+            max_backoff: 20,
         }
     }
 
@@ -986,6 +997,7 @@ mod tests {
                 cumulative_acks: true,
                 rto_min: Some(200 * US),
                 backoff_after: 2,
+                max_backoff: 4,
                 ..GbnConfig::default()
             }
         );
@@ -1846,6 +1858,7 @@ mod tests {
                 cumulative_acks: s.cumulative,
                 rto_min: None,
                 backoff_after: 0,
+                max_backoff: 20,
             };
             let mut net = Net::new(c, s.mp, s.seed);
             net.jitter = s.jitter;

@@ -121,6 +121,11 @@ pub struct RmppConfig {
     /// twice as much (with a quarter of the packets lost, about six timeouts a loss
     /// instead of one and a half); a stopped peer still makes the timeouts double.
     pub backoff_after: u32,
+    /// Most doublings of a timeout: 16 in [`RmppConfig::default`], 4 in
+    /// [`RmppConfig::recommended`] (a run of random losses then costs at most 16 base
+    /// timeouts per further loss instead of climbing toward a second; what rmpp resends on
+    /// a timer is one control packet or an Rts).
+    pub max_backoff: u32,
 }
 
 impl Default for RmppConfig {
@@ -132,6 +137,7 @@ impl Default for RmppConfig {
             announce_bytes: 16 << 20,
             rto_min: None,
             backoff_after: 0,
+            max_backoff: MAX_BACKOFF,
         }
     }
 }
@@ -165,12 +171,13 @@ impl RmppConfig {
     }
 
     /// What a job runs unless told otherwise: the defaults with timers that follow the
-    /// round trip closer and back off only toward a silent peer (`rto_min` 200 us,
-    /// `backoff_after` 2).
+    /// round trip closer and back off only toward a silent peer, and not far
+    /// (`rto_min` 200 us, `backoff_after` 2, `max_backoff` 4).
     pub fn recommended() -> RmppConfig {
         RmppConfig {
             rto_min: Some(200 * US),
             backoff_after: 2,
+            max_backoff: 4,
             ..RmppConfig::default()
         }
     }
@@ -205,6 +212,7 @@ impl RmppConfig {
                 .map_or(d.announce_bytes, |v| v.saturating_mul(1024)),
             rto_min: d.rto_min,
             backoff_after: d.backoff_after,
+            max_backoff: d.max_backoff,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -296,7 +304,7 @@ const TS_SHIFT: u32 = 6;
 /// timers recover. Bounds memory under a flood.
 const CTL_QUEUE_MAX: usize = 1 << 14;
 
-/// Most doublings of a timeout.
+/// Most doublings of a timeout in [`RmppConfig::default`].
 const MAX_BACKOFF: u32 = 16;
 
 /// Most ranges one Resend lists.
@@ -478,7 +486,7 @@ impl Rmpp {
     /// Timeout after `sends` transmissions without progress.
     fn rto(&self, peer: Rank, sends: u32) -> Time {
         let base = self.peers[peer as usize].rtt.rto();
-        (base << sends.saturating_sub(1).min(MAX_BACKOFF)).min(self.c.rto_max.max(base))
+        (base << sends.saturating_sub(1).min(self.cfg.max_backoff)).min(self.c.rto_max.max(base))
     }
 
     /// The transmission count to back off by for the `sends`th transmission of something

@@ -40,7 +40,8 @@
 //! a whole window of retransmissions. [`GbnConfig::cumulative_acks`] lets an ACK release
 //! every older slot as well, which is sound because the receiver accepts strictly in
 //! order. [`GbnConfig::default`] is the paper's protocol, the rule included; jobs run
-//! [`GbnConfig::recommended`], the same with cumulative ACKs. Under heavy loss the
+//! [`GbnConfig::recommended`]: cumulative ACKs, and timers that follow the round trip
+//! closer and back off only toward a silent peer (see its fields). Under heavy loss the
 //! paper's rule is close to a hang: with a quarter of the datagrams lost, most windows
 //! lose the ACK of their oldest packet, each such loss waits out a timeout, and the
 //! timeouts back off (2,000 16 KiB messages among 4 processes over UDP with 20 % loss
@@ -183,8 +184,9 @@ impl GbnConfig {
         Ok(())
     }
 
-    /// What a job runs unless told otherwise: the paper's settings with cumulative ACKs
-    /// (see the module documentation for why the paper's ACK rule is not the default).
+    /// What a job runs unless told otherwise: the paper's settings with cumulative ACKs,
+    /// a timeout floor of 200 us, and back-off only from the third timeout in a row
+    /// toward a silent peer, at most 16x (see the module documentation and the fields).
     pub fn recommended() -> GbnConfig {
         GbnConfig {
             cumulative_acks: true,

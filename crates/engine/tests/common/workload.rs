@@ -154,6 +154,8 @@ impl Program for P2p {
         from: Rank,
         data: Vec<u8>,
     ) -> Result<(), String> {
+        // The checker panics on a wrong delivery, with what was wrong; the test fails
+        // either way, this way with the program's state in the message.
         let ev = Event::Message { from, id: 0, data };
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.chk.check(rank, &ev)))
             .map_err(|e| {
@@ -746,8 +748,7 @@ pub fn run(
     }
     let res = sim.run_until(limit, |c| {
         let now = c.now();
-        while let Some((t, a)) = schedule.get(next).filter(|(t, _)| *t <= now) {
-            let _ = t;
+        while let Some((_, a)) = schedule.get(next).filter(|(t, _)| *t <= now) {
             match a {
                 Action::Faults(f) => c.net().set_faults(|cfg| f.apply(cfg)),
                 Action::Pause(r, d) => c.pause(*r, now + d),

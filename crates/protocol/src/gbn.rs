@@ -202,6 +202,16 @@ impl GbnConfig {
         GbnConfig { rto_min, ..self }
     }
 
+    /// These settings with the timeout doubling from the `after + 1`th silent timeout in
+    /// a row, at most `max` times.
+    pub fn with_backoff(self, after: u32, max: u32) -> GbnConfig {
+        GbnConfig {
+            backoff_after: after,
+            max_backoff: max,
+            ..self
+        }
+    }
+
     /// [`GbnConfig::recommended`] with overrides from `BULKWIRE_GBN_WINDOW`,
     /// `BULKWIRE_GBN_SEQ_BITS`, `BULKWIRE_GBN_RX_SLOTS` and `BULKWIRE_GBN_CUMULATIVE_ACKS`
     /// (0/1), validated.
@@ -1012,6 +1022,14 @@ mod tests {
                 ..off
             },
             r
+        );
+        let paper_timers = r.with_rto_min(None).with_backoff(0, 20);
+        assert_eq!(
+            paper_timers,
+            GbnConfig {
+                cumulative_acks: true,
+                ..GbnConfig::default()
+            }
         );
     }
 

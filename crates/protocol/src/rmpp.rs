@@ -182,6 +182,21 @@ impl RmppConfig {
         }
     }
 
+    /// These settings with `rto_min` as the floor of the retransmission timeouts.
+    pub fn with_rto_min(self, rto_min: Option<Time>) -> RmppConfig {
+        RmppConfig { rto_min, ..self }
+    }
+
+    /// These settings with timeouts doubling from the `after + 1`th retransmission toward
+    /// a silent peer, at most `max` times.
+    pub fn with_backoff(self, after: u32, max: u32) -> RmppConfig {
+        RmppConfig {
+            backoff_after: after,
+            max_backoff: max,
+            ..self
+        }
+    }
+
     /// [`RmppConfig::recommended`] with the `BULKWIRE_RMPP_*` overrides of the process
     /// environment, validated.
     pub fn from_env() -> Result<RmppConfig, RmppConfigError> {
@@ -1650,6 +1665,12 @@ mod tests {
         let rto = 10 * MS;
         assert_eq!(gaps, [rto, rto, rto, 2 * rto, 4 * rto], "{gaps:?}");
         // The paper's default doubles at once.
+        assert_eq!(
+            RmppConfig::recommended()
+                .with_rto_min(None)
+                .with_backoff(0, MAX_BACKOFF),
+            RmppConfig::default()
+        );
         let mut a = Rmpp::new(common(0, MP), cfg(8, true)).unwrap();
         a.send(0, 1, pattern(10, 0), false).unwrap();
         tx(&mut a, 0);

@@ -40,8 +40,9 @@
 //! a whole window of retransmissions. [`GbnConfig::cumulative_acks`] lets an ACK release
 //! every older slot as well, which is sound because the receiver accepts strictly in
 //! order. [`GbnConfig::default`] is the paper's protocol, the rule included; jobs run
-//! [`GbnConfig::recommended`]: cumulative ACKs, and timers that follow the round trip
-//! closer and back off only toward a silent peer (see its fields). Under heavy loss the
+//! [`GbnConfig::recommended`]: cumulative ACKs, and timers that back off only toward a
+//! silent peer (see its fields; the floor of the timeout is the job's,
+//! [`Common::rto_min`]). Under heavy loss the
 //! paper's rule is close to a hang: with a quarter of the datagrams lost, most windows
 //! lose the ACK of their oldest packet, each such loss waits out a timeout, and the
 //! timeouts back off (2,000 16 KiB messages among 4 processes over UDP with 20 % loss
@@ -86,7 +87,7 @@ use crate::common::{
     Added, BadVar, OutQueue, ReadySet, Reassembler, Rtt, SeqSpace, Timers, env_bool, env_num,
 };
 use crate::wire::{Header, Kind, flags};
-use crate::{Common, Event, MsgId, PeerStats, ProtoError, Protocol, Rank, Time, Transmit, US};
+use crate::{Common, Event, MsgId, PeerStats, ProtoError, Protocol, Rank, Time, Transmit};
 
 /// Settings of [`Gbn`]. The defaults are the paper's: 8-bit sequence numbers, a window of
 /// 8 packets, explicit ACK for every packet.
@@ -104,13 +105,6 @@ pub struct GbnConfig {
     /// ACK no longer costs a timeout. Off in [`GbnConfig::default`] (the paper's
     /// protocol), on in [`GbnConfig::recommended`] (what jobs run).
     pub cumulative_acks: bool,
-    /// Floor of the retransmission timeout, if lower than the job's
-    /// ([`Common::rto_min`], 1 ms, which must exceed the delayed acknowledgements of
-    /// holefill and rmpp). gbn acknowledges every packet at once, so its timer may follow
-    /// the round trip closer; a packet lost at the end of a burst (no later packet to
-    /// draw a NACK) is recovered only by this timer. `None` in [`GbnConfig::default`],
-    /// 200 us in [`GbnConfig::recommended`].
-    pub rto_min: Option<Time>,
     /// Timeouts in a row toward a silent peer before the timeout doubles (it never does
     /// while the peer is heard from). 0 in [`GbnConfig::default`] (doubling at every
     /// timeout, as RFC 6298 does); 2 in [`GbnConfig::recommended`]: under random loss two
@@ -132,7 +126,6 @@ impl Default for GbnConfig {
             seq_bits: 8,
             rx_slots: 64,
             cumulative_acks: false,
-            rto_min: None,
             backoff_after: 0,
             max_backoff: 20,
         }
@@ -185,21 +178,15 @@ impl GbnConfig {
     }
 
     /// What a job runs unless told otherwise: the paper's settings with cumulative ACKs,
-    /// a timeout floor of 200 us, and back-off only from the third timeout in a row
-    /// toward a silent peer, at most 16x (see the module documentation and the fields).
+    /// and back-off only from the third timeout in a row toward a silent peer, at most
+    /// 16x (see the module documentation and the fields).
     pub fn recommended() -> GbnConfig {
         GbnConfig {
             cumulative_acks: true,
-            rto_min: Some(200 * US),
             backoff_after: 2,
             max_backoff: 4,
             ..GbnConfig::default()
         }
-    }
-
-    /// These settings with `rto_min` as the floor of the retransmission timeout.
-    pub fn with_rto_min(self, rto_min: Option<Time>) -> GbnConfig {
-        GbnConfig { rto_min, ..self }
     }
 
     /// These settings with the timeout doubling from the `after + 1`th silent timeout in
@@ -238,7 +225,6 @@ impl GbnConfig {
             seq_bits: env_num(&get, "BULKWIRE_GBN_SEQ_BITS")?.unwrap_or(d.seq_bits),
             rx_slots: env_num(&get, "BULKWIRE_GBN_RX_SLOTS")?.unwrap_or(d.rx_slots),
             cumulative_acks,
-            rto_min: d.rto_min,
             backoff_after: d.backoff_after,
             max_backoff: d.max_backoff,
         };
@@ -342,12 +328,8 @@ impl Gbn {
                 slots: VecDeque::new(),
                 cursor: 0,
                 una: 0,
-                rtt: Rtt::new(
-                    c.rto_initial,
-                    cfg.rto_min.map_or(c.rto_min, |m| m.min(c.rto_min)),
-                    c.rto_max,
-                )
-                .with_max_backoff(cfg.max_backoff),
+                rtt: Rtt::new(c.rto_initial, c.rto_min, c.rto_max)
+                    .with_max_backoff(cfg.max_backoff),
                 rcv_nxt: 0,
                 rcv_msg: 0,
                 rcv_off: 0,
@@ -816,7 +798,6 @@ mod tests {
             seq_bits,
             rx_slots,
             cumulative_acks: false,
-            rto_min: None,
             backoff_after: 0,
             max_backoff: 20,
         }
@@ -1007,7 +988,6 @@ mod tests {
             r,
             GbnConfig {
                 cumulative_acks: true,
-                rto_min: Some(200 * US),
                 backoff_after: 2,
                 max_backoff: 4,
                 ..GbnConfig::default()
@@ -1023,7 +1003,7 @@ mod tests {
             },
             r
         );
-        let paper_timers = r.with_rto_min(None).with_backoff(0, 20);
+        let paper_timers = r.with_backoff(0, 20);
         assert_eq!(
             paper_timers,
             GbnConfig {
@@ -1033,23 +1013,21 @@ mod tests {
         );
     }
 
-    /// gbn's own floor of the timeout applies when lower than the job's.
+    /// The job's floor of the timeout: 200 us by default (`Common::new`), under the
+    /// initial timeout of 1 ms that applies until a round trip is measured.
     #[test]
-    fn its_own_timeout_floor() {
-        let mut c = common(0, MP);
-        c.rto_initial = 50 * US;
-        let mut g = Gbn::new(c.clone(), GbnConfig::recommended()).unwrap();
-        g.send(0, 1, pattern(5, 0), false).unwrap();
-        tx(&mut g, 0);
-        assert_eq!(
-            g.poll_timeout(),
-            Some(200 * US),
-            "the floor, above the initial"
+    fn timeout_follows_the_round_trip_down_to_the_jobs_floor() {
+        let (mut a, mut b) = (
+            Gbn::new(Common::new(0, 2, MP), GbnConfig::recommended()).unwrap(),
+            Gbn::new(Common::new(1, 2, MP), GbnConfig::recommended()).unwrap(),
         );
-        let mut g = Gbn::new(c, GbnConfig::default()).unwrap();
-        g.send(0, 1, pattern(5, 0), false).unwrap();
-        tx(&mut g, 0);
-        assert_eq!(g.poll_timeout(), Some(MS), "the job's floor");
+        a.send(0, 1, pattern(5, 0), false).unwrap();
+        rx_all(&mut b, 10 * US, &tx(&mut a, 0));
+        assert_eq!(a.poll_timeout(), Some(MS), "the initial timeout");
+        rx_all(&mut a, 20 * US, &tx(&mut b, 10 * US));
+        a.send(20 * US, 1, pattern(5, 1), false).unwrap();
+        tx(&mut a, 20 * US);
+        assert_eq!(a.poll_timeout(), Some(20 * US + 200 * US), "the floor");
     }
 
     /// A peer that still talks is losing packets at random, not gone: the timeout stays
@@ -1876,7 +1854,6 @@ mod tests {
                 seq_bits: s.seq_bits,
                 rx_slots: s.rx_slots,
                 cumulative_acks: s.cumulative,
-                rto_min: None,
                 backoff_after: 0,
                 max_backoff: 20,
             };

@@ -245,6 +245,11 @@ fn stamp(now: Time) -> u32 {
     (now >> TS_SHIFT) as u32
 }
 
+/// The least retransmission timeout, whatever the job's: above the delay of our own
+/// acknowledgements, which go out only when asked for or due (see the module
+/// documentation); a shorter timer resends what is merely waiting for its ack.
+const RTO_FLOOR: Time = MS;
+
 /// Most doublings of the prod interval.
 const MAX_PROD_BACKOFF: u32 = 16;
 
@@ -486,7 +491,7 @@ impl Holefill {
                 prod_backoff: 0,
                 prod_pending: false,
                 prod_due: false,
-                rtt: Rtt::new(c.rto_initial, c.rto_min, c.rto_max),
+                rtt: Rtt::new(c.rto_initial, c.rto_min.max(RTO_FLOOR), c.rto_max),
                 closed: false,
                 stats: PeerStats::default(),
             })
@@ -1689,6 +1694,17 @@ mod tests {
         fn stats(&self, r: Rank, q: Rank) -> PeerStats {
             self.nodes[r as usize].peer_stats(q)
         }
+    }
+
+    /// Its acknowledgements are delayed on purpose, so its timer never goes under 1 ms,
+    /// whatever the job's floor (200 us by default, for gbn and rmpp).
+    #[test]
+    fn its_timeout_stays_above_its_delayed_acks() {
+        let mut h = Holefill::new(Common::new(0, 2, 100), HolefillConfig::default()).unwrap();
+        for _ in 0..20 {
+            h.peers[1].rtt.sample(10 * US);
+        }
+        assert_eq!(h.peers[1].rtt.rto(), MS);
     }
 
     /// A peer that answers nothing (stopped) is prodded less and less often, as one that

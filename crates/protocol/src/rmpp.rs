@@ -88,7 +88,7 @@ use bytes::Bytes;
 
 use crate::common::{BadVar, FillBuf, OutQueue, ReadySet, Rtt, Timers, env_bool, env_num};
 use crate::wire::{Header, Kind, flags};
-use crate::{Common, Event, MsgId, PeerStats, ProtoError, Protocol, Rank, Time, Transmit, US};
+use crate::{Common, Event, MsgId, PeerStats, ProtoError, Protocol, Rank, Time, Transmit};
 
 /// Settings of [`Rmpp`]; [`RmppConfig::from_env`] reads overrides from the environment.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -106,14 +106,6 @@ pub struct RmppConfig {
     /// Most bytes of heads held for announced, unaccepted messages, all peers together.
     /// Default 16 MiB (`BULKWIRE_RMPP_ANNOUNCE_KIB`, in KiB).
     pub announce_bytes: u64,
-    /// Floor of the retransmission timeouts, if lower than the job's ([`Common::rto_min`],
-    /// 1 ms, which must exceed holefill's delayed acknowledgements). Every stage of an
-    /// rmpp connection is answered at once (the time an Rts waits for `accept` is
-    /// reported and left out of the round trip), so the timers may follow the round trip
-    /// closer; a lost Rts with no later one to overtake it, the usual loss in a
-    /// superstep's or a collective's last message to a peer, waits for this timer.
-    /// `None` in [`RmppConfig::default`], 200 us in [`RmppConfig::recommended`].
-    pub rto_min: Option<Time>,
     /// Retransmissions toward a silent peer before a timeout doubles (it never does while
     /// the peer is heard from). 0 in [`RmppConfig::default`] (doubling at every
     /// retransmission); 2 in [`RmppConfig::recommended`]: under random loss one or two
@@ -135,7 +127,6 @@ impl Default for RmppConfig {
             burst: 32,
             auto_accept: false,
             announce_bytes: 16 << 20,
-            rto_min: None,
             backoff_after: 0,
             max_backoff: MAX_BACKOFF,
         }
@@ -170,21 +161,14 @@ impl RmppConfig {
         Ok(())
     }
 
-    /// What a job runs unless told otherwise: the defaults with timers that follow the
-    /// round trip closer and back off only toward a silent peer, and not far
-    /// (`rto_min` 200 us, `backoff_after` 2, `max_backoff` 4).
+    /// What a job runs unless told otherwise: the defaults with timers that back off only
+    /// toward a silent peer, and not far (`backoff_after` 2, `max_backoff` 4).
     pub fn recommended() -> RmppConfig {
         RmppConfig {
-            rto_min: Some(200 * US),
             backoff_after: 2,
             max_backoff: 4,
             ..RmppConfig::default()
         }
-    }
-
-    /// These settings with `rto_min` as the floor of the retransmission timeouts.
-    pub fn with_rto_min(self, rto_min: Option<Time>) -> RmppConfig {
-        RmppConfig { rto_min, ..self }
     }
 
     /// These settings with timeouts doubling from the `after + 1`th retransmission toward
@@ -225,7 +209,6 @@ impl RmppConfig {
             auto_accept,
             announce_bytes: num("BULKWIRE_RMPP_ANNOUNCE_KIB")?
                 .map_or(d.announce_bytes, |v| v.saturating_mul(1024)),
-            rto_min: d.rto_min,
             backoff_after: d.backoff_after,
             max_backoff: d.max_backoff,
         };
@@ -440,11 +423,7 @@ impl Rmpp {
                 next_deliver: 0,
                 next_announce: 0,
                 lingering: 0,
-                rtt: Rtt::new(
-                    c.rto_initial,
-                    cfg.rto_min.map_or(c.rto_min, |m| m.min(c.rto_min)),
-                    c.rto_max,
-                ),
+                rtt: Rtt::new(c.rto_initial, c.rto_min, c.rto_max),
                 closed: false,
                 ignored_requests: 0,
                 last_data: 0,
@@ -1666,9 +1645,7 @@ mod tests {
         assert_eq!(gaps, [rto, rto, rto, 2 * rto, 4 * rto], "{gaps:?}");
         // The paper's default doubles at once.
         assert_eq!(
-            RmppConfig::recommended()
-                .with_rto_min(None)
-                .with_backoff(0, MAX_BACKOFF),
+            RmppConfig::recommended().with_backoff(0, MAX_BACKOFF),
             RmppConfig::default()
         );
         let mut a = Rmpp::new(common(0, MP), cfg(8, true)).unwrap();

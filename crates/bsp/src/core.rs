@@ -1508,6 +1508,19 @@ impl Service for Net {
     fn busy(&self) -> bool {
         self.t.busy()
     }
+
+    /// The transport alone: what arrives stays in it until the program syncs.
+    fn keep_alive(&mut self) {
+        if self.failure.is_none()
+            && let Err(e) = self.t.step()
+        {
+            self.failure = Some(e.into());
+        }
+    }
+
+    fn keep_alive_interval(&self) -> Option<Duration> {
+        self.t.liveness_interval()
+    }
 }
 
 #[cfg(test)]

@@ -202,7 +202,13 @@ fn protocols() {
         ("BULKWIRE_GBN_WINDOW", "3"),
         ("BULKWIRE_GBN_SEQ_BITS", " 2 "),
         ("BULKWIRE_GBN_RX_SLOTS", "5"),
-        ("BULKWIRE_GBN_CUMULATIVE_ACKS", "1"),
+        ("BULKWIRE_GBN_CUMULATIVE_ACKS", "off"),
+        ("BULKWIRE_GBN_BACKOFF_AFTER", "0"),
+        ("BULKWIRE_GBN_MAX_BACKOFF", "20"),
+        ("BULKWIRE_RMPP_BACKOFF_AFTER", "1"),
+        ("BULKWIRE_RMPP_MAX_BACKOFF", "3"),
+        ("BULKWIRE_RTO_INITIAL_US", "2000"),
+        ("BULKWIRE_RTO_MIN_US", "500"),
         ("BULKWIRE_HOLEFILL_BUFFERS", "4096"),
         ("BULKWIRE_HOLEFILL_WINDOW", "1024"),
         ("BULKWIRE_HOLEFILL_SEQ_BITS", "16"),
@@ -223,7 +229,9 @@ fn protocols() {
             window: 3,
             seq_bits: 2,
             rx_slots: 5,
-            cumulative_acks: true
+            cumulative_acks: false,
+            backoff_after: 0,
+            max_backoff: 20,
         }
     );
     assert_eq!(
@@ -244,8 +252,17 @@ fn protocols() {
             window: 8,
             burst: 4,
             auto_accept: true,
-            announce_bytes: 2048
+            announce_bytes: 2048,
+            backoff_after: 1,
+            max_backoff: 3,
         }
+    );
+    assert_eq!((p.rto_initial, p.rto_min), (2 * MS, 500 * US));
+    // What jobs run when nothing is set: gbn with cumulative ACKs, back-off toward a
+    // silent peer only.
+    assert_eq!(
+        Settings::default().job().protocols.gbn,
+        GbnConfig::recommended()
     );
     // Fewer buffers alone shrink holefill's default window with them.
     let s = settings(&[("BULKWIRE_HOLEFILL_BUFFERS", "64")]).unwrap();
@@ -273,6 +290,15 @@ fn protocols() {
             &[("BULKWIRE_GBN_CUMULATIVE_ACKS", "maybe")],
             "BULKWIRE_GBN_CUMULATIVE_ACKS",
         ),
+        (
+            &[("BULKWIRE_GBN_MAX_BACKOFF", "21")],
+            "BULKWIRE_GBN_MAX_BACKOFF",
+        ),
+        (
+            &[("BULKWIRE_RMPP_MAX_BACKOFF", "17")],
+            "BULKWIRE_RMPP_MAX_BACKOFF",
+        ),
+        (&[("BULKWIRE_RTO_MIN_US", "0")], "BULKWIRE_RTO_MIN_US"),
     ] {
         let e = error(vars);
         assert!(e.contains(names), "{vars:?}: {e}");

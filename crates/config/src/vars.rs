@@ -99,6 +99,14 @@ vars! {
         "auto or always",
         "auto",
         "always: CRC32C on every datagram; auto leaves it out where the link cannot alter bytes (shared memory, UDP between addresses of one host) unless BULKWIRE_FAULTS corrupts. Every process must agree.";
+    RTO_INITIAL_US: Stack, "BULKWIRE_RTO_INITIAL_US",
+        "microseconds from 1 to 1000000",
+        "1000",
+        "First retransmission timeout of gbn, holefill and rmpp, before a round trip is measured.";
+    RTO_MIN_US: Stack, "BULKWIRE_RTO_MIN_US",
+        "microseconds from 1 to 1000000",
+        "200",
+        "Floor of the retransmission timeout of gbn and rmpp (holefill keeps at least 1 ms: it delays its acknowledgements on purpose).";
     MTU: Udp, "BULKWIRE_MTU",
         "an integer from 576 to 65536",
         "the path MTU the kernel reports (64 KiB datagrams on loopback)",
@@ -137,8 +145,16 @@ vars! {
         "Receive slots per process; one is always kept free (a packet that would take it is NACKed).";
     GBN_CUMULATIVE_ACKS: Gbn, "BULKWIRE_GBN_CUMULATIVE_ACKS",
         "on or off (also 1/0, true/false, yes/no)",
-        "off",
-        "Acknowledge several packets at once instead of each one (a variation on the paper).";
+        "on",
+        "An ACK also acknowledges every older packet, so a lost ACK costs no timeout (a variation on the paper, whose protocol is off).";
+    GBN_BACKOFF_AFTER: Gbn, "BULKWIRE_GBN_BACKOFF_AFTER",
+        "an integer from 0 to 20",
+        "2",
+        "Timeouts in a row toward a silent peer before the timeout doubles (never while the peer is heard from; 0 doubles at every timeout, as the paper's TCP-like timer does).";
+    GBN_MAX_BACKOFF: Gbn, "BULKWIRE_GBN_MAX_BACKOFF",
+        "an integer from 0 to 20",
+        "4",
+        "Most doublings of the timeout.";
     HOLEFILL_BUFFERS: Holefill, "BULKWIRE_HOLEFILL_BUFFERS",
         "an integer from 2 to 4294967295",
         "1024",
@@ -179,6 +195,14 @@ vars! {
         "on or off (also 1/0, true/false, yes/no)",
         "off",
         "Accept every message on arrival instead of when a receive is posted (BSP and the collectives do this themselves).";
+    RMPP_BACKOFF_AFTER: Rmpp, "BULKWIRE_RMPP_BACKOFF_AFTER",
+        "an integer from 0 to 20",
+        "2",
+        "Retransmissions in a row toward a silent peer before the timeout doubles.";
+    RMPP_MAX_BACKOFF: Rmpp, "BULKWIRE_RMPP_MAX_BACKOFF",
+        "an integer from 0 to 16",
+        "4",
+        "Most doublings of the timeout.";
     RMPP_ANNOUNCE_KIB: Rmpp, "BULKWIRE_RMPP_ANNOUNCE_KIB",
         "an integer from 1 to 1073741824 (KiB)",
         "16384",

@@ -153,7 +153,13 @@ fn faults_under_utopia_warn() {
     ])
     .unwrap();
     assert_eq!(s.warnings.len(), 1);
-    assert!(s.warnings[0].contains("no recovery"), "{:?}", s.warnings);
+    for part in [
+        "BULKWIRE_PROTOCOL",
+        "BULKWIRE_FAULTS",
+        "utopia has no recovery",
+    ] {
+        assert!(s.warnings[0].contains(part), "{:?}", s.warnings);
+    }
     let s = settings(&[("BULKWIRE_PROTOCOL", "utopia")]).unwrap();
     assert!(s.warnings.is_empty());
 }

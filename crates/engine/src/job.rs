@@ -443,8 +443,8 @@ mod tests {
         let none = FaultConfig::none();
         let w = faults_warning(Some("utopia"), &lossy).expect("a warning");
         for part in [
-            "BULKWIRE_FAULTS",
-            "BULKWIRE_PROTOCOL=utopia has no recovery",
+            "faults are injected",
+            "utopia has no recovery",
             "holefill, gbn, rmpp",
         ] {
             assert!(w.contains(part), "{w}");

@@ -88,6 +88,8 @@ fn sim(protocol: &str, p: u32, f: Faults, seed: u64) -> SimCluster {
     let mut cfg = SimConfig::new(p);
     cfg.seed = seed;
     cfg.delay_time = 2 * MS;
+    // The schedule may turn corruption on midway.
+    cfg.may_corrupt = true;
     f.apply(&mut cfg);
     SimCluster::with_protocol(cfg, EndpointConfig::with_deadline(11, DEAD_AFTER), protocol)
 }

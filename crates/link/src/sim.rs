@@ -70,10 +70,19 @@ pub struct SimConfig {
     /// traffic between leaves goes up to spine `dst mod k` and down (d-mod-k routing).
     /// Every output port on the way has `switch_buffer` bytes and the link bandwidth.
     pub hosts_per_leaf: Option<u32>,
+    /// Corruption may be turned on during the run ([`SimNet::set_faults`]). Links are
+    /// intact (the endpoints skip the CRC) only when this is off and `ber` and `corrupt`
+    /// are 0 as the network is built.
+    pub may_corrupt: bool,
 }
 
 impl SimConfig {
     /// A 10 Gb/s cluster switch with jumbo frames, 2 us hops, no faults.
+    /// Whether datagrams may arrive with bytes altered.
+    pub fn alters_bytes(&self) -> bool {
+        self.may_corrupt || self.ber > 0.0 || self.corrupt > 0.0
+    }
+
     pub fn new(nodes: u32) -> SimConfig {
         SimConfig {
             nodes,
@@ -95,6 +104,7 @@ impl SimConfig {
             cpu_per_send: 300,
             seed: 1,
             hosts_per_leaf: None,
+            may_corrupt: false,
         }
     }
 
@@ -381,7 +391,7 @@ impl SimNet {
             rank,
             nprocs: n.cfg.nodes,
             mtu: n.cfg.mtu,
-            intact: n.cfg.ber == 0.0,
+            intact: !n.cfg.alters_bytes(),
         }
     }
 
@@ -402,6 +412,11 @@ impl SimNet {
         let mut n = self.lock();
         let mut cfg = n.cfg.clone();
         f(&mut cfg);
+        assert!(
+            n.cfg.alters_bytes() || !cfg.alters_bytes(),
+            "set_faults turns corruption on in a network built intact: build it with \
+             may_corrupt (its links skip the CRC otherwise)"
+        );
         let c = &mut n.cfg;
         (c.loss, c.ber, c.dup, c.corrupt) = (cfg.loss, cfg.ber, cfg.dup, cfg.corrupt);
         (c.reorder, c.reorder_delay) = (cfg.reorder, cfg.reorder_delay);

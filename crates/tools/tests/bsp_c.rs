@@ -396,10 +396,10 @@ fn schedule_pacing_and_statistics() {
             .lines()
             .any(|l| l.trim_start().starts_with("total"))
     );
-    let o = bsprun(2, &prog, &[], &[("BULKWIRE_BSP_SCHEDULE", "random")]);
+    let o = bsprun(2, &prog, &[], &[("BULKWIRE_BSP_SCHEDULE", "shuffle")]);
     assert_ne!(o.code, Some(0));
     assert!(
-        o.stderr.contains("BULKWIRE_BSP_SCHEDULE=\"random\""),
+        o.stderr.contains("BULKWIRE_BSP_SCHEDULE=\"shuffle\""),
         "{}",
         o.stderr
     );

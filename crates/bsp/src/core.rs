@@ -32,6 +32,7 @@ use bytes::Bytes;
 use crate::BspError;
 use crate::bsmp::Queue;
 use crate::config::{Config, Schedule};
+use crate::direct::InPlace;
 use crate::error::misuse;
 use crate::regs::{Regs, Unregistered};
 use crate::wire::{self, Rec, RegOp, Row};
@@ -81,7 +82,7 @@ pub struct Counters {
 }
 
 /// What a wait loop's poll says.
-enum Poll {
+pub(crate) enum Poll {
     Done,
     /// Not yet; poll again after progress, or at this time at the latest.
     Wait(Option<Time>),
@@ -98,8 +99,14 @@ struct Exchange {
     senders_left: usize,
     /// DATA chunks arrived (ours included), to be applied.
     data: Vec<(u32, Vec<u8>)>,
-    /// Replies that arrived before all data did.
+    /// Replies that arrived before all data did (all of them, with `ordered`).
     held: Vec<(u32, Vec<u8>)>,
+    /// This process's gets come from several processes: their results are written once
+    /// all are here, in the order it asked for them, so that the last of overlapping
+    /// gets wins as it would one by one.
+    ordered: bool,
+    /// The server of each get request, in call order.
+    get_order: Vec<u32>,
     /// Our get requests per server, reply bytes still due, and where the next byte goes.
     gets: Vec<Vec<(usize, usize)>>,
     reply_left: Vec<u64>,
@@ -132,10 +139,12 @@ pub struct Core {
     cfg: Config,
     /// Index of the current superstep (syncs completed).
     step: u32,
-    regs: Regs,
+    pub(crate) regs: Regs,
     out: Vec<Outbox>,
     tagsize: usize,
     next_tagsize: Option<usize>,
+    /// The process each get of the superstep reads from, in call order.
+    get_order: Vec<u32>,
     queue: Queue,
     pub counters: Counters,
 }
@@ -143,14 +152,20 @@ pub struct Core {
 /// The transport side of one BSP process: what the progress thread may drive while the
 /// program computes. Lives behind [`bulkwire_engine::progress::Shared`].
 pub struct Net {
-    t: Box<dyn Transport>,
+    pub(crate) t: Box<dyn Transport>,
     p: u32,
     /// The superstep of the process: messages of it and of the next are valid.
-    step: u32,
+    pub(crate) step: u32,
     /// Messages taken from the transport, not consumed yet: (sender, bytes).
     inbox: VecDeque<(u32, Vec<u8>)>,
     /// An error met by the progress thread, reported at the next sync.
     failure: Option<BspError>,
+    /// This process's registrations by slot (address, size), to serve direct gets.
+    pub(crate) local: Vec<Option<(usize, usize)>>,
+    /// Direct gets of the next superstep, served once this one ends.
+    pub(crate) pending_direct: Vec<(u32, Vec<u8>)>,
+    /// Per peer: whether its memory can be read in place.
+    pub(crate) in_place: Vec<InPlace>,
 }
 
 impl Core {
@@ -169,6 +184,7 @@ impl Core {
             out: (0..p).map(|_| Outbox::default()).collect(),
             tagsize: 0,
             next_tagsize: None,
+            get_order: Vec::new(),
             queue: Queue::default(),
             counters: Counters::default(),
         };
@@ -178,6 +194,9 @@ impl Core {
             step: 0,
             inbox: VecDeque::new(),
             failure: None,
+            local: Vec::new(),
+            pending_direct: Vec::new(),
+            in_place: vec![InPlace::default(); p as usize],
         };
         (core, net)
     }
@@ -190,7 +209,7 @@ impl Core {
         self.p
     }
 
-    fn check_pid(&self, call: &str, pid: u32) -> Result<(), BspError> {
+    pub(crate) fn check_pid(&self, call: &str, pid: u32) -> Result<(), BspError> {
         if pid >= self.p {
             return misuse(format!(
                 "{call}: pid {pid} is not a process of this computation (pids are 0..{})",
@@ -201,7 +220,7 @@ impl Core {
     }
 
     /// The slot registered at `addr`, for a call naming it.
-    fn slot(&self, call: &str, addr: usize) -> Result<u32, BspError> {
+    pub(crate) fn slot(&self, call: &str, addr: usize) -> Result<u32, BspError> {
         self.regs.lookup(addr).or_else(|why| {
             let hint = match why {
                 Unregistered::Pending => {
@@ -220,7 +239,7 @@ impl Core {
     }
 
     /// Checks `[offset, offset + n)` against what `pid` registered in `slot`.
-    fn check_bounds(
+    pub(crate) fn check_bounds(
         &self,
         call: &str,
         pid: u32,
@@ -268,6 +287,11 @@ impl Core {
         dst: usize,
         offset: usize,
     ) -> Result<(), BspError> {
+        // Nothing to write: no check either, as the peers do (a 0-byte put may name any
+        // address).
+        if src.is_empty() {
+            return Ok(());
+        }
         self.check_pid(call, pid)?;
         let slot = self.slot(call, dst)?;
         self.check_bounds(call, pid, slot, dst, offset, src.len())?;
@@ -290,6 +314,9 @@ impl Core {
         offset: usize,
         n: usize,
     ) -> Result<(), BspError> {
+        if n == 0 {
+            return Ok(());
+        }
         self.check_pid(call, pid)?;
         let slot = self.slot(call, dst)?;
         self.check_bounds(call, pid, slot, dst, offset, n)?;
@@ -346,6 +373,9 @@ impl Core {
         dst: usize,
         n: usize,
     ) -> Result<(), BspError> {
+        if n == 0 {
+            return Ok(());
+        }
         self.check_pid(call, pid)?;
         let slot = self.slot(call, src)?;
         self.check_bounds(call, pid, slot, src, offset, n)?;
@@ -365,6 +395,9 @@ impl Core {
             wire::put_var(&mut o.buf, k as u64);
             o.gets.push((dst + done, k));
             o.get_bytes += k as u64;
+            // Where each piece's value comes from, in call order: results from several
+            // processes land in this order (see `write_in_order`).
+            self.get_order.push(pid);
             done += k;
             if done >= n {
                 break;
@@ -377,10 +410,11 @@ impl Core {
         self.tagsize
     }
 
-    /// `bsp_set_tagsize`: the size from the next superstep on; returns the current one.
+    /// `bsp_set_tagsize`: the size from the next superstep on. Returns the size the
+    /// previous call of this superstep asked for, or the current one (BSPonMPI's rule:
+    /// calls chain).
     pub fn set_tagsize(&mut self, size: usize) -> usize {
-        self.next_tagsize = Some(size);
-        self.tagsize
+        self.next_tagsize.replace(size).unwrap_or(self.tagsize)
     }
 
     /// `bsp_send`: `tag` and `payload` are copied now and readable by `pid` in the next
@@ -453,7 +487,8 @@ impl Core {
         self.regs.push(addr, size);
     }
 
-    /// `bsp_pop_reg`: staged, effective at the next sync.
+    /// `bsp_pop_reg`: staged, effective at the next sync. A pop of NULL pops what the
+    /// others pop (see [`crate::regs`]).
     pub fn pop_reg(&mut self, call: &str, addr: usize) -> Result<(), BspError> {
         if !self.regs.pop(addr) {
             return misuse(format!(
@@ -482,6 +517,7 @@ impl Core {
     /// `bsp_end` pid 0 goes on without it.
     pub fn release(&mut self) {
         self.queue = Queue::default();
+        self.get_order = Vec::new();
         self.out = (0..self.p).map(|_| Outbox::default()).collect();
         self.regs = Regs::default();
     }
@@ -497,31 +533,49 @@ impl Core {
         let row = self.my_row(ending);
         let rows = self.reduce(n, step, row)?;
         self.check_rows(&rows)?;
+        let popped = self.regs.resolve_pops(&rows, step)?;
         n.t.set_colour(step.wrapping_add(1) as u8);
         self.exchange(n, step, &rows)?;
-        let me = self.pid as usize;
-        let pushes: Vec<Vec<u64>> = rows
-            .iter()
-            .map(|r| {
-                r.ops
-                    .iter()
-                    .filter_map(|op| match *op {
-                        RegOp::Push(size) => Some(size),
-                        RegOp::Pop(_) => None,
-                    })
-                    .collect()
-            })
-            .collect();
-        self.regs
-            .commit(|k| pushes.iter().map(|v| v[k]).collect::<Vec<u64>>().into());
-        if let Some(t) = rows[me].tagsize {
+        self.commit_regs(n, &rows, &popped);
+        if let Some(t) = rows[self.pid as usize].tagsize {
             self.tagsize = t as usize;
         }
         self.next_tagsize = None;
         self.step = step.wrapping_add(1);
         n.step = self.step;
         self.counters.supersteps += 1;
-        Ok(())
+        // Direct gets of the new superstep that came while this one ended.
+        n.serve_pending_direct()
+    }
+
+    /// Makes the superstep's registration calls effective, every process's sizes and
+    /// addresses recorded per new slot.
+    fn commit_regs(&mut self, n: &mut Net, rows: &[Row], popped: &[u32]) {
+        if self.regs.ops().is_empty() {
+            return;
+        }
+        let pushes: Vec<Vec<(u64, u64)>> = rows
+            .iter()
+            .map(|r| {
+                r.ops
+                    .iter()
+                    .filter_map(|op| match *op {
+                        RegOp::Push { size, addr } => Some((size, addr)),
+                        _ => None,
+                    })
+                    .collect()
+            })
+            .collect();
+        self.regs.commit(
+            |k| {
+                (
+                    pushes.iter().map(|v| v[k].0).collect(),
+                    pushes.iter().map(|v| v[k].1).collect(),
+                )
+            },
+            popped,
+        );
+        n.local = self.regs.local_view();
     }
 
     /// Reads the sources of `hpput` and `hpsend` into the messages.
@@ -628,11 +682,7 @@ impl Core {
                 list(&syncing)
             ));
         }
-        let count = |ops: &[RegOp], push: bool| {
-            ops.iter()
-                .filter(|o| matches!(o, RegOp::Push(_)) == push)
-                .count()
-        };
+        let count = |ops: &[RegOp], push: bool| ops.iter().filter(|o| is_push(o) == push).count();
         let r0 = &rows[0];
         for (pid, r) in rows.iter().enumerate().skip(1) {
             for (push, call, verb) in [
@@ -649,19 +699,10 @@ impl Core {
                     ));
                 }
             }
+            // Which registration each pop removes is settled by `Regs::resolve_pops`.
             for (k, (x, y)) in r0.ops.iter().zip(&r.ops).enumerate() {
                 match (x, y) {
-                    (RegOp::Push(_), RegOp::Push(_)) => {}
-                    (RegOp::Pop(a), RegOp::Pop(b)) if a == b => {}
-                    (RegOp::Pop(a), RegOp::Pop(b)) => {
-                        return misuse(format!(
-                            "bsp_pop_reg: in superstep {step} pid 0 and pid {pid} popped \
-                             different registrations (call {}: pid 0 popped registration \
-                             #{a}, pid {pid} #{b}); pops must name the same registration \
-                             on every process",
-                            k + 1
-                        ));
-                    }
+                    (x, y) if is_push(x) == is_push(y) => {}
                     _ => {
                         return misuse(format!(
                             "bsp_push_reg/bsp_pop_reg: in superstep {step} pid 0 and pid \
@@ -687,10 +728,14 @@ impl Core {
                 ));
             }
         }
+        fn is_push(op: &RegOp) -> bool {
+            matches!(op, RegOp::Push { .. })
+        }
         fn name(op: &RegOp) -> &'static str {
-            match op {
-                RegOp::Push(_) => "bsp_push_reg",
-                RegOp::Pop(_) => "bsp_pop_reg",
+            if is_push(op) {
+                "bsp_push_reg"
+            } else {
+                "bsp_pop_reg"
             }
         }
         Ok(())
@@ -703,6 +748,7 @@ impl Core {
         if self.out[me].buf.is_empty() && rows.iter().all(|r| r.sends.is_empty()) {
             // Nobody communicates: the barrier was the whole superstep.
             self.queue = Queue::default();
+            self.get_order.clear();
             return Ok(());
         }
         let outs = std::mem::replace(&mut self.out, (0..p).map(|_| Outbox::default()).collect());
@@ -714,6 +760,8 @@ impl Core {
             senders_left: 0,
             data: Vec::new(),
             held: Vec::new(),
+            ordered: false,
+            get_order: std::mem::take(&mut self.get_order),
             gets: Vec::with_capacity(p),
             reply_left: vec![0; p],
             cursor: vec![(0, 0); p],
@@ -740,14 +788,17 @@ impl Core {
             }
         }
         let mut bufs = Vec::with_capacity(p);
+        let mut servers = 0;
         for (d, o) in outs.into_iter().enumerate() {
             x.reply_left[d] = o.get_bytes;
             if o.get_bytes > 0 && d != me {
                 x.replies_left += 1;
             }
+            servers += usize::from(o.get_bytes > 0);
             x.gets.push(o.gets);
             bufs.push((o.buf, o.chunks));
         }
+        x.ordered = servers > 1;
         // Our own data is local: its gets are served first, like anyone's.
         let (own, _) = std::mem::take(&mut bufs[me]);
         if !own.is_empty() {
@@ -818,6 +869,9 @@ impl Core {
         let deadline = self.feed(n, x, outgoing)?;
         let fed_all = x.next >= x.order.len() && x.cur.is_none();
         if fed_all && x.senders_left == 0 && x.replies_left == 0 {
+            if x.ordered {
+                Self::write_in_order(x)?;
+            }
             return Ok(Poll::Done);
         }
         Ok(Poll::Wait(deadline))
@@ -983,11 +1037,46 @@ impl Core {
             x.replies_left -= 1;
         }
         self.update_waiting(n, x, s);
-        if x.applied {
+        if x.applied && !x.ordered {
             Self::write_reply(x, s, &m[wire::HEAD..]);
         } else {
             x.held.push((from, m));
         }
+        Ok(())
+    }
+
+    /// Writes every get result, in the order the gets were made (all replies are here).
+    fn write_in_order(x: &mut Exchange) -> Result<(), BspError> {
+        let p = x.gets.len();
+        let mut bufs: Vec<Vec<&[u8]>> = vec![Vec::new(); p];
+        for (from, m) in &x.held {
+            bufs[*from as usize].push(&m[wire::HEAD..]);
+        }
+        let mut next = vec![0usize; p];
+        // Per server: the reply being read and the position in it.
+        let mut at = vec![(0usize, 0usize); p];
+        let short = || BspError::Protocol("get replies shorter than the requests".into());
+        for &s in &x.get_order {
+            let s = s as usize;
+            let &(dst, len) = x.gets[s].get(next[s]).ok_or_else(short)?;
+            next[s] += 1;
+            let mut done = 0;
+            while done < len {
+                let (j, off) = at[s];
+                let b = bufs[s].get(j).ok_or_else(short)?;
+                let k = (len - done).min(b.len() - off);
+                // SAFETY: as in `write_reply`: `dst` was handed to bsp_get for `len` bytes
+                // until the end of the superstep.
+                unsafe { std::ptr::copy(b[off..].as_ptr(), (dst + done) as *mut u8, k) };
+                done += k;
+                at[s] = if off + k == b.len() {
+                    (j + 1, 0)
+                } else {
+                    (j, off + k)
+                };
+            }
+        }
+        x.held.clear();
         Ok(())
     }
 
@@ -1048,8 +1137,10 @@ impl Core {
                 }
             }
         }
-        for (from, m) in std::mem::take(&mut x.held) {
-            Self::write_reply(x, from as usize, &m[wire::HEAD..]);
+        if !x.ordered {
+            for (from, m) in std::mem::take(&mut x.held) {
+                Self::write_reply(x, from as usize, &m[wire::HEAD..]);
+            }
         }
         Ok(())
     }
@@ -1079,19 +1170,22 @@ impl Net {
         while let Some(e) = self.t.poll_event() {
             match e {
                 Event::Message { from, data, .. } => {
-                    let ok = from < self.p
-                        && wire::head(&data).is_some_and(|(k, s)| {
-                            (wire::REDUCE..=wire::REPLY).contains(&k)
-                                && (s == self.step || s == self.step.wrapping_add(1))
-                        });
-                    if !ok {
+                    let head = wire::head(&data).filter(|&(k, s)| {
+                        (wire::REDUCE..=wire::DREPLY).contains(&k)
+                            && (s == self.step || s == self.step.wrapping_add(1))
+                    });
+                    let Some((kind, step)) = head.filter(|_| from < self.p) else {
                         return Err(BspError::Protocol(format!(
                             "pid {from} sent a message that is not of this superstep ({}) \
                              or the next: is it running the same program?",
                             self.step
                         )));
+                    };
+                    if kind == wire::DGET {
+                        self.on_direct_request(from, step, data)?;
+                    } else {
+                        self.inbox.push_back((from, data));
                     }
-                    self.inbox.push_back((from, data));
                     any = true;
                 }
                 // Announcing protocols (rmpp) wait for a posted receive; BSP takes all.
@@ -1110,7 +1204,7 @@ impl Net {
 
     /// Drives the transport until `poll` says done: spinning, then blocking, as
     /// `Transport::wait_for` does, and ending with an error as soon as the job fails.
-    fn wait(
+    pub(crate) fn wait(
         &mut self,
         mut poll: impl FnMut(&mut Net) -> Result<Poll, BspError>,
     ) -> Result<(), BspError> {
@@ -1148,7 +1242,10 @@ impl Net {
     }
 
     /// Takes the first inbox message `want` accepts.
-    fn take(&mut self, mut want: impl FnMut(u32, u8, u32) -> bool) -> Option<(u32, Vec<u8>)> {
+    pub(crate) fn take(
+        &mut self,
+        mut want: impl FnMut(u32, u8, u32) -> bool,
+    ) -> Option<(u32, Vec<u8>)> {
         let i = self
             .inbox
             .iter()

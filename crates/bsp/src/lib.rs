@@ -17,6 +17,7 @@ pub mod bench;
 mod bsmp;
 mod config;
 pub mod core;
+mod direct;
 mod error;
 mod regs;
 mod runtime;
@@ -25,5 +26,6 @@ mod wire;
 
 pub use api::{Area, Bsp, Message, Pod, available_processors, init};
 pub use config::{Config, Schedule};
+pub use direct::DirectGet;
 pub use error::BspError;
 pub use runtime::{Runtime, abort_job};

@@ -159,6 +159,39 @@ impl Runtime {
         g.as_ref().map(|sh| sh.with(|n| f(n.transport_mut())))
     }
 
+    /// `bsp_direct_get` (MulticoreBSP for C): `n` bytes at `offset` of `pid`'s area
+    /// registered as `src`, as they are now, copied to `dst` before returning.
+    ///
+    /// # Safety
+    /// `dst` must be writable for `n` bytes.
+    pub unsafe fn direct_get(
+        &self,
+        call: &str,
+        pid: u32,
+        src: usize,
+        offset: usize,
+        dst: *mut u8,
+        n: usize,
+    ) -> Result<(), BspError> {
+        if n == 0 {
+            return Ok(());
+        }
+        let g = lock(&self.core).direct_target(call, pid, src, offset, n)?;
+        if pid == self.pid {
+            // SAFETY: the source lies in this process's registered area (checked); the
+            // areas may overlap, hence `copy`.
+            unsafe { std::ptr::copy(g.addr as usize as *const u8, dst, n) };
+            return Ok(());
+        }
+        let guard = lock(&self.shared);
+        let Some(sh) = guard.as_ref() else {
+            return Err(BspError::Misuse(format!("{call}: called after bsp_end")));
+        };
+        // SAFETY: the caller hands over `dst` for `n` bytes.
+        sh.with(|net| unsafe { net.direct_get(call, g, dst) })
+            .map_err(|e| self.explain(e))
+    }
+
     /// Whether `bsp_end` has begun.
     #[inline]
     pub fn ended(&self) -> bool {

@@ -8,6 +8,9 @@
 //!   sends for one destination, as records (see [`Rec`]).
 //! - `REPLY` (kind, step, bytes): the values read for a DATA chunk's get requests,
 //!   concatenated in request order.
+//! - `DGET` (kind, step, slot, offset, len): a `bsp_direct_get` to be answered at once,
+//!   whatever the server is doing; `DREPLY` (kind, step, status, server's
+//!   [`Published`](bulkwire_engine::vm::Published), bytes) answers it.
 //!
 //! Integers are LEB128 varints. Decoding is total: malformed input gives `None`, never a
 //! panic, and the caller turns it into an error naming the sender.
@@ -15,6 +18,14 @@
 pub const REDUCE: u8 = 1;
 pub const DATA: u8 = 2;
 pub const REPLY: u8 = 3;
+pub const DGET: u8 = 4;
+pub const DREPLY: u8 = 5;
+
+/// `DREPLY` status: the bytes follow; the request named no live registration or fell
+/// outside it.
+pub const DREPLY_OK: u8 = 0;
+pub const DREPLY_UNREGISTERED: u8 = 1;
+pub const DREPLY_BOUNDS: u8 = 2;
 
 /// Bytes of the kind-and-step header of every message.
 pub const HEAD: usize = 5;
@@ -171,11 +182,18 @@ fn read_rec(r: &mut Reader<'_>) -> Option<Rec> {
 /// A registration operation as every process reports it to the others.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RegOp {
-    /// `bsp_push_reg` of an area of this many bytes.
-    Push(u64),
+    /// `bsp_push_reg` of an area of `size` bytes at `addr` in the pusher (the address
+    /// serves `bsp_direct_get`, and tells which pushes were of NULL).
+    Push { size: u64, addr: u64 },
     /// `bsp_pop_reg` of the registration in this slot.
     Pop(u32),
+    /// `bsp_pop_reg(NULL)`: pops whatever the processes that name an address pop.
+    PopNull,
 }
+
+const OP_PUSH: u64 = 0;
+const OP_POP: u64 = 1;
+const OP_POP_NULL: u64 = 2;
 
 /// What one process contributes to a barrier: whom it sends to and how much, and the
 /// collective calls of its superstep, so that every process can check them against the
@@ -220,8 +238,13 @@ impl Row {
             put_var(buf, self.ops.len() as u64);
             for op in &self.ops {
                 match *op {
-                    RegOp::Push(n) => put_var(buf, n << 1),
-                    RegOp::Pop(s) => put_var(buf, (s as u64) << 1 | 1),
+                    RegOp::Push { size, addr } => {
+                        put_var(buf, OP_PUSH);
+                        put_var(buf, size);
+                        put_var(buf, addr);
+                    }
+                    RegOp::Pop(s) => put_var(buf, (s as u64) << 2 | OP_POP),
+                    RegOp::PopNull => put_var(buf, OP_POP_NULL),
                 }
             }
         }
@@ -258,10 +281,14 @@ impl Row {
             ops.reserve(n);
             for _ in 0..n {
                 let v = r.var()?;
-                ops.push(if v & 1 == 0 {
-                    RegOp::Push(v >> 1)
-                } else {
-                    RegOp::Pop(u32::try_from(v >> 1).ok()?)
+                ops.push(match v & 3 {
+                    OP_PUSH if v == OP_PUSH => RegOp::Push {
+                        size: r.var()?,
+                        addr: r.var()?,
+                    },
+                    OP_POP => RegOp::Pop(u32::try_from(v >> 2).ok()?),
+                    OP_POP_NULL if v == OP_POP_NULL => RegOp::PopNull,
+                    _ => return None,
                 });
             }
         }
@@ -338,7 +365,15 @@ mod tests {
         let row = Row {
             ending: true,
             sends: vec![(1, 100, true), (3, 5, false)],
-            ops: vec![RegOp::Push(8), RegOp::Pop(2), RegOp::Push(0)],
+            ops: vec![
+                RegOp::Push {
+                    size: 8,
+                    addr: 0x7fff_1234_5678,
+                },
+                RegOp::Pop(2),
+                RegOp::PopNull,
+                RegOp::Push { size: 0, addr: 0 },
+            ],
             tagsize: Some(4),
         };
         let mut b = Vec::new();

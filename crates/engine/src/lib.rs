@@ -14,6 +14,7 @@ pub mod progress;
 pub mod sim;
 pub mod tcp;
 pub mod transport;
+pub mod vm;
 
 pub use endpoint::{Endpoint, EndpointConfig, Event};
 pub use engine::{Engine, WaitPolicy, YIELD_AFTER};

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use bulkwire_engine::Transport;
 use bulkwire_engine::job::{self, JobConfig};
 use bulkwire_engine::progress::Shared;
-use bulkwire_launch::{Control, Failure, JobState, LaunchError, self_spawn};
+use bulkwire_launch::{Control, Failure, JobState, LaunchError, self_spawn, spawn_job};
 
 use crate::config::Config;
 use crate::core::{Core, Net};
@@ -51,6 +51,21 @@ impl Runtime {
     /// Only pid 0's `p` counts: with `bsp_init` the other processes run the SPMD function
     /// before `main` has computed it (the standard's example reads it from input).
     pub fn begin(p: u32) -> Result<Runtime, BspError> {
+        Runtime::start(p, self_spawn)
+    }
+
+    /// `bsp_begin(p)` of a later SPMD section, on the process that continued after the
+    /// previous `bsp_end`: starts a new job of `p` processes on this host (the previous
+    /// job's other processes have ended), whose processes run the SPMD function `entry`
+    /// names ([`bulkwire_launch::JobEnv::entry`]).
+    pub fn begin_section(p: u32, entry: &str) -> Result<Runtime, BspError> {
+        Runtime::start(p, |n| spawn_job(n, Some(entry.to_string())))
+    }
+
+    fn start(
+        p: u32,
+        spawn: impl FnOnce(u32) -> Result<Control, LaunchError>,
+    ) -> Result<Runtime, BspError> {
         let spawned = matches!(bulkwire_launch::job_env(), Ok(Some(e)) if e.rank > 0);
         if p == 0 && !spawned {
             return Err(BspError::Misuse(
@@ -59,7 +74,7 @@ impl Runtime {
         }
         let cfg = Config::from_env()?;
         let jcfg = JobConfig::from_env().map_err(|e| BspError::Config(e.to_string()))?;
-        let mut ctl = self_spawn(p.max(1))?;
+        let mut ctl = spawn(p.max(1))?;
         let asked = ctl.allgather(&p.to_le_bytes())?;
         let p0 = asked
             .first()

@@ -54,6 +54,7 @@ fn start(scenario: &str, hosts: &[&str], env: &[(&str, &str)]) -> Job {
         job_id: 42,
         rendezvous: server.local_addr(),
         launcher: Launcher::Bulkwire,
+        entry: None,
     };
     let (tx, lines) = mpsc::channel();
     let mut children = Vec::new();

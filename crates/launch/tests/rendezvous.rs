@@ -31,6 +31,7 @@ fn env(addr: SocketAddr, rank: u32, nprocs: u32) -> JobEnv {
         job_id: 7,
         rendezvous: addr,
         launcher: Launcher::Bulkwire,
+        entry: None,
     }
 }
 

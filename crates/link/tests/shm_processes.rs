@@ -36,6 +36,7 @@ fn producers_and_a_sleeping_consumer_in_processes() {
         job_id: 9,
         rendezvous: server.local_addr(),
         launcher: Launcher::Bulkwire,
+        entry: None,
     };
     let srv = std::thread::spawn(move || server.run());
     let mut children: Vec<_> = (0..n)

@@ -18,7 +18,7 @@
 //!    schedule; an optional rate cap spaces the chunks.
 //! 5. **Completion.** A process continues when every announced byte has arrived and every
 //!    get it asked for has been answered. Get requests are served as they arrive, before
-//!    any put of the superstep is written: puts (and get results) are written only once
+//!    any put of the superstep is written: get results, then puts, are written only once
 //!    every message of the superstep has arrived.
 
 use std::collections::VecDeque;
@@ -99,18 +99,13 @@ struct Exchange {
     senders_left: usize,
     /// DATA chunks arrived (ours included), to be applied.
     data: Vec<(u32, Vec<u8>)>,
-    /// Replies that arrived before all data did (all of them, with `ordered`).
+    /// The replies to our gets, kept until all are here and all data has arrived.
     held: Vec<(u32, Vec<u8>)>,
-    /// This process's gets come from several processes: their results are written once
-    /// all are here, in the order it asked for them, so that the last of overlapping
-    /// gets wins as it would one by one.
-    ordered: bool,
     /// The server of each get request, in call order.
     get_order: Vec<u32>,
-    /// Our get requests per server, reply bytes still due, and where the next byte goes.
+    /// Our get requests per server (destination, length), and reply bytes still due.
     gets: Vec<Vec<(usize, usize)>>,
     reply_left: Vec<u64>,
-    cursor: Vec<(usize, usize)>,
     replies_left: usize,
     applied: bool,
     /// Destinations in schedule order, and the next one to feed.
@@ -760,11 +755,9 @@ impl Core {
             senders_left: 0,
             data: Vec::new(),
             held: Vec::new(),
-            ordered: false,
             get_order: std::mem::take(&mut self.get_order),
             gets: Vec::with_capacity(p),
             reply_left: vec![0; p],
-            cursor: vec![(0, 0); p],
             replies_left: 0,
             applied: false,
             order: Vec::new(),
@@ -788,17 +781,14 @@ impl Core {
             }
         }
         let mut bufs = Vec::with_capacity(p);
-        let mut servers = 0;
         for (d, o) in outs.into_iter().enumerate() {
             x.reply_left[d] = o.get_bytes;
             if o.get_bytes > 0 && d != me {
                 x.replies_left += 1;
             }
-            servers += usize::from(o.get_bytes > 0);
             x.gets.push(o.gets);
             bufs.push((o.buf, o.chunks));
         }
-        x.ordered = servers > 1;
         // Our own data is local: its gets are served first, like anyone's.
         let (own, _) = std::mem::take(&mut bufs[me]);
         if !own.is_empty() {
@@ -863,15 +853,16 @@ impl Core {
                 self.on_reply(n, x, from, m)?;
             }
         }
-        if x.senders_left == 0 && !x.applied {
+        if x.senders_left == 0 && x.replies_left == 0 && !x.applied {
+            // Every get has been served and every put is here: get results land first,
+            // then puts (as BSPonMPI writes them: a put wins over a get result it
+            // overlaps).
+            Self::write_in_order(x)?;
             self.apply(x)?;
         }
         let deadline = self.feed(n, x, outgoing)?;
         let fed_all = x.next >= x.order.len() && x.cur.is_none();
-        if fed_all && x.senders_left == 0 && x.replies_left == 0 {
-            if x.ordered {
-                Self::write_in_order(x)?;
-            }
+        if fed_all && x.applied {
             return Ok(Poll::Done);
         }
         Ok(Poll::Wait(deadline))
@@ -1016,8 +1007,8 @@ impl Core {
         }
     }
 
-    /// Values for our gets from `from`: written once every get of the superstep has been
-    /// served, i.e. once all data has arrived.
+    /// Values for our gets from `from`: kept, to be written once every get has been
+    /// answered and all data has arrived.
     fn on_reply(
         &mut self,
         n: &mut Net,
@@ -1037,15 +1028,12 @@ impl Core {
             x.replies_left -= 1;
         }
         self.update_waiting(n, x, s);
-        if x.applied && !x.ordered {
-            Self::write_reply(x, s, &m[wire::HEAD..]);
-        } else {
-            x.held.push((from, m));
-        }
+        x.held.push((from, m));
         Ok(())
     }
 
-    /// Writes every get result, in the order the gets were made (all replies are here).
+    /// Writes every get result, in the order the gets were made (all replies are here),
+    /// so that the last of overlapping gets wins, whichever processes they read.
     fn write_in_order(x: &mut Exchange) -> Result<(), BspError> {
         let p = x.gets.len();
         let mut bufs: Vec<Vec<&[u8]>> = vec![Vec::new(); p];
@@ -1065,8 +1053,8 @@ impl Core {
                 let (j, off) = at[s];
                 let b = bufs[s].get(j).ok_or_else(short)?;
                 let k = (len - done).min(b.len() - off);
-                // SAFETY: as in `write_reply`: `dst` was handed to bsp_get for `len` bytes
-                // until the end of the superstep.
+                // SAFETY: `dst` was handed to bsp_get as writable for `len` bytes until the
+                // end of the superstep; reply sizes were checked against the requests.
                 unsafe { std::ptr::copy(b[off..].as_ptr(), (dst + done) as *mut u8, k) };
                 done += k;
                 at[s] = if off + k == b.len() {
@@ -1080,30 +1068,15 @@ impl Core {
         Ok(())
     }
 
-    fn write_reply(x: &mut Exchange, s: usize, mut bytes: &[u8]) {
-        let (mut i, mut off) = x.cursor[s];
-        while !bytes.is_empty() {
-            let (dst, len) = x.gets[s][i];
-            let k = (len - off).min(bytes.len());
-            // SAFETY: `dst` was given to bsp_get as writable for `len` bytes until the
-            // end of the superstep; reply sizes were checked against the requests.
-            unsafe { std::ptr::copy(bytes.as_ptr(), (dst + off) as *mut u8, k) };
-            bytes = &bytes[k..];
-            off += k;
-            if off == len {
-                i += 1;
-                off = 0;
-            }
-        }
-        x.cursor[s] = (i, off);
-    }
-
-    /// Every message of the superstep is here and every get served: write the puts in pid
-    /// order, queue the BSMP messages, and write the get results held so far.
+    /// Every message of the superstep is here, every get served and its result written:
+    /// write the puts in pid order (each process's in call order) and queue the BSMP
+    /// messages.
     fn apply(&mut self, x: &mut Exchange) -> Result<(), BspError> {
         x.applied = true;
         let mut data = std::mem::take(&mut x.data);
+        // Stable: one process's chunks stay in the order it made them.
         data.sort_by_key(|(from, _)| *from);
+        let mut with_sends = Vec::new();
         for (from, m) in data {
             let mut has_send = false;
             let mut r = wire::Reader::at(&m, wire::HEAD);
@@ -1124,22 +1097,23 @@ impl Core {
                 }
             }
             if has_send {
-                let at = x.queue.hold(m);
-                let mut r = wire::Reader::at(x.queue_buf(at), wire::HEAD);
-                let mut sends = Vec::new();
-                while let Some(Ok(rec)) = wire::next_rec(&mut r) {
-                    if let Rec::Send { tag, payload } = rec {
-                        sends.push((tag, payload));
-                    }
-                }
-                for (tag, payload) in sends {
-                    x.queue.push(at, tag, payload);
-                }
+                with_sends.push((from, m));
             }
         }
-        if !x.ordered {
-            for (from, m) in std::mem::take(&mut x.held) {
-                Self::write_reply(x, from as usize, &m[wire::HEAD..]);
+        // Messages from the highest pid first, each process's in the order it sent them:
+        // the order BSPonMPI and MulticoreBSP for C give (the standard gives none).
+        with_sends.sort_by_key(|(from, _)| std::cmp::Reverse(*from));
+        for (_, m) in with_sends {
+            let at = x.queue.hold(m);
+            let mut r = wire::Reader::at(x.queue_buf(at), wire::HEAD);
+            let mut sends = Vec::new();
+            while let Some(Ok(rec)) = wire::next_rec(&mut r) {
+                if let Rec::Send { tag, payload } = rec {
+                    sends.push((tag, payload));
+                }
+            }
+            for (tag, payload) in sends {
+                x.queue.push(at, tag, payload);
             }
         }
         Ok(())

@@ -719,3 +719,54 @@ fn direct_get_reads_at_once_even_from_a_process_that_computes() {
         });
     }
 }
+
+#[test]
+fn a_put_wins_over_a_get_result_it_overlaps() {
+    // As BSPonMPI writes them: the superstep's get results first, then its puts.
+    for p in [1u32, 3] {
+        holefill(p, |bsp| {
+            let (p, s) = (bsp.nprocs(), bsp.pid());
+            let src = bsp.push_reg((0..8u64).map(|i| 100 * s as u64 + i).collect());
+            let x = bsp.push_reg(vec![0u64; 8]);
+            bsp.sync().unwrap();
+            let (next, prev) = ((s + 1) % p, (s + p - 1) % p);
+            bsp.get(next, &src, 0, &x, 0, 4).unwrap();
+            bsp.put(next, &[7000 + s as u64; 4], &x, 2).unwrap();
+            bsp.sync().unwrap();
+            let want: Vec<u64> = (0..8u64)
+                .map(|i| match i {
+                    0 | 1 => 100 * next as u64 + i,
+                    2..=5 => 7000 + prev as u64,
+                    _ => 0,
+                })
+                .collect();
+            assert_eq!(bsp.area(&x), &want[..], "pid {s} of {p}");
+        });
+    }
+}
+
+#[test]
+fn messages_come_from_the_highest_pid_first_each_in_the_order_sent() {
+    // The standard gives no order; BSPonMPI and MulticoreBSP for C both give this one, and
+    // programs written for them rely on it.
+    holefill(4, |bsp| {
+        let (p, s) = (bsp.nprocs(), bsp.pid());
+        for k in 0..3u8 {
+            bsp.send(0, &[], &[s as u8, k]).unwrap();
+        }
+        bsp.sync().unwrap();
+        let mut got = Vec::new();
+        while let Some(m) = bsp.hpmove() {
+            got.push((m.payload[0], m.payload[1]));
+        }
+        let want: Vec<(u8, u8)> = if s == 0 {
+            (0..p as u8)
+                .rev()
+                .flat_map(|q| (0..3).map(move |k| (q, k)))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        assert_eq!(got, want);
+    });
+}

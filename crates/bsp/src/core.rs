@@ -1035,6 +1035,9 @@ impl Core {
     /// Writes every get result, in the order the gets were made (all replies are here),
     /// so that the last of overlapping gets wins, whichever processes they read.
     fn write_in_order(x: &mut Exchange) -> Result<(), BspError> {
+        if x.get_order.is_empty() {
+            return Ok(());
+        }
         let p = x.gets.len();
         let mut bufs: Vec<Vec<&[u8]>> = vec![Vec::new(); p];
         for (from, m) in &x.held {

@@ -183,6 +183,9 @@ impl Regs {
     /// the processes that name an address agree on, else (every process popped NULL) the
     /// newest registration every process made with NULL.
     pub fn resolve_pops(&self, rows: &[Row], step: u32) -> Result<Vec<u32>, BspError> {
+        if rows[0].ops.is_empty() {
+            return Ok(Vec::new());
+        }
         let mut nulls = self.all_null_slots();
         let mut pushed = self.pushed_slots();
         let mut popped: Vec<u32> = Vec::new();

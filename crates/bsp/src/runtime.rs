@@ -54,10 +54,11 @@ impl Runtime {
         Runtime::start(p, self_spawn)
     }
 
-    /// `bsp_begin(p)` of a later SPMD section, on the process that continued after the
-    /// previous `bsp_end`: starts a new job of `p` processes on this host (the previous
-    /// job's other processes have ended), whose processes run the SPMD function `entry`
-    /// names ([`bulkwire_launch::JobEnv::entry`]).
+    /// `bsp_begin(p)` that starts a new job of `p` processes on this host, whose processes
+    /// run the SPMD function `entry` names ([`bulkwire_launch::JobEnv::entry`]): a later
+    /// SPMD section, on the process that continued after the previous `bsp_end` (the
+    /// previous job's other processes have ended), or the first one of a program that
+    /// started by itself and named its SPMD function.
     pub fn begin_section(p: u32, entry: &str) -> Result<Runtime, BspError> {
         Runtime::start(p, |n| spawn_job(n, Some(entry.to_string())))
     }

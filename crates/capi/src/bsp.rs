@@ -128,9 +128,15 @@ pub(crate) fn begin(call: &str, maxprocs: Option<u32>, shown: &dyn std::fmt::Dis
     if later && current().is_some() {
         with(call, |_| misuse::<()>(format!("{call}: called twice")));
     }
+    let launched = matches!(bulkwire_launch::job_env(), Ok(Some(_)));
     let started = if later {
         // pid 0 after bsp_end: a new section, with new processes.
         let entry = spmd::entry_for_next_section().unwrap_or_else(|why| fatal(why));
+        Runtime::begin_section(p, &entry)
+    } else if let Some(entry) = spmd::entry().filter(|_| !launched) {
+        // Started by itself, with its SPMD function named: the processes it starts run
+        // that function at once, not main's code before bsp_init (MulticoreBSP's own
+        // examples read their input first).
         Runtime::begin_section(p, &entry)
     } else {
         Runtime::begin(p)

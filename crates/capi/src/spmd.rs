@@ -1,13 +1,16 @@
-//! Several SPMD sections in one program (`bsp_begin` again after `bsp_end`, as
-//! MulticoreBSP for C allows): which function the processes of a later section run.
+//! Which function the processes a program starts run: for several SPMD sections in one
+//! program (`bsp_begin` again after `bsp_end`, as MulticoreBSP for C allows), and for a
+//! program that names its SPMD function with `bsp_init` after code of its own (reading
+//! input, as MulticoreBSP's examples do).
 //!
 //! After `bsp_end` only pid 0 is left, so a later `bsp_begin` starts a new job on this host
-//! ([`bulkwire_bsp::Runtime::begin_section`]). Its processes are fresh copies of the
-//! program, which would run `main` from the top; instead, at their first call into the
-//! library (`bsp_init`, `bsp_begin` or `bsp_nprocs`, whichever `main` makes first) they run
-//! the SPMD function pid 0 last gave to `bsp_init`, then exit. pid 0 names that function
-//! by its module's position in the loader's list and its offset there, which are the same
-//! in every copy of one executable whatever the address-space layout.
+//! ([`bulkwire_bsp::Runtime::begin_section`]); a program started by itself does the same
+//! for its first section once it has named its SPMD function. The processes are fresh
+//! copies of the program, which would run `main` from the top; instead, at their first
+//! call into the library (`bsp_init`, `bsp_begin` or `bsp_nprocs`, whichever `main` makes
+//! first) they run the SPMD function pid 0 last gave to `bsp_init`, then exit. pid 0 names
+//! that function by its module's position in the loader's list and its offset there,
+//! which are the same in every copy of one executable whatever the address-space layout.
 
 use std::ffi::{CStr, c_int, c_void};
 use std::io::Write;
@@ -25,6 +28,12 @@ pub(crate) type SpmdFn = extern "C" fn();
 /// Records `f` as the SPMD function of the sections to come.
 pub(crate) fn record(f: SpmdFn) {
     SPMD.store(f as usize, Ordering::SeqCst);
+}
+
+/// The function last given to `bsp_init`, encoded for the processes a section starts, if
+/// the program named one.
+pub(crate) fn entry() -> Option<String> {
+    entry_for_next_section().ok()
 }
 
 /// The function last given to `bsp_init`, encoded for the processes of a later section;

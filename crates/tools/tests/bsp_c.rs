@@ -336,6 +336,26 @@ fn several_spmd_sections_in_one_program() {
     assert!(!o.stdout.contains("not reached"));
 }
 
+/// MulticoreBSP's examples name their SPMD function with bsp_init after reading input:
+/// started by itself, the program's other processes run that function, not main's code
+/// before it.
+#[test]
+fn bsp_init_after_code_of_main_started_by_itself() {
+    for d in Dialect::ALL {
+        let prog = program_in("late_init", d);
+        let o = alone(&prog, &["3"], &[]);
+        o.ok(&format!("late_init {d:?}"));
+        assert_eq!(
+            o.count("prologue with 1 available"),
+            1,
+            "{d:?}: {}",
+            o.stdout
+        );
+        assert_eq!(o.count("late init ok p=3"), 1, "{d:?}: {}", o.stdout);
+        assert_eq!(o.count("epilogue"), 1, "{d:?}: {}", o.stdout);
+    }
+}
+
 /// C++: bsp.h in each dialect and bulkwire.h compile as C++ (with -Wall -Wextra -Werror)
 /// and run.
 #[test]

@@ -49,6 +49,7 @@ pub unsafe extern "C" fn mcbsp_init(
 #[unsafe(no_mangle)]
 pub extern "C" fn mcbsp_nprocs() -> c_uint {
     if current().is_none() {
+        crate::spmd::divert("bsp_nprocs");
         // SAFETY: a plain getter in the C shim.
         let max = unsafe { bulkwire_mcbsp_max_threads() };
         if max > 0 {

@@ -16,6 +16,7 @@ pub mod bench;
 mod bsmp;
 mod config;
 pub mod core;
+mod direct;
 mod error;
 mod regs;
 mod runtime;
@@ -24,5 +25,6 @@ mod wire;
 
 pub use api::{Area, Bsp, Message, Pod, init};
 pub use config::{Config, PACED_CHUNK, Schedule};
+pub use direct::DirectGet;
 pub use error::BspError;
 pub use runtime::{Runtime, abort_job};

@@ -142,6 +142,7 @@ pub fn job_env(l: &Lookup) -> Result<Option<JobEnv>, ConfigError> {
         launcher,
         host_id: None,
         host_cpus: None,
+        entry: None,
     }))
 }
 

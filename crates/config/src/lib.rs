@@ -405,10 +405,12 @@ fn coll_config(l: &Lookup, job: &JobConfig) -> Result<bulkwire_collectives::Conf
 fn launch_config(l: &Lookup) -> Result<LaunchConfig, ConfigError> {
     let host_id = l.raw(&HOST_ID);
     let host_cpus = l.get(&HOST_CPUS, |v| int(v, 1, 65536))?.map(|n| n as usize);
+    let entry = l.raw(&SPMD_ENTRY);
     let mut job = job::job_env(l)?;
     if let Some(j) = &mut job {
         j.host_id = host_id.clone();
         j.host_cpus = host_cpus;
+        j.entry = entry;
     }
     let nprocs = l
         .get(&NPROCS, |v| int(v, 1, u32::MAX as u64))?

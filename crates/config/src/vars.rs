@@ -279,6 +279,10 @@ vars! {
         "any text",
         "hostname/boot id",
         "Identity of this host: processes with the same one use shared memory. Tests set it to pretend several hosts.";
+    SPMD_ENTRY: Launch, "BULKWIRE_SPMD_ENTRY",
+        "set by the library",
+        "none",
+        "Set by bsp_begin for the processes it starts for a later SPMD section of a BSPlib program: the function they run.";
     RANK: Launch, "BULKWIRE_RANK",
         "an integer from 0 to BULKWIRE_NPROCS - 1",
         "not in a job",

@@ -19,6 +19,10 @@ pub const ENV_COOKIE: &str = "BULKWIRE_COOKIE";
 pub const ENV_JOB: &str = "BULKWIRE_JOB";
 /// Overrides [`crate::host_id`] (tests that pretend to be several hosts on one machine).
 pub const ENV_HOST_ID: &str = "BULKWIRE_HOST_ID";
+/// Set by a process that starts a job for a later SPMD section of a BSPlib program
+/// (`bsp_begin` after `bsp_end`): which function the started processes run, as the C
+/// library encodes it (see `bulkwire-capi`).
+pub const ENV_SPMD_ENTRY: &str = "BULKWIRE_SPMD_ENTRY";
 
 /// Who started this process (where rank and size came from).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,6 +51,9 @@ pub struct JobEnv {
     /// The CPUs the job's processes on this host share, as the launcher that bound them
     /// saw them (a bound process sees only its share).
     pub host_cpus: Option<usize>,
+    /// A job started for a later SPMD section: the function its processes run
+    /// ([`ENV_SPMD_ENTRY`]).
+    pub entry: Option<String>,
 }
 
 impl JobEnv {
@@ -63,13 +70,17 @@ impl JobEnv {
 
     /// The environment a launcher gives rank `rank` of this job (`self.rank` is ignored).
     pub fn vars_for(&self, rank: u32) -> Vec<(&'static str, String)> {
-        vec![
+        let mut v = vec![
             (ENV_RANK, rank.to_string()),
             (ENV_NPROCS, self.nprocs.to_string()),
             (ENV_RENDEZVOUS, self.rendezvous.to_string()),
             (ENV_COOKIE, format!("{:#010x}", self.cookie)),
             (ENV_JOB, self.job_id.to_string()),
-        ]
+        ];
+        if let Some(e) = &self.entry {
+            v.push((ENV_SPMD_ENTRY, e.clone()));
+        }
+        v
     }
 }
 

@@ -181,6 +181,7 @@ fn new_job(
         launcher: Launcher::Bulkwire,
         host_id: None,
         host_cpus: None,
+        entry: None,
     };
     Ok((server, env))
 }
@@ -265,16 +266,46 @@ static SELF_SPAWNED: AtomicBool = AtomicBool::new(false);
 ///
 /// The spawned processes share this process's process group (a Ctrl-C reaches them all),
 /// stdout and stderr; they die if rank 0 does. Rank 0 must call [`Control::finish`], which
-/// waits for the others to end. A second self-spawn in one process is an error.
+/// waits for the others to end.
 pub fn self_spawn(n: u32, cfg: &LaunchConfig) -> Result<Control, LaunchError> {
     if let Some(env) = &cfg.job {
         return Control::join(env);
     }
+    spawn_job(n, cfg, None)
+}
+
+/// Starts a new job of `n` processes on this host with this process as rank 0, whether
+/// or not this process belongs to another job: the rest of [`self_spawn`]. `entry` goes
+/// to the started processes as [`JobEnv::entry`] (a later SPMD section of a BSPlib
+/// program names the function they run). One job at a time: another may start once this
+/// one's [`Control::finish`] has returned.
+pub fn spawn_job(
+    n: u32,
+    cfg: &LaunchConfig,
+    entry: Option<String>,
+) -> Result<Control, LaunchError> {
     if SELF_SPAWNED.swap(true, Ordering::SeqCst) {
         return Err(LaunchError::Usage(
-            "this process has already started a job (self-spawn happens once)".into(),
+            "this process has started a job that has not finished yet".into(),
         ));
     }
+    let r = spawn_job_now(n, cfg, entry);
+    if r.is_err() {
+        SELF_SPAWNED.store(false, Ordering::SeqCst);
+    }
+    r
+}
+
+/// The job this process started has finished (its rank 0 joined the server thread).
+pub(crate) fn spawned_job_finished() {
+    SELF_SPAWNED.store(false, Ordering::SeqCst);
+}
+
+fn spawn_job_now(
+    n: u32,
+    cfg: &LaunchConfig,
+    entry: Option<String>,
+) -> Result<Control, LaunchError> {
     let n = n.max(1);
     let plan = bind::plan(n, cfg.placement);
     let mut scfg = ServerConfig::new(n);
@@ -284,6 +315,7 @@ pub fn self_spawn(n: u32, cfg: &LaunchConfig) -> Result<Control, LaunchError> {
     // takes it, and the CPUs it shared out, from here.
     env.host_id = cfg.host_id.clone();
     env.host_cpus = plan.as_ref().map(|p| p.cpus).or(cfg.host_cpus);
+    env.entry = entry;
     let mut argv = std::env::args_os();
     let arg0 = argv
         .next()

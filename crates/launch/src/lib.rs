@@ -50,11 +50,11 @@ mod wire;
 pub use bind::Placement;
 pub use control::{CONNECT_TIMEOUT, Control};
 pub use env::{
-    ENV_COOKIE, ENV_HOST_ID, ENV_JOB, ENV_NPROCS, ENV_RANK, ENV_RENDEZVOUS, JobEnv, LaunchConfig,
-    Launcher, available_cpus, cookie_from_job, job_id_from_name,
+    ENV_COOKIE, ENV_HOST_ID, ENV_JOB, ENV_NPROCS, ENV_RANK, ENV_RENDEZVOUS, ENV_SPMD_ENTRY, JobEnv,
+    LaunchConfig, Launcher, available_cpus, cookie_from_job, job_id_from_name,
 };
 pub use host::{Card, host_id, hostname};
-pub use launch::{LaunchOpts, launch, self_spawn};
+pub use launch::{LaunchOpts, launch, self_spawn, spawn_job};
 pub use server::{JobOutcome, RankOutcome, Server, ServerConfig};
 pub use state::{Failure, JobState, failed_state};
 pub use sys::{ExitKind, signal_name};

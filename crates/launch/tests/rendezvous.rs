@@ -33,6 +33,7 @@ fn env(addr: SocketAddr, rank: u32, nprocs: u32) -> JobEnv {
         launcher: Launcher::Bulkwire,
         host_id: None,
         host_cpus: None,
+        entry: None,
     }
 }
 

@@ -266,7 +266,9 @@ impl Runtime {
                     .job
                     .as_ref()
                     .and_then(|j| j.failure())
-                    .is_some_and(|f| !matches!(f, Failure::LauncherLost { .. }));
+                    .is_some_and(|f| {
+                        !matches!(f, Failure::LauncherLost { .. } | Failure::ServerGone { .. })
+                    });
                 if !reported {
                     let _ = writeln!(std::io::stderr(), "{call}: {message}");
                 }

@@ -65,7 +65,7 @@ fn docs_hold_the_generated_table() {
 }
 
 /// Variables that take any text.
-const ANY_TEXT: &[&str] = &["BULKWIRE_HOST_ID", "BULKWIRE_JOB"];
+const ANY_TEXT: &[&str] = &["BULKWIRE_HOST_ID", "BULKWIRE_JOB", "BULKWIRE_RSH"];
 
 #[test]
 fn every_bad_value_names_the_variable_and_what_is_accepted() {

@@ -176,6 +176,8 @@ pub struct Server {
     ever_joined: bool,
     /// Every rank has joined once (the job formed).
     formed: bool,
+    /// Why processes of other jobs were refused while this one formed.
+    refused: Vec<String>,
     /// The failure that ended the job (notices sent, terminations scheduled).
     fatal: Option<Failure>,
     failures: Vec<Failure>,
@@ -215,6 +217,7 @@ impl Server {
             ncontrib: 0,
             ever_joined: false,
             formed: false,
+            refused: Vec::new(),
             fatal: None,
             failures: Vec::new(),
             started: Instant::now(),
@@ -605,13 +608,20 @@ impl Server {
     }
 
     fn reject(&mut self, i: usize, why: String) {
-        if let Some(c) = self.conns[i].as_ref() {
+        self.refuse(i, &why, true);
+    }
+
+    /// Refuses connection `i` with `why` (printed when `say`).
+    fn refuse(&mut self, i: usize, why: &str, say: bool) {
+        if let Some(c) = self.conns[i].as_ref()
+            && say
+        {
             self.say(&format!(
                 "rejected a process connecting from {}: {why}",
                 c.peer
             ));
         }
-        self.send(i, Bytes::from(wire::text_frame(wire::T_REJECT, &why)));
+        self.send(i, Bytes::from(wire::text_frame(wire::T_REJECT, why)));
         if let Some(c) = self.conns[i].as_mut() {
             c.close_when_flushed = true;
             if c.out.is_empty() {
@@ -678,14 +688,22 @@ impl Server {
             Ok(h) => h,
             Err(why) => return self.reject(i, why),
         };
-        if let Err(why) = self.admit(i, &h) {
-            self.reject(i, why.clone());
-            if !self.formed && self.fatal.is_none() {
-                // A process of this job was refused: it will not join, so the job can't form.
-                self.fail(Failure::Other {
-                    rank: Some(h.rank),
-                    message: format!("was refused, so the job cannot form: {why}"),
-                });
+        let Err(why) = self.admit(i, &h) else {
+            return;
+        };
+        // A process of this job (its cookie) that is refused will not join: the job can't
+        // form. One of another job (a stray, a stale cookie) is only noted: it may yet come.
+        let ours = self.job.is_none_or(|(c, _)| c == h.cookie);
+        if ours && !self.formed && self.fatal.is_none() {
+            self.refuse(i, &why, false);
+            self.fail(Failure::Other {
+                rank: Some(h.rank),
+                message: format!("refused by the rendezvous, so the job cannot form ({why})"),
+            });
+        } else {
+            self.refuse(i, &why, true);
+            if !self.formed {
+                self.refused.push(why);
             }
         }
     }
@@ -823,10 +841,12 @@ impl Server {
 
     /// A failure as printed: in a job spanning hosts, with the host of the rank at fault.
     fn describe(&self, f: &Failure) -> String {
-        let host = f.rank().and_then(|r| self.host_of(r));
-        match host {
-            Some(h) if !self.agents.is_empty() => format!("{f} (on host {h})"),
-            _ => f.to_string(),
+        let text = f.to_string();
+        match f.rank().and_then(|r| self.host_of(r)) {
+            Some(h) if !self.agents.is_empty() && !text.contains(&format!("host {h}")) => {
+                format!("{text} (on host {h})")
+            }
+            _ => text,
         }
     }
 
@@ -992,17 +1012,26 @@ impl Server {
             .filter(|&r| !self.slots[r as usize].joined)
             .collect();
         let t = self.cfg.join_timeout.unwrap_or_default().as_secs_f64();
+        let t = if t.fract() == 0.0 {
+            format!("{t:.0}")
+        } else {
+            format!("{t:.1}")
+        };
         let who = match missing.as_slice() {
             [r] => format!("rank {r} has not joined"),
             many => format!("ranks {} have not joined", rank_list(many)),
         };
+        let mut message = format!(
+            "the job did not form within {t} s: {who} (not started, or cannot reach the \
+             rendezvous at {})",
+            self.addr
+        );
+        if let Some(why) = self.refused.last() {
+            message += &format!("; a process was refused: {why}");
+        }
         Failure::Other {
-            rank: missing.first().copied(),
-            message: format!(
-                "the job did not form within {t:.0} s: {who} (not started, or cannot reach \
-                 the rendezvous at {})",
-                self.addr
-            ),
+            rank: None,
+            message,
         }
     }
 

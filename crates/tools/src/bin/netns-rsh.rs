@@ -1,0 +1,89 @@
+//! `netns-rsh`: a remote shell for a test bed of hosts made of network namespaces. Called
+//! as ssh is, `netns-rsh HOST COMMAND...`, it runs `sh -c "COMMAND..."` inside the network
+//! namespace (of those under /var/run/netns, as `ip netns add` makes them) that owns
+//! HOST's address. With it, `bsprun --rsh netns-rsh -H 10.0.0.1:2,10.0.0.2:2 ./prog` and
+//! `mpirun --mca plm_rsh_agent netns-rsh` start their ranks on namespace "hosts" as they
+//! would on machines over ssh. Needs root (setns).
+
+use std::ffi::CString;
+use std::fs::File;
+use std::net::{IpAddr, ToSocketAddrs, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::process::ExitCode;
+
+const NETNS_DIR: &str = "/var/run/netns";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    // ssh's options that launchers pass (-x: no X11 forwarding, -n: no stdin) mean
+    // nothing here.
+    let args: Vec<&String> = args
+        .iter()
+        .skip_while(|a| matches!(a.as_str(), "-x" | "-n" | "-T" | "-q"))
+        .collect();
+    let Some((host, command)) = args.split_first() else {
+        eprintln!("usage: netns-rsh HOST COMMAND...");
+        return ExitCode::from(2);
+    };
+    if command.is_empty() {
+        eprintln!("netns-rsh: no command (an interactive shell is not offered)");
+        return ExitCode::from(2);
+    }
+    match enter(host) {
+        Ok(()) => {}
+        Err(e) => {
+            eprintln!("netns-rsh: {host}: {e}");
+            return ExitCode::from(255);
+        }
+    }
+    let line = command
+        .iter()
+        .map(|s| s.as_str())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let argv = [c"/bin/sh".to_owned(), c"-c".to_owned(), cstr(&line)];
+    let ptrs: Vec<*const libc::c_char> = argv
+        .iter()
+        .map(|a| a.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    // SAFETY: a NULL-terminated argv of valid C strings; execv returns only on failure.
+    unsafe { libc::execv(ptrs[0], ptrs.as_ptr()) };
+    eprintln!(
+        "netns-rsh: cannot run /bin/sh: {}",
+        std::io::Error::last_os_error()
+    );
+    ExitCode::from(255)
+}
+
+fn cstr(s: &str) -> CString {
+    CString::new(s.replace('\0', "")).expect("no NUL left")
+}
+
+/// Moves this process into the namespace that owns `host`'s address.
+fn enter(host: &str) -> Result<(), String> {
+    let ip: IpAddr = (host, 0)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve ({e})"))?
+        .map(|a| a.ip())
+        .next()
+        .ok_or("no address")?;
+    let dir = std::fs::read_dir(NETNS_DIR)
+        .map_err(|e| format!("no network namespaces ({NETNS_DIR}: {e})"))?;
+    for e in dir.flatten() {
+        let ns = File::open(e.path()).map_err(|e| e.to_string())?;
+        // SAFETY: setns on a namespace fd we opened; this process has one thread.
+        if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            return Err(format!(
+                "cannot enter {}: {} (root needed)",
+                e.path().display(),
+                std::io::Error::last_os_error()
+            ));
+        }
+        // Only an address of this namespace can be bound.
+        if !ip.is_loopback() && UdpSocket::bind((ip, 0)).is_ok() {
+            return Ok(());
+        }
+    }
+    Err(format!("no namespace in {NETNS_DIR} has the address {ip}"))
+}

@@ -223,5 +223,8 @@ fn c_bad_setting_fails_at_init() {
         Duration::from_secs(60),
     );
     assert_eq!(code, Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
-    assert!(stdout.contains("C COLL BAD-SETTING OK"), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("C COLL BAD-SETTING OK"),
+        "{stdout}\n{stderr}"
+    );
 }

@@ -195,9 +195,14 @@ enum Boot {
 }
 
 fn offers_pmix(l: &Lookup) -> bool {
-    ["PMIX_NAMESPACE", "PMIX_SERVER_URI4", "PMIX_SERVER_URI3", "PMIX_SERVER_URI2"]
-        .iter()
-        .any(|v| l.foreign(v).is_some())
+    [
+        "PMIX_NAMESPACE",
+        "PMIX_SERVER_URI4",
+        "PMIX_SERVER_URI3",
+        "PMIX_SERVER_URI2",
+    ]
+    .iter()
+    .any(|v| l.foreign(v).is_some())
 }
 
 /// The bootstrap service the environment offers (or `BULKWIRE_BOOTSTRAP` asks for):
@@ -220,8 +225,9 @@ fn offer(
             return Ok(None);
         };
         let id = match l.foreign("PMI_ID") {
-            Some(v) => Some(int(&v, 0, u32::MAX as u64).ok_or_else(|| foreign_bad("PMI_ID", &v))?
-                as u32),
+            Some(v) => {
+                Some(int(&v, 0, u32::MAX as u64).ok_or_else(|| foreign_bad("PMI_ID", &v))? as u32)
+            }
             None => None,
         };
         Ok(Some(PmiAddr::Port { addr, id }))

@@ -91,7 +91,9 @@ impl Start {
         let os = |b: &[u8]| OsString::from_vec(b.to_vec());
         let host = r.str16(wire::MAX_TEXT)?;
         let n = r.u32()? as usize;
-        let ranks = (0..n.min(p.len())).map(|_| r.u32()).collect::<Option<_>>()?;
+        let ranks = (0..n.min(p.len()))
+            .map(|_| r.u32())
+            .collect::<Option<_>>()?;
         let (nprocs, cookie, job_id) = (r.u32()?, r.u32()?, r.u64()?);
         let rendezvous = r.str16(wire::MAX_TEXT)?.parse().ok()?;
         let program = os(r.blob32()?);

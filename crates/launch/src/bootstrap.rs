@@ -19,7 +19,7 @@ mod pmix;
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
-pub use pmi::{PmiAddr, Pmi1};
+pub use pmi::{Pmi1, PmiAddr};
 pub use pmix::Pmix;
 
 use crate::LaunchError;
@@ -115,7 +115,10 @@ impl Derived {
 
 impl Bootstrap for Derived {
     fn describe(&self) -> String {
-        format!("rank 0's rendezvous on {} (derived from the job)", self.host)
+        format!(
+            "rank 0's rendezvous on {} (derived from the job)",
+            self.host
+        )
     }
     fn rank(&self) -> u32 {
         self.rank
@@ -249,7 +252,10 @@ fn serve(env: &JobEnv, ports: Vec<u16>, cfg: &LaunchConfig) -> Result<Served, La
         Server::bind(any(port), scfg)?
     };
     let port = server.local_addr().port();
-    let addrs = host_addrs().into_iter().map(|ip| SocketAddr::new(ip, port)).collect();
+    let addrs = host_addrs()
+        .into_iter()
+        .map(|ip| SocketAddr::new(ip, port))
+        .collect();
     let h = std::thread::Builder::new()
         .name("bulkwire-rendezvous".into())
         .spawn(move || server.run())?;
@@ -273,7 +279,9 @@ pub fn host_addrs() -> Vec<IpAddr> {
                 if fam == libc::AF_INET {
                     // SAFETY: an AF_INET address is a sockaddr_in.
                     let sin = unsafe { &*(i.ifa_addr as *const libc::sockaddr_in) };
-                    out.push(IpAddr::from(u32::from_be(sin.sin_addr.s_addr).to_be_bytes()));
+                    out.push(IpAddr::from(
+                        u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
+                    ));
                 }
             }
             p = i.ifa_next;
@@ -333,7 +341,12 @@ mod tests {
         };
         assert_eq!(d("slurm:12.0").ports(), d("slurm:12.0").ports());
         assert_ne!(d("slurm:12.0").ports(), d("slurm:12.1").ports());
-        assert!(d("x").ports().iter().all(|&p| (20_000..50_000).contains(&p)));
+        assert!(
+            d("x")
+                .ports()
+                .iter()
+                .all(|&p| (20_000..50_000).contains(&p))
+        );
         let list = d("slurm:12.0").exchange(None).unwrap();
         assert_eq!(list.split(',').count(), Derived::PORTS as usize);
         assert!(list.starts_with("node1:"));

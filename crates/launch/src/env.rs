@@ -157,7 +157,11 @@ impl LaunchConfig {
     /// process is part of one, else [`LaunchConfig::nprocs`], else the CPUs this process
     /// may run on. This is what `bsp_nprocs()` returns before `bsp_begin`.
     pub fn available_processors(&self) -> u32 {
-        match (&self.job, self.boot.as_ref().and_then(|b| b.size), self.nprocs) {
+        match (
+            &self.job,
+            self.boot.as_ref().and_then(|b| b.size),
+            self.nprocs,
+        ) {
             (Some(j), _, _) => j.nprocs,
             (None, Some(n), _) | (None, None, Some(n)) => n,
             (None, None, None) => available_cpus() as u32,

@@ -36,7 +36,9 @@ pub fn parse_host_list(list: &str) -> Result<Vec<HostSlots>, LaunchError> {
         add(&mut hosts, name, slots);
     }
     if hosts.is_empty() {
-        return Err(LaunchError::Usage(format!("--host {list:?}: no host named")));
+        return Err(LaunchError::Usage(format!(
+            "--host {list:?}: no host named"
+        )));
     }
     Ok(hosts)
 }
@@ -197,7 +199,13 @@ mod tests {
     #[test]
     fn host_lists() {
         let h = parse_host_list("a:4,b:4").unwrap();
-        assert_eq!(h[0], HostSlots { name: "a".into(), slots: 4 });
+        assert_eq!(
+            h[0],
+            HostSlots {
+                name: "a".into(),
+                slots: 4
+            }
+        );
         assert_eq!(total_slots(&h), 8);
         let h = parse_host_list("a,b,a").unwrap();
         assert_eq!((h.len(), h[0].slots, h[1].slots), (2, 2, 1));
@@ -215,7 +223,9 @@ mod tests {
         let h = parse_hostfile(text, "hf").unwrap();
         let got: Vec<(&str, u32)> = h.iter().map(|h| (h.name.as_str(), h.slots)).collect();
         assert_eq!(got, [("node1", 2), ("node2", 4), ("node3", 1)]);
-        let e = parse_hostfile("node1 cpus=2\n", "hf").unwrap_err().to_string();
+        let e = parse_hostfile("node1 cpus=2\n", "hf")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("hf:1") && e.contains("cpus=2"), "{e}");
         assert!(parse_hostfile("# nothing\n", "hf").is_err());
     }

@@ -14,9 +14,9 @@ use std::time::Duration;
 use crate::LaunchError;
 use crate::agent::{Start, agent_args};
 use crate::bind::{self, Placement, Plan};
-use crate::hosts::{self, HostRanks, HostSlots};
 use crate::control::Control;
 use crate::env::{JobEnv, LaunchConfig, Launcher};
+use crate::hosts::{self, HostRanks, HostSlots};
 use crate::server::{JobOutcome, Server, ServerConfig};
 use crate::sys;
 
@@ -154,16 +154,22 @@ pub fn launch(
             start_local(&mut server, &env, h, program, args, opts, &mut output)
         } else {
             let reach = SocketAddr::new(routes.toward(h), port);
-            start_remote(&mut server, &env, h, reach, (program, args), opts, &mut output)
+            start_remote(
+                &mut server,
+                &env,
+                h,
+                reach,
+                (program, args),
+                opts,
+                &mut output,
+            )
         };
         if let Err(e) = started {
             server.kill_children_now();
             return Err(e);
         }
     }
-    let forwarder = (!output.is_empty())
-        .then(|| output.start())
-        .transpose()?;
+    let forwarder = (!output.is_empty()).then(|| output.start()).transpose()?;
     let outcome = server.run();
     if let Some(f) = forwarder {
         // Processes are gone; a grandchild holding a pipe open mustn't hold us.

@@ -264,7 +264,12 @@ impl Server {
     /// Kills and reaps every child at once (a launch that could not start them all).
     pub fn kill_children_now(&mut self) {
         for c in &self.children {
-            if let Proc::Local { pid, pidfd, own_group } = &c.proc {
+            if let Proc::Local {
+                pid,
+                pidfd,
+                own_group,
+            } = &c.proc
+            {
                 if *own_group {
                     sys::kill_group(*pid, libc::SIGKILL);
                 }
@@ -982,7 +987,15 @@ impl Server {
 
     fn signal_children(&mut self, sig: i32) {
         for c in &self.children {
-            if let (None, Proc::Local { pid, pidfd, own_group }) = (c.exit, &c.proc) {
+            if let (
+                None,
+                Proc::Local {
+                    pid,
+                    pidfd,
+                    own_group,
+                },
+            ) = (c.exit, &c.proc)
+            {
                 // The group for what the rank started; the pidfd for the rank itself, in
                 // case it left the group.
                 if *own_group {

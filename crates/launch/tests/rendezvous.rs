@@ -113,8 +113,14 @@ fn processes_of_other_jobs_are_rejected_without_harm() {
 #[test]
 fn a_process_of_the_job_refused_while_it_forms_fails_it() {
     for (bad, why) in [
-        (env(SocketAddr::from(([127, 0, 0, 1], 0)), 1, 3), "thinks the job has 3 processes"),
-        (env(SocketAddr::from(([127, 0, 0, 1], 0)), 0, 2), "rank 0 has already joined"),
+        (
+            env(SocketAddr::from(([127, 0, 0, 1], 0)), 1, 3),
+            "thinks the job has 3 processes",
+        ),
+        (
+            env(SocketAddr::from(([127, 0, 0, 1], 0)), 0, 2),
+            "rank 0 has already joined",
+        ),
     ] {
         let (addr, srv) = server(2, Duration::from_secs(20));
         let a = Control::join(&env(addr, 0, 2)).unwrap();
@@ -125,7 +131,10 @@ fn a_process_of_the_job_refused_while_it_forms_fails_it() {
         .unwrap_err()
         .to_string();
         assert!(e.contains(why), "{e}");
-        let f = a.state().wait(Some(Duration::from_secs(5))).expect("failed");
+        let f = a
+            .state()
+            .wait(Some(Duration::from_secs(5)))
+            .expect("failed");
         let text = f.to_string();
         assert!(text.contains("cannot form") && text.contains(why), "{text}");
         let out = srv.join().unwrap();
@@ -147,7 +156,10 @@ fn a_job_that_does_not_form_in_time_names_the_missing_ranks() {
     let srv = std::thread::spawn(move || s.run());
     let a = Control::join(&env(addr, 0, 4)).unwrap();
     let c = Control::join(&env(addr, 2, 4)).unwrap();
-    let f = a.state().wait(Some(Duration::from_secs(10))).expect("failed");
+    let f = a
+        .state()
+        .wait(Some(Duration::from_secs(10)))
+        .expect("failed");
     assert!(t0.elapsed() >= Duration::from_millis(300));
     let text = f.to_string();
     assert!(

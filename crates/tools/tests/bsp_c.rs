@@ -373,7 +373,7 @@ fn schedule_pacing_and_statistics() {
     o.ok("drma with statistics");
     assert!(
         o.stderr
-            .contains("bulkwire BSP statistics (holefill, p=4, "),
+            .contains("bulkwire BSP statistics (holefill over udp, p=4, "),
         "{}",
         o.stderr
     );

@@ -85,8 +85,12 @@ impl Pmi1 {
             return Err(err(&p.what, format!("init refused: {r}")));
         }
         let r = p.call("cmd=get_maxes")?;
-        p.key_max = field(&r, "keylen_max").and_then(|v| v.parse().ok()).unwrap_or(64);
-        p.val_max = field(&r, "vallen_max").and_then(|v| v.parse().ok()).unwrap_or(256);
+        p.key_max = field(&r, "keylen_max")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(64);
+        p.val_max = field(&r, "vallen_max")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(256);
         let r = p.call("cmd=get_my_kvsname")?;
         p.kvs = field(&r, "kvsname")
             .ok_or_else(|| err(&p.what, format!("no kvsname in {r:?}")))?
@@ -125,7 +129,12 @@ impl Pmi1 {
         match self.rd.read_line(&mut l) {
             Ok(0) => Err(err(&self.what, "the launcher closed the connection")),
             Ok(_) => Ok(l.trim_end().to_string()),
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
                 Err(err(&self.what, "no answer in time (a rank never arrived?)"))
             }
             Err(e) => Err(err(&self.what, e)),
@@ -139,7 +148,10 @@ impl Pmi1 {
 
     fn put(&mut self, key: &str, value: &str) -> Result<(), LaunchError> {
         if key.len() > self.key_max || value.len() > self.val_max {
-            return Err(err(&self.what, format!("value of {} bytes too long", value.len())));
+            return Err(err(
+                &self.what,
+                format!("value of {} bytes too long", value.len()),
+            ));
         }
         let r = self.call(&format!(
             "cmd=put kvsname={} key={key} value={value}",
@@ -164,7 +176,10 @@ impl Pmi1 {
         if r.contains("barrier_out") {
             Ok(())
         } else {
-            Err(err(&self.what, format!("unexpected answer to barrier: {r}")))
+            Err(err(
+                &self.what,
+                format!("unexpected answer to barrier: {r}"),
+            ))
         }
     }
 }
@@ -235,10 +250,15 @@ mod tests {
                 seen.push(l.clone());
                 let reply = match field(&l, "cmd").unwrap() {
                     "init" => "cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0".into(),
-                    "get_maxes" => "cmd=maxes kvsname_max=256 keylen_max=64 vallen_max=1024 rc=0".into(),
+                    "get_maxes" => {
+                        "cmd=maxes kvsname_max=256 keylen_max=64 vallen_max=1024 rc=0".into()
+                    }
                     "get_my_kvsname" => "cmd=my_kvsname kvsname=kvs_42_0 rc=0".into(),
                     "put" => {
-                        kv.insert(field(&l, "key").unwrap().to_string(), field(&l, "value").unwrap().to_string());
+                        kv.insert(
+                            field(&l, "key").unwrap().to_string(),
+                            field(&l, "value").unwrap().to_string(),
+                        );
                         "cmd=put_result rc=0".to_string()
                     }
                     "barrier_in" => "cmd=barrier_out".into(),
@@ -262,14 +282,19 @@ mod tests {
         let fd = a.into_raw_fd();
         let mut p =
             Pmi1::connect(&PmiAddr::Fd(fd), Some(0), Some(1), Duration::from_secs(5)).unwrap();
-        assert_eq!((p.rank(), p.size(), p.job_name().as_str()), (0, 1, "pmi:kvs_42_0"));
+        assert_eq!(
+            (p.rank(), p.size(), p.job_name().as_str()),
+            (0, 1, "pmi:kvs_42_0")
+        );
         assert_eq!(p.exchange(Some("10.0.0.1:5000")).unwrap(), "10.0.0.1:5000");
         assert!(p.get("missing").is_err());
         p.finalize();
         drop(p);
         let seen = server.join().unwrap();
         assert_eq!(seen[0], "cmd=init pmi_version=1 pmi_subversion=1");
-        assert!(seen.contains(&"cmd=put kvsname=kvs_42_0 key=bulkwire-rendezvous value=10.0.0.1:5000".to_string()));
+        assert!(seen.contains(
+            &"cmd=put kvsname=kvs_42_0 key=bulkwire-rendezvous value=10.0.0.1:5000".to_string()
+        ));
         assert_eq!(seen.last().unwrap(), "cmd=finalize");
     }
 
@@ -278,7 +303,12 @@ mod tests {
         let (a, _b) = UnixStream::pair().unwrap();
         let fd = a.into_raw_fd();
         let t0 = Instant::now();
-        let e = Pmi1::connect(&PmiAddr::Fd(fd), Some(0), Some(2), Duration::from_millis(200));
+        let e = Pmi1::connect(
+            &PmiAddr::Fd(fd),
+            Some(0),
+            Some(2),
+            Duration::from_millis(200),
+        );
         let e = e.err().expect("no answer").to_string();
         assert!(e.contains("no answer in time"), "{e}");
         assert!(t0.elapsed() < Duration::from_secs(5));

@@ -39,8 +39,13 @@ struct Value {
 }
 
 type Init = unsafe extern "C" fn(*mut Proc, *mut c_void, usize) -> c_int;
-type Get =
-    unsafe extern "C" fn(*const Proc, *const c_char, *const c_void, usize, *mut *mut Value) -> c_int;
+type Get = unsafe extern "C" fn(
+    *const Proc,
+    *const c_char,
+    *const c_void,
+    usize,
+    *mut *mut Value,
+) -> c_int;
 type Put = unsafe extern "C" fn(u8, *const c_char, *mut Value) -> c_int;
 type Commit = unsafe extern "C" fn() -> c_int;
 type Fence = unsafe extern "C" fn(*const Proc, usize, *const c_void, usize) -> c_int;
@@ -88,8 +93,10 @@ impl Pmix {
             .map(|n| unsafe { libc::dlopen(n.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) })
             .find(|h| !h.is_null())
             .ok_or_else(|| {
-                err("libpmix is not installed (the library libpmix.so.2, e.g. Debian's \
-                     libpmix2): install it, or start a rendezvous with bsprun --serve")
+                err(
+                    "libpmix is not installed (the library libpmix.so.2, e.g. Debian's \
+                     libpmix2): install it, or start a rendezvous with bsprun --serve",
+                )
             })?;
         // SAFETY: the signatures are those of pmix.h.
         let (init, get, put, commit, fence, finalize) = unsafe {
@@ -160,10 +167,7 @@ impl Pmix {
                     unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned(),
                 ))
             }
-            k => Err(err(format!(
-                "{} has type {k}",
-                key.to_string_lossy()
-            ))),
+            k => Err(err(format!("{} has type {k}", key.to_string_lossy()))),
         }
     }
 

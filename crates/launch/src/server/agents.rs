@@ -154,7 +154,9 @@ impl Server {
             Err(why) => return self.reject(i, why),
         };
         let a = h.index as usize;
-        let ours = self.job.is_some_and(|(c, j)| c == h.cookie && j == h.job_id);
+        let ours = self
+            .job
+            .is_some_and(|(c, j)| c == h.cookie && j == h.job_id);
         if !ours || a >= self.agents.len() || self.agents[a].conn.is_some() {
             return self.reject(i, format!("no such host agent in this job ({a})"));
         }
@@ -183,8 +185,9 @@ impl Server {
                 };
                 let ci = self.slots.get(rank as usize).and_then(|s| s.child);
                 match ci {
-                    Some(ci) if matches!(self.children[ci].proc, Proc::Remote { agent } if agent == a)
-                        && self.children[ci].exit.is_none() =>
+                    Some(ci)
+                        if matches!(self.children[ci].proc, Proc::Remote { agent } if agent == a)
+                            && self.children[ci].exit.is_none() =>
                     {
                         self.on_exit(ci, exit);
                     }
@@ -283,7 +286,11 @@ impl Server {
                     }
                 }
                 None => {
-                    if self.cfg.join_timeout.is_some_and(|t| now >= self.started + t) {
+                    if self
+                        .cfg
+                        .join_timeout
+                        .is_some_and(|t| now >= self.started + t)
+                    {
                         let why = "its agent never connected (remote shell stuck?)";
                         self.agent_lost(a, why);
                     }

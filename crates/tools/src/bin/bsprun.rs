@@ -284,9 +284,8 @@ fn run(a: Args) -> Result<i32, (u8, String)> {
 /// The hosts of `--host` or `--hostfile`; empty for this host alone.
 fn hosts(a: &Args) -> Result<Vec<HostSlots>, LaunchError> {
     if let Some(path) = &a.hostfile {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            LaunchError::Usage(format!("--hostfile {}: {e}", path.display()))
-        })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| LaunchError::Usage(format!("--hostfile {}: {e}", path.display())))?;
         return bulkwire_launch::hosts::parse_hostfile(&text, &path.display().to_string());
     }
     let mut all: Vec<HostSlots> = Vec::new();

@@ -217,3 +217,189 @@ fn a_task_that_never_starts_fails_the_job_within_the_join_deadline() {
     );
     testing::assert_no_leftovers(&m);
 }
+
+/// A one-host Slurm of our own (munged, slurmctld and slurmd as root, in a directory of
+/// the test, on ports of its own); stopped and removed when dropped.
+struct Slurm {
+    dir: PathBuf,
+}
+
+impl Slurm {
+    fn start() -> Option<Slurm> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: a private Slurm needs root");
+            return None;
+        }
+        let tools = ["munged", "slurmctld", "slurmd", "srun", "sinfo"];
+        if let Some(t) = tools
+            .iter()
+            .find(|t| which(t).is_none() && !Path::new("/usr/sbin").join(t).exists())
+        {
+            eprintln!("skipped: {t} is not installed (Debian: munge, slurm-wlm)");
+            return None;
+        }
+        let dir =
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("slurm-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("state")).ok()?;
+        std::fs::create_dir_all(dir.join("spool")).ok()?;
+        let s = Slurm { dir };
+        match s.boot() {
+            Ok(()) => Some(s),
+            Err(e) => {
+                eprintln!("skipped: cannot start a private Slurm ({e})");
+                None
+            }
+        }
+    }
+
+    fn boot(&self) -> Result<(), String> {
+        let d = self.dir.display().to_string();
+        let key: Vec<u8> = (0..1024u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        let keyfile = self.dir.join("munge.key");
+        std::fs::write(&keyfile, key).map_err(|e| e.to_string())?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&keyfile, std::fs::Permissions::from_mode(0o400))
+            .map_err(|e| e.to_string())?;
+        let host = bulkwire_launch::hostname();
+        let port = 20_000 + (std::process::id() % 10_000) as u16 * 2;
+        let conf = format!(
+            "ClusterName=bwtest\nSlurmctldHost={host}\nSlurmctldPort={port}\nSlurmdPort={}\n\
+             AuthType=auth/munge\nAuthInfo=socket={d}/munge.sock\nCredType=cred/munge\n\
+             SlurmUser=root\nSlurmdUser=root\nStateSaveLocation={d}/state\n\
+             SlurmdSpoolDir={d}/spool\nSlurmctldPidFile={d}/slurmctld.pid\n\
+             SlurmdPidFile={d}/slurmd.pid\nSlurmctldLogFile={d}/slurmctld.log\n\
+             SlurmdLogFile={d}/slurmd.log\nProctrackType=proctrack/linuxproc\n\
+             TaskPlugin=task/none\nSelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n\
+             SchedulerType=sched/builtin\nMpiDefault=none\nReturnToService=2\n\
+             JobAcctGatherType=jobacct_gather/none\n\
+             AccountingStorageType=accounting_storage/none\n\
+             NodeName={host} CPUs={} State=UNKNOWN\n\
+             PartitionName=bwtest Nodes={host} Default=YES MaxTime=INFINITE State=UP\n",
+            port + 1,
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        );
+        std::fs::write(self.dir.join("slurm.conf"), conf).map_err(|e| e.to_string())?;
+        let daemon = |cmd: &mut Command| -> Result<(), String> {
+            let o = cmd
+                .env("SLURM_CONF", self.dir.join("slurm.conf"))
+                .output()
+                .map_err(|e| e.to_string())?;
+            if o.status.success() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{cmd:?}: {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                ))
+            }
+        };
+        daemon(Command::new("munged").args([
+            "--force".into(),
+            format!("--key-file={d}/munge.key"),
+            format!("--socket={d}/munge.sock"),
+            format!("--pid-file={d}/munged.pid"),
+            format!("--log-file={d}/munged.log"),
+            format!("--seed-file={d}/munge.seed"),
+        ]))?;
+        daemon(Command::new("slurmctld").arg("-c"))?;
+        daemon(&mut Command::new("slurmd"))?;
+        for _ in 0..100 {
+            let o = self
+                .cmd("sinfo")
+                .args(["-h", "-o", "%t"])
+                .output()
+                .map_err(|e| e.to_string())?;
+            if String::from_utf8_lossy(&o.stdout).trim() == "idle" {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Err("the node did not become idle within 20 s".into())
+    }
+
+    /// A Slurm command of this cluster.
+    fn cmd(&self, c: &str) -> Command {
+        let mut cmd = Command::new(c);
+        cmd.env("SLURM_CONF", self.dir.join("slurm.conf"));
+        cmd
+    }
+
+    /// `srun -n 4` (more tasks than cores allowed) with `--mpi=mpi`.
+    fn srun(&self, mpi: &str, prog: &Path, args: &[&str]) -> (Command, String) {
+        let m = testing::mark();
+        let mut c = self.cmd("srun");
+        testing::clean(&mut c, &m);
+        c.env("SLURM_CONF", self.dir.join("slurm.conf"));
+        c.args([
+            "--overcommit",
+            "-n",
+            "4",
+            "--time",
+            "2",
+            &format!("--mpi={mpi}"),
+        ])
+        .arg(prog)
+        .args(args);
+        (c, m)
+    }
+}
+
+impl Drop for Slurm {
+    fn drop(&mut self) {
+        let pids: Vec<i32> = ["slurmd", "slurmctld", "munged"]
+            .iter()
+            .filter_map(|d| std::fs::read_to_string(self.dir.join(format!("{d}.pid"))).ok())
+            .filter_map(|p| p.trim().parse().ok())
+            .collect();
+        // A daemon is gone once /proc has no live process of that pid (a zombie waits
+        // for init).
+        let alive = |p: i32| {
+            std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| {
+                !s.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+        };
+        for sig in [libc::SIGTERM, libc::SIGKILL] {
+            for &p in &pids {
+                // SAFETY: kill(2) on a daemon this test started (its pid file).
+                unsafe { libc::kill(p, sig) };
+            }
+            for _ in 0..100 {
+                if !pids.iter().any(|&p| alive(p)) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn srun_forms_the_job_through_pmi2_pmix_or_nothing() {
+    let Some(slurm) = Slurm::start() else { return };
+    for mpi in ["pmi2", "pmix", "none"] {
+        for name in ["drma", "bsmp"] {
+            let o = run(slurm.srun(mpi, &program(name), &[]));
+            assert_eq!(o.code, Some(0), "{name} under srun --mpi={mpi}: {o:?}");
+            assert!(o.stdout.contains(&format!("{name} ok p=4")), "{mpi}: {o:?}");
+        }
+    }
+    let o = run(slurm.srun("pmi2", &program("crash"), &["self", "3", "4"]));
+    assert!(o.code.is_some_and(|c| c != 0), "{o:?}");
+    assert_eq!(
+        o.stderr
+            .matches("rank 3 lost its control connection before finishing")
+            .count(),
+        1,
+        "{}",
+        o.stderr
+    );
+}

@@ -24,6 +24,29 @@ pub fn run<S: Serialize, R: DeserializeOwned>(
     env: &[(&str, &str)],
     timeout: Duration,
 ) -> Result<R, String> {
+    run_with(exe, n, mode, spec, env, timeout, None)
+}
+
+/// Where a job's processes run when they span hosts: the launcher runs in network
+/// namespace `netns` (a host of the test bed), the ranks on `hosts`' slots, those of other
+/// hosts started by `exe __agent` through the remote shell `rsh`.
+#[derive(Clone, Debug)]
+pub struct Across {
+    pub netns: String,
+    pub hosts: Vec<bulkwire_launch::HostSlots>,
+    pub rsh: Vec<OsString>,
+}
+
+/// [`run`], across hosts when `across` says so.
+pub fn run_with<S: Serialize, R: DeserializeOwned>(
+    exe: &Path,
+    n: u32,
+    mode: &str,
+    spec: &S,
+    env: &[(&str, &str)],
+    timeout: Duration,
+    across: Option<&Across>,
+) -> Result<R, String> {
     let out = std::env::temp_dir().join(format!(
         "bwbench-{}-{}.json",
         std::process::id(),
@@ -31,13 +54,33 @@ pub fn run<S: Serialize, R: DeserializeOwned>(
     ));
     let json = serde_json::to_string(spec).map_err(|e| e.to_string())?;
     let args: Vec<OsString> = vec![mode.into(), json.into(), out.clone().into()];
-    let opts = LaunchOpts {
+    let mut opts = LaunchOpts {
         timeout: Some(timeout),
         report: Some("bwbench".into()),
         env: env.iter().map(|(k, v)| (k.into(), v.into())).collect(),
         ..LaunchOpts::default()
     };
-    let outcome = bulkwire_launch::launch(n, exe, &args, &opts).map_err(|e| e.to_string())?;
+    let outcome = match across {
+        None => bulkwire_launch::launch(n, exe, &args, &opts).map_err(|e| e.to_string())?,
+        Some(a) => {
+            opts.hosts = a.hosts.clone();
+            opts.rsh = a.rsh.clone();
+            opts.agent = vec![exe.into(), "__agent".into()];
+            // The remote ranks get the settings of this environment, as bsprun's do.
+            opts.forward_env = std::env::vars_os()
+                .filter(|(k, _)| k.to_str().is_some_and(|k| k.starts_with("BULKWIRE_")))
+                .collect();
+            let (exe, ns) = (exe.to_path_buf(), a.netns.clone());
+            // The launcher runs on a thread inside the first host's namespace: its server
+            // and the processes it starts belong there.
+            std::thread::spawn(move || {
+                enter_netns(&ns)?;
+                bulkwire_launch::launch(n, &exe, &args, &opts).map_err(|e| e.to_string())
+            })
+            .join()
+            .map_err(|_| "the launcher thread panicked".to_string())??
+        }
+    };
     let result = std::fs::read(&out);
     let _ = std::fs::remove_file(&out);
     if !outcome.success() {
@@ -84,4 +127,16 @@ impl<S: DeserializeOwned> Worker<S> {
 /// A worker's settings, from the environment its launcher gave it.
 pub fn settings() -> Result<bulkwire_config::Settings, String> {
     bulkwire_config::Settings::from_env().map_err(|e| e.to_string())
+}
+
+/// Moves the calling thread into network namespace `name` (`ip netns add` made it).
+pub fn enter_netns(name: &str) -> Result<(), String> {
+    use std::os::fd::AsRawFd;
+    let path = format!("/var/run/netns/{name}");
+    let f = std::fs::File::open(&path).map_err(|e| format!("{path}: {e}"))?;
+    // SAFETY: setns on a namespace fd we opened; it moves only the calling thread.
+    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(format!("setns {path}: {}", std::io::Error::last_os_error()));
+    }
+    Ok(())
 }

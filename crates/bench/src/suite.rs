@@ -239,6 +239,11 @@ pub struct Section {
 }
 
 impl Section {
+    /// An empty section, for an experiment in a module of its own.
+    pub fn named(name: &str, title: &str) -> Section {
+        Section::new(name, title)
+    }
+
     fn new(name: &str, title: &str) -> Section {
         Section {
             name: name.into(),
@@ -397,6 +402,15 @@ impl Suite {
             })
             .as_ref()
             .map_err(|e| e.as_str())
+    }
+
+    /// Two hosts over veth beside Open MPI (see [`crate::cluster`]).
+    pub fn cluster(&self) -> Section {
+        crate::cluster::run(&self.exe, self.level, self.mpi(), &*self.progress)
+    }
+
+    pub fn cluster_runs(&self) -> usize {
+        crate::cluster::runs(self.level)
     }
 
     /// Number of runs [`Suite::latency`] or [`Suite::bandwidth`] makes (for progress bars).

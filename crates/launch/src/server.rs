@@ -447,7 +447,7 @@ impl Server {
         add(self.join_deadline());
         add(self.agents_deadline());
         for c in self.conns.iter().flatten() {
-            if c.rank.is_none() {
+            if c.rank.is_none() && c.agent.is_none() {
                 add(Some(c.opened + HELLO_TIMEOUT));
             }
         }
@@ -979,7 +979,7 @@ impl Server {
             }
         }
         for c in self.conns.iter_mut().flatten() {
-            if c.rank.is_none() && now >= c.opened + HELLO_TIMEOUT {
+            if c.rank.is_none() && c.agent.is_none() && now >= c.opened + HELLO_TIMEOUT {
                 c.dead = true;
             }
         }

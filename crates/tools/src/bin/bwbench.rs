@@ -42,6 +42,9 @@ struct Args {
     /// No progress bar (for logs).
     #[arg(long, global = true)]
     no_progress: bool,
+    /// `all`: add the experiments across two hosts (network namespaces, needs root).
+    #[arg(long, global = true)]
+    hosts: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -74,6 +77,9 @@ enum Experiment {
     Bsp,
     /// OSU-style latency of each collective per size and p (network cache, p2p over UDP).
     Collectives,
+    /// Latency, bandwidth, BSP and collectives between two network namespaces over veth at
+    /// MTU 1500 and 9000, beside Open MPI over TCP and raw UDP/TCP (needs root).
+    Cluster,
 }
 
 const ALL: [Experiment; 9] = [
@@ -99,6 +105,7 @@ impl Experiment {
             Experiment::Layers => s.layers_runs(),
             Experiment::Bsp => s.bsp_runs(),
             Experiment::Collectives => s.collectives_runs(),
+            Experiment::Cluster => s.cluster_runs(),
         }
     }
 
@@ -113,6 +120,7 @@ impl Experiment {
             Experiment::Layers => s.layers(),
             Experiment::Bsp => s.bsp(),
             Experiment::Collectives => s.collectives(),
+            Experiment::Cluster => s.cluster(),
         }
     }
 }
@@ -127,6 +135,14 @@ fn main() -> ExitCode {
         Some("__coll") => Some(bulkwire_bench::coll::worker_main as fn(&[OsString]) -> _),
         _ => None,
     };
+    // The host agent of a job across hosts (the cluster experiment).
+    if argv.get(1).and_then(|a| a.to_str()) == Some("__agent") {
+        let rest: Vec<String> = argv[2..]
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        return ExitCode::from(bulkwire_launch::agent::agent_main(&rest).clamp(0, 255) as u8);
+    }
     if let Some(w) = worker {
         return match w(&argv[2..]) {
             Ok(()) => ExitCode::SUCCESS,
@@ -145,6 +161,7 @@ fn main() -> ExitCode {
         }
     };
     let experiments: Vec<Experiment> = match args.cmd {
+        Cmd::All if args.hosts => ALL.iter().copied().chain([Experiment::Cluster]).collect(),
         Cmd::All => ALL.to_vec(),
         Cmd::One(e) => vec![e],
     };

@@ -128,12 +128,28 @@ impl Bed {
     }
 
     fn pair(&self, spec: &PairSpec) -> Result<PairResult, String> {
-        jobs::run_with(&self.exe, 2, "__pair", spec, &[], TIMEOUT, Some(&self.across(1)))
-            .map_err(|e| format!("{}: {e}", spec.stack.label()))
+        jobs::run_with(
+            &self.exe,
+            2,
+            "__pair",
+            spec,
+            &[],
+            TIMEOUT,
+            Some(&self.across(1)),
+        )
+        .map_err(|e| format!("{}: {e}", spec.stack.label()))
     }
 
     fn bsp(&self, spec: &BspSpec) -> Result<BspResult, String> {
-        jobs::run_with(&self.exe, 2, "__bsp", spec, &[], TIMEOUT, Some(&self.across(1)))
+        jobs::run_with(
+            &self.exe,
+            2,
+            "__bsp",
+            spec,
+            &[],
+            TIMEOUT,
+            Some(&self.across(1)),
+        )
     }
 
     fn coll(&self, spec: &CollSpec) -> Result<CollResult, String> {
@@ -142,7 +158,15 @@ impl Bed {
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        jobs::run_with(&self.exe, 2, "__coll", spec, &env, TIMEOUT, Some(&self.across(1)))
+        jobs::run_with(
+            &self.exe,
+            2,
+            "__coll",
+            spec,
+            &env,
+            TIMEOUT,
+            Some(&self.across(1)),
+        )
     }
 }
 
@@ -267,14 +291,21 @@ fn pairs(
 ) {
     let lat_sizes: Vec<usize> = pick(level, vec![8], vec![8, 1024, 65536], vec![8, 1024, 65536]);
     let (warmup, iters) = pick(level, (20, 200), (500, 5000), (2000, 20000));
-    let bw_sizes: Vec<usize> = pick(level, vec![65536], vec![65536, 1 << 20], vec![4096, 65536, 1 << 20]);
+    let bw_sizes: Vec<usize> = pick(
+        level,
+        vec![65536],
+        vec![65536, 1 << 20],
+        vec![4096, 65536, 1 << 20],
+    );
     let (bw_warm, reps) = pick(level, (1, 2), (2, 10), (3, 30));
     let mut lat = table(
         &format!("Median half round trip at MTU {mtu} (us), and ratio to Open MPI over TCP"),
         &lat_sizes,
     );
     let mut bw = table(
-        &format!("Streaming bandwidth at MTU {mtu} (GB/s, best repetition), and ratio to Open MPI over TCP"),
+        &format!(
+            "Streaming bandwidth at MTU {mtu} (GB/s, best repetition), and ratio to Open MPI over TCP"
+        ),
         &bw_sizes,
     );
     let mpi_lat = mpi_points(mpi, bed, "latency", warmup, iters, 0.0, &lat_sizes, sec);
@@ -301,7 +332,11 @@ fn pairs(
         });
         match l {
             Ok(r) => {
-                let med: Vec<f64> = r.points.iter().map(|p| Summary::of(&p.samples).median).collect();
+                let med: Vec<f64> = r
+                    .points
+                    .iter()
+                    .map(|p| Summary::of(&p.samples).median)
+                    .collect();
                 lat.rows.push(row(&stack.label(), &med, &mpi_lat, us));
                 sec.results.push(r);
             }
@@ -391,7 +426,11 @@ fn table(title: &str, sizes: &[usize]) -> Table {
 fn row(label: &str, xs: &[f64], base: &Option<Vec<f64>>, unit: fn(f64) -> String) -> Vec<String> {
     let mut r = vec![label.to_string()];
     for (i, &x) in xs.iter().enumerate() {
-        let b = base.as_ref().and_then(|b| b.get(i)).copied().unwrap_or(f64::NAN);
+        let b = base
+            .as_ref()
+            .and_then(|b| b.get(i))
+            .copied()
+            .unwrap_or(f64::NAN);
         r.push(format!("{} ({})", unit(x), ratio(x, b)));
     }
     r
@@ -412,9 +451,15 @@ fn bsp_and_collectives(
     let barrier = mpi_points(mpi, bed, "barrier", warmup, iters, 0.0, &[0], sec);
     let mut t = Table {
         title: format!("BSP at p = 2, MTU {mtu} (us)"),
-        header: ["stack", "g per 8-byte put", "l", "empty superstep", "MPI_Barrier"]
-            .map(String::from)
-            .to_vec(),
+        header: [
+            "stack",
+            "g per 8-byte put",
+            "l",
+            "empty superstep",
+            "MPI_Barrier",
+        ]
+        .map(String::from)
+        .to_vec(),
         rows: Vec::new(),
         note: "bspbench's method (h-relations of 8-byte puts fitted to l + g h); the empty \
                superstep is bsp_sync with nothing to send. MPI_Barrier: Open MPI over TCP."
@@ -422,7 +467,11 @@ fn bsp_and_collectives(
     };
     match bed.bsp(&spec) {
         Ok(r) => {
-            let b = barrier.as_ref().and_then(|b| b.first()).copied().unwrap_or(f64::NAN);
+            let b = barrier
+                .as_ref()
+                .and_then(|b| b.first())
+                .copied()
+                .unwrap_or(f64::NAN);
             t.rows.push(vec![
                 "bulkwire BSP (holefill/udp)".into(),
                 format!("{:.3}", r.g_us),
@@ -447,7 +496,9 @@ fn bsp_and_collectives(
         env: Vec::new(),
     };
     let mut t = Table {
-        title: format!("Collectives at p = 2, MTU {mtu}: median latency (us), and ratio to Open MPI over TCP"),
+        title: format!(
+            "Collectives at p = 2, MTU {mtu}: median latency (us), and ratio to Open MPI over TCP"
+        ),
         header: vec!["collective".into()],
         rows: Vec::new(),
         note: "OSU's method (barrier, time one call, the slowest process's time); bulkwire's \
@@ -554,20 +605,16 @@ fn targets(
     let what = "empty superstep at p = 2 vs MPI_Barrier over TCP, MTU 1500";
     let spec = bsp_spec(level);
     let (bw, bi) = pick(level, (10, 50), (200, 2000), (500, 5000));
-    let r = Rounds::run(
-        n,
-        &mut || mpi_fig("barrier", 0, bw, bi, 0.0),
-        &mut || bed.bsp(&spec).map(|r| Some(r.empty_us * 1e-6)),
-    );
+    let r = Rounds::run(n, &mut || mpi_fig("barrier", 0, bw, bi, 0.0), &mut || {
+        bed.bsp(&spec).map(|r| Some(r.empty_us * 1e-6))
+    });
     check(sec, what, r, "<= 0.70x", in_us, |q| q <= 0.70);
 
     progress("cluster: 1 MiB streaming with 1 % loss vs without, alternating");
     let what = "holefill 1 MiB streaming with 1 % loss vs its lossless bandwidth, MTU 1500";
-    let r = Rounds::run(
-        n,
-        &mut || bed.pair(&stream("")).map(best),
-        &mut || bed.pair(&stream("loss=0.01")).map(best),
-    );
+    let r = Rounds::run(n, &mut || bed.pair(&stream("")).map(best), &mut || {
+        bed.pair(&stream("loss=0.01")).map(best)
+    });
     check(sec, what, r, ">= 0.80x", in_gbs, |q| q >= 0.8);
 }
 

@@ -208,7 +208,16 @@ impl Mpi {
             .arg(&a.rsh)
             .arg("-H")
             .arg(a.hosts.join(","))
-            .args(["--bind-to", "none", "--mca", "pml", "ob1", "--mca", "btl", "self,tcp"])
+            .args([
+                "--bind-to",
+                "none",
+                "--mca",
+                "pml",
+                "ob1",
+                "--mca",
+                "btl",
+                "self,tcp",
+            ])
             .args(["--mca", "btl_tcp_if_include", &a.subnet])
             .args(["--mca", "oob_tcp_if_include", &a.subnet])
             .args(["--mca", "btl_tcp_disable_family", "6"]);

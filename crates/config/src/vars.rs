@@ -253,7 +253,7 @@ vars! {
         "The CPUs the job's processes on this host share; set by a launcher that bound them.";
     HOST_ID: Launch, "BULKWIRE_HOST_ID",
         "any text",
-        "hostname/boot id",
+        "hostname/boot id/network namespace",
         "Identity of this host: processes with the same one use shared memory. Tests set it to pretend several hosts.";
     RANK: Launch, "BULKWIRE_RANK",
         "an integer from 0 to BULKWIRE_NPROCS - 1",
@@ -266,7 +266,7 @@ vars! {
     RENDEZVOUS: Launch, "BULKWIRE_RENDEZVOUS",
         "host:port",
         "none",
-        "The job's rendezvous server (bsprun, or bsprun --serve under Slurm or mpirun).";
+        "The job's rendezvous server (set by bsprun; by hand for bsprun --serve). Under srun, mpirun or mpiexec without it, the job forms through the launcher's own bootstrap service (see BULKWIRE_BOOTSTRAP).";
     COOKIE: Launch, "BULKWIRE_COOKIE",
         "an integer from 0 to 4294967295, decimal or 0x hex",
         "derived from BULKWIRE_JOB",

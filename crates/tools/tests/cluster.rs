@@ -208,7 +208,12 @@ fn a_job_across_hosts_may_run_long() {
     let Some(tb) = bed(1500) else { return };
     // Longer than a connection may stay silent before saying who it is (10 s): the
     // agents' connections are not held to it.
-    let (c, m) = bsprun(&tb, 1, false, &["sh", "-c", "sleep 11; echo done $BULKWIRE_RANK"]);
+    let (c, m) = bsprun(
+        &tb,
+        1,
+        false,
+        &["sh", "-c", "sleep 11; echo done $BULKWIRE_RANK"],
+    );
     let o = run(&tb, c, &m);
     ok(&o, "a job of 11 s");
     assert_eq!(o.stdout.matches("done").count(), 2, "{}", o.stdout);

@@ -26,6 +26,8 @@ use crate::suite::{Level, Section, Table, Target, gbs, ratio, size_label, us};
 /// The MTUs measured: Ethernet's, then jumbo frames.
 const MTUS: [u32; 2] = [1500, 9000];
 const TIMEOUT: Duration = Duration::from_secs(300);
+/// Open MPI's set-up across namespaces hangs now and then: a try is given this long.
+const MPI_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// How many runs [`run`] makes (for progress bars).
 pub fn runs(level: Level) -> usize {
@@ -69,11 +71,33 @@ fn proto(p: &str) -> Stack {
     }
 }
 
-/// The test bed and how jobs and MPI reach it.
+/// The test bed and how jobs and MPI reach it. Each host runs on its own half of the
+/// CPUs, as separate machines would: two busy-polling ranks that shared a core would
+/// measure the scheduler, not the network.
 struct Bed {
     tb: Testbed,
     exe: PathBuf,
     rsh: PathBuf,
+    cpus: [Vec<usize>; 2],
+}
+
+/// This machine's CPUs split in two halves (both all of them on one CPU).
+fn halves() -> [Vec<usize>; 2] {
+    let all = bulkwire_launch::bind::CpuSet::current()
+        .map(|c| c.cpus())
+        .unwrap_or_default();
+    if all.len() < 2 {
+        return [all.clone(), all];
+    }
+    let (a, b) = all.split_at(all.len() / 2);
+    [a.to_vec(), b.to_vec()]
+}
+
+fn list(cpus: &[usize]) -> String {
+    cpus.iter()
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 impl Bed {
@@ -106,7 +130,13 @@ impl Bed {
                     slots: per_host,
                 })
                 .collect(),
-            rsh: vec![self.rsh.clone().into_os_string()],
+            rsh: vec![
+                "taskset".into(),
+                "-c".into(),
+                list(&self.cpus[1]).into(),
+                self.rsh.clone().into_os_string(),
+            ],
+            cpus: Some(self.cpus[0].clone()),
         }
     }
 
@@ -124,6 +154,7 @@ impl Bed {
                 .collect(),
             rsh: self.rsh.clone(),
             subnet,
+            cpus: [list(&self.cpus[0]), list(&self.cpus[1])],
         }
     }
 
@@ -198,6 +229,7 @@ pub fn run(exe: &Path, level: Level, mpi: Result<&Mpi, &str>, progress: &dyn Fn(
         tb,
         exe: exe.to_path_buf(),
         rsh,
+        cpus: halves(),
     };
     let mpi = mpi.map_err(|e| e.to_string());
     sec.tables.push(path_table(&bed));
@@ -269,6 +301,14 @@ fn path_table(bed: &Bed) -> Table {
                     .join(", then "),
             ],
             vec!["offloads (ethtool -k)".into(), offloads],
+            vec![
+                "CPUs".into(),
+                format!(
+                    "host 1 runs on CPUs {}, host 2 on {} (as separate machines)",
+                    list(&bed.cpus[0]),
+                    list(&bed.cpus[1])
+                ),
+            ],
             vec![
                 "launch".into(),
                 "bulkwire's multi-host launcher, the other host's ranks started by its agent \
@@ -397,8 +437,8 @@ fn mpi_points(
     let across = bed.mpi_across(1);
     // Open MPI's TCP set-up between namespaces fails now and then: one more try.
     let r = m
-        .run_across(kind, 2, warmup, iters, extra, sizes, TIMEOUT, &across)
-        .or_else(|_| m.run_across(kind, 2, warmup, iters, extra, sizes, TIMEOUT, &across));
+        .run_across(kind, 2, warmup, iters, extra, sizes, MPI_TIMEOUT, &across)
+        .or_else(|_| m.run_across(kind, 2, warmup, iters, extra, sizes, MPI_TIMEOUT, &across));
     match r {
         Ok(points) => {
             let med = points.iter().map(|p| p.median).collect();
@@ -578,8 +618,8 @@ fn targets(
     let mpi_fig = |kind: &str, size: usize, w: usize, it: usize, extra: f64| {
         let m = mpi.as_ref().map_err(|e| e.clone())?;
         let p = m
-            .run_across(kind, 2, w, it, extra, &[size], TIMEOUT, &across)
-            .or_else(|_| m.run_across(kind, 2, w, it, extra, &[size], TIMEOUT, &across))?;
+            .run_across(kind, 2, w, it, extra, &[size], MPI_TIMEOUT, &across)
+            .or_else(|_| m.run_across(kind, 2, w, it, extra, &[size], MPI_TIMEOUT, &across))?;
         Ok(p.first().map(|p: &MpiPoint| p.median))
     };
 

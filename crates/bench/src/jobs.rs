@@ -35,6 +35,8 @@ pub struct Across {
     pub netns: String,
     pub hosts: Vec<bulkwire_launch::HostSlots>,
     pub rsh: Vec<OsString>,
+    /// The CPUs the launcher and this host's ranks run on (`None`: the caller's).
+    pub cpus: Option<Vec<usize>>,
 }
 
 /// [`run`], across hosts when `across` says so.
@@ -70,11 +72,16 @@ pub fn run_with<S: Serialize, R: DeserializeOwned>(
             opts.forward_env = std::env::vars_os()
                 .filter(|(k, _)| k.to_str().is_some_and(|k| k.starts_with("BULKWIRE_")))
                 .collect();
-            let (exe, ns) = (exe.to_path_buf(), a.netns.clone());
+            let (exe, ns, cpus) = (exe.to_path_buf(), a.netns.clone(), a.cpus.clone());
             // The launcher runs on a thread inside the first host's namespace: its server
-            // and the processes it starts belong there.
+            // and the processes it starts belong there (and run on its CPUs).
             std::thread::spawn(move || {
                 enter_netns(&ns)?;
+                if let Some(c) = cpus {
+                    bulkwire_launch::bind::CpuSet::of(&c)
+                        .apply()
+                        .map_err(|e| format!("cpus {c:?}: {e}"))?;
+                }
                 bulkwire_launch::launch(n, &exe, &args, &opts).map_err(|e| e.to_string())
             })
             .join()

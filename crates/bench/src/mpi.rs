@@ -177,6 +177,9 @@ pub struct MpiAcross {
     pub hosts: Vec<String>,
     pub rsh: PathBuf,
     pub subnet: String,
+    /// The CPUs of each host (`taskset -c` lists): mpirun and the first host's rank run on
+    /// the first, the other host's daemon and rank on the second.
+    pub cpus: [String; 2],
 }
 
 impl Mpi {
@@ -197,15 +200,17 @@ impl Mpi {
             return Err("only Open MPI's mpirun is driven across hosts".into());
         }
         let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &a.netns, "timeout"])
-            .arg(format!("{}", timeout.as_secs().max(1)))
-            .arg("mpirun");
+        cmd.args([
+            "netns", "exec", &a.netns, "taskset", "-c", &a.cpus[0], "timeout",
+        ])
+        .arg(format!("{}", timeout.as_secs().max(1)))
+        .arg("mpirun");
         if self.root {
             cmd.arg("--allow-run-as-root");
         }
         cmd.arg("--mca")
             .arg("plm_rsh_agent")
-            .arg(&a.rsh)
+            .arg(format!("taskset -c {} {}", a.cpus[1], a.rsh.display()))
             .arg("-H")
             .arg(a.hosts.join(","))
             .args([

@@ -117,18 +117,24 @@ impl Server {
         }
     }
 
-    /// At the end: remote shells still running get SIGTERM, then SIGKILL, and are reaped.
+    /// At the end: the remote shells get a moment to end by themselves (an agent exits once
+    /// its ranks have, and its shell may still be relaying their last output), then
+    /// SIGTERM, then SIGKILL; all are reaped.
     pub(super) fn end_helpers(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(1);
-        for sig in [libc::SIGTERM, libc::SIGKILL] {
+        for (sig, wait) in [
+            (0, Duration::from_secs(2)),
+            (libc::SIGTERM, Duration::from_secs(1)),
+            (libc::SIGKILL, Duration::from_secs(5)),
+        ] {
+            let deadline = Instant::now() + wait;
             for sh in self.agents.iter_mut().filter_map(|a| a.shell.as_mut()) {
-                if sh.exit.is_none() {
+                if sh.exit.is_none() && sig != 0 {
                     sys::kill_group(sh.pid, sig);
                     sys::pidfd_kill(&sh.pidfd, sig);
                 }
             }
             for sh in self.agents.iter_mut().filter_map(|a| a.shell.as_mut()) {
-                while sh.exit.is_none() && (sig == libc::SIGKILL || Instant::now() < deadline) {
+                while sh.exit.is_none() && Instant::now() < deadline {
                     match sys::pidfd_try_reap(&sh.pidfd) {
                         Ok(Some(e)) => sh.exit = Some(e),
                         Ok(None) => std::thread::sleep(Duration::from_millis(2)),
@@ -142,6 +148,7 @@ impl Server {
     pub(super) fn kill_helpers_now(&mut self) {
         for sh in self.agents.iter_mut().filter_map(|a| a.shell.as_mut()) {
             if sh.exit.is_none() {
+                sys::kill_group(sh.pid, libc::SIGKILL);
                 sys::pidfd_kill(&sh.pidfd, libc::SIGKILL);
             }
         }

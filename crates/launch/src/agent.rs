@@ -8,7 +8,8 @@
 //!
 //! Liveness runs both ways: each side sends a BEAT every [`BEAT_EVERY`] and gives the
 //! other up after [`SILENCE`] without a frame (TCP keepalive alone takes about 25 s to
-//! notice a host that vanished).
+//! notice a host that vanished). The agent beats from a thread of its own, so that its
+//! work (starting a large program on a loaded host) never silences it.
 
 use std::ffi::OsString;
 use std::io::{self, Read, Write};
@@ -17,6 +18,8 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::LaunchError;
@@ -28,8 +31,10 @@ use crate::wire::{self, AgentHello, Reader, Writer};
 
 /// How often the agent and the launcher tell each other they are there.
 pub const BEAT_EVERY: Duration = Duration::from_secs(1);
-/// Silence after which the other side counts as unreachable.
-pub const SILENCE: Duration = Duration::from_secs(5);
+/// Silence after which the other side counts as unreachable: several beats, so that a
+/// loaded host is not taken for a lost one, and short enough that a job with a lost host
+/// ends within 15 s.
+pub const SILENCE: Duration = Duration::from_secs(7);
 
 /// What the launcher tells an agent: which ranks to start on its host, and how.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -181,15 +186,36 @@ struct Rank {
 /// spoke.
 struct Link {
     stream: TcpStream,
+    /// Writes, shared with the beat thread (a frame is written whole under the lock).
+    writer: Arc<Mutex<TcpStream>>,
     rbuf: Vec<u8>,
     heard: Instant,
-    said: Instant,
+    /// Tells the beat thread to stop.
+    done: Arc<AtomicBool>,
 }
 
 impl Link {
-    fn send(&mut self, frame: &[u8]) -> io::Result<()> {
-        self.said = Instant::now();
-        self.stream.write_all(frame)
+    fn send(&self, frame: &[u8]) -> io::Result<()> {
+        let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        w.write_all(frame)
+    }
+
+    /// Beats every [`BEAT_EVERY`] until the link is dropped or a write fails.
+    fn start_beats(&self) -> io::Result<()> {
+        let (w, done) = (self.writer.clone(), self.done.clone());
+        std::thread::Builder::new()
+            .name("bulkwire-beat".into())
+            .spawn(move || {
+                let beat = wire::empty(wire::T_BEAT);
+                while !done.load(Ordering::Relaxed) {
+                    std::thread::sleep(BEAT_EVERY);
+                    let mut g = w.lock().unwrap_or_else(|e| e.into_inner());
+                    if g.write_all(&beat).is_err() {
+                        return;
+                    }
+                }
+            })?;
+        Ok(())
     }
 
     /// Frames that arrived (call when the socket is readable); `Err` when it closed.
@@ -211,6 +237,12 @@ impl Link {
         }
         self.rbuf.drain(..used);
         Ok(frames)
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::Relaxed);
     }
 }
 
@@ -240,13 +272,14 @@ fn run(server: SocketAddr, cookie: u32, job_id: u64, index: u32) -> Result<i32, 
         _ => return Err(LaunchError::Protocol("no start message".into())),
     };
     stream.set_read_timeout(None)?;
-    let now = Instant::now();
     let mut link = Link {
+        writer: Arc::new(Mutex::new(stream.try_clone()?)),
         stream,
         rbuf: Vec::new(),
-        heard: now,
-        said: now,
+        heard: Instant::now(),
+        done: Arc::new(AtomicBool::new(false)),
     };
+    link.start_beats()?;
     if std::path::Path::new(&start.cwd).is_dir() {
         let _ = std::env::set_current_dir(&start.cwd);
     }
@@ -364,8 +397,8 @@ fn supervise(link: &mut Link, ranks: &mut [Rank]) -> i32 {
             events: libc::POLLIN,
             revents: 0,
         }));
-        let next_beat = (link.said + BEAT_EVERY).saturating_duration_since(Instant::now());
-        if sys::poll(&mut pfds, Some(next_beat)).is_err() {
+        let check = (link.heard + SILENCE).saturating_duration_since(Instant::now());
+        if sys::poll(&mut pfds, Some(check.max(Duration::from_millis(10)))).is_err() {
             std::thread::sleep(Duration::from_millis(10));
         }
         for (k, &i) in live.iter().enumerate() {
@@ -397,10 +430,6 @@ fn supervise(link: &mut Link, ranks: &mut [Rank]) -> i32 {
             false
         };
         if lost || link.heard.elapsed() >= SILENCE {
-            kill_all(ranks);
-            return 1;
-        }
-        if link.said.elapsed() >= BEAT_EVERY && link.send(&wire::empty(wire::T_BEAT)).is_err() {
             kill_all(ranks);
             return 1;
         }

@@ -233,7 +233,9 @@ impl Testbed {
     pub fn new(mtu: u32) -> Result<Testbed, String> {
         static N: AtomicU32 = AtomicU32::new(0);
         let id = std::process::id() % 10_000 * 10 + N.fetch_add(1, Ordering::SeqCst) % 10;
-        let net = format!("10.232.{}", id % 250);
+        // 10.236.0.0/14 by pid and count: test beds of concurrent runs get apart subnets
+        // (netns-rsh finds a host by its address among every namespace of the machine).
+        let net = format!("10.{}.{}", 236 + id / 256 % 4, id % 256);
         let tb = Testbed {
             names: [format!("bwt{id}a"), format!("bwt{id}b")],
             addrs: [format!("{net}.1"), format!("{net}.2")],

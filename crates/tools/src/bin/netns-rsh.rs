@@ -70,20 +70,29 @@ fn enter(host: &str) -> Result<(), String> {
         .ok_or("no address")?;
     let dir = std::fs::read_dir(NETNS_DIR)
         .map_err(|e| format!("no network namespaces ({NETNS_DIR}: {e})"))?;
+    // A namespace being made or removed (by another user of the machine) can't be
+    // entered: skip it, and say so only if no namespace has the address.
+    let mut refused = None;
     for e in dir.flatten() {
-        let ns = File::open(e.path()).map_err(|e| e.to_string())?;
+        let Ok(ns) = File::open(e.path()) else {
+            continue;
+        };
         // SAFETY: setns on a namespace fd we opened; this process has one thread.
         if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-            return Err(format!(
-                "cannot enter {}: {} (root needed)",
+            refused = Some(format!(
+                "; cannot enter {}: {}",
                 e.path().display(),
                 std::io::Error::last_os_error()
             ));
+            continue;
         }
         // Only an address of this namespace can be bound.
         if !ip.is_loopback() && UdpSocket::bind((ip, 0)).is_ok() {
             return Ok(());
         }
     }
-    Err(format!("no namespace in {NETNS_DIR} has the address {ip}"))
+    Err(format!(
+        "no namespace in {NETNS_DIR} has the address {ip}{}",
+        refused.unwrap_or_default()
+    ))
 }

@@ -7,7 +7,7 @@
 
 use std::ffi::CString;
 use std::fs::File;
-use std::net::{IpAddr, ToSocketAddrs, UdpSocket};
+use std::net::{IpAddr, ToSocketAddrs};
 use std::os::fd::AsRawFd;
 use std::process::ExitCode;
 
@@ -86,13 +86,57 @@ fn enter(host: &str) -> Result<(), String> {
             ));
             continue;
         }
-        // Only an address of this namespace can be bound.
-        if !ip.is_loopback() && UdpSocket::bind((ip, 0)).is_ok() {
+        if owns(ip) {
             return Ok(());
         }
     }
     Err(format!(
-        "no namespace in {NETNS_DIR} has the address {ip}{}",
+        "no namespace in {NETNS_DIR} has the address {ip} on a link that is up{}",
         refused.unwrap_or_default()
     ))
+}
+
+/// Whether an interface of the current network namespace that is up and has a carrier
+/// holds `ip` (a host whose link is down is as unreachable as a machine unplugged).
+fn owns(ip: IpAddr) -> bool {
+    if ip.is_loopback() {
+        return false;
+    }
+    let mut found = false;
+    let mut ifa: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills a list we free below; we only read it in between.
+    if unsafe { libc::getifaddrs(&mut ifa) } != 0 {
+        return false;
+    }
+    let mut p = ifa;
+    while !p.is_null() {
+        // SAFETY: p is a node of the list getifaddrs returned.
+        let i = unsafe { &*p };
+        let live = libc::IFF_UP as u32 | libc::IFF_RUNNING as u32;
+        if i.ifa_flags & live == live && !i.ifa_addr.is_null() {
+            // SAFETY: ifa_addr points to a sockaddr; its family says which kind.
+            let fam = i32::from(unsafe { (*i.ifa_addr).sa_family });
+            let addr = match fam {
+                // SAFETY: an AF_INET address is a sockaddr_in.
+                libc::AF_INET => Some(IpAddr::from(
+                    u32::from_be(unsafe {
+                        (*(i.ifa_addr as *const libc::sockaddr_in)).sin_addr.s_addr
+                    })
+                    .to_be_bytes(),
+                )),
+                // SAFETY: an AF_INET6 address is a sockaddr_in6.
+                libc::AF_INET6 => Some(IpAddr::from(unsafe {
+                    (*(i.ifa_addr as *const libc::sockaddr_in6))
+                        .sin6_addr
+                        .s6_addr
+                })),
+                _ => None,
+            };
+            found |= addr == Some(ip);
+        }
+        p = i.ifa_next;
+    }
+    // SAFETY: the list from getifaddrs, freed once.
+    unsafe { libc::freeifaddrs(ifa) };
+    found
 }

@@ -3,7 +3,9 @@
 //! p = 4 (two ranks per host) over every protocol, also under injected faults; output,
 //! input, environment and exit status as mpirun gives them; and a rank killed remotely, a
 //! host unplugged, or bsprun interrupted ending every rank on both hosts within 15 s,
-//! leaving nothing behind. Needs root and `ip`; says so and skips otherwise.
+//! leaving nothing behind; and the same over a real ssh (an sshd of the test's own in the
+//! second host). Needs root and `ip` (and openssh for the last); says so and skips
+//! otherwise.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -348,4 +350,84 @@ fn hostfiles_and_slots_place_the_ranks() {
     assert_eq!(o.code, Some(2), "{o:?}");
     assert!(o.stderr.contains("have 4 slots"), "{}", o.stderr);
     let _ = std::fs::remove_file(&file);
+}
+
+/// An sshd of its own in the second host (host key, one authorized user key, in a
+/// directory of the test); the test bed's end takes it down with everything else there.
+fn sshd(tb: &Testbed) -> Option<Vec<String>> {
+    let tools = ["/usr/sbin/sshd", "/usr/bin/ssh", "/usr/bin/ssh-keygen"];
+    if let Some(t) = tools.iter().find(|t| !Path::new(t).exists()) {
+        eprintln!("skipped: {t} is not installed (Debian: openssh-server, openssh-client)");
+        return None;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("ssh-{}", tb.names[1]));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).ok()?;
+    for key in ["host_key", "user_key"] {
+        let o = Command::new("/usr/bin/ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+            .arg(dir.join(key))
+            .output()
+            .ok()?;
+        assert!(o.status.success(), "ssh-keygen: {o:?}");
+    }
+    std::fs::copy(dir.join("user_key.pub"), dir.join("authorized_keys")).ok()?;
+    // The privilege separation directory sshd insists on.
+    std::fs::create_dir_all("/run/sshd").ok()?;
+    let d = dir.display();
+    let conf = format!(
+        "ListenAddress {}\nPort 22\nHostKey {d}/host_key\nAuthorizedKeysFile {d}/authorized_keys\n\
+         PermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\nPidFile {d}/sshd.pid\n",
+        tb.addrs[1]
+    );
+    std::fs::write(dir.join("sshd_config"), conf).ok()?;
+    let o = tb
+        .command(1, "/usr/sbin/sshd")
+        .arg("-f")
+        .arg(dir.join("sshd_config"))
+        .arg("-E")
+        .arg(dir.join("sshd.log"))
+        .output()
+        .ok()?;
+    assert!(o.status.success(), "sshd: {o:?}");
+    Some(vec![
+        "/usr/bin/ssh".into(),
+        "-i".into(),
+        format!("{d}/user_key"),
+        "-o".into(),
+        "StrictHostKeyChecking=no".into(),
+        "-o".into(),
+        "UserKnownHostsFile=/dev/null".into(),
+        "-o".into(),
+        "BatchMode=yes".into(),
+        "-o".into(),
+        "LogLevel=ERROR".into(),
+    ])
+}
+
+#[test]
+fn over_a_real_ssh() {
+    let Some(tb) = bed(1500) else { return };
+    let Some(ssh) = sshd(&tb) else { return };
+    let rsh = ssh.join(" ");
+    let hosts = format!("{}:2,{}:2", tb.addrs[0], tb.addrs[1]);
+    let job = |args: &[&str]| {
+        let mark = testing::mark();
+        let mut c = tb.command(0, BSPRUN);
+        c.args(["--rsh", &rsh, "-H", &hosts, "-x", testing::MARK_VAR]);
+        c.args(["--timeout", "80"]).args(args);
+        testing::clean(&mut c, &mark);
+        let o = testing::run(&mut c, LIMIT);
+        testing::assert_no_leftovers(&mark);
+        o
+    };
+    let drma = program("drma");
+    let o = job(&[drma.to_str().unwrap()]);
+    ok(&o, "drma over ssh");
+    assert!(o.stdout.contains("drma ok p=4"), "{}", o.stdout);
+    let crash = program("crash");
+    let o = job(&[crash.to_str().unwrap(), "self", "3", "4"]);
+    assert_eq!(o.code, Some(137), "{o:?}");
+    let want = format!("rank 3 died (signal 9, SIGKILL) (on host {})", tb.addrs[1]);
+    assert_eq!(o.stderr.matches(&want).count(), 1, "{}", o.stderr);
 }

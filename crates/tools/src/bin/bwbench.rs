@@ -208,8 +208,16 @@ fn main() -> ExitCode {
         Ok(m) => m.version.clone(),
         Err(e) => format!("not measured ({e})"),
     };
+    let mut machine = Machine::here(&mpi);
+    let across = "between two network namespaces over a veth pair (the cluster section's \
+                  first table)";
+    if experiments.iter().all(|e| matches!(e, Experiment::Cluster)) {
+        machine.network = across.into();
+    } else if experiments.iter().any(|e| matches!(e, Experiment::Cluster)) {
+        machine.network += &format!("; the cluster section: {across}");
+    }
     let report = Report {
-        machine: Machine::here(&mpi),
+        machine,
         level,
         command: argv
             .iter()

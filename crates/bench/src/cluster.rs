@@ -31,7 +31,7 @@ const MPI_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// How many runs [`run`] makes (for progress bars).
 pub fn runs(level: Level) -> usize {
-    let per_mtu = stacks().len() * 2 + 2 + 2 + 2;
+    let per_mtu = stacks().len() * 2 + 3 + 2 + 2;
     MTUS.len() * per_mtu + 4 * rounds(level) * 2
 }
 
@@ -395,6 +395,45 @@ fn pairs(
             Err(e) => sec.skipped.push(format!("MTU {mtu} bandwidth: {e}")),
         }
     }
+    // holefill under 1 % loss, with how it found and filled the holes.
+    progress(&format!("cluster MTU {mtu}: holefill/udp with 1 % loss"));
+    let lossy = bed.pair(&PairSpec {
+        stack: proto("holefill"),
+        measure: Measure::Bandwidth {
+            sizes: bw_sizes.clone(),
+            warmup: bw_warm,
+            reps,
+        },
+        faults: "loss=0.01".into(),
+    });
+    match lossy {
+        Ok(r) => {
+            let best: Vec<f64> = r
+                .points
+                .iter()
+                .map(|p| p.best_complete_rate().unwrap_or(f64::NAN))
+                .collect();
+            bw.rows
+                .push(row("holefill/udp, 1 % loss", &best, &mpi_bw, gbs));
+            if let Some(c) = &r.counters {
+                bw.note += &format!(
+                    " With 1 % loss, rank 0 toward rank 1 over the run: {} data packets, {} \
+                     resent, {} retransmission timeouts, {} prods and {} explicit acks \
+                     received, smoothed round trip {:.1} us.",
+                    c.data_sent,
+                    c.retransmits,
+                    c.timeouts,
+                    c.prods_received,
+                    c.acks_received,
+                    c.srtt_ns as f64 / 1e3
+                );
+            }
+            sec.results.push(r);
+        }
+        Err(e) => sec
+            .skipped
+            .push(format!("MTU {mtu} bandwidth with loss: {e}")),
+    }
     if let Some(m) = &mpi_lat {
         lat.rows.push(row("Open MPI over TCP", m, &mpi_lat, us));
     }
@@ -408,8 +447,9 @@ fn pairs(
     );
     bw.note = format!(
         "Windows of {} messages (fewer above 1 MiB) then an acknowledgement, {reps} \
-         repetitions; the best complete repetition. Open MPI: the median repetition.",
-        window_for(65536)
+         repetitions; the best complete repetition. Open MPI: the median repetition.{}",
+        window_for(65536),
+        bw.note
     );
     sec.tables.push(lat);
     sec.tables.push(bw);

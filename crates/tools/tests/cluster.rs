@@ -431,3 +431,34 @@ fn over_a_real_ssh() {
     let want = format!("rank 3 died (signal 9, SIGKILL) (on host {})", tb.addrs[1]);
     assert_eq!(o.stderr.matches(&want).count(), 1, "{}", o.stderr);
 }
+
+#[test]
+fn a_host_that_cannot_start_its_ranks_is_named() {
+    let Some(tb) = bed(1500) else { return };
+    // The program is missing there: the agent says so.
+    let m = testing::mark();
+    let mut c = tb.command(0, BSPRUN);
+    let remote = format!("{}:2", tb.addrs[1]);
+    c.args(["--rsh", RSH, "-H", &remote, "/nonexistent/program"]);
+    testing::clean(&mut c, &m);
+    let o = run(&tb, c, &m);
+    assert_eq!(o.code, Some(1), "{o:?}");
+    let want = format!("cannot start /nonexistent/program on host {}", tb.addrs[1]);
+    assert_eq!(o.stderr.matches(&want).count(), 1, "{}", o.stderr);
+    // The remote shell fails: no agent ever connects.
+    let mark = testing::mark();
+    let mut c = tb.command(0, BSPRUN);
+    let hosts = format!("{}:1,{}:1", tb.addrs[0], tb.addrs[1]);
+    c.args(["--rsh", "false", "-H", &hosts, "true"]);
+    testing::clean(&mut c, &mark);
+    let o = run(&tb, c, &mark);
+    assert_eq!(o.code, Some(1), "{o:?}");
+    assert!(
+        o.stderr.contains(&format!(
+            "cannot start ranks 1 on host {}: the remote shell ended (status 1)",
+            tb.addrs[1]
+        )),
+        "{}",
+        o.stderr
+    );
+}

@@ -42,6 +42,9 @@ pub struct Runtime {
     start: Instant,
     cfg: Config,
     protocol: &'static str,
+    /// The links pid 0's packets take (`shm`, `udp`, `shm+udp`, `tcp`); empty when the
+    /// caller built the transport.
+    links: &'static str,
 }
 
 impl Runtime {
@@ -93,7 +96,7 @@ impl Runtime {
             .ok_or_else(|| BspError::Protocol("pid 0 sent no process count".into()))?;
         let p = p0.min(ctl.nprocs());
         // Any stack: a protocol over a link, or kernel TCP (`BULKWIRE_PROTOCOL=tcp`).
-        let (engine, _) = job::connect_transport(&mut ctl, &cfg.job)?;
+        let (engine, info) = job::connect_transport(&mut ctl, &cfg.job)?;
         let state = ctl.state();
         if ctl.rank() >= p {
             // Not in the computation: take part in the final exchange of bsp_end, leave.
@@ -122,6 +125,7 @@ impl Runtime {
         });
         IN_JOB.store(true, Ordering::SeqCst);
         let mut rt = Runtime::build(engine, p, cfg);
+        rt.links = info.links;
         rt.ctl = Mutex::new(Some(ctl));
         rt.job = Some(state);
         Ok(rt)
@@ -150,6 +154,7 @@ impl Runtime {
             start: Instant::now(),
             cfg,
             protocol,
+            links: "",
         }
     }
 
@@ -272,7 +277,7 @@ impl Runtime {
                         .take(self.p as usize)
                         .filter_map(|b| stats::Snapshot::decode(b))
                         .collect();
-                    let table = stats::table(self.protocol, &snaps);
+                    let table = stats::table(self.protocol, self.links, &snaps);
                     let _ = std::io::stderr().lock().write_all(table.as_bytes());
                 }
                 ctl.finish(0).map_err(|e| explain_with(&self.job, e.into()))
@@ -326,7 +331,9 @@ impl Runtime {
                     .job
                     .as_ref()
                     .and_then(|j| j.failure())
-                    .is_some_and(|f| !matches!(f, Failure::LauncherLost { .. }));
+                    .is_some_and(|f| {
+                        !matches!(f, Failure::LauncherLost { .. } | Failure::ServerGone { .. })
+                    });
                 if !reported {
                     let _ = writeln!(std::io::stderr(), "{call}: {message}");
                 }

@@ -40,12 +40,25 @@ pub fn run(
     over: Transport,
     timeout: Duration,
 ) -> Result<BspResult, String> {
+    run_on(exe, p, spec, over, timeout, None)
+}
+
+/// [`run`], the processes spread over the hosts of `across` when it is given.
+pub fn run_on(
+    exe: &Path,
+    p: u32,
+    spec: &BspSpec,
+    over: Transport,
+    timeout: Duration,
+    across: Option<&jobs::Across>,
+) -> Result<BspResult, String> {
     let job = jobs::Job {
         n: p,
         mode: "__bsp",
         stack: &Stack::Bsp(over.check()?),
         faults: &Faults::none(),
         timeout,
+        across,
     };
     jobs::run(exe, &job, spec)
 }

@@ -24,6 +24,7 @@ use crate::suite::Suite;
 pub mod alltoall;
 pub mod bandwidth;
 pub mod bsp;
+pub mod cluster;
 pub mod collectives;
 pub mod exchange;
 pub mod latency;
@@ -32,7 +33,8 @@ pub mod loss;
 pub mod overlap;
 pub mod scale;
 
-/// Every experiment, in the order `bwbench all` runs them.
+/// Every experiment, in the order `bwbench all` runs them (those not [`Entry::in_all`] only
+/// when asked for).
 pub static REGISTRY: &[&dyn Entry] = &[
     &latency::Latency,
     &bandwidth::Bandwidth,
@@ -44,6 +46,7 @@ pub static REGISTRY: &[&dyn Entry] = &[
     &exchange::Exchange,
     &loss::Loss,
     &scale::ScaleExperiment,
+    &cluster::Cluster,
 ];
 
 /// The experiment named `name`.
@@ -62,6 +65,12 @@ pub trait Experiment: Sync {
     /// One line for `bwbench --help`.
     fn about(&self) -> &'static str;
 
+    /// Whether `bwbench all` runs it by default (one that needs more than this host, like
+    /// the cluster experiment, runs when asked for).
+    fn in_all(&self) -> bool {
+        true
+    }
+
     /// Every run the experiment makes at `s`'s level, in order.
     fn plan(&self, s: &Suite) -> Plan<Self::Tag>;
 
@@ -74,6 +83,7 @@ pub trait Experiment: Sync {
 pub trait Entry: Sync {
     fn name(&self) -> &'static str;
     fn about(&self) -> &'static str;
+    fn in_all(&self) -> bool;
     /// Its plan for `s`, ready to run.
     fn prepare<'a>(&'a self, s: &'a Suite) -> Box<dyn Prepared + 'a>;
 }
@@ -83,6 +93,8 @@ pub trait Prepared {
     fn name(&self) -> &'static str;
     /// Every job the plan will start.
     fn steps(&self) -> Vec<Step>;
+    /// What the plan leaves out, and why.
+    fn skipped(&self) -> &[String];
     /// Runs the plan through `runner` and writes the section.
     fn run(self: Box<Self>, runner: &dyn Runner, progress: &dyn Fn(Event)) -> Section;
 }
@@ -94,6 +106,10 @@ impl<E: Experiment> Entry for E {
 
     fn about(&self) -> &'static str {
         Experiment::about(self)
+    }
+
+    fn in_all(&self) -> bool {
+        Experiment::in_all(self)
     }
 
     fn prepare<'a>(&'a self, s: &'a Suite) -> Box<dyn Prepared + 'a> {
@@ -118,6 +134,10 @@ impl<E: Experiment> Prepared for Ready<'_, E> {
 
     fn steps(&self) -> Vec<Step> {
         self.plan.steps()
+    }
+
+    fn skipped(&self) -> &[String] {
+        &self.plan.skipped
     }
 
     fn run(self: Box<Self>, runner: &dyn Runner, progress: &dyn Fn(Event)) -> Section {
@@ -321,12 +341,18 @@ mod tests {
         assert!(find("all").is_none());
     }
 
+    /// The experiments `bwbench all` runs without being asked: those the fake runner
+    /// answers (the cluster experiment's jobs are its own, tested in its module).
+    fn in_all() -> impl Iterator<Item = &'static &'static dyn Entry> {
+        REGISTRY.iter().filter(|e| e.in_all())
+    }
+
     #[test]
     fn every_plan_makes_runs_and_estimates_them() {
         for level in [Level::Smoke, Level::Quick, Level::Full] {
             let s = suite(level);
             let mut total = 0.0;
-            for e in REGISTRY {
+            for e in in_all() {
                 let p = e.prepare(&s);
                 let steps = p.steps();
                 assert!(!steps.is_empty(), "{}: no run", e.name());
@@ -350,7 +376,7 @@ mod tests {
     fn every_experiment_reports_what_its_runs_returned() {
         for level in [Level::Smoke, Level::Quick] {
             let s = suite(level);
-            for e in REGISTRY {
+            for e in in_all() {
                 let p = e.prepare(&s);
                 let steps = p.steps().len();
                 let started = std::cell::Cell::new(0);

@@ -6,6 +6,7 @@
 //! bwbench all --quick          every experiment, about a minute
 //! bwbench all                  every experiment, full sizes and repetitions
 //! bwbench latency              one experiment (also writes the report directory)
+//! bwbench all --hosts          and the experiments across two hosts (root: namespaces)
 //! ```
 
 use std::ffi::OsString;
@@ -14,7 +15,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use bulkwire_bench::experiments::{self, Entry, Prepared};
+use bulkwire_bench::experiments::{self, Entry, Prepared, cluster};
 use bulkwire_bench::plan::Event;
 use bulkwire_bench::report::{Machine, Report};
 use bulkwire_bench::section::Section;
@@ -50,12 +51,18 @@ struct Args {
     /// List the runs the command would make, with their estimated times, and exit.
     #[arg(long, global = true)]
     plan: bool,
+    /// `all`: add the experiments across two hosts (network namespaces over veth; needs
+    /// root, `ip netns`, and netns-rsh beside bwbench).
+    #[arg(long, global = true)]
+    hosts: bool,
 }
 
 /// The command line: [`Args`], `all`, and a subcommand per registered experiment.
 fn command() -> Command {
     let mut cmd = Args::command()
-        .subcommand(Command::new("all").about("Every experiment below, into one report"));
+        .subcommand(Command::new("all").about(
+            "Every experiment below, into one report (cluster only with --hosts)",
+        ));
     for e in experiments::REGISTRY {
         cmd = cmd.subcommand(Command::new(e.name()).about(e.about()));
     }
@@ -71,6 +78,9 @@ fn print_plan(plans: &[Box<dyn Prepared + '_>]) {
             println!("{:>7.1} s  {}: {}", st.estimate, p.name(), st.label);
             total += st.estimate;
             runs += 1;
+        }
+        for why in p.skipped() {
+            println!("   left out  {}: {why}", p.name());
         }
     }
     println!("{runs} runs, about {total:.0} s");
@@ -129,6 +139,15 @@ fn worker(argv: &[OsString]) -> Option<ExitCode> {
         "__group" => bulkwire_bench::group::worker_main,
         "__bsp" => bulkwire_bench::bspk::worker_main,
         "__coll" => bulkwire_bench::coll::worker_main,
+        // The host agent of a job across hosts (the cluster experiment).
+        "__agent" => {
+            let rest: Vec<String> = argv[2..]
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
+            let code = bulkwire_launch::agent::agent_main(&rest);
+            return Some(ExitCode::from(code.clamp(0, 255) as u8));
+        }
         _ => return None,
     };
     Some(match main(&argv[2..]) {
@@ -159,7 +178,11 @@ fn main() -> ExitCode {
         }
     };
     let chosen: Vec<&dyn Entry> = match matches.subcommand_name() {
-        Some("all") | None => experiments::REGISTRY.to_vec(),
+        Some("all") | None => experiments::REGISTRY
+            .iter()
+            .copied()
+            .filter(|e| e.in_all() || args.hosts)
+            .collect(),
         Some(name) => experiments::find(name).into_iter().collect(),
     };
     let work = std::env::temp_dir().join(format!("bwbench-{}", std::process::id()));
@@ -183,8 +206,10 @@ fn main() -> ExitCode {
         Ok(m) => m.version.clone(),
         Err(e) => format!("not measured ({e})"),
     };
+    let mut machine = Machine::here(&mpi);
+    machine.network = cluster::network_line(&sections, &machine.network);
     let report = Report {
-        machine: Machine::here(&mpi),
+        machine,
         level,
         command: argv
             .iter()

@@ -47,9 +47,9 @@ const TIMEOUT: Duration = Duration::from_secs(300);
 const MPI_TIMEOUT: Duration = Duration::from_secs(120);
 /// Seconds a job of bulkwire's spends here past its measurement: the test bed, the
 /// launcher, and the second host's agent started through the remote shell.
-const BED_START: f64 = 0.4;
+const BED_START: f64 = 0.1;
 /// The same for `mpirun` across the namespaces (its daemon through the remote shell).
-const MPI_START: f64 = 1.2;
+const MPI_START: f64 = 0.35;
 /// The fault seed of the lossy runs.
 const SEED: u64 = 11;
 
@@ -65,11 +65,20 @@ pub enum Tag {
         lossy: bool,
     },
     /// Open MPI over TCP: `kind` is the harness's.
-    Mpi { mtu: u32, kind: &'static str },
+    Mpi {
+        mtu: u32,
+        kind: &'static str,
+    },
     /// Open MPI's barrier beside the BSP figures (the collectives' barrier is a `Mpi` run).
-    Barrier { mtu: u32 },
-    Bsp { mtu: u32 },
-    Coll { mtu: u32 },
+    Barrier {
+        mtu: u32,
+    },
+    Bsp {
+        mtu: u32,
+    },
+    Coll {
+        mtu: u32,
+    },
     Target(Goal),
 }
 
@@ -434,9 +443,10 @@ fn target_jobs(goal: Goal, p: &Params) -> (Job, Job) {
     };
     let mpi = |kind, w, n, extra, size| {
         let sizes = [size];
-        figure(mpi_job(mtu, kind, w, n, extra, &sizes), |v: &Vec<MpiPoint>| {
-            v.first().map(|p| p.median)
-        })
+        figure(
+            mpi_job(mtu, kind, w, n, extra, &sizes),
+            |v: &Vec<MpiPoint>| v.first().map(|p| p.median),
+        )
     };
     let best = |r: &PairResult| r.points.first().and_then(|p| p.best_complete_rate());
     match goal {
@@ -931,7 +941,11 @@ mod tests {
     use crate::suite::Level;
 
     fn suite(level: Level) -> Suite {
-        Suite::new(PathBuf::from("/nonexistent/bwbench"), level, std::env::temp_dir())
+        Suite::new(
+            PathBuf::from("/nonexistent/bwbench"),
+            level,
+            std::env::temp_dir(),
+        )
     }
 
     fn own<T: Any + Send + Sync>(v: T) -> Outcome {
@@ -970,7 +984,10 @@ mod tests {
                 .iter()
                 .map(|&size| Point {
                     size,
-                    samples: samples.iter().map(|x| x * f64::from(mtu) / 1500.0).collect(),
+                    samples: samples
+                        .iter()
+                        .map(|x| x * f64::from(mtu) / 1500.0)
+                        .collect(),
                     delivered: bw.then_some(1.0),
                     // The best repetition (4 GB/s) lost bytes: the table takes 2 GB/s.
                     complete: if bw { vec![true, true, false] } else { vec![] },
@@ -1106,19 +1123,16 @@ mod tests {
             assert!(steps.iter().all(|st| st.estimate > 0.0));
             for mtu in MTUS {
                 assert!(plan.runs.iter().any(|r| r.tag == Tag::Bsp { mtu }));
-                let lossy = plan.runs.iter().find(|r| {
-                    matches!(r.tag, Tag::Pair { mtu: m, lossy: true, .. } if m == mtu)
-                });
+                let lossy = plan
+                    .runs
+                    .iter()
+                    .find(|r| matches!(r.tag, Tag::Pair { mtu: m, lossy: true, .. } if m == mtu));
                 assert!(lossy.is_some_and(|r| r.label.ends_with("1 % loss")));
             }
         }
         // Without Open MPI: no MPI run, and the targets against it are left out, saying why.
         let plan = plan_runs(&suite(Level::Smoke), Err("mpicc not found".into()));
-        assert!(
-            plan.runs
-                .iter()
-                .all(|r| !matches!(r.tag, Tag::Mpi { .. }))
-        );
+        assert!(plan.runs.iter().all(|r| !matches!(r.tag, Tag::Mpi { .. })));
         let targets: Vec<Tag> = plan
             .runs
             .iter()
@@ -1154,7 +1168,11 @@ mod tests {
         let bw = &sec.tables[2];
         assert_eq!(bw.rows[0][1], "2.000 (0.50x)");
         assert!(bw.rows.iter().any(|r| r[0] == "holefill/udp, 1 % loss"));
-        assert!(bw.note.contains("1000 data packets, 10 resent"), "{}", bw.note);
+        assert!(
+            bw.note.contains("1000 data packets, 10 resent"),
+            "{}",
+            bw.note
+        );
         // At MTU 9000 the figures are 6 times those at 1500.
         assert_eq!(sec.tables[5].rows[0][1], "18.00 (3.00x)");
         // BSP: the empty superstep 3 us against MPI_Barrier's 5.
@@ -1165,9 +1183,16 @@ mod tests {
         assert_eq!(sec.targets.len(), 4);
         let met: Vec<Option<bool>> = sec.targets.iter().map(|t| t.met).collect();
         assert_eq!(met, [Some(true), Some(false), Some(true), Some(false)]);
-        assert!(sec.targets[0].measured.starts_with("0.50x (1.00 us vs 2.00 us"));
+        assert!(
+            sec.targets[0]
+                .measured
+                .starts_with("0.50x (1.00 us vs 2.00 us")
+        );
         assert_eq!(sec.results.len(), 2 * (2 * stacks().len() + 1));
-        assert_eq!((sec.bsp.len(), sec.colls.len(), sec.rounds.len()), (2, 2, 4));
+        assert_eq!(
+            (sec.bsp.len(), sec.colls.len(), sec.rounds.len()),
+            (2, 2, 4)
+        );
         assert!(sec.skipped.is_empty());
     }
 

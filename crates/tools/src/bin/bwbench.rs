@@ -59,10 +59,10 @@ struct Args {
 
 /// The command line: [`Args`], `all`, and a subcommand per registered experiment.
 fn command() -> Command {
-    let mut cmd = Args::command()
-        .subcommand(Command::new("all").about(
-            "Every experiment below, into one report (cluster only with --hosts)",
-        ));
+    let mut cmd = Args::command().subcommand(
+        Command::new("all")
+            .about("Every experiment below, into one report (cluster only with --hosts)"),
+    );
     for e in experiments::REGISTRY {
         cmd = cmd.subcommand(Command::new(e.name()).about(e.about()));
     }

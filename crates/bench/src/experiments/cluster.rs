@@ -48,6 +48,9 @@ const MPI_TIMEOUT: Duration = Duration::from_secs(120);
 /// Seconds a job of bulkwire's spends here past its measurement: the test bed, the
 /// launcher, and the second host's agent started through the remote shell.
 const BED_START: f64 = 0.1;
+/// How much longer a measurement takes over the veth pair, on half the CPUs each, than
+/// the loopback figures of [`Job::estimate`] say (a full run here, loaded).
+const PATH_COST: f64 = 3.0;
 /// The same for `mpirun` across the namespaces (its daemon through the remote shell).
 const MPI_START: f64 = 0.35;
 /// The fault seed of the lossy runs.
@@ -516,7 +519,7 @@ fn path_job() -> Job {
 }
 
 fn pair_job(mtu: u32, spec: PairSpec) -> Job {
-    let estimate = Job::Pair(spec.clone()).estimate() + BED_START;
+    let estimate = Job::Pair(spec.clone()).estimate() * PATH_COST + BED_START;
     on_bed(mtu, estimate, move |bed, s| {
         pair::run_on(s.exe(), &spec, TIMEOUT, Some(&bed.across()))
     })
@@ -528,9 +531,11 @@ fn bsp_job(mtu: u32, spec: BspSpec) -> Job {
         over: holefill(),
         spec: spec.clone(),
     };
-    on_bed(mtu, job.estimate() + BED_START, move |bed, s| {
-        bspk::run_on(s.exe(), 2, &spec, holefill(), TIMEOUT, Some(&bed.across()))
-    })
+    on_bed(
+        mtu,
+        job.estimate() * PATH_COST + BED_START,
+        move |bed, s| bspk::run_on(s.exe(), 2, &spec, holefill(), TIMEOUT, Some(&bed.across())),
+    )
 }
 
 fn coll_job(mtu: u32, spec: CollSpec) -> Job {
@@ -539,6 +544,7 @@ fn coll_job(mtu: u32, spec: CollSpec) -> Job {
         spec: spec.clone(),
     }
     .estimate()
+        * PATH_COST
         + BED_START;
     on_bed(mtu, estimate, move |bed, s| {
         coll::run_on(s.exe(), 2, &spec, TIMEOUT, Some(&bed.across()))
@@ -564,7 +570,7 @@ fn mpi_job(
         extra,
         sizes: sizes.to_vec(),
     };
-    let estimate = Job::Mpi(job.clone()).estimate() + MPI_START;
+    let estimate = Job::Mpi(job.clone()).estimate() * PATH_COST + MPI_START;
     on_bed(mtu, estimate, move |bed, s| {
         let m = s.mpi().map_err(|e| format!("MPI: {e}"))?;
         let a = bed.mpi_across();

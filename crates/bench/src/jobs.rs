@@ -113,7 +113,7 @@ fn launch_across(
 }
 
 /// Moves the calling thread into network namespace `name` (`ip netns add` made it).
-pub fn enter_netns(name: &str) -> Result<(), String> {
+fn enter_netns(name: &str) -> Result<(), String> {
     use std::os::fd::AsRawFd;
     let path = format!("/var/run/netns/{name}");
     let f = std::fs::File::open(&path).map_err(|e| format!("{path}: {e}"))?;

@@ -921,10 +921,10 @@ fn coll_table(sec: &mut Section, done: &[Done<Tag>], mtu: u32) {
     sec.tables.push(t);
 }
 
-/// What the report's network line says when `sections` include the cluster section, if
-/// they do.
+/// The report's network line, `here` being this host's: where the cluster section ran,
+/// when `sections` include it and it measured something.
 pub fn network_line(sections: &[Section], here: &str) -> String {
-    let ran = |s: &Section| s.name == "cluster";
+    let ran = |s: &Section| s.name == "cluster" && !s.tables.is_empty();
     if sections.iter().all(ran) && !sections.is_empty() {
         NETWORK.trim_start_matches("the cluster section: ").into()
     } else if sections.iter().any(ran) {
@@ -1204,8 +1204,18 @@ mod tests {
 
     #[test]
     fn the_network_line_says_where_the_cluster_section_ran() {
-        let sec = |name: &str| Section::new(name, "t");
+        let sec = |name: &str| {
+            let mut s = Section::new(name, "t");
+            s.tables.push(Table::new("t", &["a"], ""));
+            s
+        };
         assert_eq!(network_line(&[sec("latency")], "loopback"), "loopback");
+        // Skipped (no root): nothing ran between namespaces.
+        let skipped = Section::new("cluster", "t");
+        assert_eq!(
+            network_line(&[sec("latency"), skipped], "loopback"),
+            "loopback"
+        );
         let both = network_line(&[sec("latency"), sec("cluster")], "loopback");
         assert!(both.starts_with("loopback; the cluster section: between two network"));
         let only = network_line(&[sec("cluster")], "loopback");

@@ -14,6 +14,7 @@ use bulkwire_launch::{Control, Failure, JobState, LaunchConfig, LaunchError, sel
 
 use crate::config::Config;
 use crate::core::{Core, Net};
+use crate::profile::Profiler;
 use crate::{BspError, stats};
 
 /// Set between `bsp_begin` and `bsp_end`: a failure notice then ends the process even if
@@ -40,6 +41,8 @@ pub struct Runtime {
     start: Instant,
     cfg: Config,
     protocol: &'static str,
+    /// The cost profile's records, when `Config::profile` asks for them.
+    profile: Option<Mutex<Profiler>>,
 }
 
 impl Runtime {
@@ -95,6 +98,9 @@ impl Runtime {
         });
         IN_JOB.store(true, Ordering::SeqCst);
         let mut rt = Runtime::build(engine, p, cfg);
+        if let Some(prof) = &rt.profile {
+            lock(prof).create().map_err(BspError::Misuse)?;
+        }
         rt.ctl = Mutex::new(Some(ctl));
         rt.job = Some(state);
         Ok(rt)
@@ -112,6 +118,11 @@ impl Runtime {
         let protocol = t.protocol_name();
         let (core, net) = Core::new(t, p, cfg.clone());
         let pid = core.pid();
+        let start = Instant::now();
+        let profile = cfg
+            .profile
+            .as_ref()
+            .map(|base| Mutex::new(Profiler::new(base, &core, &net, start)));
         Runtime {
             core: Mutex::new(core),
             shared: Mutex::new(Some(Shared::new(net, waker, cfg.progress))),
@@ -120,9 +131,10 @@ impl Runtime {
             job: None,
             pid,
             p,
-            start: Instant::now(),
+            start,
             cfg,
             protocol,
+            profile,
         }
     }
 
@@ -164,7 +176,15 @@ impl Runtime {
         let Some(sh) = g.as_ref() else {
             return Err(BspError::Misuse("bsp_sync: called after bsp_end".into()));
         };
-        sh.with(|n| core.sync(n, ending))
+        let Some(prof) = &self.profile else {
+            return sh.with(|n| core.sync(n, ending));
+        };
+        let called = Instant::now();
+        sh.with(|n| {
+            core.sync(n, ending)?;
+            lock(prof).record(called, &core, n, ending);
+            Ok(())
+        })
     }
 
     /// `bsp_sync`.
@@ -181,8 +201,8 @@ impl Runtime {
     }
 
     /// `bsp_end`, second half (after [`Runtime::end_sync`]): waits until every process
-    /// has passed the last barrier, prints the statistics (pid 0, `BULKWIRE_STATS=1`) and
-    /// leaves the job. The caller decides what happens next (the C ABI exits all
+    /// has passed the last barrier, writes this process's profile (`Config::profile`),
+    /// prints the statistics (pid 0, `BULKWIRE_STATS=1`) and leaves the job. The caller decides what happens next (the C ABI exits all
     /// processes but pid 0).
     pub fn finish(&self) -> Result<(), BspError> {
         self.ended.store(true, Ordering::SeqCst);
@@ -196,6 +216,12 @@ impl Runtime {
             Vec::new()
         };
         lock(&self.core).release();
+        if let Some(prof) = &self.profile
+            && let Err(e) = lock(prof).write()
+        {
+            // The computation's results stand; only its profile is missing.
+            let _ = writeln!(std::io::stderr(), "bsp_end: pid {}: {e}", self.pid);
+        }
         let ctl = lock(&self.ctl).take();
         match ctl {
             Some(mut ctl) => {

@@ -42,6 +42,7 @@ const DESCRIBED_DEFAULTS: &[&str] = &[
     "BULKWIRE_RENDEZVOUS",
     "BULKWIRE_COOKIE",
     "BULKWIRE_JOB",
+    "BULKWIRE_PROFILE",
 ];
 
 #[test]
@@ -65,7 +66,7 @@ fn docs_hold_the_generated_table() {
 }
 
 /// Variables that take any text.
-const ANY_TEXT: &[&str] = &["BULKWIRE_HOST_ID", "BULKWIRE_JOB"];
+const ANY_TEXT: &[&str] = &["BULKWIRE_HOST_ID", "BULKWIRE_JOB", "BULKWIRE_PROFILE"];
 
 #[test]
 fn every_bad_value_names_the_variable_and_what_is_accepted() {
@@ -303,6 +304,9 @@ fn bsp() {
     assert_eq!(s.bsp.rate, Some(500_000_000));
     assert_eq!(s.bsp.chunk, Some(bulkwire_bsp::PACED_CHUNK));
     assert!(s.bsp.stats);
+    assert_eq!(s.bsp.profile, None);
+    let s = settings(&[("BULKWIRE_PROFILE", " /tmp/cg.prof ")]).unwrap();
+    assert_eq!(s.bsp.profile, Some("/tmp/cg.prof".into()));
     let s = settings(&[("BULKWIRE_BSP_CHUNK", "1M"), ("BULKWIRE_BSP_RATE", "1G")]).unwrap();
     assert_eq!(s.bsp.chunk, Some(1 << 20));
     for bad in [

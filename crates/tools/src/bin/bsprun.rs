@@ -6,6 +6,8 @@
 //! bsprun -n 4 --timeout 60 ./program       fail the job (status 124) after 60 s
 //! bsprun -n 2 --bind none ./program        leave placement to the scheduler (default:
 //!                                          each process on its share of the cores)
+//! bsprun -n 4 --profile cg.prof ./program  record the BSP cost profile: each process
+//!                                          writes cg.prof.<pid> (see bwbench profile)
 //! bsprun -n 16 --serve 0.0.0.0:7000        only the rendezvous server, for processes
 //!                                          started by srun or mpirun (export
 //!                                          BULKWIRE_RENDEZVOUS=thishost:7000 to them)
@@ -28,6 +30,7 @@
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -74,6 +77,11 @@ struct Args {
     /// leaves them to the scheduler. Default: BULKWIRE_BIND, else share.
     #[arg(long, value_name = "HOW", value_parser = parse_bind)]
     bind: Option<Placement>,
+
+    /// Record the BSP cost profile of every superstep (BULKWIRE_PROFILE=FILE): each process
+    /// writes FILE.<pid> at bsp_end; `bwbench profile FILE` reads them.
+    #[arg(long, value_name = "FILE")]
+    profile: Option<PathBuf>,
 
     /// After a failure, seconds between SIGTERM and SIGKILL for the remaining processes.
     #[arg(long, value_name = "SECS", default_value_t = 2.0)]
@@ -174,6 +182,11 @@ fn run(a: Args) -> Result<i32, (u8, String)> {
         .split_first()
         .ok_or_else(|| usage("no program given".into()))?;
     let placement = a.bind.unwrap_or(settings.launch.placement);
+    let env = a
+        .profile
+        .iter()
+        .map(|f| ("BULKWIRE_PROFILE".into(), f.clone().into_os_string()))
+        .collect();
     let opts = LaunchOpts {
         placement,
         tag_output: a.tag_output,
@@ -182,6 +195,7 @@ fn run(a: Args) -> Result<i32, (u8, String)> {
         report: Some("bsprun".into()),
         stdin_to_rank0: true,
         forward_signals: true,
+        env,
         ..LaunchOpts::default()
     };
     match launch(nprocs, program, args, &opts) {

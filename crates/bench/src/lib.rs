@@ -21,6 +21,7 @@ pub mod jobs;
 pub mod kernels;
 pub mod mpi;
 pub mod netns;
+pub mod npb;
 pub mod p2pk;
 pub mod pair;
 pub mod plan;

@@ -242,7 +242,11 @@ fn main() -> ExitCode {
         }
     };
     let chosen: Vec<&dyn Entry> = match matches.subcommand_name() {
-        Some("all") | None => experiments::REGISTRY.to_vec(),
+        Some("all") | None => experiments::REGISTRY
+            .iter()
+            .copied()
+            .filter(|e| e.in_all())
+            .collect(),
         Some(name) => experiments::find(name).into_iter().collect(),
     };
     let work = std::env::temp_dir().join(format!("bwbench-{}", std::process::id()));

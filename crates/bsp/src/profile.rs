@@ -142,22 +142,30 @@ pub fn path_of(base: &Path, pid: u32) -> PathBuf {
 }
 
 impl Profile {
+    /// The file's bytes, in memory.
     pub fn encode(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(64 + self.records.len() * FIELDS * 8);
-        v.extend_from_slice(MAGIC);
-        v.extend_from_slice(&self.pid.to_le_bytes());
-        v.extend_from_slice(&self.p.to_le_bytes());
-        v.extend_from_slice(&self.epoch_ns.to_le_bytes());
-        v.extend_from_slice(&(FIELDS as u32).to_le_bytes());
-        v.extend_from_slice(&(self.protocol.len() as u32).to_le_bytes());
-        v.extend_from_slice(self.protocol.as_bytes());
-        v.extend_from_slice(&(self.records.len() as u64).to_le_bytes());
+        self.write_to(&mut v).expect("writing into memory");
+        v
+    }
+
+    /// Writes the file's bytes to `w` (at `bsp_end`, through a buffer: the records go
+    /// straight to the file rather than through a copy of them in memory).
+    pub fn write_to(&self, w: &mut impl Write) -> std::io::Result<()> {
+        w.write_all(MAGIC)?;
+        w.write_all(&self.pid.to_le_bytes())?;
+        w.write_all(&self.p.to_le_bytes())?;
+        w.write_all(&self.epoch_ns.to_le_bytes())?;
+        w.write_all(&(FIELDS as u32).to_le_bytes())?;
+        w.write_all(&(self.protocol.len() as u32).to_le_bytes())?;
+        w.write_all(self.protocol.as_bytes())?;
+        w.write_all(&(self.records.len() as u64).to_le_bytes())?;
         for r in &self.records {
             for f in r.fields() {
-                v.extend_from_slice(&f.to_le_bytes());
+                w.write_all(&f.to_le_bytes())?;
             }
         }
-        v
+        Ok(())
     }
 
     /// Parses a profile file; `Err` says what is wrong with it. Fields past those this
@@ -383,7 +391,7 @@ impl Profiler {
         if self.file.is_none() {
             self.create()?;
         }
-        let mut f = self.file.take().expect("created above");
+        let mut f = std::io::BufWriter::new(self.file.take().expect("created above"));
         let path = &self.path;
         let fail = |e: std::io::Error| {
             format!(
@@ -391,8 +399,8 @@ impl Profiler {
                 path.display()
             )
         };
-        f.write_all(&prof.encode()).map_err(fail)?;
-        f.sync_all().map_err(fail)
+        prof.write_to(&mut f).map_err(fail)?;
+        f.flush().map_err(fail)
     }
 }
 

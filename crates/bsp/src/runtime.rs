@@ -202,8 +202,8 @@ impl Runtime {
 
     /// `bsp_end`, second half (after [`Runtime::end_sync`]): waits until every process
     /// has passed the last barrier, writes this process's profile (`Config::profile`),
-    /// prints the statistics (pid 0, `BULKWIRE_STATS=1`) and leaves the job. The caller decides what happens next (the C ABI exits all
-    /// processes but pid 0).
+    /// prints the statistics (pid 0, `BULKWIRE_STATS=1`) and leaves the job. The caller
+    /// decides what happens next (the C ABI exits all processes but pid 0).
     pub fn finish(&self) -> Result<(), BspError> {
         self.ended.store(true, Ordering::SeqCst);
         let Some(shared) = lock(&self.shared).take() else {

@@ -95,10 +95,11 @@ fn command() -> Command {
     for e in experiments::REGISTRY {
         cmd = cmd.subcommand(Command::new(e.name()).about(e.about()));
     }
-    cmd.subcommand(ProfileArgs::augment_args(Command::new("profile").about(
+    // After augment_args, which would set the about text to ProfileArgs' doc comment.
+    cmd.subcommand(ProfileArgs::augment_args(Command::new("profile")).about(
         "A BSP cost profile (BULKWIRE_PROFILE, bsprun --profile) as tables, an SVG timeline \
          of the supersteps, and W + H g + S l beside the measured time",
-    )))
+    ))
 }
 
 /// `bwbench profile`: prints the tables and writes the timeline.

@@ -383,8 +383,38 @@ impl Bsp {
         self.get(pid, src, src_offset, dst, dst_offset, len)
     }
 
+    /// `bsp_direct_get` (MulticoreBSP for C): `dst.len()` elements of `pid`'s `src`
+    /// from element `offset`, as they are now (not at the sync), copied into `dst` before
+    /// it returns. The owner may be writing them meanwhile: then some may be old, some
+    /// new.
+    pub fn direct_get<T: Pod>(
+        &mut self,
+        pid: u32,
+        src: &Area<T>,
+        offset: usize,
+        dst: &mut [T],
+    ) -> Result<(), BspError> {
+        let (addr, _) = self.addr_len(src)?;
+        let sz = std::mem::size_of::<T>();
+        let off = offset.checked_mul(sz).ok_or_else(|| {
+            BspError::Misuse(format!("bsp_direct_get: offset {offset} is out of range"))
+        })?;
+        // SAFETY: `dst` is a writable slice of `size_of_val(dst)` bytes, and any bit
+        // pattern is a valid `T` (Pod).
+        unsafe {
+            self.rt.direct_get(
+                "bsp_direct_get",
+                pid,
+                addr,
+                off,
+                dst.as_mut_ptr().cast(),
+                std::mem::size_of_val(dst),
+            )
+        }
+    }
+
     /// `bsp_set_tagsize`: the tag size from the next superstep on (collective); returns
-    /// the size in effect now.
+    /// the size the previous call of this superstep asked for, else the size in effect.
     pub fn set_tagsize(&mut self, bytes: usize) -> usize {
         self.rt.with(|c| c.set_tagsize(bytes))
     }

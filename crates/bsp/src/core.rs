@@ -18,7 +18,7 @@
 //!    schedule; an optional rate cap spaces the chunks.
 //! 5. **Completion.** A process continues when every announced byte has arrived and every
 //!    get it asked for has been answered. Get requests are served as they arrive, before
-//!    any put of the superstep is written: puts (and get results) are written only once
+//!    any put of the superstep is written: get results, then puts, are written only once
 //!    every message of the superstep has arrived.
 
 use std::collections::VecDeque;
@@ -32,6 +32,7 @@ use bytes::Bytes;
 use crate::BspError;
 use crate::bsmp::Queue;
 use crate::config::{Config, Schedule};
+use crate::direct::InPlace;
 use crate::error::misuse;
 use crate::regs::{Regs, Unregistered};
 use crate::wire::{self, Cell, Rec, RegOp, Summary};
@@ -135,7 +136,7 @@ pub struct Counters {
 }
 
 /// What a wait loop's poll says.
-enum Poll {
+pub(crate) enum Poll {
     Done,
     /// Not yet; poll again after progress, or at this time at the latest.
     Wait(Option<Time>),
@@ -152,12 +153,13 @@ struct Exchange {
     senders_left: usize,
     /// DATA chunks arrived (ours included), to be applied.
     data: Vec<(u32, Vec<u8>)>,
-    /// Replies that arrived before all data did.
+    /// The replies to our gets, kept until all are here and all data has arrived.
     held: Vec<(u32, Vec<u8>)>,
-    /// Our get requests per server, reply bytes still due, and where the next byte goes.
+    /// The server of each get request, in call order.
+    get_order: Vec<u32>,
+    /// Our get requests per server (destination, length), and reply bytes still due.
     gets: Vec<Vec<(usize, usize)>>,
     reply_left: Vec<u64>,
-    cursor: Vec<(usize, usize)>,
     replies_left: usize,
     applied: bool,
     /// Destinations in schedule order, and the next one to feed.
@@ -194,10 +196,12 @@ pub struct Core {
     cfg: Config,
     /// Index of the current superstep (syncs completed).
     step: u32,
-    regs: Regs,
+    pub(crate) regs: Regs,
     out: Vec<Outbox>,
     tagsize: usize,
     next_tagsize: Option<usize>,
+    /// The process each get of the superstep reads from, in call order.
+    get_order: Vec<u32>,
     queue: Queue,
     pub counters: Counters,
 }
@@ -205,14 +209,20 @@ pub struct Core {
 /// The transport side of one BSP process: what the progress thread may drive while the
 /// program computes. Lives behind [`bulkwire_engine::progress::Shared`].
 pub struct Net {
-    t: Box<dyn Transport>,
+    pub(crate) t: Box<dyn Transport>,
     p: u32,
     /// The superstep of the process: messages of it and of the next are valid.
-    step: u32,
+    pub(crate) step: u32,
     /// Messages taken from the transport, not consumed yet: (sender, bytes).
     inbox: VecDeque<(u32, Vec<u8>)>,
     /// An error met by the progress thread, reported at the next sync.
     failure: Option<BspError>,
+    /// This process's registrations by slot (address, size), to serve direct gets.
+    pub(crate) local: Vec<Option<(usize, usize)>>,
+    /// Direct gets of the next superstep, served once this one ends.
+    pub(crate) pending_direct: Vec<(u32, Vec<u8>)>,
+    /// Per peer: whether its memory can be read in place.
+    pub(crate) in_place: Vec<InPlace>,
 }
 
 impl Core {
@@ -231,6 +241,7 @@ impl Core {
             out: (0..p).map(|_| Outbox::default()).collect(),
             tagsize: 0,
             next_tagsize: None,
+            get_order: Vec::new(),
             queue: Queue::default(),
             counters: Counters::default(),
         };
@@ -240,6 +251,9 @@ impl Core {
             step: 0,
             inbox: VecDeque::new(),
             failure: None,
+            local: Vec::new(),
+            pending_direct: Vec::new(),
+            in_place: vec![InPlace::default(); p as usize],
         };
         (core, net)
     }
@@ -252,7 +266,7 @@ impl Core {
         self.p
     }
 
-    fn check_pid(&self, call: &str, pid: u32) -> Result<(), BspError> {
+    pub(crate) fn check_pid(&self, call: &str, pid: u32) -> Result<(), BspError> {
         if pid >= self.p {
             return misuse(format!(
                 "{call}: pid {pid} is not a process of this computation (pids are 0..{})",
@@ -263,7 +277,7 @@ impl Core {
     }
 
     /// The slot registered at `addr`, for a call naming it.
-    fn slot(&self, call: &str, addr: usize) -> Result<u32, BspError> {
+    pub(crate) fn slot(&self, call: &str, addr: usize) -> Result<u32, BspError> {
         self.regs.lookup(addr).or_else(|why| {
             let hint = match why {
                 Unregistered::Pending => {
@@ -282,7 +296,7 @@ impl Core {
     }
 
     /// Checks `[offset, offset + n)` against what `pid` registered in `slot`.
-    fn check_bounds(
+    pub(crate) fn check_bounds(
         &self,
         call: &str,
         pid: u32,
@@ -330,6 +344,11 @@ impl Core {
         dst: usize,
         offset: usize,
     ) -> Result<(), BspError> {
+        // Nothing to write: no check either, as the peers do (a 0-byte put may name any
+        // address).
+        if src.is_empty() {
+            return Ok(());
+        }
         self.check_pid(call, pid)?;
         let slot = self.slot(call, dst)?;
         self.check_bounds(call, pid, slot, dst, offset, src.len())?;
@@ -352,6 +371,9 @@ impl Core {
         offset: usize,
         n: usize,
     ) -> Result<(), BspError> {
+        if n == 0 {
+            return Ok(());
+        }
         self.check_pid(call, pid)?;
         let slot = self.slot(call, dst)?;
         self.check_bounds(call, pid, slot, dst, offset, n)?;
@@ -407,6 +429,9 @@ impl Core {
         dst: usize,
         n: usize,
     ) -> Result<(), BspError> {
+        if n == 0 {
+            return Ok(());
+        }
         self.check_pid(call, pid)?;
         let slot = self.slot(call, src)?;
         self.check_bounds(call, pid, slot, src, offset, n)?;
@@ -426,6 +451,9 @@ impl Core {
             wire::put_var(&mut o.buf, k as u64);
             o.gets.push((dst + done, k));
             o.get_bytes += k as u64;
+            // Where each piece's value comes from, in call order: results from several
+            // processes land in this order (see `write_in_order`).
+            self.get_order.push(pid);
             done += k;
             if done >= n {
                 break;
@@ -438,10 +466,11 @@ impl Core {
         self.tagsize
     }
 
-    /// `bsp_set_tagsize`: the size from the next superstep on; returns the current one.
+    /// `bsp_set_tagsize`: the size from the next superstep on. Returns the size the
+    /// previous call of this superstep asked for, or the current one (BSPonMPI's rule:
+    /// calls chain).
     pub fn set_tagsize(&mut self, size: usize) -> usize {
-        self.next_tagsize = Some(size);
-        self.tagsize
+        self.next_tagsize.replace(size).unwrap_or(self.tagsize)
     }
 
     /// `bsp_send`: `tag` and `payload` are copied now and readable by `pid` in the next
@@ -508,7 +537,8 @@ impl Core {
         self.regs.push(addr, size);
     }
 
-    /// `bsp_pop_reg`: staged, effective at the next sync.
+    /// `bsp_pop_reg`: staged, effective at the next sync. A pop of NULL pops what the
+    /// others pop (see [`crate::regs`]).
     pub fn pop_reg(&mut self, call: &str, addr: usize) -> Result<(), BspError> {
         if !self.regs.pop(addr) {
             return misuse(format!(
@@ -537,6 +567,7 @@ impl Core {
     /// `bsp_end` pid 0 goes on without it.
     pub fn release(&mut self) {
         self.queue = Queue::default();
+        self.get_order = Vec::new();
         self.out = (0..self.p).map(|_| Outbox::default()).collect();
         self.regs = Regs::default();
     }
@@ -549,19 +580,20 @@ impl Core {
         // process past the next barrier proves everyone has them (docs/bsp.md).
         n.t.hold_colour(step.wrapping_add(1) as u8);
         let b = self.reduce(n, step, ending)?;
-        self.check_summaries(&b.summaries)?;
-        n.t.set_colour(step.wrapping_add(1) as u8);
-        self.exchange(n, step, &b.incoming)?;
-        let calls = self.regs.ops().iter();
-        let k = calls.filter(|o| matches!(o, RegOp::Push(_))).count();
-        let pushes = b.pushes.finish(k).ok_or_else(|| {
+        let ops = self.check_summaries(&b.summaries)?;
+        let k = self.regs.pushed_slots().count();
+        // Each push brings its size and address from every process.
+        let pushes = b.pushes.finish(2 * k).ok_or_else(|| {
             BspError::Protocol(format!(
                 "the barrier of superstep {step} did not bring every process's {k} \
-                 registration sizes"
+                 registration sizes and addresses"
             ))
         })?;
-        self.regs
-            .commit(|k| pushes.iter().map(|v| v[k]).collect::<Vec<u64>>().into());
+        let all_null = |k: usize| pushes.iter().all(|v| v[2 * k + 1] == 0);
+        let popped = self.regs.resolve_pops(&ops, all_null, step)?;
+        n.t.set_colour(step.wrapping_add(1) as u8);
+        self.exchange(n, step, &b.incoming)?;
+        self.commit_regs(n, &pushes, &popped);
         if let Some(t) = self.next_tagsize {
             self.tagsize = t;
         }
@@ -569,7 +601,26 @@ impl Core {
         self.step = step.wrapping_add(1);
         n.step = self.step;
         self.counters.supersteps += 1;
-        Ok(())
+        // Direct gets of the new superstep that came while this one ended.
+        n.serve_pending_direct()
+    }
+
+    /// Makes the superstep's registration calls effective, every process's sizes and
+    /// addresses recorded per new slot.
+    fn commit_regs(&mut self, n: &mut Net, pushes: &[Vec<u64>], popped: &[u32]) {
+        if self.regs.ops().is_empty() {
+            return;
+        }
+        self.regs.commit(
+            |k| {
+                (
+                    pushes.iter().map(|v| v[2 * k]).collect(),
+                    pushes.iter().map(|v| v[2 * k + 1]).collect(),
+                )
+            },
+            popped,
+        );
+        n.local = self.regs.local_view();
     }
 
     /// What this process's superstep says about its collective calls.
@@ -581,7 +632,7 @@ impl Core {
                 .ops()
                 .iter()
                 .map(|op| match *op {
-                    RegOp::Push(_) => RegOp::Push(0),
+                    RegOp::Push { .. } => RegOp::Push { size: 0, addr: 0 },
                     pop => pop,
                 })
                 .collect(),
@@ -632,9 +683,10 @@ impl Core {
             .ops()
             .iter()
             .filter_map(|op| match *op {
-                RegOp::Push(size) => Some(size),
-                RegOp::Pop(_) => None,
+                RegOp::Push { size, addr } => Some([size, addr]),
+                _ => None,
             })
+            .flatten()
             .collect();
         if !sizes.is_empty() {
             pushes.insert(me, sizes);
@@ -700,91 +752,38 @@ impl Core {
         Ok(got.expect("the wait ended with a message").1)
     }
 
-    /// The rules every process checks once the barrier has brought pid 0's summary and,
-    /// if any process's differs, one that does: all end together, make the same
-    /// registration calls, and set the same tag size.
-    fn check_summaries(&self, summaries: &[(u32, Vec<u8>)]) -> Result<(), BspError> {
-        let decode = |(pid, b): &(u32, Vec<u8>)| {
-            Summary::decode(b).map(|s| (*pid, s)).ok_or_else(|| {
-                BspError::Protocol(format!(
-                    "the barrier brought a malformed summary of pid {pid}"
-                ))
+    /// The rules every process checks once the barrier has brought the distinct summaries
+    /// (or two that clash): all end together, make the same registration calls (a pop of
+    /// NULL matches the pop of any registration), and set the same tag size. Returns the
+    /// superstep's registration calls with each pop of NULL replaced by the registration
+    /// the others named, if any did.
+    fn check_summaries(&self, summaries: &[(u32, Vec<u8>)]) -> Result<Vec<RegOp>, BspError> {
+        let decoded = summaries
+            .iter()
+            .map(|(pid, b)| {
+                Summary::decode(b).map(|s| (*pid, s)).ok_or_else(|| {
+                    BspError::Protocol(format!(
+                        "the barrier brought a malformed summary of pid {pid}"
+                    ))
+                })
             })
-        };
-        let [a, b] = match summaries {
-            [_] => return Ok(()),
-            [a, b] => [decode(a)?, decode(b)?],
-            _ => unreachable!("merge_summaries keeps one or two"),
-        };
-        let step = self.step;
-        let ((pa, ra), (pb, rb)) = (&a, &b);
-        if ra.ending != rb.ending {
-            let (end, sync) = if ra.ending { (pa, pb) } else { (pb, pa) };
-            return misuse(format!(
-                "bsp_end: pid {end} called bsp_end while pid {sync} called bsp_sync \
-                 (superstep {step}); every process must call bsp_end together"
-            ));
-        }
-        let count = |ops: &[RegOp], push: bool| {
-            ops.iter()
-                .filter(|o| matches!(o, RegOp::Push(_)) == push)
-                .count()
-        };
-        for (push, call, verb) in [
-            (true, "bsp_push_reg", "registered"),
-            (false, "bsp_pop_reg", "popped"),
-        ] {
-            let (x, y) = (count(&ra.ops, push), count(&rb.ops, push));
-            if x != y {
-                return misuse(format!(
-                    "{call}: in superstep {step} pid {pa} {verb} {x} area{} but pid {pb} \
-                     {verb} {y}; registration is collective: every process makes the same \
-                     calls in the same order",
-                    if x == 1 { "" } else { "s" }
-                ));
-            }
-        }
-        for (k, (x, y)) in ra.ops.iter().zip(&rb.ops).enumerate() {
-            match (x, y) {
-                (RegOp::Push(_), RegOp::Push(_)) => {}
-                (RegOp::Pop(u), RegOp::Pop(v)) if u == v => {}
-                (RegOp::Pop(u), RegOp::Pop(v)) => {
-                    return misuse(format!(
-                        "bsp_pop_reg: in superstep {step} pid {pa} and pid {pb} popped \
-                         different registrations (call {}: pid {pa} popped registration \
-                         #{u}, pid {pb} #{v}); pops must name the same registration on \
-                         every process",
-                        k + 1
-                    ));
-                }
-                _ => {
-                    return misuse(format!(
-                        "bsp_push_reg/bsp_pop_reg: in superstep {step} pid {pa} and pid {pb} \
-                         pushed and popped registrations in different orders (call {} was \
-                         a {} on pid {pa} and a {} on pid {pb})",
-                        k + 1,
-                        name(x),
-                        name(y)
-                    ));
+            .collect::<Result<Vec<_>, _>>()?;
+        for (i, a) in decoded.iter().enumerate() {
+            for b in &decoded[i + 1..] {
+                if let Some(c) = clash(&a.1, &b.1) {
+                    return Err(c.error(self.step, a, b));
                 }
             }
         }
-        fn name(op: &RegOp) -> &'static str {
-            match op {
-                RegOp::Push(_) => "bsp_push_reg",
-                RegOp::Pop(_) => "bsp_pop_reg",
+        let mut ops = decoded[0].1.ops.clone();
+        for (_, s) in &decoded[1..] {
+            for (mine, theirs) in ops.iter_mut().zip(&s.ops) {
+                if *mine == RegOp::PopNull {
+                    *mine = *theirs;
+                }
             }
         }
-        let say = |t: Option<u64>| match t {
-            Some(t) => format!("set the tag size to {t}"),
-            None => "did not call it".to_string(),
-        };
-        misuse(format!(
-            "bsp_set_tagsize: in superstep {step} pid {pa} {} but pid {pb} {}; it is \
-             collective: every process sets the same size in the same superstep",
-            say(ra.tagsize),
-            say(rb.tagsize)
-        ))
+        Ok(ops)
     }
 
     /// The data phase of the superstep: send by schedule, serve gets, receive, write.
@@ -794,6 +793,7 @@ impl Core {
         if incoming.is_empty() && self.out.iter().all(|o| o.buf.is_empty()) {
             // Nothing to send, nothing to receive: the barrier was our whole superstep.
             self.queue = Queue::default();
+            self.get_order.clear();
             return Ok(());
         }
         let outs = std::mem::replace(&mut self.out, (0..p).map(|_| Outbox::default()).collect());
@@ -805,9 +805,9 @@ impl Core {
             senders_left: 0,
             data: Vec::new(),
             held: Vec::new(),
+            get_order: std::mem::take(&mut self.get_order),
             gets: Vec::with_capacity(p),
             reply_left: vec![0; p],
-            cursor: vec![(0, 0); p],
             replies_left: 0,
             applied: false,
             order: Vec::new(),
@@ -864,7 +864,9 @@ impl Core {
             self.update_waiting(n, &mut x, s);
         }
         let mut outgoing = bufs;
-        x.early = !x.owes.iter().any(|&g| g);
+        // Get results land before puts (a put wins over a result it overlaps), so puts
+        // wait while we read others' memory too.
+        x.early = !x.owes.iter().any(|&g| g) && x.get_order.is_empty();
         x.hp_src = outgoing
             .iter()
             .flatten()
@@ -918,12 +920,16 @@ impl Core {
                 self.on_reply(n, x, from, m)?;
             }
         }
-        if x.senders_left == 0 && !x.applied {
+        if x.senders_left == 0 && x.replies_left == 0 && !x.applied {
+            // Every get has been served and every put is here: get results land first,
+            // then puts (as BSPonMPI writes them: a put wins over a get result it
+            // overlaps).
+            Self::write_in_order(x)?;
             self.apply(x)?;
         }
         let deadline = self.feed(n, x, outgoing)?;
         let fed_all = x.next >= x.order.len() && x.cur.is_none();
-        if fed_all && x.senders_left == 0 && x.replies_left == 0 {
+        if fed_all && x.applied {
             return Ok(Poll::Done);
         }
         Ok(Poll::Wait(deadline))
@@ -1075,8 +1081,8 @@ impl Core {
         }
     }
 
-    /// Values for our gets from `from`: written once every get of the superstep has been
-    /// served, i.e. once all data has arrived.
+    /// Values for our gets from `from`: kept, to be written once every get has been
+    /// answered and all data has arrived.
     fn on_reply(
         &mut self,
         n: &mut Net,
@@ -1096,30 +1102,47 @@ impl Core {
             x.replies_left -= 1;
         }
         self.update_waiting(n, x, s);
-        if x.applied {
-            Self::write_reply(x, s, &m[wire::HEAD..]);
-        } else {
-            x.held.push((from, m));
-        }
+        x.held.push((from, m));
         Ok(())
     }
 
-    fn write_reply(x: &mut Exchange, s: usize, mut bytes: &[u8]) {
-        let (mut i, mut off) = x.cursor[s];
-        while !bytes.is_empty() {
-            let (dst, len) = x.gets[s][i];
-            let k = (len - off).min(bytes.len());
-            // SAFETY: `dst` was given to bsp_get as writable for `len` bytes until the
-            // end of the superstep; reply sizes were checked against the requests.
-            unsafe { std::ptr::copy(bytes.as_ptr(), (dst + off) as *mut u8, k) };
-            bytes = &bytes[k..];
-            off += k;
-            if off == len {
-                i += 1;
-                off = 0;
+    /// Writes every get result, in the order the gets were made (all replies are here),
+    /// so that the last of overlapping gets wins, whichever processes they read.
+    fn write_in_order(x: &mut Exchange) -> Result<(), BspError> {
+        if x.get_order.is_empty() {
+            return Ok(());
+        }
+        let p = x.gets.len();
+        let mut bufs: Vec<Vec<&[u8]>> = vec![Vec::new(); p];
+        for (from, m) in &x.held {
+            bufs[*from as usize].push(&m[wire::HEAD..]);
+        }
+        let mut next = vec![0usize; p];
+        // Per server: the reply being read and the position in it.
+        let mut at = vec![(0usize, 0usize); p];
+        let short = || BspError::Protocol("get replies shorter than the requests".into());
+        for &s in &x.get_order {
+            let s = s as usize;
+            let &(dst, len) = x.gets[s].get(next[s]).ok_or_else(short)?;
+            next[s] += 1;
+            let mut done = 0;
+            while done < len {
+                let (j, off) = at[s];
+                let b = bufs[s].get(j).ok_or_else(short)?;
+                let k = (len - done).min(b.len() - off);
+                // SAFETY: `dst` was handed to bsp_get as writable for `len` bytes until the
+                // end of the superstep; reply sizes were checked against the requests.
+                unsafe { std::ptr::copy(b[off..].as_ptr(), (dst + done) as *mut u8, k) };
+                done += k;
+                at[s] = if off + k == b.len() {
+                    (j + 1, 0)
+                } else {
+                    (j, off + k)
+                };
             }
         }
-        x.cursor[s] = (i, off);
+        x.held.clear();
+        Ok(())
     }
 
     /// Writes a big message of puts as it arrives, when that cannot be told from writing
@@ -1152,12 +1175,15 @@ impl Core {
         Ok(true)
     }
 
-    /// Every message of the superstep is here and every get served: write the puts in pid
-    /// order, queue the BSMP messages, and write the get results held so far.
+    /// Every message of the superstep is here, every get served and its result written:
+    /// write the puts in pid order (each process's in call order) and queue the BSMP
+    /// messages.
     fn apply(&mut self, x: &mut Exchange) -> Result<(), BspError> {
         x.applied = true;
         let mut data = std::mem::take(&mut x.data);
+        // Stable: one process's chunks stay in the order it made them.
         data.sort_by_key(|(from, _)| *from);
+        let mut with_sends = Vec::new();
         for (from, m) in data {
             let mut has_send = false;
             let mut r = wire::Reader::at(&m, wire::HEAD);
@@ -1181,21 +1207,24 @@ impl Core {
                 }
             }
             if has_send {
-                let at = x.queue.hold(m);
-                let mut r = wire::Reader::at(x.queue_buf(at), wire::HEAD);
-                let mut sends = Vec::new();
-                while let Some(Ok(rec)) = wire::next_rec(&mut r) {
-                    if let Rec::Send { tag, payload } = rec {
-                        sends.push((tag, payload));
-                    }
-                }
-                for (tag, payload) in sends {
-                    x.queue.push(at, tag, payload);
-                }
+                with_sends.push((from, m));
             }
         }
-        for (from, m) in std::mem::take(&mut x.held) {
-            Self::write_reply(x, from as usize, &m[wire::HEAD..]);
+        // Messages from the highest pid first, each process's in the order it sent them:
+        // the order BSPonMPI and MulticoreBSP for C give (the standard gives none).
+        with_sends.sort_by_key(|(from, _)| std::cmp::Reverse(*from));
+        for (_, m) in with_sends {
+            let at = x.queue.hold(m);
+            let mut r = wire::Reader::at(x.queue_buf(at), wire::HEAD);
+            let mut sends = Vec::new();
+            while let Some(Ok(rec)) = wire::next_rec(&mut r) {
+                if let Rec::Send { tag, payload } = rec {
+                    sends.push((tag, payload));
+                }
+            }
+            for (tag, payload) in sends {
+                x.queue.push(at, tag, payload);
+            }
         }
         Ok(())
     }
@@ -1225,19 +1254,22 @@ impl Net {
         while let Some(e) = self.t.poll_event() {
             match e {
                 Event::Message { from, data, .. } => {
-                    let ok = from < self.p
-                        && wire::head(&data).is_some_and(|(k, s)| {
-                            (wire::REDUCE..=wire::REPLY).contains(&k)
-                                && (s == self.step || s == self.step.wrapping_add(1))
-                        });
-                    if !ok {
+                    let head = wire::head(&data).filter(|&(k, s)| {
+                        (wire::REDUCE..=wire::DREPLY).contains(&k)
+                            && (s == self.step || s == self.step.wrapping_add(1))
+                    });
+                    let Some((kind, step)) = head.filter(|_| from < self.p) else {
                         return Err(BspError::Protocol(format!(
                             "pid {from} sent a message that is not of this superstep ({}) \
                              or the next: is it running the same program?",
                             self.step
                         )));
+                    };
+                    if kind == wire::DGET {
+                        self.on_direct_request(from, step, data)?;
+                    } else {
+                        self.inbox.push_back((from, data));
                     }
-                    self.inbox.push_back((from, data));
                     any = true;
                 }
                 // Announcing protocols (rmpp) wait for a posted receive; BSP takes all.
@@ -1256,7 +1288,7 @@ impl Net {
 
     /// Drives the transport until `poll` says done: spinning, then blocking, as
     /// `Transport::wait_for` does, and ending with an error as soon as the job fails.
-    fn wait(
+    pub(crate) fn wait(
         &mut self,
         mut poll: impl FnMut(&mut Net) -> Result<Poll, BspError>,
     ) -> Result<(), BspError> {
@@ -1294,7 +1326,10 @@ impl Net {
     }
 
     /// Takes the first inbox message `want` accepts.
-    fn take(&mut self, mut want: impl FnMut(u32, u8, u32) -> bool) -> Option<(u32, Vec<u8>)> {
+    pub(crate) fn take(
+        &mut self,
+        mut want: impl FnMut(u32, u8, u32) -> bool,
+    ) -> Option<(u32, Vec<u8>)> {
         let i = self
             .inbox
             .iter()
@@ -1384,34 +1419,156 @@ impl Owners {
 
 /// What the barrier gives each process.
 struct Barrier {
-    /// Pid 0's summary, and another pid's that differs from it, if any.
+    /// The distinct summaries, each with the lowest pid that sent it (one, when all
+    /// agree), or two that clash.
     summaries: Vec<(u32, Vec<u8>)>,
-    /// Registration sizes of this superstep.
+    /// Registration sizes and addresses of this superstep.
     pushes: Pushes,
     /// Our column of the communication matrix.
     incoming: Vec<Cell>,
 }
 
-/// Keeps the lowest pid's summary and the lowest pid's that differs from it, out of
-/// those held and those heard.
+/// Adds the summaries heard to those held: each distinct summary once, with the lowest
+/// pid that sent it. Summaries differ without clashing only where some processes pop
+/// NULL and others name the registration, so the set stays small; once two clash, only
+/// the first clashing pair is kept. Union with the lowest pid is idempotent and
+/// commutative, so every process ends with the same set when nothing clashes, and with
+/// some clashing pair when anything does.
 fn merge_summaries(held: &mut Vec<(u32, Vec<u8>)>, heard: &[(u32, &[u8])]) {
-    // The usual case: everyone agrees, nothing to copy.
-    if let [(pid, mine)] = held.as_mut_slice()
-        && heard.iter().all(|(_, b)| *b == mine.as_slice())
-    {
-        *pid = heard.iter().map(|h| h.0).fold(*pid, u32::min);
-        return;
-    }
     for &(pid, b) in heard {
-        if !held.iter().any(|(q, _)| *q == pid) {
-            held.push((pid, b.to_vec()));
+        match held.iter_mut().find(|(_, h)| h.as_slice() == b) {
+            Some(h) => h.0 = h.0.min(pid),
+            None => held.push((pid, b.to_vec())),
         }
     }
+    if held.len() == 1 {
+        return;
+    }
     held.sort_by_key(|(pid, _)| *pid);
-    let other = held.iter().position(|(_, b)| *b != held[0].1);
-    let keep_other = other.map(|i| held.swap_remove(i));
-    held.truncate(1);
-    held.extend(keep_other);
+    let decoded: Vec<Option<Summary>> = held.iter().map(|(_, b)| Summary::decode(b)).collect();
+    let clashes = |i: usize, j: usize| match (&decoded[i], &decoded[j]) {
+        (Some(a), Some(b)) => clash(a, b).is_some(),
+        _ => true,
+    };
+    let pair = (0..held.len())
+        .flat_map(|i| (i + 1..held.len()).map(move |j| (i, j)))
+        .find(|&(i, j)| clashes(i, j));
+    if let Some((i, j)) = pair {
+        let b = held.swap_remove(j);
+        let a = held.swap_remove(i);
+        *held = vec![a, b];
+    }
+}
+
+/// How two processes' collective calls of a superstep disagree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Clash {
+    /// One is in `bsp_end`, the other in `bsp_sync`.
+    Ending,
+    /// They made different numbers of pushes (`true`) or pops.
+    Count(bool),
+    /// Call `k` is a push on one and a pop on the other.
+    Order(usize),
+    /// Call `k` pops different registrations.
+    Pops(usize),
+    /// They set different tag sizes.
+    Tagsize,
+}
+
+/// The first way `a` and `b` disagree, if they do.
+fn clash(a: &Summary, b: &Summary) -> Option<Clash> {
+    if a.ending != b.ending {
+        return Some(Clash::Ending);
+    }
+    for push in [true, false] {
+        if count_ops(&a.ops, push) != count_ops(&b.ops, push) {
+            return Some(Clash::Count(push));
+        }
+    }
+    for (k, (x, y)) in a.ops.iter().zip(&b.ops).enumerate() {
+        match (x, y) {
+            (RegOp::Pop(u), RegOp::Pop(v)) if u != v => return Some(Clash::Pops(k)),
+            (x, y) if is_push(x) != is_push(y) => return Some(Clash::Order(k)),
+            _ => {}
+        }
+    }
+    (a.tagsize != b.tagsize).then_some(Clash::Tagsize)
+}
+
+fn is_push(op: &RegOp) -> bool {
+    matches!(op, RegOp::Push { .. })
+}
+
+fn count_ops(ops: &[RegOp], push: bool) -> usize {
+    ops.iter().filter(|o| is_push(o) == push).count()
+}
+
+impl Clash {
+    /// The misuse, naming both processes.
+    fn error(self, step: u32, (pa, ra): &(u32, Summary), (pb, rb): &(u32, Summary)) -> BspError {
+        let name = |op: &RegOp| {
+            if is_push(op) {
+                "bsp_push_reg"
+            } else {
+                "bsp_pop_reg"
+            }
+        };
+        let say = |t: Option<u64>| match t {
+            Some(t) => format!("set the tag size to {t}"),
+            None => "did not call it".to_string(),
+        };
+        BspError::Misuse(match self {
+            Clash::Ending => {
+                let (end, sync) = if ra.ending { (pa, pb) } else { (pb, pa) };
+                format!(
+                    "bsp_end: pid {end} called bsp_end while pid {sync} called bsp_sync \
+                     (superstep {step}); every process must call bsp_end together"
+                )
+            }
+            Clash::Count(push) => {
+                let (call, verb) = if push {
+                    ("bsp_push_reg", "registered")
+                } else {
+                    ("bsp_pop_reg", "popped")
+                };
+                let (x, y) = (count_ops(&ra.ops, push), count_ops(&rb.ops, push));
+                format!(
+                    "{call}: in superstep {step} pid {pa} {verb} {x} area{} but pid {pb} \
+                     {verb} {y}; registration is collective: every process makes the same \
+                     calls in the same order",
+                    if x == 1 { "" } else { "s" }
+                )
+            }
+            Clash::Order(k) => format!(
+                "bsp_push_reg/bsp_pop_reg: in superstep {step} pid {pa} and pid {pb} pushed \
+                 and popped registrations in different orders (call {} was a {} on pid {pa} \
+                 and a {} on pid {pb})",
+                k + 1,
+                name(&ra.ops[k]),
+                name(&rb.ops[k])
+            ),
+            Clash::Pops(k) => {
+                let slot = |op: &RegOp| match op {
+                    RegOp::Pop(s) => *s,
+                    _ => unreachable!("a clash of pops is between pops"),
+                };
+                format!(
+                    "bsp_pop_reg: in superstep {step} pid {pa} and pid {pb} popped different \
+                     registrations (call {}: pid {pa} popped registration #{}, pid {pb} #{}); \
+                     pops must name the same registration on every process (or NULL)",
+                    k + 1,
+                    slot(&ra.ops[k]),
+                    slot(&rb.ops[k])
+                )
+            }
+            Clash::Tagsize => format!(
+                "bsp_set_tagsize: in superstep {step} pid {pa} {} but pid {pb} {}; it is \
+                 collective: every process sets the same size in the same superstep",
+                say(ra.tagsize),
+                say(rb.tagsize)
+            ),
+        })
+    }
 }
 
 /// Registration sizes gathered in the barrier, by pid.
@@ -1514,6 +1671,19 @@ impl Service for Net {
     fn busy(&self) -> bool {
         self.t.busy()
     }
+
+    /// The transport alone: what arrives stays in it until the program syncs.
+    fn keep_alive(&mut self) {
+        if self.failure.is_none()
+            && let Err(e) = self.t.step()
+        {
+            self.failure = Some(e.into());
+        }
+    }
+
+    fn keep_alive_interval(&self) -> Option<Duration> {
+        self.t.liveness_interval()
+    }
 }
 
 #[cfg(test)]
@@ -1532,36 +1702,119 @@ mod tests {
         assert!(shuffled(0, 0, 1).is_empty());
     }
 
+    /// Runs the barrier's dissemination of summaries over `p` processes, `summary(pid)`
+    /// each, and returns what every process holds at the end.
+    fn disseminate(p: u32, summary: impl Fn(u32) -> Summary) -> Vec<Vec<(u32, Vec<u8>)>> {
+        let mut held: Vec<Vec<(u32, Vec<u8>)>> = (0..p)
+            .map(|q| {
+                let mut b = Vec::new();
+                summary(q).encode(&mut b);
+                vec![(q, b)]
+            })
+            .collect();
+        let mut dist = 1;
+        while dist < p {
+            let sent = held.clone();
+            for (q, h) in held.iter_mut().enumerate() {
+                let from = (q as u32 + p - dist) % p;
+                let heard: Vec<(u32, &[u8])> = sent[from as usize]
+                    .iter()
+                    .map(|(pid, b)| (*pid, b.as_slice()))
+                    .collect();
+                merge_summaries(h, &heard);
+            }
+            dist <<= 1;
+        }
+        held
+    }
+
+    fn decode_all(h: &[(u32, Vec<u8>)]) -> Vec<(u32, Summary)> {
+        h.iter()
+            .map(|(pid, b)| (*pid, Summary::decode(b).unwrap()))
+            .collect()
+    }
+
     #[test]
-    fn dissemination_of_summaries_finds_pid_0_and_a_dissenter() {
+    fn dissemination_of_summaries_finds_a_dissenting_pair() {
         for p in [1u32, 2, 3, 5, 8, 13, 64] {
             for odd in [None, Some(p - 1), Some(p / 2), Some(0)] {
-                let summary = |pid: u32| vec![u8::from(Some(pid) == odd)];
-                let mut held: Vec<Vec<(u32, Vec<u8>)>> =
-                    (0..p).map(|q| vec![(q, summary(q))]).collect();
-                let mut dist = 1;
-                while dist < p {
-                    let sent = held.clone();
-                    for (q, h) in held.iter_mut().enumerate() {
-                        let from = (q as u32 + p - dist) % p;
-                        let heard: Vec<(u32, &[u8])> = sent[from as usize]
-                            .iter()
-                            .map(|(pid, b)| (*pid, b.as_slice()))
-                            .collect();
-                        merge_summaries(h, &heard);
-                    }
-                    dist <<= 1;
-                }
-                for h in &held {
-                    assert_eq!(h[0], (0, summary(0)), "p {p} odd {odd:?}");
+                let summary = |pid: u32| Summary {
+                    ending: Some(pid) == odd,
+                    ..Summary::default()
+                };
+                for h in disseminate(p, summary) {
                     match odd.filter(|_| p > 1) {
                         Some(o) => {
-                            assert_eq!(h.len(), 2, "p {p} odd {o}: {h:?}");
-                            assert_ne!(h[1].1, h[0].1);
+                            let d = decode_all(&h);
+                            assert_eq!(d.len(), 2, "p {p} odd {o}: {h:?}");
+                            assert_eq!(clash(&d[0].1, &d[1].1), Some(Clash::Ending));
                         }
-                        _ => assert_eq!(h.len(), 1),
+                        _ => {
+                            let mut own = Vec::new();
+                            summary(0).encode(&mut own);
+                            assert_eq!(h, vec![(0, own)]);
+                        }
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn pops_of_null_join_the_named_pops_everywhere() {
+        let pops = |a: RegOp, b: RegOp| Summary {
+            ops: vec![a, RegOp::Push { size: 0, addr: 0 }, b],
+            ..Summary::default()
+        };
+        for p in [2u32, 3, 5, 8, 13, 64] {
+            // Pids 1 mod 3 name registration 4 at the first pop; pid p-1 names 7 at the
+            // second; the rest pop NULL.
+            let agree = |pid: u32| {
+                let first = if pid % 3 == 1 {
+                    RegOp::Pop(4)
+                } else {
+                    RegOp::PopNull
+                };
+                let second = if pid == p - 1 {
+                    RegOp::Pop(7)
+                } else {
+                    RegOp::PopNull
+                };
+                pops(first, second)
+            };
+            let held = disseminate(p, agree);
+            for h in &held {
+                assert_eq!(h, &held[0], "p {p}: every process holds the same set");
+                let d = decode_all(h);
+                for (i, a) in d.iter().enumerate() {
+                    for b in &d[i + 1..] {
+                        assert_eq!(clash(&a.1, &b.1), None, "p {p}: {d:?}");
+                    }
+                }
+                // The set's join names both registrations.
+                let mut ops = d[0].1.ops.clone();
+                for (_, s) in &d[1..] {
+                    for (m, t) in ops.iter_mut().zip(&s.ops) {
+                        if *m == RegOp::PopNull {
+                            *m = *t;
+                        }
+                    }
+                }
+                assert_eq!(ops[0], RegOp::Pop(4), "p {p}");
+                assert_eq!(ops[2], RegOp::Pop(7), "p {p}");
+            }
+            // Pid 0 naming another registration is caught by every process.
+            let one_off = |pid: u32| {
+                if pid == 0 {
+                    pops(RegOp::Pop(5), RegOp::PopNull)
+                } else {
+                    agree(pid)
+                }
+            };
+            for h in disseminate(p, one_off) {
+                let d = decode_all(&h);
+                assert_eq!(d.len(), 2, "p {p}: {d:?}");
+                assert_eq!(clash(&d[0].1, &d[1].1), Some(Clash::Pops(0)), "p {p}");
             }
         }
     }

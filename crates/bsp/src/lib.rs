@@ -17,6 +17,7 @@ pub mod bench;
 mod bsmp;
 mod config;
 pub mod core;
+mod direct;
 mod error;
 pub mod profile;
 mod regs;
@@ -26,5 +27,6 @@ mod wire;
 
 pub use api::{Area, Bsp, Message, Pod, init};
 pub use config::{Config, PACED_CHUNK, Schedule};
+pub use direct::DirectGet;
 pub use error::BspError;
 pub use runtime::{Runtime, abort_job};

@@ -10,9 +10,17 @@
 //! Pushes and pops take effect at the next sync. Until then they are *pending*: a put
 //! may not name a pending push, and a pending pop still accepts puts in this superstep.
 //! A newer registration of an address shadows older ones until popped.
+//!
+//! A pop of NULL names no registration by itself (processes without the data register
+//! NULL, often more than once): it pops the registration the processes that name an
+//! address pop, as BSPonMPI and MulticoreBSP do; when every process pops NULL, the
+//! newest registration that every process made with NULL. The sync resolves it
+//! ([`Regs::commit`] takes the resolved slots).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use crate::BspError;
+use crate::error::misuse;
 use crate::wire::RegOp;
 
 /// One registered area.
@@ -23,6 +31,15 @@ pub struct Reg {
     pub size: usize,
     /// Its size on every process (what each registered), for bounds checks at the caller.
     pub sizes: Box<[u64]>,
+    /// Its address on every process, for `bsp_direct_get` (0: NULL was registered).
+    pub addrs: Box<[u64]>,
+}
+
+impl Reg {
+    /// Every process registered NULL here.
+    pub fn all_null(&self) -> bool {
+        self.addrs.iter().all(|&a| a == 0)
+    }
 }
 
 /// Why an address names no registered area.
@@ -47,8 +64,8 @@ pub struct Regs {
     staged: HashMap<usize, Vec<u32>>,
     /// Pushes of this superstep: slot, address, size.
     pushes: Vec<(u32, usize, usize)>,
-    /// Slots popped this superstep.
-    pops: Vec<u32>,
+    /// Slots popped this superstep; `None`: a pop of NULL, resolved at the sync.
+    pops: Vec<Option<u32>>,
     /// The calls of this superstep, for the other processes to compare.
     ops: Vec<RegOp>,
     /// Slots handed out this superstep beyond `slots.len()`.
@@ -101,12 +118,20 @@ impl Regs {
             .or_insert_with(|| by_addr.get(&addr).cloned().unwrap_or_default())
             .push(slot);
         self.pushes.push((slot, addr, size));
-        self.ops.push(RegOp::Push(size as u64));
+        self.ops.push(RegOp::Push {
+            size: size as u64,
+            addr: addr as u64,
+        });
     }
 
     /// Stages a pop of the newest registration of `addr` (pending pushes included); false
-    /// if there is none.
+    /// if there is none. A pop of NULL (0) is staged unresolved and always accepted.
     pub fn pop(&mut self, addr: usize) -> bool {
+        if addr == 0 {
+            self.pops.push(None);
+            self.ops.push(RegOp::PopNull);
+            return true;
+        }
         let by_addr = &self.by_addr;
         let stack = self
             .staged
@@ -114,7 +139,7 @@ impl Regs {
             .or_insert_with(|| by_addr.get(&addr).cloned().unwrap_or_default());
         match stack.pop() {
             Some(slot) => {
-                self.pops.push(slot);
+                self.pops.push(Some(slot));
                 self.ops.push(RegOp::Pop(slot));
                 true
             }
@@ -127,22 +152,111 @@ impl Regs {
         &self.ops
     }
 
-    /// Makes this superstep's calls effective. `sizes(k)` gives, for the k-th push, every
-    /// process's size (the barrier checked that all made the same calls).
-    pub fn commit(&mut self, mut sizes: impl FnMut(usize) -> Box<[u64]>) {
+    /// The slots of this superstep's pushes, in call order.
+    pub fn pushed_slots(&self) -> impl Iterator<Item = u32> + '_ {
+        self.pushes.iter().map(|&(slot, _, _)| slot)
+    }
+
+    /// Effective registrations that every process made with NULL, oldest first.
+    pub fn all_null_slots(&self) -> Vec<u32> {
+        let Some(stack) = self.by_addr.get(&0) else {
+            return Vec::new();
+        };
+        stack
+            .iter()
+            .copied()
+            .filter(|&s| self.get(s).is_some_and(Reg::all_null))
+            .collect()
+    }
+
+    /// This process's registrations by slot (address and size), for serving
+    /// `bsp_direct_get` while the program computes.
+    pub fn local_view(&self) -> Vec<Option<(usize, usize)>> {
+        self.slots
+            .iter()
+            .map(|r| r.as_ref().map(|r| (r.addr, r.size)))
+            .collect()
+    }
+
+    /// The slot each pop of this superstep removes, in call order. `ops` are the calls
+    /// every process made (checked to agree), with a pop of NULL left only where every
+    /// process popped NULL; `all_null(k)` tells whether every process pushed NULL in the
+    /// superstep's k-th push. Such a pop takes the newest registration that every process
+    /// made with NULL.
+    pub fn resolve_pops(
+        &self,
+        ops: &[RegOp],
+        all_null: impl Fn(usize) -> bool,
+        step: u32,
+    ) -> Result<Vec<u32>, BspError> {
+        if ops.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut nulls = self.all_null_slots();
+        let mut pushed = self.pushed_slots().enumerate();
+        let mut popped: Vec<u32> = Vec::new();
+        for (k, op) in ops.iter().enumerate() {
+            let slot = match *op {
+                RegOp::Push { .. } => {
+                    let (i, slot) = pushed.next().expect("one slot per push");
+                    if all_null(i) {
+                        nulls.push(slot);
+                    }
+                    continue;
+                }
+                RegOp::Pop(slot) => slot,
+                RegOp::PopNull => nulls.pop().ok_or_else(|| {
+                    BspError::Misuse(format!(
+                        "bsp_pop_reg: in superstep {step} every process popped NULL (call \
+                         {}), but no registration that every process made with NULL is \
+                         left to pop",
+                        k + 1
+                    ))
+                })?,
+            };
+            if popped.contains(&slot) {
+                return misuse(format!(
+                    "bsp_pop_reg: in superstep {step} registration #{slot} was popped twice \
+                     (call {}): a pop of NULL on some processes and of an address on others \
+                     name it both times",
+                    k + 1
+                ));
+            }
+            nulls.retain(|&s| s != slot);
+            popped.push(slot);
+        }
+        Ok(popped)
+    }
+
+    /// Makes this superstep's calls effective. `pushed(k)` gives, for the k-th push,
+    /// every process's size and address (the barrier checked that all made the same
+    /// calls); `popped[k]` is the slot the k-th pop removes, as the sync resolved it
+    /// (this process's own pops of an address are among them).
+    pub fn commit(
+        &mut self,
+        mut pushed: impl FnMut(usize) -> (Box<[u64]>, Box<[u64]>),
+        popped: &[u32],
+    ) {
         if self.ops.is_empty() {
             return;
         }
         let grow = self.slots.len() + self.grown as usize;
         self.slots.resize(grow, None);
         for (k, &(slot, addr, size)) in self.pushes.iter().enumerate() {
+            let (sizes, addrs) = pushed(k);
             self.slots[slot as usize] = Some(Reg {
                 addr,
                 size,
-                sizes: sizes(k),
+                sizes,
+                addrs,
             });
         }
-        for &slot in &self.pops {
+        for (k, &slot) in popped.iter().enumerate() {
+            if self.pops.get(k) == Some(&None) {
+                self.unstack(slot);
+            }
+        }
+        for &slot in popped {
             self.slots[slot as usize] = None;
             self.free.insert(slot);
         }
@@ -165,6 +279,22 @@ impl Regs {
         self.grown = 0;
     }
 
+    /// Takes `slot` off the stack of the address it has here (a pop of NULL resolved to
+    /// it: here it may be NULL or any address).
+    fn unstack(&mut self, slot: u32) {
+        let Some(addr) = self.slots[slot as usize].as_ref().map(|r| r.addr) else {
+            return;
+        };
+        let by_addr = &self.by_addr;
+        let stack = self
+            .staged
+            .entry(addr)
+            .or_insert_with(|| by_addr.get(&addr).cloned().unwrap_or_default());
+        if let Some(i) = stack.iter().rposition(|&s| s == slot) {
+            stack.remove(i);
+        }
+    }
+
     /// Number of effective registrations.
     #[cfg(test)]
     pub fn len(&self) -> usize {
@@ -181,9 +311,28 @@ impl Regs {
 mod tests {
     use super::*;
 
+    /// Commits as if every process made this process's calls; pops of NULL resolve to
+    /// `null_pops`, in order.
+    fn commit_with(r: &mut Regs, p: usize, null_pops: &[u32]) {
+        let pushed: Vec<(u64, u64)> = r
+            .pushes
+            .iter()
+            .map(|&(_, a, s)| (s as u64, a as u64))
+            .collect();
+        let mut nulls = null_pops.iter();
+        let popped: Vec<u32> = r
+            .pops
+            .iter()
+            .map(|s| s.unwrap_or_else(|| *nulls.next().expect("a slot for each NULL pop")))
+            .collect();
+        r.commit(
+            |k| (vec![pushed[k].0; p].into(), vec![pushed[k].1; p].into()),
+            &popped,
+        );
+    }
+
     fn commit(r: &mut Regs, p: usize) {
-        let sizes: Vec<u64> = r.pushes.iter().map(|&(_, _, s)| s as u64).collect();
-        r.commit(|k| vec![sizes[k]; p].into());
+        commit_with(r, p, &[]);
     }
 
     #[test]
@@ -228,7 +377,16 @@ mod tests {
         assert_eq!(r.lookup(0x10), Ok(1));
         assert!(r.pop(0x10));
         r.push(0x30, 4);
-        assert_eq!(r.ops(), &[RegOp::Pop(1), RegOp::Push(4)]);
+        assert_eq!(
+            r.ops(),
+            &[
+                RegOp::Pop(1),
+                RegOp::Push {
+                    size: 4,
+                    addr: 0x30
+                }
+            ]
+        );
         commit(&mut r, 1);
         assert_eq!(
             r.lookup(0x30),
@@ -244,5 +402,28 @@ mod tests {
         commit(&mut r, 1);
         assert_eq!(r.lookup(0x50), Err(Unregistered::Unknown));
         assert_eq!(r.lookup(0), Ok(0), "NULL with size 0 is a registration too");
+    }
+
+    #[test]
+    fn a_pop_of_null_takes_the_slot_the_sync_resolved() {
+        let mut r = Regs::default();
+        r.push(0, 0);
+        r.push(0x10, 8);
+        r.push(0, 0);
+        commit(&mut r, 2);
+        assert_eq!(r.all_null_slots(), vec![0, 2]);
+        // Another process popped its area in slot 1, which is 0x10 here: the NULL pop
+        // takes slot 1 off 0x10's stack, and the NULL registrations stay.
+        assert!(r.pop(0));
+        assert_eq!(r.ops(), &[RegOp::PopNull]);
+        assert_eq!(r.lookup(0x10), Ok(1), "the pop takes effect at the sync");
+        commit_with(&mut r, 2, &[1]);
+        assert_eq!(r.lookup(0x10), Err(Unregistered::Unknown));
+        assert_eq!(r.lookup(0), Ok(2));
+        // Then a NULL pop resolved to the newest all-NULL registration.
+        assert!(r.pop(0));
+        commit_with(&mut r, 2, &[2]);
+        assert_eq!(r.lookup(0), Ok(0));
+        assert_eq!(r.all_null_slots(), vec![0]);
     }
 }

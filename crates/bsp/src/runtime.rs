@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use bulkwire_engine::Transport;
 use bulkwire_engine::job;
 use bulkwire_engine::progress::Shared;
-use bulkwire_launch::{Control, Failure, JobState, LaunchConfig, LaunchError, self_spawn};
+use bulkwire_launch::{
+    Control, Failure, JobState, LaunchConfig, LaunchError, self_spawn, spawn_job,
+};
 
 use crate::config::Config;
 use crate::core::{Core, Net};
@@ -43,6 +45,9 @@ pub struct Runtime {
     protocol: &'static str,
     /// The cost profile's records, when `Config::profile` asks for them.
     profile: Option<Mutex<Profiler>>,
+    /// The links pid 0's packets take (`shm`, `udp`, `shm+udp`, `tcp`); empty when the
+    /// caller built the transport.
+    links: &'static str,
 }
 
 impl Runtime {
@@ -54,12 +59,37 @@ impl Runtime {
     /// Only pid 0's `p` counts: with `bsp_init` the other processes run the SPMD function
     /// before `main` has computed it (the standard's example reads it from input).
     pub fn begin(p: u32, launch: &LaunchConfig, cfg: Config) -> Result<Runtime, BspError> {
+        Runtime::start(p, launch, cfg, |n| self_spawn(n, launch))
+    }
+
+    /// `bsp_begin(p)` that starts a new job of `p` processes on this host, whose processes
+    /// run the SPMD function `entry` names ([`bulkwire_launch::JobEnv::entry`]): a later
+    /// SPMD section, on the process that continued after the previous `bsp_end` (the
+    /// previous job's other processes have ended), or the first one of a program that
+    /// started by itself and named its SPMD function.
+    pub fn begin_section(
+        p: u32,
+        entry: &str,
+        launch: &LaunchConfig,
+        cfg: Config,
+    ) -> Result<Runtime, BspError> {
+        Runtime::start(p, launch, cfg, |n| {
+            spawn_job(n, launch, Some(entry.to_string()))
+        })
+    }
+
+    fn start(
+        p: u32,
+        launch: &LaunchConfig,
+        cfg: Config,
+        spawn: impl FnOnce(u32) -> Result<Control, LaunchError>,
+    ) -> Result<Runtime, BspError> {
         if p == 0 && !launch.is_spawned() {
             return Err(BspError::Misuse(
                 "bsp_begin: the number of processes must be at least 1".into(),
             ));
         }
-        let mut ctl = self_spawn(p.max(1), launch)?;
+        let mut ctl = spawn(p.max(1))?;
         let asked = ctl.allgather(&p.to_le_bytes())?;
         let p0 = asked
             .first()
@@ -69,7 +99,7 @@ impl Runtime {
             .ok_or_else(|| BspError::Protocol("pid 0 sent no process count".into()))?;
         let p = p0.min(ctl.nprocs());
         // Any stack: a protocol over a link, or kernel TCP (`BULKWIRE_PROTOCOL=tcp`).
-        let (engine, _) = job::connect_transport(&mut ctl, &cfg.job)?;
+        let (engine, info) = job::connect_transport(&mut ctl, &cfg.job)?;
         let state = ctl.state();
         if ctl.rank() >= p {
             // Not in the computation: take part in the final exchange of bsp_end, leave.
@@ -101,6 +131,7 @@ impl Runtime {
         if let Some(prof) = &rt.profile {
             lock(prof).create().map_err(BspError::Misuse)?;
         }
+        rt.links = info.links;
         rt.ctl = Mutex::new(Some(ctl));
         rt.job = Some(state);
         Ok(rt)
@@ -135,6 +166,7 @@ impl Runtime {
             cfg,
             protocol,
             profile,
+            links: "",
         }
     }
 
@@ -162,6 +194,39 @@ impl Runtime {
     pub fn with_transport<R>(&self, f: impl FnOnce(&mut dyn Transport) -> R) -> Option<R> {
         let g = lock(&self.shared);
         g.as_ref().map(|sh| sh.with(|n| f(n.transport_mut())))
+    }
+
+    /// `bsp_direct_get` (MulticoreBSP for C): `n` bytes at `offset` of `pid`'s area
+    /// registered as `src`, as they are now, copied to `dst` before returning.
+    ///
+    /// # Safety
+    /// `dst` must be writable for `n` bytes.
+    pub unsafe fn direct_get(
+        &self,
+        call: &str,
+        pid: u32,
+        src: usize,
+        offset: usize,
+        dst: *mut u8,
+        n: usize,
+    ) -> Result<(), BspError> {
+        if n == 0 {
+            return Ok(());
+        }
+        let g = lock(&self.core).direct_target(call, pid, src, offset, n)?;
+        if pid == self.pid {
+            // SAFETY: the source lies in this process's registered area (checked); the
+            // areas may overlap, hence `copy`.
+            unsafe { std::ptr::copy(g.addr as usize as *const u8, dst, n) };
+            return Ok(());
+        }
+        let guard = lock(&self.shared);
+        let Some(sh) = guard.as_ref() else {
+            return Err(BspError::Misuse(format!("{call}: called after bsp_end")));
+        };
+        // SAFETY: the caller hands over `dst` for `n` bytes.
+        sh.with(|net| unsafe { net.direct_get(call, g, dst) })
+            .map_err(|e| self.explain(e))
     }
 
     /// Whether `bsp_end` has begun.
@@ -238,7 +303,7 @@ impl Runtime {
                         .take(self.p as usize)
                         .filter_map(|b| stats::Snapshot::decode(b))
                         .collect();
-                    let table = stats::table(self.protocol, &snaps);
+                    let table = stats::table(self.protocol, self.links, &snaps);
                     let _ = std::io::stderr().lock().write_all(table.as_bytes());
                 }
                 ctl.finish(0).map_err(|e| explain_with(&self.job, e.into()))
@@ -292,7 +357,9 @@ impl Runtime {
                     .job
                     .as_ref()
                     .and_then(|j| j.failure())
-                    .is_some_and(|f| !matches!(f, Failure::LauncherLost { .. }));
+                    .is_some_and(|f| {
+                        !matches!(f, Failure::LauncherLost { .. } | Failure::ServerGone { .. })
+                    });
                 if !reported {
                     let _ = writeln!(std::io::stderr(), "{call}: {message}");
                 }

@@ -9,6 +9,9 @@
 //!   sends for one destination, as records (see [`Rec`]).
 //! - `REPLY` (kind, step, bytes): the values read for a DATA chunk's get requests,
 //!   concatenated in request order.
+//! - `DGET` (kind, step, slot, offset, len): a `bsp_direct_get` to be answered at once,
+//!   whatever the server is doing; `DREPLY` (kind, step, status, server's
+//!   [`Published`](bulkwire_engine::vm::Published), bytes) answers it.
 //!
 //! Integers are LEB128 varints. Decoding is total: malformed input gives `None`, never a
 //! panic, and the caller turns it into an error naming the sender.
@@ -16,6 +19,14 @@
 pub const REDUCE: u8 = 1;
 pub const DATA: u8 = 2;
 pub const REPLY: u8 = 3;
+pub const DGET: u8 = 4;
+pub const DREPLY: u8 = 5;
+
+/// `DREPLY` status: the bytes follow; the request named no live registration or fell
+/// outside it.
+pub const DREPLY_OK: u8 = 0;
+pub const DREPLY_UNREGISTERED: u8 = 1;
+pub const DREPLY_BOUNDS: u8 = 2;
 
 /// Bytes of the kind-and-step header of every message.
 pub const HEAD: usize = 5;
@@ -172,21 +183,29 @@ fn read_rec(r: &mut Reader<'_>) -> Option<Rec> {
 /// A registration operation as every process reports it to the others.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RegOp {
-    /// `bsp_push_reg` of an area of this many bytes.
-    Push(u64),
+    /// `bsp_push_reg` of an area of `size` bytes at `addr` in the pusher (the address
+    /// serves `bsp_direct_get`, and tells which pushes were of NULL).
+    Push { size: u64, addr: u64 },
     /// `bsp_pop_reg` of the registration in this slot.
     Pop(u32),
+    /// `bsp_pop_reg(NULL)`: pops whatever the processes that name an address pop.
+    PopNull,
 }
 
+const OP_PUSH: u64 = 0;
+const OP_POP: u64 = 1;
+const OP_POP_NULL: u64 = 2;
+
 /// The collective calls of one process's superstep, which every process checks against
-/// the others': whether it is in `bsp_end`, the kinds of its registration calls (a push's
-/// size is left out: sizes may differ) and the tag size it set. Equal summaries encode to
-/// equal bytes.
+/// the others': whether it is in `bsp_end`, its registration calls (a push's size and
+/// address are left out: they may differ, and travel apart) and the tag size it set.
+/// Equal summaries encode to equal bytes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Summary {
     /// The process is in `bsp_end`, not `bsp_sync`.
     pub ending: bool,
-    /// Registration calls of the superstep, in call order (pushes as `Push(0)`).
+    /// Registration calls of the superstep, in call order (pushes with size and address
+    /// 0).
     pub ops: Vec<RegOp>,
     /// `bsp_set_tagsize` of the superstep, if called.
     pub tagsize: Option<u64>,
@@ -213,8 +232,13 @@ impl Summary {
             put_var(buf, self.ops.len() as u64);
             for op in &self.ops {
                 match *op {
-                    RegOp::Push(n) => put_var(buf, n << 1),
-                    RegOp::Pop(s) => put_var(buf, (s as u64) << 1 | 1),
+                    RegOp::Push { size, addr } => {
+                        put_var(buf, OP_PUSH);
+                        put_var(buf, size);
+                        put_var(buf, addr);
+                    }
+                    RegOp::Pop(s) => put_var(buf, (s as u64) << 2 | OP_POP),
+                    RegOp::PopNull => put_var(buf, OP_POP_NULL),
                 }
             }
         }
@@ -236,10 +260,14 @@ impl Summary {
             ops.reserve(n);
             for _ in 0..n {
                 let v = r.var()?;
-                ops.push(if v & 1 == 0 {
-                    RegOp::Push(v >> 1)
-                } else {
-                    RegOp::Pop(u32::try_from(v >> 1).ok()?)
+                ops.push(match v & 3 {
+                    OP_PUSH if v == OP_PUSH => RegOp::Push {
+                        size: r.var()?,
+                        addr: r.var()?,
+                    },
+                    OP_POP => RegOp::Pop(u32::try_from(v >> 2).ok()?),
+                    OP_POP_NULL if v == OP_POP_NULL => RegOp::PopNull,
+                    _ => return None,
                 });
             }
         }
@@ -377,7 +405,15 @@ mod tests {
     fn summaries_round_trip_and_reject_nonsense() {
         let sum = Summary {
             ending: true,
-            ops: vec![RegOp::Push(0), RegOp::Pop(2), RegOp::Push(0)],
+            ops: vec![
+                RegOp::Push {
+                    size: 8,
+                    addr: 0x7fff_1234_5678,
+                },
+                RegOp::Pop(2),
+                RegOp::PopNull,
+                RegOp::Push { size: 0, addr: 0 },
+            ],
             tagsize: Some(4),
         };
         let mut b = Vec::new();

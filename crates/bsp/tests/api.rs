@@ -491,3 +491,282 @@ fn errors_are_values_in_the_rust_api() {
     assert!(matches!(&r[0].0, BspError::Misuse(m) if m.contains("already popped")));
     assert!(matches!(&r[0].1, BspError::Misuse(m) if m.contains("popped and freed")));
 }
+
+#[test]
+fn overlapping_gets_from_several_processes_land_in_call_order() {
+    // Small chunks cut every get into pieces: the order holds piece by piece too.
+    let chunked = Config {
+        chunk: Some(64),
+        ..Config::default()
+    };
+    for (p, cfg) in [
+        (2, Config::default()),
+        (3, Config::default()),
+        (4, Config::default()),
+        (5, chunked.clone()),
+    ] {
+        run(p, "holefill", "", cfg, |bsp| {
+            let (p, s) = (bsp.nprocs(), bsp.pid());
+            let n = 64usize;
+            let src = bsp.push_reg((0..n as u64).map(|i| s as u64 * 1000 + i).collect());
+            let dst = bsp.push_reg(vec![u64::MAX; n]);
+            bsp.sync().unwrap();
+            let (a, b) = ((s + 1) % p, (s + 2) % p);
+            // Later gets overwrite earlier ones where they overlap, wherever they read.
+            bsp.get(a, &src, 0, &dst, 0, 32).unwrap();
+            bsp.get(b, &src, 16, &dst, 16, 32).unwrap();
+            bsp.get(s, &src, 24, &dst, 24, 8).unwrap();
+            bsp.get(a, &src, 40, &dst, 40, 4).unwrap();
+            bsp.sync().unwrap();
+            let mut want = vec![u64::MAX; n];
+            for (from, lo, len) in [(a, 0, 32), (b, 16, 32), (s, 24, 8), (a, 40, 4)] {
+                for (i, w) in want.iter_mut().enumerate().skip(lo).take(len) {
+                    *w = from as u64 * 1000 + i as u64;
+                }
+            }
+            assert_eq!(bsp.area(&dst), &want[..], "pid {s} of {p}");
+        });
+    }
+}
+
+#[test]
+fn a_popped_registration_serves_its_superstep() {
+    holefill(3, |bsp| {
+        let (p, s) = (bsp.nprocs(), bsp.pid());
+        let a = bsp.push_reg(vec![s; p as usize]);
+        let got = bsp.push_reg(vec![0u32; 1]);
+        bsp.sync().unwrap();
+        bsp.pop_reg(&a).unwrap();
+        // Popped in this superstep: puts and gets to it still work until the sync.
+        bsp.put((s + 1) % p, &[100 + s], &a, s as usize).unwrap();
+        bsp.get((s + p - 1) % p, &a, 0, &got, 0, 1).unwrap();
+        bsp.sync().unwrap();
+        assert_eq!(bsp.area(&got)[0], (s + p - 1) % p);
+        let e = bsp.put(0, &[1], &a, 0).unwrap_err().to_string();
+        assert!(e.contains("was popped and freed"), "{e}");
+    });
+}
+
+/// The address of `n` bytes this test never frees (registered memory in C terms).
+fn leaked(words: &[u64]) -> usize {
+    Box::leak(words.to_vec().into_boxed_slice()).as_ptr() as usize
+}
+
+#[test]
+fn a_pop_of_null_pops_what_the_others_pop() {
+    holefill(3, |bsp| {
+        let (p, s) = (bsp.nprocs(), bsp.pid());
+        // Pid 0 holds the data in two areas; the others register NULL twice.
+        let (first, second) = if s == 0 {
+            (leaked(&[0; 3]), leaked(&[0; 3]))
+        } else {
+            (0, 0)
+        };
+        let size = if s == 0 { 24 } else { 0 };
+        bsp.runtime().with(|c| {
+            c.push_reg(first, size);
+            c.push_reg(second, size);
+        });
+        bsp.sync().unwrap();
+        // Pid 0 pops its first area; a NULL pop elsewhere follows it (the newest NULL
+        // registration there would be the second).
+        bsp.runtime()
+            .with(|c| c.pop_reg("bsp_pop_reg", first))
+            .unwrap();
+        bsp.sync().unwrap();
+        let v = 7 + s as u64;
+        let r = bsp
+            .runtime()
+            .with(|c| c.put("bsp_put", 0, &v.to_ne_bytes(), second, 8 * s as usize));
+        r.unwrap();
+        bsp.sync().unwrap();
+        if s == 0 {
+            // SAFETY: `second` is this process's leaked 3-word area.
+            let area = unsafe { std::slice::from_raw_parts(second as *const u64, 3) };
+            assert_eq!(area, &(0..p as u64).map(|q| 7 + q).collect::<Vec<_>>()[..]);
+        }
+        // The last one: pid 0 names it, the others pop NULL.
+        bsp.runtime()
+            .with(|c| c.pop_reg("bsp_pop_reg", second))
+            .unwrap();
+        bsp.sync().unwrap_or_else(|e| panic!("pid {s}: {e}"));
+        let e = bsp.runtime().with(|c| {
+            c.put("bsp_put", 0, &v.to_ne_bytes(), second, 0)
+                .unwrap_err()
+                .to_string()
+        });
+        assert!(e.contains("is not registered"), "{e}");
+    });
+}
+
+#[test]
+fn pops_of_null_everywhere_take_the_newest_registration_of_null_everywhere() {
+    let r = failing(2, |bsp| {
+        let s = bsp.pid();
+        let own = leaked(&[0; 1]);
+        bsp.runtime().with(|c| {
+            c.push_reg(0, 0);
+            // NULL on pid 1 only: not a candidate.
+            c.push_reg(if s == 0 { own } else { 0 }, 8 * (s == 0) as usize);
+            c.push_reg(0, 0);
+        });
+        bsp.sync().unwrap();
+        let pop = |bsp: &mut Bsp| bsp.runtime().with(|c| c.pop_reg("bsp_pop_reg", 0));
+        pop(bsp).unwrap();
+        pop(bsp).unwrap();
+        bsp.sync().unwrap();
+        // Both NULL-everywhere registrations are gone; pid 0's area remains.
+        let v = 5u64;
+        bsp.runtime()
+            .with(|c| {
+                c.put(
+                    "bsp_put",
+                    0,
+                    &v.to_ne_bytes(),
+                    if s == 0 { own } else { 0 },
+                    0,
+                )
+            })
+            .unwrap_or_else(|e| panic!("pid {s}: {e}"));
+        bsp.sync().unwrap();
+        pop(bsp).unwrap();
+        let e = bsp.sync().unwrap_err().to_string();
+        (s, own, e)
+    });
+    for (s, own, e) in r {
+        if s == 0 {
+            // SAFETY: pid 0's leaked word.
+            assert_eq!(unsafe { *(own as *const u64) }, 5);
+        }
+        assert!(
+            e.contains("every process popped NULL")
+                && e.contains("no registration that every process made with NULL"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn zero_byte_transfers_are_no_ops_before_any_check() {
+    holefill(2, |bsp| {
+        let a = bsp.push_reg(vec![0u8; 4]);
+        bsp.sync().unwrap();
+        bsp.runtime().with(|c| {
+            // Unregistered address, pid out of range, offset past the end: no error.
+            c.put("bsp_put", 9, &[], 0x1234, 1 << 40).unwrap();
+            // SAFETY: nothing is read.
+            unsafe { c.hpput("bsp_hpput", 9, 0, 0x1234, 1 << 40, 0) }.unwrap();
+            c.get("bsp_get", 9, 0x1234, 1 << 40, 0, 0).unwrap();
+        });
+        let next = (bsp.pid() + 1) % bsp.nprocs();
+        bsp.put(next, &[1u8], &a, 0).unwrap();
+        bsp.sync().unwrap();
+        assert_eq!(bsp.area(&a)[0], 1);
+    });
+}
+
+#[test]
+fn tag_size_calls_chain_within_a_superstep() {
+    holefill(2, |bsp| {
+        assert_eq!(bsp.set_tagsize(8), 0);
+        assert_eq!(
+            bsp.set_tagsize(2),
+            8,
+            "the size the previous call asked for"
+        );
+        assert_eq!(bsp.set_tagsize(4), 2);
+        bsp.sync().unwrap();
+        assert_eq!(bsp.tagsize(), 4);
+        assert_eq!(
+            bsp.set_tagsize(6),
+            4,
+            "a new superstep starts from the size in effect"
+        );
+        bsp.sync().unwrap();
+        assert_eq!(bsp.tagsize(), 6);
+    });
+}
+
+#[test]
+fn direct_get_reads_at_once_even_from_a_process_that_computes() {
+    for p in [2u32, 4] {
+        holefill(p, |bsp| {
+            let (p, s) = (bsp.nprocs(), bsp.pid());
+            let a = bsp.push_reg(vec![s as u64; 8]);
+            bsp.sync().unwrap();
+            bsp.area_mut(&a)[3] = 100 + s as u64;
+            bsp.sync().unwrap();
+            // Pid 0 computes without calling the library: its progress thread answers.
+            if s == 0 {
+                std::thread::sleep(std::time::Duration::from_millis(30));
+            }
+            for round in 0..2 {
+                // The first read of each peer is a round trip, later ones read in place.
+                for q in (0..p).map(|k| (s + k) % p) {
+                    let mut v = [0u64; 2];
+                    bsp.direct_get(q, &a, 2, &mut v).unwrap();
+                    assert_eq!(v, [q as u64, 100 + q as u64], "round {round} from {q}");
+                }
+            }
+            let mut one = [0u64];
+            let e = bsp.direct_get((s + 1) % p, &a, 8, &mut one).unwrap_err();
+            assert!(
+                e.to_string()
+                    .starts_with("bsp_direct_get: reading 8 bytes at offset 64 from pid"),
+                "{e}"
+            );
+            bsp.sync().unwrap();
+        });
+    }
+}
+
+#[test]
+fn a_put_wins_over_a_get_result_it_overlaps() {
+    // As BSPonMPI writes them: the superstep's get results first, then its puts.
+    for p in [1u32, 3] {
+        holefill(p, |bsp| {
+            let (p, s) = (bsp.nprocs(), bsp.pid());
+            let src = bsp.push_reg((0..8u64).map(|i| 100 * s as u64 + i).collect());
+            let x = bsp.push_reg(vec![0u64; 8]);
+            bsp.sync().unwrap();
+            let (next, prev) = ((s + 1) % p, (s + p - 1) % p);
+            bsp.get(next, &src, 0, &x, 0, 4).unwrap();
+            bsp.put(next, &[7000 + s as u64; 4], &x, 2).unwrap();
+            bsp.sync().unwrap();
+            let want: Vec<u64> = (0..8u64)
+                .map(|i| match i {
+                    0 | 1 => 100 * next as u64 + i,
+                    2..=5 => 7000 + prev as u64,
+                    _ => 0,
+                })
+                .collect();
+            assert_eq!(bsp.area(&x), &want[..], "pid {s} of {p}");
+        });
+    }
+}
+
+#[test]
+fn messages_come_from_the_highest_pid_first_each_in_the_order_sent() {
+    // The standard gives no order; BSPonMPI and MulticoreBSP for C both give this one, and
+    // programs written for them rely on it.
+    holefill(4, |bsp| {
+        let (p, s) = (bsp.nprocs(), bsp.pid());
+        for k in 0..3u8 {
+            bsp.send(0, &[], &[s as u8, k]).unwrap();
+        }
+        bsp.sync().unwrap();
+        let mut got = Vec::new();
+        while let Some(m) = bsp.hpmove() {
+            got.push((m.payload[0], m.payload[1]));
+        }
+        let want: Vec<(u8, u8)> = if s == 0 {
+            (0..p as u8)
+                .rev()
+                .flat_map(|q| (0..3).map(move |k| (q, k)))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        assert_eq!(got, want);
+    });
+}

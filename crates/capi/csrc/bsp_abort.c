@@ -1,4 +1,6 @@
-/* bsp_abort and bsp_vabort: format the message, then end the job from Rust. */
+/* bsp_abort and its variants (the Oxford toolset's bsp_vabort, BSPonMPI's bsp_abort_va,
+ * MulticoreBSP's mcbsp_abort and mcbsp_vabort): format the message, then end the job from
+ * Rust. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +34,17 @@ void bsp_vabort(const char *format, va_list args) {
 }
 
 void bsp_abort(const char *format, ...) {
+    va_list args;
+    va_start(args, format);
+    bsp_vabort(format, args);
+    va_end(args); /* not reached */
+}
+
+void bsp_abort_va(const char *format, va_list args) { bsp_vabort(format, args); }
+
+void mcbsp_vabort(const char *format, va_list args) { bsp_vabort(format, args); }
+
+void mcbsp_abort(const char *format, ...) {
     va_list args;
     va_start(args, format);
     bsp_vabort(format, args);

@@ -1,8 +1,9 @@
-//! BSPlib's C functions (`include/bsp.h`, the `int` dialect of the Oxford BSP toolset and
-//! BSPonMPI) over [`bulkwire_bsp::Runtime`]. One runtime per process, between
-//! `bsp_begin` and `bsp_end`. Every argument is checked before it is used: a misuse
-//! aborts the job with a message naming the call, never corrupts memory that the
-//! program did not hand over. (`bsp_abort` and `bsp_vabort` are in `csrc/bsp_abort.c`:
+//! BSPlib's C functions over [`bulkwire_bsp::Runtime`]: the `int` dialect of the Oxford
+//! BSP toolset and BSPonMPI (`bsp_*`, this module) and MulticoreBSP for C's (`mcbsp_*`,
+//! [`crate::mcbsp`]), both on the helpers here. One runtime per process and SPMD section,
+//! between `bsp_begin` and `bsp_end`. Every argument is checked before it is used: a
+//! misuse aborts the job with a message naming the call, never corrupts memory that the
+//! program did not hand over. (`bsp_abort` and its variants are in `csrc/bsp_abort.c`:
 //! they are variadic.)
 
 use std::ffi::{CStr, c_char, c_int, c_void};
@@ -13,10 +14,12 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use bulkwire_bsp::bench::{BenchConfig, measure};
 use bulkwire_bsp::{BspError, Runtime};
 
-/// The process's runtime, from `bsp_begin` on. It is leaked, never freed: `bsp_end`
-/// empties it and marks it ended, so a call from another thread at any moment finds
-/// either a live runtime or an ended one, never freed memory, and the hot path is one
-/// atomic load.
+use crate::spmd;
+
+/// The process's runtime of the current (or last) SPMD section. It is leaked, never
+/// freed: `bsp_end` empties it and marks it ended, so a call from another thread at any
+/// moment finds either a live runtime or an ended one, never freed memory, and the hot
+/// path is one atomic load. A later section's `bsp_begin` installs a new one.
 static RT: AtomicPtr<Runtime> = AtomicPtr::new(std::ptr::null_mut());
 
 /// Serialises `bsp_begin` (two threads beginning at once).
@@ -24,7 +27,7 @@ static BEGIN: Mutex<()> = Mutex::new(());
 
 /// The runtime if the computation is running.
 #[inline]
-fn current() -> Option<&'static Runtime> {
+pub(crate) fn current() -> Option<&'static Runtime> {
     // SAFETY: a non-null pointer came from Box::into_raw and is never freed.
     let rt = unsafe { RT.load(Ordering::Acquire).as_ref()? };
     (!rt.ended()).then_some(rt)
@@ -32,7 +35,7 @@ fn current() -> Option<&'static Runtime> {
 
 /// Ends the process for a call made outside `bsp_begin` ... `bsp_end`.
 #[cold]
-fn outside(call: &str) -> ! {
+pub(crate) fn outside(call: &str) -> ! {
     let _ = writeln!(
         std::io::stderr(),
         "{call}: called outside bsp_begin ... bsp_end"
@@ -42,7 +45,7 @@ fn outside(call: &str) -> ! {
 
 /// Runs `f` on the runtime; an error ends the job (see [`Runtime::fail`]).
 #[inline]
-fn with<R>(call: &str, f: impl FnOnce(&Runtime) -> Result<R, BspError>) -> R {
+pub(crate) fn with<R>(call: &str, f: impl FnOnce(&Runtime) -> Result<R, BspError>) -> R {
     let Some(rt) = current() else { outside(call) };
     match f(rt) {
         Ok(r) => r,
@@ -50,7 +53,7 @@ fn with<R>(call: &str, f: impl FnOnce(&Runtime) -> Result<R, BspError>) -> R {
     }
 }
 
-fn misuse<T>(msg: String) -> Result<T, BspError> {
+pub(crate) fn misuse<T>(msg: String) -> Result<T, BspError> {
     Err(BspError::Misuse(msg))
 }
 
@@ -93,52 +96,65 @@ unsafe fn bytes<'a>(
     Ok(unsafe { std::slice::from_raw_parts(p.cast(), n) })
 }
 
-fn fit_int(call: &str, what: &str, v: u64) -> Result<c_int, BspError> {
+pub(crate) fn fit_int(call: &str, what: &str, v: u64) -> Result<c_int, BspError> {
     c_int::try_from(v).or_else(|_| misuse(format!("{call}: {what} ({v}) does not fit an int")))
 }
 
-fn out<T>(call: &str, what: &str, p: *mut T) -> Result<*mut T, BspError> {
+pub(crate) fn out<T>(call: &str, what: &str, p: *mut T) -> Result<*mut T, BspError> {
     if p.is_null() {
         return misuse(format!("{call}: {what} is NULL"));
     }
     Ok(p)
 }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn bsp_begin(maxprocs: c_int) {
+/// `bsp_begin(maxprocs)` in either dialect (`None`: a count that fits no `u32`).
+pub(crate) fn begin(call: &str, maxprocs: Option<u32>, shown: &dyn std::fmt::Display) {
     let fatal = |msg: String| -> ! {
-        let _ = writeln!(std::io::stderr(), "bsp_begin: {msg}");
+        let _ = writeln!(std::io::stderr(), "{call}: {msg}");
         std::process::exit(1)
     };
-    let settings = crate::settings::or_exit("bsp_begin");
+    spmd::divert(call);
+    let settings = crate::settings::or_exit(call);
     // Processes a job spawned may pass anything: only pid 0's count is used.
-    if maxprocs < 1 && !settings.launch.is_spawned() {
-        fatal(format!(
-            "the number of processes must be at least 1, got {maxprocs}"
-        ));
-    }
+    let p = match maxprocs {
+        Some(p) if p >= 1 => p,
+        _ if settings.launch.is_spawned() => 0,
+        _ => fatal(format!(
+            "the number of processes must be at least 1, got {shown}"
+        )),
+    };
     let _g = BEGIN.lock().unwrap_or_else(|e| e.into_inner());
-    if !RT.load(Ordering::Acquire).is_null() {
-        if current().is_some() {
-            with("bsp_begin", |_| {
-                misuse::<()>("bsp_begin: called twice".into())
-            });
-        }
-        fatal("called again after bsp_end".into());
+    let later = !RT.load(Ordering::Acquire).is_null();
+    if later && current().is_some() {
+        with(call, |_| misuse::<()>(format!("{call}: called twice")));
     }
-    match Runtime::begin(
-        maxprocs.max(0) as u32,
-        &settings.launch,
-        settings.bsp.clone(),
-    ) {
+    let (launch, cfg) = (&settings.launch, settings.bsp.clone());
+    let started = if later {
+        // pid 0 after bsp_end: a new section, with new processes.
+        let entry = spmd::entry_for_next_section().unwrap_or_else(|why| fatal(why));
+        Runtime::begin_section(p, &entry, launch, cfg)
+    } else if let Some(entry) = spmd::entry().filter(|_| launch.job.is_none()) {
+        // Started by itself, with its SPMD function named: the processes it starts run
+        // that function at once, not main's code before bsp_init (MulticoreBSP's own
+        // examples read their input first).
+        Runtime::begin_section(p, &entry, launch, cfg)
+    } else {
+        Runtime::begin(p, launch, cfg)
+    };
+    match started {
         Ok(rt) => RT.store(Box::into_raw(Box::new(rt)), Ordering::Release),
         // Another process failed while this one joined: the launcher has said why.
         Err(BspError::JobFailed { exit_code, .. }) => std::process::exit(exit_code.max(1)),
-        Err(bulkwire_bsp::BspError::Launch(bulkwire_launch::LaunchError::JobFailed(f))) => {
+        Err(BspError::Launch(bulkwire_launch::LaunchError::JobFailed(f))) => {
             std::process::exit(f.exit_code().max(1))
         }
         Err(e) => fatal(e.to_string()),
     }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn bsp_begin(maxprocs: c_int) {
+    begin("bsp_begin", u32::try_from(maxprocs).ok(), &maxprocs)
 }
 
 #[unsafe(no_mangle)]
@@ -158,6 +174,22 @@ pub extern "C" fn bsp_end() {
     }
 }
 
+/// `bsp_init` in either dialect.
+pub(crate) fn init(call: &str, spmd_part: Option<spmd::SpmdFn>) {
+    spmd::divert(call);
+    let Some(f) = spmd_part else {
+        let _ = writeln!(std::io::stderr(), "{call}: the SPMD function is NULL");
+        std::process::exit(1)
+    };
+    spmd::record(f);
+    // The started processes of a job (not pid 0) run the SPMD part at once and leave;
+    // pid 0 goes on with main and calls it after its sequential start.
+    if !spmd::entered() && crate::settings::or_exit(call).launch.is_spawned() {
+        f();
+        std::process::exit(0);
+    }
+}
+
 /// # Safety
 /// `spmd_part` must be a function the program may call.
 #[unsafe(no_mangle)]
@@ -166,21 +198,10 @@ pub unsafe extern "C" fn bsp_init(
     _argc: c_int,
     _argv: *mut *mut c_char,
 ) {
-    // The spawned processes of a job (not pid 0) run the SPMD part at once and leave;
-    // pid 0 goes on with main and calls it after its sequential start.
-    if crate::settings::or_exit("bsp_init").launch.is_spawned() {
-        match spmd_part {
-            Some(f) => f(),
-            None => {
-                let _ = writeln!(std::io::stderr(), "bsp_init: the SPMD function is NULL");
-                std::process::exit(1)
-            }
-        }
-        std::process::exit(0);
-    }
+    init("bsp_init", spmd_part)
 }
 
-/// Called by `bsp_abort`/`bsp_vabort` (C) with the formatted message.
+/// Called by `bsp_abort` and its variants (C) with the formatted message.
 ///
 /// # Safety
 /// `msg` must be a NUL-terminated string.
@@ -198,25 +219,37 @@ pub unsafe extern "C" fn bulkwire_bsp_abort_message(msg: *const c_char) -> ! {
     }
 }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn bsp_nprocs() -> c_int {
+/// `bsp_nprocs`: the computation's processes; outside it, how many a computation begun
+/// now would have.
+pub(crate) fn nprocs(call: &str) -> u32 {
     match current() {
-        Some(rt) => rt.nprocs() as c_int,
-        None => crate::settings::or_exit("bsp_nprocs")
-            .launch
-            .available_processors()
-            .min(c_int::MAX as u32) as c_int,
+        Some(rt) => rt.nprocs(),
+        None => {
+            spmd::divert(call);
+            crate::settings::or_exit(call).launch.available_processors()
+        }
     }
 }
 
 #[unsafe(no_mangle)]
+pub extern "C" fn bsp_nprocs() -> c_int {
+    nprocs("bsp_nprocs").min(c_int::MAX as u32) as c_int
+}
+
+#[unsafe(no_mangle)]
 pub extern "C" fn bsp_pid() -> c_int {
-    current().map_or(0, |rt| rt.pid() as c_int)
+    match current() {
+        Some(rt) => rt.pid() as c_int,
+        None => outside("bsp_pid"),
+    }
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn bsp_time() -> f64 {
-    current().map_or(0.0, |rt| rt.time())
+    match current() {
+        Some(rt) => rt.time(),
+        None => outside("bsp_time"),
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -240,7 +273,31 @@ pub extern "C" fn bsp_pop_reg(ident: *const c_void) {
     with(CALL, |rt| rt.with(|c| c.pop_reg(CALL, ident as usize)))
 }
 
-fn put(
+/// A put of `n` bytes in either dialect (the core ignores 0-byte ones before any check).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn put(
+    rt: &Runtime,
+    call: &str,
+    hp: bool,
+    p: u32,
+    src: *const c_void,
+    dst: *mut c_void,
+    off: usize,
+    n: usize,
+) -> Result<(), BspError> {
+    // SAFETY: bsp_put's caller hands over n readable bytes at src (for hpput, until the
+    // sync); NULL is refused unless n is 0.
+    let s = unsafe { bytes(call, "the source", src, n)? };
+    if hp {
+        // SAFETY: as above; hpput's source stays readable until the sync.
+        unsafe { rt.with(|c| c.hpput(call, p, s.as_ptr() as usize, dst as usize, off, n)) }
+    } else {
+        rt.with(|c| c.put(call, p, s, dst as usize, off))
+    }
+}
+
+/// The `int` dialect's put: a 0-byte put is a no-op before any check, as in BSPonMPI.
+fn put_int(
     call: &str,
     hp: bool,
     p: c_int,
@@ -250,18 +307,12 @@ fn put(
     nbytes: c_int,
 ) {
     with(call, |rt| {
-        let p = pid(call, p)?;
-        let off = size(call, "offset", offset)?;
-        let n = size(call, "nbytes", nbytes)?;
-        // SAFETY: bsp_put's caller hands over n readable bytes at src (for hpput, until
-        // the sync); NULL is refused unless n is 0.
-        let s = unsafe { bytes(call, "the source", src, n)? };
-        if hp {
-            // SAFETY: as above; hpput's source stays readable until the sync.
-            unsafe { rt.with(|c| c.hpput(call, p, s.as_ptr() as usize, dst as usize, off, n)) }
-        } else {
-            rt.with(|c| c.put(call, p, s, dst as usize, off))
+        if nbytes == 0 {
+            return Ok(());
         }
+        let (p, off) = (pid(call, p)?, size(call, "offset", offset)?);
+        let n = size(call, "nbytes", nbytes)?;
+        put(rt, call, hp, p, src, dst, off, n)
     })
 }
 
@@ -273,7 +324,7 @@ pub extern "C" fn bsp_put(
     offset: c_int,
     nbytes: c_int,
 ) {
-    put("bsp_put", false, pid, src, dst, offset, nbytes)
+    put_int("bsp_put", false, pid, src, dst, offset, nbytes)
 }
 
 #[unsafe(no_mangle)]
@@ -284,20 +335,42 @@ pub extern "C" fn bsp_hpput(
     offset: c_int,
     nbytes: c_int,
 ) {
-    put("bsp_hpput", true, pid, src, dst, offset, nbytes)
+    put_int("bsp_hpput", true, pid, src, dst, offset, nbytes)
 }
 
-fn get(call: &str, p: c_int, src: *const c_void, offset: c_int, dst: *mut c_void, nbytes: c_int) {
+/// A get of `n` bytes in either dialect.
+pub(crate) fn get(
+    rt: &Runtime,
+    call: &str,
+    p: u32,
+    src: *const c_void,
+    off: usize,
+    dst: *mut c_void,
+    n: usize,
+) -> Result<(), BspError> {
+    if n > 0 && dst.is_null() {
+        return misuse(format!(
+            "{call}: the destination is NULL but {n} bytes are to be written to it"
+        ));
+    }
+    rt.with(|c| c.get(call, p, src as usize, off, dst as usize, n))
+}
+
+fn get_int(
+    call: &str,
+    p: c_int,
+    src: *const c_void,
+    offset: c_int,
+    dst: *mut c_void,
+    nbytes: c_int,
+) {
     with(call, |rt| {
-        let p = pid(call, p)?;
-        let off = size(call, "offset", offset)?;
-        let n = size(call, "nbytes", nbytes)?;
-        if n > 0 && dst.is_null() {
-            return misuse(format!(
-                "{call}: the destination is NULL but {n} bytes are to be written to it"
-            ));
+        if nbytes == 0 {
+            return Ok(());
         }
-        rt.with(|c| c.get(call, p, src as usize, off, dst as usize, n))
+        let (p, off) = (pid(call, p)?, size(call, "offset", offset)?);
+        let n = size(call, "nbytes", nbytes)?;
+        get(rt, call, p, src, off, dst, n)
     })
 }
 
@@ -309,7 +382,7 @@ pub extern "C" fn bsp_get(
     dst: *mut c_void,
     nbytes: c_int,
 ) {
-    get("bsp_get", pid, src, offset, dst, nbytes)
+    get_int("bsp_get", pid, src, offset, dst, nbytes)
 }
 
 #[unsafe(no_mangle)]
@@ -320,7 +393,7 @@ pub extern "C" fn bsp_hpget(
     dst: *mut c_void,
     nbytes: c_int,
 ) {
-    get("bsp_hpget", pid, src, offset, dst, nbytes)
+    get_int("bsp_hpget", pid, src, offset, dst, nbytes)
 }
 
 /// # Safety
@@ -339,23 +412,43 @@ pub unsafe extern "C" fn bsp_set_tagsize(tag_nbytes: *mut c_int) {
     })
 }
 
-fn send(call: &str, hp: bool, p: c_int, tag: *const c_void, payload: *const c_void, nbytes: c_int) {
+/// A send of `n` payload bytes (and a tag of the tag size) in either dialect.
+pub(crate) fn send(
+    rt: &Runtime,
+    call: &str,
+    hp: bool,
+    p: u32,
+    tag: *const c_void,
+    payload: *const c_void,
+    n: usize,
+) -> Result<(), BspError> {
+    rt.with(|c| {
+        // SAFETY: the caller hands over tagsize readable bytes at tag and n at payload
+        // (for hpsend, until the sync); NULL is refused unless empty.
+        let t = unsafe { bytes(call, "the tag", tag, c.tagsize())? };
+        // SAFETY: as above.
+        let d = unsafe { bytes(call, "the payload", payload, n)? };
+        if hp {
+            // SAFETY: as above.
+            unsafe { c.hpsend(call, p, t, d.as_ptr() as usize, n) }
+        } else {
+            c.send(call, p, t, d)
+        }
+    })
+}
+
+fn send_int(
+    call: &str,
+    hp: bool,
+    p: c_int,
+    tag: *const c_void,
+    payload: *const c_void,
+    nbytes: c_int,
+) {
     with(call, |rt| {
         let p = pid(call, p)?;
         let n = size(call, "payload_nbytes", nbytes)?;
-        rt.with(|c| {
-            // SAFETY: the caller hands over tagsize readable bytes at tag and n at
-            // payload (for hpsend, until the sync); NULL is refused unless empty.
-            let t = unsafe { bytes(call, "the tag", tag, c.tagsize())? };
-            // SAFETY: as above.
-            let d = unsafe { bytes(call, "the payload", payload, n)? };
-            if hp {
-                // SAFETY: as above.
-                unsafe { c.hpsend(call, p, t, d.as_ptr() as usize, n) }
-            } else {
-                c.send(call, p, t, d)
-            }
-        })
+        send(rt, call, hp, p, tag, payload, n)
     })
 }
 
@@ -366,7 +459,7 @@ pub extern "C" fn bsp_send(
     payload: *const c_void,
     payload_nbytes: c_int,
 ) {
-    send("bsp_send", false, pid, tag, payload, payload_nbytes)
+    send_int("bsp_send", false, pid, tag, payload, payload_nbytes)
 }
 
 #[unsafe(no_mangle)]
@@ -376,7 +469,7 @@ pub extern "C" fn bsp_hpsend(
     payload: *const c_void,
     payload_nbytes: c_int,
 ) {
-    send("bsp_hpsend", true, pid, tag, payload, payload_nbytes)
+    send_int("bsp_hpsend", true, pid, tag, payload, payload_nbytes)
 }
 
 /// # Safety
@@ -401,6 +494,28 @@ pub unsafe extern "C" fn bsp_qsize(nmessages: *mut c_int, accum_nbytes: *mut c_i
     })
 }
 
+/// `bsp_get_tag` in either dialect: copies the first message's tag to `tag` (which may be
+/// NULL when nothing is copied) and returns its payload length; `None` if the queue is
+/// empty.
+pub(crate) fn get_tag(
+    call: &str,
+    rt: &Runtime,
+    tag: *mut c_void,
+) -> Result<Option<usize>, BspError> {
+    rt.with(|c| {
+        let Some((t, p)) = c.first_message() else {
+            return Ok(None);
+        };
+        if !t.is_empty() {
+            let dst = out(call, "the tag buffer", tag)?;
+            // SAFETY: the caller hands over a buffer of the tag size (that of the
+            // superstep the message was sent in, which it set).
+            unsafe { std::ptr::copy_nonoverlapping(t.as_ptr(), dst.cast(), t.len()) };
+        }
+        Ok(Some(p.len()))
+    })
+}
+
 /// # Safety
 /// `status` must point to an `int`, `tag` to the tag size of writable bytes.
 #[unsafe(no_mangle)]
@@ -408,24 +523,36 @@ pub unsafe extern "C" fn bsp_get_tag(status: *mut c_int, tag: *mut c_void) {
     const CALL: &str = "bsp_get_tag";
     with(CALL, |rt| {
         let st = out(CALL, "the status pointer", status)?;
-        rt.with(|c| {
-            let v = match c.first_message() {
-                None => -1,
-                Some((t, p)) => {
-                    let len = fit_int(CALL, "the payload size", p.len() as u64)?;
-                    if !t.is_empty() {
-                        let dst = out(CALL, "the tag buffer", tag)?;
-                        // SAFETY: the caller hands over a buffer of the tag size (that of
-                        // the superstep the message was sent in, which it set).
-                        unsafe { std::ptr::copy_nonoverlapping(t.as_ptr(), dst.cast(), t.len()) };
-                    }
-                    len
-                }
-            };
-            // SAFETY: checked non-NULL.
-            unsafe { *st = v };
-            Ok(())
-        })
+        let v = match get_tag(CALL, rt, tag)? {
+            None => -1,
+            Some(len) => fit_int(CALL, "the payload size", len as u64)?,
+        };
+        // SAFETY: checked non-NULL.
+        unsafe { *st = v };
+        Ok(())
+    })
+}
+
+/// `bsp_move` in either dialect: copies at most `room` bytes of the first message's
+/// payload and removes it; false if the queue is empty.
+pub(crate) fn move_first(
+    call: &str,
+    rt: &Runtime,
+    payload: *mut c_void,
+    room: usize,
+) -> Result<bool, BspError> {
+    rt.with(|c| {
+        let Some((_, p)) = c.first_message() else {
+            return Ok(false);
+        };
+        let k = p.len().min(room);
+        if k > 0 {
+            let dst = out(call, "the payload buffer", payload)?;
+            // SAFETY: the caller hands over room >= k writable bytes.
+            unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), dst.cast(), k) };
+        }
+        c.pop_message();
+        Ok(true)
     })
 }
 
@@ -436,19 +563,36 @@ pub unsafe extern "C" fn bsp_move(payload: *mut c_void, reception_nbytes: c_int)
     const CALL: &str = "bsp_move";
     with(CALL, |rt| {
         let room = size(CALL, "reception_nbytes", reception_nbytes)?;
-        rt.with(|c| {
-            let Some((_, p)) = c.first_message() else {
-                return misuse(format!("{CALL}: the message queue is empty"));
-            };
-            let k = p.len().min(room);
-            if k > 0 {
-                let dst = out(CALL, "the payload buffer", payload)?;
-                // SAFETY: the caller hands over reception_nbytes >= k writable bytes.
-                unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), dst.cast(), k) };
-            }
-            c.pop_message();
-            Ok(())
-        })
+        if !move_first(CALL, rt, payload, room)? {
+            return misuse(format!("{CALL}: the message queue is empty"));
+        }
+        Ok(())
+    })
+}
+
+/// `bsp_hpmove` in either dialect: the first message's tag and payload, removed from the
+/// queue; `None` if it is empty.
+pub(crate) fn hpmove(
+    call: &str,
+    rt: &Runtime,
+    tag_ptr: *mut *mut c_void,
+    payload_ptr: *mut *mut c_void,
+) -> Result<Option<usize>, BspError> {
+    let tp = out(call, "the tag pointer", tag_ptr)?;
+    let pp = out(call, "the payload pointer", payload_ptr)?;
+    rt.with(|c| {
+        let Some((t, p)) = c.first_message() else {
+            return Ok(None);
+        };
+        // SAFETY: checked non-NULL. The bytes stay valid until the next sync, which is
+        // all bsp_hpmove promises.
+        unsafe {
+            *tp = t.as_ptr() as *mut c_void;
+            *pp = p.as_ptr() as *mut c_void;
+        }
+        let len = p.len();
+        c.pop_message();
+        Ok(Some(len))
     })
 }
 
@@ -460,23 +604,9 @@ pub unsafe extern "C" fn bsp_hpmove(
     payload_ptr: *mut *mut c_void,
 ) -> c_int {
     const CALL: &str = "bsp_hpmove";
-    with(CALL, |rt| {
-        let tp = out(CALL, "the tag pointer", tag_ptr)?;
-        let pp = out(CALL, "the payload pointer", payload_ptr)?;
-        rt.with(|c| {
-            let Some((t, p)) = c.first_message() else {
-                return Ok(-1);
-            };
-            let len = fit_int(CALL, "the payload size", p.len() as u64)?;
-            // SAFETY: checked non-NULL. The bytes stay valid until the next sync, which
-            // is all bsp_hpmove promises.
-            unsafe {
-                *tp = t.as_ptr() as *mut c_void;
-                *pp = p.as_ptr() as *mut c_void;
-            }
-            c.pop_message();
-            Ok(len)
-        })
+    with(CALL, |rt| match hpmove(CALL, rt, tag_ptr, payload_ptr)? {
+        None => Ok(-1),
+        Some(len) => fit_int(CALL, "the payload size", len as u64),
     })
 }
 

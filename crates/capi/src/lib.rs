@@ -2,12 +2,17 @@
 //! per part of the C headers:
 //!
 //! - [`bsp`]: BSPlib (`include/bsp.h`), the `int` dialect of the Oxford BSP toolset and
-//!   BSPonMPI;
+//!   BSPonMPI, and the helpers both dialects share;
+//! - [`mcbsp`]: MulticoreBSP for C's dialect (`include/mcbsp.h`, or `bsp.h` with
+//!   `bspcc --mcbsp`): `size_t` sizes, `unsigned` pids, `bsp_direct_get`, and its
+//!   affinity, profiling and checkpointing calls;
 //! - [`p2p`]: point-to-point messaging (`include/bulkwire.h`);
 //! - [`coll`]: collectives (`include/bulkwire.h`), on the communicator of [`p2p`];
 //! - [`settings`]: the environment, read once per process for all of them.
 
 pub mod bsp;
 pub mod coll;
+pub mod mcbsp;
 pub mod p2p;
 pub mod settings;
+mod spmd;

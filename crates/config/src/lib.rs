@@ -106,15 +106,10 @@ impl Settings {
         let bsp = bsp_config(l, job.clone(), progress)?;
         let coll = coll_config(l, &job)?;
         let launch = launch_config(l)?;
-        let mut warnings = Vec::new();
-        if job.protocol.as_deref() == Some("utopia") && job.faults.is_active() {
-            warnings.push(format!(
-                "{}=utopia has no recovery: with the faults of {} the first lost, \
-                 corrupted or reordered datagram ends the job (choose holefill, gbn or \
-                 rmpp to recover from them)",
-                PROTOCOL.name, FAULTS.name
-            ));
-        }
+        let warnings = bulkwire_engine::job::faults_warning(job.protocol.as_deref(), &job.faults)
+            .map(|w| format!("{} and {}: {w}", PROTOCOL.name, FAULTS.name))
+            .into_iter()
+            .collect();
         Ok(Settings {
             launch,
             p2p,
@@ -224,7 +219,9 @@ fn protocol_configs(l: &Lookup) -> Result<ProtocolConfigs, ConfigError> {
     let num = |var: &'static Var| l.get(var, |v| int(v, 0, u32::MAX as u64));
     let u32_of = |v: u64| v as u32;
 
-    let d = GbnConfig::default();
+    let jobs = ProtocolConfigs::default();
+    let backoff = |var: &'static Var, hi: u64| l.get(var, |v| int(v, 0, hi));
+    let d = jobs.gbn;
     let gbn = GbnConfig {
         window: num(&GBN_WINDOW)?.map_or(d.window, u32_of),
         seq_bits: num(&GBN_SEQ_BITS)?.map_or(d.seq_bits, u32_of),
@@ -232,6 +229,8 @@ fn protocol_configs(l: &Lookup) -> Result<ProtocolConfigs, ConfigError> {
         cumulative_acks: l
             .get(&GBN_CUMULATIVE_ACKS, flag)?
             .unwrap_or(d.cumulative_acks),
+        backoff_after: backoff(&GBN_BACKOFF_AFTER, 20)?.map_or(d.backoff_after, u32_of),
+        max_backoff: backoff(&GBN_MAX_BACKOFF, 20)?.map_or(d.max_backoff, u32_of),
     };
     gbn.validate()
         .map_err(|e| ConfigError::invalid(&[&GBN_WINDOW, &GBN_SEQ_BITS, &GBN_RX_SLOTS], e))?;
@@ -268,8 +267,10 @@ fn protocol_configs(l: &Lookup) -> Result<ProtocolConfigs, ConfigError> {
         )
     })?;
 
-    let d = RmppConfig::default();
+    let d = jobs.rmpp;
     let rmpp = RmppConfig {
+        backoff_after: backoff(&RMPP_BACKOFF_AFTER, 20)?.map_or(d.backoff_after, u32_of),
+        max_backoff: backoff(&RMPP_MAX_BACKOFF, 16)?.map_or(d.max_backoff, u32_of),
         window: l
             .get(&RMPP_WINDOW, |v| int(v, 1, 1 << 30))?
             .map_or(d.window, u32_of),
@@ -281,10 +282,15 @@ fn protocol_configs(l: &Lookup) -> Result<ProtocolConfigs, ConfigError> {
             .get(&RMPP_ANNOUNCE_KIB, |v| int(v, 1, 1 << 30))?
             .map_or(d.announce_bytes, |kb| kb << 10),
     };
+    rmpp.validate()
+        .map_err(|e| ConfigError::invalid(&[&RMPP_WINDOW, &RMPP_BURST, &RMPP_ANNOUNCE_KIB], e))?;
+    let timer = |var: &'static Var| l.get(var, |v| int(v, 1, 1_000_000));
     Ok(ProtocolConfigs {
         gbn,
         holefill,
         rmpp,
+        rto_initial: timer(&RTO_INITIAL_US)?.map_or(jobs.rto_initial, |v| v * US),
+        rto_min: timer(&RTO_MIN_US)?.map_or(jobs.rto_min, |v| v * US),
     })
 }
 
@@ -400,11 +406,20 @@ fn coll_config(l: &Lookup, job: &JobConfig) -> Result<bulkwire_collectives::Conf
 fn launch_config(l: &Lookup) -> Result<LaunchConfig, ConfigError> {
     let host_id = l.raw(&HOST_ID);
     let host_cpus = l.get(&HOST_CPUS, |v| int(v, 1, 65536))?.map(|n| n as usize);
-    let mut job = job::job_env(l)?;
+    let entry = l.raw(&SPMD_ENTRY);
+    let job::Joining { mut job, boot } = job::job_env(l)?;
     if let Some(j) = &mut job {
         j.host_id = host_id.clone();
         j.host_cpus = host_cpus;
+        j.entry = entry;
     }
+    let join_timeout = l
+        .get(&JOIN_TIMEOUT, |v| int(v, 1, 86_400))?
+        .map_or(bulkwire_launch::DEFAULT_JOIN_TIMEOUT, Duration::from_secs);
+    let rsh = match l.raw(&RSH) {
+        Some(v) => v.split_whitespace().map(Into::into).collect(),
+        None => LaunchConfig::default().rsh,
+    };
     let nprocs = l
         .get(&NPROCS, |v| int(v, 1, u32::MAX as u64))?
         .map(|n| n as u32);
@@ -423,6 +438,9 @@ fn launch_config(l: &Lookup) -> Result<LaunchConfig, ConfigError> {
         .unwrap_or_default();
     Ok(LaunchConfig {
         job,
+        boot,
+        join_timeout,
+        rsh,
         nprocs,
         placement,
         host_id,

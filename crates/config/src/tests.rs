@@ -66,7 +66,13 @@ fn docs_hold_the_generated_table() {
 }
 
 /// Variables that take any text.
-const ANY_TEXT: &[&str] = &["BULKWIRE_HOST_ID", "BULKWIRE_JOB", "BULKWIRE_PROFILE"];
+const ANY_TEXT: &[&str] = &[
+    "BULKWIRE_HOST_ID",
+    "BULKWIRE_JOB",
+    "BULKWIRE_PROFILE",
+    "BULKWIRE_RSH",
+    "BULKWIRE_SPMD_ENTRY",
+];
 
 #[test]
 fn every_bad_value_names_the_variable_and_what_is_accepted() {
@@ -154,7 +160,13 @@ fn faults_under_utopia_warn() {
     ])
     .unwrap();
     assert_eq!(s.warnings.len(), 1);
-    assert!(s.warnings[0].contains("no recovery"), "{:?}", s.warnings);
+    for part in [
+        "BULKWIRE_PROTOCOL",
+        "BULKWIRE_FAULTS",
+        "utopia has no recovery",
+    ] {
+        assert!(s.warnings[0].contains(part), "{:?}", s.warnings);
+    }
     let s = settings(&[("BULKWIRE_PROTOCOL", "utopia")]).unwrap();
     assert!(s.warnings.is_empty());
 }
@@ -203,7 +215,13 @@ fn protocols() {
         ("BULKWIRE_GBN_WINDOW", "3"),
         ("BULKWIRE_GBN_SEQ_BITS", " 2 "),
         ("BULKWIRE_GBN_RX_SLOTS", "5"),
-        ("BULKWIRE_GBN_CUMULATIVE_ACKS", "1"),
+        ("BULKWIRE_GBN_CUMULATIVE_ACKS", "off"),
+        ("BULKWIRE_GBN_BACKOFF_AFTER", "0"),
+        ("BULKWIRE_GBN_MAX_BACKOFF", "20"),
+        ("BULKWIRE_RMPP_BACKOFF_AFTER", "1"),
+        ("BULKWIRE_RMPP_MAX_BACKOFF", "3"),
+        ("BULKWIRE_RTO_INITIAL_US", "2000"),
+        ("BULKWIRE_RTO_MIN_US", "500"),
         ("BULKWIRE_HOLEFILL_BUFFERS", "4096"),
         ("BULKWIRE_HOLEFILL_WINDOW", "1024"),
         ("BULKWIRE_HOLEFILL_SEQ_BITS", "16"),
@@ -224,7 +242,9 @@ fn protocols() {
             window: 3,
             seq_bits: 2,
             rx_slots: 5,
-            cumulative_acks: true
+            cumulative_acks: false,
+            backoff_after: 0,
+            max_backoff: 20,
         }
     );
     assert_eq!(
@@ -245,8 +265,17 @@ fn protocols() {
             window: 8,
             burst: 4,
             auto_accept: true,
-            announce_bytes: 2048
+            announce_bytes: 2048,
+            backoff_after: 1,
+            max_backoff: 3,
         }
+    );
+    assert_eq!((p.rto_initial, p.rto_min), (2 * MS, 500 * US));
+    // What jobs run when nothing is set: gbn with cumulative ACKs, back-off toward a
+    // silent peer only.
+    assert_eq!(
+        Settings::default().job().protocols.gbn,
+        GbnConfig::recommended()
     );
     // Fewer buffers alone shrink holefill's default window with them.
     let s = settings(&[("BULKWIRE_HOLEFILL_BUFFERS", "64")]).unwrap();
@@ -274,6 +303,15 @@ fn protocols() {
             &[("BULKWIRE_GBN_CUMULATIVE_ACKS", "maybe")],
             "BULKWIRE_GBN_CUMULATIVE_ACKS",
         ),
+        (
+            &[("BULKWIRE_GBN_MAX_BACKOFF", "21")],
+            "BULKWIRE_GBN_MAX_BACKOFF",
+        ),
+        (
+            &[("BULKWIRE_RMPP_MAX_BACKOFF", "17")],
+            "BULKWIRE_RMPP_MAX_BACKOFF",
+        ),
+        (&[("BULKWIRE_RTO_MIN_US", "0")], "BULKWIRE_RTO_MIN_US"),
     ] {
         let e = error(vars);
         assert!(e.contains(names), "{vars:?}: {e}");
@@ -522,5 +560,135 @@ fn incomplete_or_inconsistent_jobs() {
     ] {
         let e = error(vars);
         assert!(e.contains(says), "{vars:?}: {e}");
+    }
+}
+
+fn boot(vars: &[(&str, &str)]) -> Option<bulkwire_launch::bootstrap::BootOffer> {
+    let s = settings(vars).unwrap();
+    assert_eq!(s.launch.job, None, "{vars:?}");
+    s.launch.boot
+}
+
+#[test]
+fn mpiexec_offers_pmi_on_its_descriptor() {
+    use bulkwire_launch::bootstrap::{BootService, PmiAddr};
+    let b = boot(&[("PMI_FD", "6"), ("PMI_RANK", "2"), ("PMI_SIZE", "4")]).unwrap();
+    assert_eq!(b.service, BootService::Pmi(PmiAddr::Fd(6)));
+    assert_eq!(
+        (b.rank, b.size, b.launcher),
+        (Some(2), Some(4), Launcher::Pmi)
+    );
+    let s = settings(&[("PMI_FD", "6"), ("PMI_RANK", "2"), ("PMI_SIZE", "4")]).unwrap();
+    assert_eq!(s.launch.rank(), Some(2));
+    assert!(s.launch.is_spawned());
+    assert_eq!(s.launch.available_processors(), 4);
+    let b = boot(&[
+        ("PMI_PORT", "node1:4000"),
+        ("PMI_ID", "3"),
+        ("PMI_RANK", "3"),
+        ("PMI_SIZE", "4"),
+    ])
+    .unwrap();
+    assert_eq!(
+        b.service,
+        BootService::Pmi(PmiAddr::Port {
+            addr: "node1:4000".into(),
+            id: Some(3)
+        })
+    );
+    // One process is no job to form: it may start its own.
+    assert_eq!(
+        settings(&[("PMI_FD", "6"), ("PMI_RANK", "0"), ("PMI_SIZE", "1")])
+            .unwrap()
+            .launch
+            .boot,
+        None
+    );
+    let e = error(&[("PMI_FD", "x"), ("PMI_RANK", "0"), ("PMI_SIZE", "2")]);
+    assert!(e.contains("PMI_FD=\"x\""), "{e}");
+}
+
+#[test]
+fn mpirun_offers_pmix_and_srun_pmi_or_its_node_list() {
+    use bulkwire_launch::bootstrap::BootService;
+    let ompi = [
+        ("OMPI_COMM_WORLD_RANK", "1"),
+        ("OMPI_COMM_WORLD_SIZE", "2"),
+        ("OMPI_MCA_ess_base_jobid", "77"),
+        ("PMIX_NAMESPACE", "prterun-x-1@1"),
+        ("PMIX_RANK", "1"),
+    ];
+    let b = boot(&ompi).unwrap();
+    assert_eq!(
+        (b.service, b.launcher),
+        (BootService::Pmix, Launcher::OpenMpi)
+    );
+    assert_eq!(b.job_name.as_deref(), Some("ompi:77"));
+    let slurm = [
+        ("SLURM_PROCID", "3"),
+        ("SLURM_NTASKS", "8"),
+        ("SLURM_JOB_ID", "12"),
+        ("SLURM_STEP_ID", "0"),
+        ("SLURM_STEP_NODELIST", "node[07-08,11],login"),
+    ];
+    let b = boot(&slurm).unwrap();
+    assert_eq!(
+        b.service,
+        BootService::Derived {
+            host: "node07".into()
+        }
+    );
+    assert_eq!(b.job_name.as_deref(), Some("slurm:12.0"));
+    // srun --mpi=pmi2 gives a PMI descriptor too: it wins, unless told otherwise.
+    let mut pmi2 = slurm.to_vec();
+    pmi2.push(("PMI_FD", "5"));
+    assert!(matches!(boot(&pmi2).unwrap().service, BootService::Pmi(_)));
+    pmi2.push(("BULKWIRE_BOOTSTRAP", "derived"));
+    assert!(matches!(
+        boot(&pmi2).unwrap().service,
+        BootService::Derived { .. }
+    ));
+    let mut want_pmix = slurm.to_vec();
+    want_pmix.push(("BULKWIRE_BOOTSTRAP", "pmix"));
+    let e = error(&want_pmix);
+    assert!(
+        e.contains("BULKWIRE_BOOTSTRAP") && e.contains("does not offer"),
+        "{e}"
+    );
+    // A rendezvous given is used as before.
+    let mut served = slurm.to_vec();
+    served.push(RV);
+    assert!(job(&served).is_some());
+}
+
+#[test]
+fn slurm_node_lists_name_their_first_host() {
+    use crate::job::first_host;
+    assert_eq!(
+        first_host("node[01-04,07],login1").as_deref(),
+        Some("node01")
+    );
+    assert_eq!(first_host("a,b").as_deref(), Some("a"));
+    assert_eq!(first_host("gpu[3,5]x").as_deref(), Some("gpu3x"));
+    assert_eq!(first_host("solo").as_deref(), Some("solo"));
+    assert_eq!(first_host(""), None);
+    assert_eq!(first_host("bad[1-2"), None);
+}
+
+#[test]
+fn join_deadline_and_remote_shell() {
+    let s = settings(&[
+        ("BULKWIRE_JOIN_TIMEOUT", "5"),
+        ("BULKWIRE_RSH", "ssh -p 2222"),
+    ])
+    .unwrap();
+    assert_eq!(s.launch.join_timeout, Duration::from_secs(5));
+    assert_eq!(s.launch.rsh, ["ssh", "-p", "2222"]);
+    for bad in ["0", "-1", "86401", "1.5", "x"] {
+        let e = error(&[("BULKWIRE_JOIN_TIMEOUT", bad)]);
+        assert!(
+            e.contains("BULKWIRE_JOIN_TIMEOUT") && e.contains("seconds from 1"),
+            "{e}"
+        );
     }
 }

@@ -99,6 +99,14 @@ vars! {
         "auto or always",
         "auto",
         "always: CRC32C on every datagram; auto leaves it out where the link cannot alter bytes (shared memory, UDP between addresses of one host) unless BULKWIRE_FAULTS corrupts. Every process must agree.";
+    RTO_INITIAL_US: Stack, "BULKWIRE_RTO_INITIAL_US",
+        "microseconds from 1 to 1000000",
+        "1000",
+        "First retransmission timeout of gbn, holefill and rmpp, before a round trip is measured.";
+    RTO_MIN_US: Stack, "BULKWIRE_RTO_MIN_US",
+        "microseconds from 1 to 1000000",
+        "200",
+        "Floor of the retransmission timeout of gbn and rmpp (holefill keeps at least 1 ms: it delays its acknowledgements on purpose).";
     MTU: Udp, "BULKWIRE_MTU",
         "an integer from 576 to 65536",
         "the path MTU the kernel reports (64 KiB datagrams on loopback)",
@@ -137,8 +145,16 @@ vars! {
         "Receive slots per process; one is always kept free (a packet that would take it is NACKed).";
     GBN_CUMULATIVE_ACKS: Gbn, "BULKWIRE_GBN_CUMULATIVE_ACKS",
         "on or off (also 1/0, true/false, yes/no)",
-        "off",
-        "Acknowledge several packets at once instead of each one (a variation on the paper).";
+        "on",
+        "An ACK also acknowledges every older packet, so a lost ACK costs no timeout (a variation on the paper, whose protocol is off).";
+    GBN_BACKOFF_AFTER: Gbn, "BULKWIRE_GBN_BACKOFF_AFTER",
+        "an integer from 0 to 20",
+        "2",
+        "Timeouts in a row toward a silent peer before the timeout doubles (never while the peer is heard from; 0 doubles at every timeout, as the paper's TCP-like timer does).";
+    GBN_MAX_BACKOFF: Gbn, "BULKWIRE_GBN_MAX_BACKOFF",
+        "an integer from 0 to 20",
+        "4",
+        "Most doublings of the timeout.";
     HOLEFILL_BUFFERS: Holefill, "BULKWIRE_HOLEFILL_BUFFERS",
         "an integer from 2 to 4294967295",
         "1024",
@@ -179,6 +195,14 @@ vars! {
         "on or off (also 1/0, true/false, yes/no)",
         "off",
         "Accept every message on arrival instead of when a receive is posted (BSP and the collectives do this themselves).";
+    RMPP_BACKOFF_AFTER: Rmpp, "BULKWIRE_RMPP_BACKOFF_AFTER",
+        "an integer from 0 to 20",
+        "2",
+        "Retransmissions in a row toward a silent peer before the timeout doubles.";
+    RMPP_MAX_BACKOFF: Rmpp, "BULKWIRE_RMPP_MAX_BACKOFF",
+        "an integer from 0 to 16",
+        "4",
+        "Most doublings of the timeout.";
     RMPP_ANNOUNCE_KIB: Rmpp, "BULKWIRE_RMPP_ANNOUNCE_KIB",
         "an integer from 1 to 1073741824 (KiB)",
         "16384",
@@ -257,8 +281,12 @@ vars! {
         "The CPUs the job's processes on this host share; set by a launcher that bound them.";
     HOST_ID: Launch, "BULKWIRE_HOST_ID",
         "any text",
-        "hostname/boot id",
+        "hostname/boot id/network namespace",
         "Identity of this host: processes with the same one use shared memory. Tests set it to pretend several hosts.";
+    SPMD_ENTRY: Launch, "BULKWIRE_SPMD_ENTRY",
+        "set by the library",
+        "none",
+        "Set by bsp_begin for the processes it starts for a later SPMD section of a BSPlib program: the function they run.";
     RANK: Launch, "BULKWIRE_RANK",
         "an integer from 0 to BULKWIRE_NPROCS - 1",
         "not in a job",
@@ -270,11 +298,23 @@ vars! {
     RENDEZVOUS: Launch, "BULKWIRE_RENDEZVOUS",
         "host:port",
         "none",
-        "The job's rendezvous server (bsprun, or bsprun --serve under Slurm or mpirun).";
+        "The job's rendezvous server (set by bsprun; by hand for bsprun --serve). Under srun, mpirun or mpiexec without it, the job forms through the launcher's own bootstrap service (see BULKWIRE_BOOTSTRAP).";
     COOKIE: Launch, "BULKWIRE_COOKIE",
         "an integer from 0 to 4294967295, decimal or 0x hex",
         "derived from BULKWIRE_JOB",
         "Carried by every packet of the job; packets with another cookie are dropped.";
+    JOIN_TIMEOUT: Launch, "BULKWIRE_JOIN_TIMEOUT",
+        "seconds from 1 to 86400",
+        "60",
+        "Every process of a job must have joined it this long after the rendezvous started (after the first process joined, under bsprun); otherwise the job fails, naming the ranks that never came.";
+    BOOTSTRAP: Launch, "BULKWIRE_BOOTSTRAP",
+        "auto, pmi, pmix or derived",
+        "auto",
+        "How a job started by srun, mpirun or mpiexec without BULKWIRE_RENDEZVOUS forms: auto uses the launcher's PMI-1 service (PMI_FD, PMI_PORT), else PMIx (libpmix, loaded when needed), else rank 0 serves on the first host of Slurm's node list at ports derived from the job id.";
+    RSH: Tools, "BULKWIRE_RSH",
+        "a command and its arguments, separated by spaces",
+        "ssh",
+        "The remote shell bsprun starts each other host's agent with, called as COMMAND HOST AGENT... (as ssh is); bsprun --rsh overrides it.";
     JOB: Launch, "BULKWIRE_JOB",
         "any text (a number is used as it is, other text hashed)",
         "Slurm's or Open MPI's job id",
@@ -295,6 +335,18 @@ pub const FOREIGN: &[(&str, &str)] = &[
     (
         "OMPI_MCA_ess_base_jobid, PMIX_NAMESPACE, OMPI_MCA_orte_ess_jobid",
         "the job's identity under Open MPI's mpirun",
+    ),
+    (
+        "PMI_RANK, PMI_SIZE, PMI_FD, PMI_PORT, PMI_ID",
+        "rank, size and the PMI-1 service under MPICH's mpiexec (Hydra) and srun --mpi=pmi2",
+    ),
+    (
+        "PMIX_RANK, PMIX_NAMESPACE, PMIX_SERVER_URI*",
+        "the PMIx service under Open MPI's mpirun and srun --mpi=pmix",
+    ),
+    (
+        "SLURM_STEP_NODELIST, SLURM_JOB_NODELIST",
+        "the host of rank 0 under srun without PMI (its first host)",
     ),
 ];
 

@@ -149,6 +149,10 @@ pub struct Endpoint {
     events: VecDeque<Event>,
     live: Vec<Live>,
     next_live_check: Time,
+    /// Packets went out since the last liveness check: the next one must run even if no
+    /// peer was of interest then (a protocol without timers has nothing else to wake it,
+    /// and its packets may need confirming: [`Protocol::unconfirmed`]).
+    sent_unchecked: bool,
     drops: DropCounts,
     pings_sent: u64,
 }
@@ -176,6 +180,7 @@ impl Endpoint {
             events: VecDeque::new(),
             live: vec![Live::default(); nprocs as usize],
             next_live_check: 0,
+            sent_unchecked: false,
             drops: DropCounts::default(),
             pings_sent: 0,
             link,
@@ -260,6 +265,7 @@ impl Endpoint {
             head: &head,
             body: &t.payload,
         }]);
+        self.sent_unchecked = true;
         if !matches!(r, Ok(1)) {
             // Refused (full) or failed: it waits, as in `transmit`.
             self.pending.push_back(Encoded {
@@ -341,13 +347,19 @@ impl Endpoint {
         self.pings_sent
     }
 
+    /// How long a silent peer we depend on goes unpinged ([`EndpointConfig::ping_interval`]).
+    pub fn ping_interval(&self) -> Time {
+        self.cfg.ping_interval
+    }
+
     /// The earliest time at which [`Endpoint::step`] has timer work.
     pub fn next_deadline(&mut self) -> Option<Time> {
         let p = self.proto.poll_timeout();
-        let l = if self
-            .live
-            .iter()
-            .any(|l| l.waiting || l.interest_since.is_some())
+        let l = if self.sent_unchecked
+            || self
+                .live
+                .iter()
+                .any(|l| l.waiting || l.interest_since.is_some())
         {
             Some(self.next_live_check)
         } else {
@@ -389,23 +401,29 @@ impl Endpoint {
         }
         if self.proto.poll_timeout().is_some_and(|t| t <= now) {
             self.proto.handle_timeout(now);
+            if let Some(e) = self.proto.failure() {
+                return Err(Error::Protocol(e.clone()));
+            }
         }
         if now >= self.next_live_check {
             self.check_liveness(now);
         }
         prog.sent = self.transmit(now)?;
+        self.sent_unchecked |= prog.sent > 0;
         Ok(prog)
     }
 
     fn check_liveness(&mut self, now: Time) {
         self.next_live_check = now + self.cfg.ping_interval / 2;
+        self.sent_unchecked = false;
         for peer in 0..self.nprocs() {
             if peer == self.rank() {
                 continue;
             }
             let interested = {
                 let l = &self.live[peer as usize];
-                !l.dead && (l.waiting || self.proto.outstanding(peer))
+                !l.dead
+                    && (l.waiting || self.proto.outstanding(peer) || self.proto.unconfirmed(peer))
             };
             let l = &mut self.live[peer as usize];
             if !interested {
@@ -444,6 +462,7 @@ impl Endpoint {
         let mut sent = 0;
         while let Some((dst, mut hdr)) = self.control.pop_back() {
             hdr.dst = dst;
+            self.mark(&mut hdr);
             self.pending.push_front(self.encode(hdr, Bytes::new()));
         }
         loop {
@@ -505,6 +524,19 @@ impl Endpoint {
         }
     }
 
+    /// Puts the protocol's liveness marks ([`Protocol::liveness_marks`]) in a ping or pong
+    /// to `hdr.dst`: `msg` packets sent to it, `ack` packets received from it, flagged by
+    /// `aux`. Only when every packet the protocol made for that peer is in the link
+    /// already, so that the counts never run ahead of what the peer can have received.
+    fn mark(&self, hdr: &mut Header) {
+        let dst = hdr.dst;
+        if let Some((sent, received)) = self.proto.liveness_marks(dst)
+            && !self.pending.iter().any(|e| e.dst == dst)
+        {
+            (hdr.msg, hdr.ack, hdr.aux) = (sent, received, MARKED);
+        }
+    }
+
     /// Stamps `hdr` with this endpoint's cookie and rank and encodes it.
     #[inline]
     fn head(&self, hdr: &mut Header, payload: &[u8]) -> [u8; HEADER_LEN] {
@@ -553,18 +585,31 @@ impl Sink<'_> {
             Ok((hdr, payload)) => {
                 self.live[hdr.src as usize].last_heard = self.now;
                 match hdr.kind {
-                    Kind::Ping => {
-                        let mut h = Header::new(Kind::Pong);
-                        h.seq = hdr.seq;
-                        self.control.push_back((hdr.src, h));
-                    }
-                    Kind::Pong => {}
+                    Kind::Ping | Kind::Pong => self.liveness(&hdr),
                     _ => self.proto.handle(self.now, &hdr, payload),
                 }
             }
         }
     }
 }
+
+impl Sink<'_> {
+    /// A ping (answered with a pong) or a pong: their liveness marks go to the protocol.
+    fn liveness(&mut self, hdr: &Header) {
+        if hdr.aux == MARKED {
+            self.proto
+                .on_liveness_marks(self.now, hdr.src, hdr.msg, hdr.ack);
+        }
+        if hdr.kind == Kind::Ping {
+            let mut h = Header::new(Kind::Pong);
+            h.seq = hdr.seq;
+            self.control.push_back((hdr.src, h));
+        }
+    }
+}
+
+/// `aux` of a ping or pong that carries liveness marks ([`Endpoint::mark`]).
+const MARKED: u32 = 1;
 
 /// Empties a vector and gives its allocation back with another lifetime for its elements,
 /// so that the per-step batch of borrowed datagrams costs no allocation (the in-place

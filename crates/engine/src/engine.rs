@@ -369,6 +369,13 @@ impl Transport for Engine {
         Some(WaitHandle { fd, timeout })
     }
 
+    /// Half the ping interval: a peer pings after that much silence and declares us dead
+    /// after ten times as much (by default), so answering within half of it keeps the
+    /// silence it sees under a sixth of its deadline.
+    fn liveness_interval(&self) -> Option<Duration> {
+        Some(Duration::from_nanos(self.ep.ping_interval() / 2))
+    }
+
     fn has_unsent(&self) -> bool {
         self.ep.has_unsent()
     }

@@ -120,6 +120,24 @@ impl JobConfig {
 /// otherwise.
 pub const DEFAULT_DEAD_AFTER: Time = 30 * SEC;
 
+/// What to warn about when `faults` are injected under the protocol `protocol` names
+/// (`None`: the default choice, which recovers whenever faults are injected): utopia cannot recover from any of them, so the first datagram lost,
+/// corrupted, duplicated, reordered or delayed ends the job. `None` when there is
+/// nothing to warn about.
+pub fn faults_warning(protocol: Option<&str>, faults: &FaultConfig) -> Option<String> {
+    let p = protocol?;
+    (faults.is_active()
+        && bulkwire_protocol::PROTOCOLS.contains(&p)
+        && !bulkwire_protocol::recovers(p))
+    .then(|| {
+        format!(
+            "faults are injected, but {p} has no recovery: the first datagram lost, \
+             corrupted, duplicated, reordered or delayed ends the job; {} recover from them",
+            bulkwire_protocol::RECOVERING.join(", ")
+        )
+    })
+}
+
 /// The protocol name that chooses the kernel-TCP baseline stack ([`TcpTransport`])
 /// instead of a protocol over a link.
 pub const TCP: &str = "tcp";
@@ -294,6 +312,7 @@ pub fn connect(ctl: &mut Control, cfg: &JobConfig) -> Result<(Engine, JobInfo), 
     common.max_payload = (0..nprocs)
         .map(|p| link.max_datagram(p).saturating_sub(HEADER_LEN).max(1))
         .collect();
+    let common = cfg.protocols.timers(common);
     let proto = bulkwire_protocol::by_name(protocol, common, &cfg.protocols)
         .map_err(|e| Error::Config(e.to_string()))?;
     let mut ep_cfg = EndpointConfig::with_deadline(ctl.cookie(), cfg.dead_after);
@@ -413,3 +432,34 @@ pub fn finish<T: Transport>(t: &mut T, mut ctl: Control, status: i32) -> Result<
 
 /// How long [`finish`] waits for this process's data to be acknowledged.
 pub const FINISH_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn faults_under_utopia_are_warned_about() {
+        let lossy = FaultConfig::parse("loss=0.01").unwrap();
+        let none = FaultConfig::none();
+        let w = faults_warning(Some("utopia"), &lossy).expect("a warning");
+        for part in [
+            "faults are injected",
+            "utopia has no recovery",
+            "holefill, gbn, rmpp",
+        ] {
+            assert!(w.contains(part), "{w}");
+        }
+        assert_eq!(faults_warning(Some("utopia"), &none), None);
+        for p in [
+            None,
+            Some("holefill"),
+            Some("gbn"),
+            Some("rmpp"),
+            Some("tcp"),
+        ] {
+            assert_eq!(faults_warning(p, &lossy), None, "{p:?}");
+        }
+        let delayed = FaultConfig::parse("delay=0.5").unwrap();
+        assert!(faults_warning(Some("utopia"), &delayed).is_some());
+    }
+}

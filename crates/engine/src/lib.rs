@@ -15,6 +15,7 @@ pub mod sim;
 pub mod simproc;
 pub mod tcp;
 pub mod transport;
+pub mod vm;
 
 pub use endpoint::{Endpoint, EndpointConfig, Event};
 pub use engine::{DEFAULT_SPIN, Engine, WaitPolicy, YIELD_AFTER};

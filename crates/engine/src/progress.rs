@@ -9,6 +9,17 @@
 //! The user's fast path pays one atomic increment besides the (uncontended) mutex: the
 //! thread never polls the network while the user is active, and it wakes only every
 //! `interval` to look.
+//!
+//! With the progress thread turned off the process must still answer for itself: a peer
+//! that waits on it pings it and, hearing nothing for the dead-peer deadline, declares
+//! it dead, even though it is only computing. So [`Shared`] then runs a keep-alive
+//! thread instead, if the state asks for one ([`Service::keep_alive_interval`]): as
+//! rarely as liveness allows (the engine's ping interval), and only while the user has
+//! stayed away for a whole interval, it takes the state and makes one
+//! [`Service::keep_alive`] step. That step drives the transport alone (receiving,
+//! acknowledging, answering pings, retransmitting) and never the upper layer: nothing is
+//! matched, delivered or written to the user's buffers; what arrives waits in the
+//! transport until the user calls in.
 
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
@@ -35,6 +46,14 @@ pub trait Service: Send + 'static {
     fn wait_handle(&mut self) -> Option<WaitHandle> {
         None
     }
+    /// One step of the transport alone, for the keep-alive thread (see the module
+    /// documentation): it must not touch the upper layer's state. Default: nothing.
+    fn keep_alive(&mut self) {}
+    /// How often [`Service::keep_alive`] must run for peers to hear from this process in
+    /// time, when no progress thread runs (`None`: never needed, the default).
+    fn keep_alive_interval(&self) -> Option<Duration> {
+        None
+    }
 }
 
 struct Inner<S> {
@@ -52,6 +71,8 @@ struct Inner<S> {
     waker: Waker,
     /// Times the thread took over (for tests and statistics).
     takeovers: AtomicU64,
+    /// Steps of the keep-alive thread (for tests and statistics).
+    keep_alives: AtomicU64,
 }
 
 impl<S> Inner<S> {
@@ -99,8 +120,11 @@ impl<S> DerefMut for Access<'_, S> {
 impl<S: Service> Shared<S> {
     /// Wraps `state`. With `interval`, a progress thread looks every `interval` whether the
     /// user has been away that long, and if so drives the state until the user returns.
-    /// `waker` must end a concurrent [`Service::block`].
+    /// Without, a keep-alive thread keeps the transport answering peers if the state asks
+    /// for one ([`Service::keep_alive_interval`]). `waker` must end a concurrent
+    /// [`Service::block`].
     pub fn new(state: S, waker: Waker, interval: Option<Duration>) -> Shared<S> {
+        let keep_alive = state.keep_alive_interval().filter(|k| !k.is_zero());
         let inner = Arc::new(Inner {
             state: Mutex::new(state),
             entries: AtomicU64::new(0),
@@ -109,14 +133,19 @@ impl<S: Service> Shared<S> {
             stop_fd: eventfd(),
             waker,
             takeovers: AtomicU64::new(0),
+            keep_alives: AtomicU64::new(0),
         });
-        let thread = interval.filter(|i| !i.is_zero()).map(|interval| {
+        let spawn = |name: &str, f: fn(&Inner<S>, Duration), every: Duration| {
             let inner = inner.clone();
             std::thread::Builder::new()
-                .name("bulkwire-progress".into())
-                .spawn(move || run(&inner, interval))
-                .expect("spawn progress thread")
-        });
+                .name(name.into())
+                .spawn(move || f(&inner, every))
+                .expect("spawn the library's thread")
+        };
+        let thread = match interval.filter(|i| !i.is_zero()) {
+            Some(i) => Some(spawn("bulkwire-progress", run, i)),
+            None => keep_alive.map(|k| spawn("bulkwire-alive", keep_alive_loop, k)),
+        };
         Shared { inner, thread }
     }
 
@@ -159,6 +188,11 @@ impl<S: Service> Shared<S> {
     /// How many times the progress thread has taken over.
     pub fn takeovers(&self) -> u64 {
         self.inner.takeovers.load(SeqCst)
+    }
+
+    /// How many keep-alive steps the keep-alive thread has made.
+    pub fn keep_alives(&self) -> u64 {
+        self.inner.keep_alives.load(SeqCst)
     }
 }
 
@@ -236,6 +270,31 @@ fn run<S: Service>(i: &Inner<S>, interval: Duration) {
             }
         }
         seen = i.entries.load(SeqCst);
+    }
+}
+
+/// The keep-alive thread (no progress thread): every `every`, if no user entered the
+/// library meanwhile and nobody holds or waits for the state, one keep-alive step.
+fn keep_alive_loop<S: Service>(i: &Inner<S>, every: Duration) {
+    let mut seen = i.entries.load(SeqCst);
+    loop {
+        std::thread::park_timeout(every);
+        if i.stop.load(SeqCst) {
+            return;
+        }
+        let now = i.entries.load(SeqCst);
+        if now != seen {
+            seen = now;
+            continue;
+        }
+        // A user inside holds the state and drives the transport itself.
+        if i.waiting.load(SeqCst) > 0 {
+            continue;
+        }
+        if let Some(mut g) = i.try_lock() {
+            g.keep_alive();
+            i.keep_alives.fetch_add(1, SeqCst);
+        }
     }
 }
 

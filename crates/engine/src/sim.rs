@@ -35,6 +35,8 @@ pub enum SimError {
 struct Node {
     ep: Endpoint,
     busy_until: Time,
+    /// Paused (a stopped process): not stepped before this time.
+    paused_until: Time,
     /// The time this node is scheduled for in the agenda, if any.
     wake: Option<Time>,
     inbox: Vec<Event>,
@@ -45,6 +47,8 @@ pub struct SimCluster {
     net: SimNet,
     nodes: Vec<Node>,
     agenda: BinaryHeap<Reverse<(Time, Rank)>>,
+    /// Times the caller asked [`SimCluster::run_until`] to stop by (see `alarm`).
+    alarms: BinaryHeap<Reverse<Time>>,
     now: Time,
     steps: u64,
     auto_accept: bool,
@@ -72,6 +76,7 @@ impl SimCluster {
                 Node {
                     ep: Endpoint::new(Box::new(link), make(common), ep_cfg.clone()),
                     busy_until: 0,
+                    paused_until: 0,
                     wake: None,
                     inbox: Vec::new(),
                 }
@@ -81,6 +86,7 @@ impl SimCluster {
             net,
             nodes,
             agenda: BinaryHeap::new(),
+            alarms: BinaryHeap::new(),
             now: 0,
             steps: 0,
             auto_accept: true,
@@ -217,9 +223,29 @@ impl SimCluster {
         self.step_node(rank)
     }
 
+    /// Pauses `rank` until `until`, as SIGSTOP would: it neither reads nor sends nor runs
+    /// timers meanwhile, while the network keeps filling (and overflowing) its receive
+    /// buffer. It resumes by itself.
+    pub fn pause(&mut self, rank: Rank, until: Time) {
+        let n = &mut self.nodes[rank as usize];
+        n.paused_until = n.paused_until.max(until);
+        self.wake(rank, until);
+    }
+
+    /// Whether `rank` is paused now.
+    pub fn is_paused(&self, rank: Rank) -> bool {
+        self.nodes[rank as usize].paused_until > self.now
+    }
+
+    /// Makes [`SimCluster::run_until`] look at its goal at time `at` even if nothing else
+    /// happens then: a test's program that acts at given times (a send at 5 ms) sets one.
+    pub fn alarm(&mut self, at: Time) {
+        self.alarms.push(Reverse(at.max(self.now)));
+    }
+
     fn wake(&mut self, rank: Rank, at: Time) {
         let n = &mut self.nodes[rank as usize];
-        let at = at.max(n.busy_until);
+        let at = at.max(n.busy_until).max(n.paused_until);
         if n.wake.is_none_or(|w| at < w) {
             n.wake = Some(at);
             self.agenda.push(Reverse((at, rank)));
@@ -236,6 +262,11 @@ impl SimCluster {
         let now = self.now;
         let node = &mut self.nodes[rank as usize];
         node.wake = None;
+        if node.paused_until > now {
+            let at = node.paused_until;
+            self.wake(rank, at);
+            return Ok(Progress::default());
+        }
         let mut prog = node.ep.step(now).map_err(|e| SimError::Node {
             rank,
             msg: e.to_string(),
@@ -305,6 +336,9 @@ impl SimCluster {
             return Err(SimError::TimeLimit { limit });
         }
         self.now = t.max(self.now);
+        while self.alarms.peek().is_some_and(|Reverse(a)| *a <= self.now) {
+            self.alarms.pop();
+        }
         for r in self.net.advance(self.now) {
             let busy = self.nodes[r as usize].busy_until;
             self.wake(r, busy.max(self.now));
@@ -344,10 +378,14 @@ impl SimCluster {
                 None => break None,
             }
         };
-        match (self.net.next_event(), node_next) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.net.next_event(),
+            node_next,
+            self.alarms.peek().map(|r| r.0),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Runs until nothing is left to happen (every message delivered and acknowledged,

@@ -61,6 +61,14 @@ pub trait Transport: Send {
         None
     }
 
+    /// How often this transport must be stepped, at the least, for its peers to keep
+    /// hearing from it (answers to their liveness pings) when nothing else drives it: the
+    /// keep-alive thread's period (see [`crate::progress`]). `None`: no such need (kernel
+    /// TCP answers for itself).
+    fn liveness_interval(&self) -> Option<Duration> {
+        None
+    }
+
     /// Whether packets wait for room in the network (then blocking would stall them).
     fn has_unsent(&self) -> bool;
 
@@ -222,6 +230,9 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     }
     fn wait_handle(&mut self) -> Option<WaitHandle> {
         (**self).wait_handle()
+    }
+    fn liveness_interval(&self) -> Option<Duration> {
+        (**self).liveness_interval()
     }
     fn has_unsent(&self) -> bool {
         (**self).has_unsent()

@@ -56,6 +56,7 @@ fn start(scenario: &str, hosts: &[&str], env: &[(&str, &str)]) -> Job {
         launcher: Launcher::Bulkwire,
         host_id: None,
         host_cpus: None,
+        entry: None,
     };
     let (tx, lines) = mpsc::channel();
     let mut children = Vec::new();

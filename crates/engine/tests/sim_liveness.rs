@@ -50,3 +50,48 @@ fn dead_peer_reported_within_deadline_live_one_never() {
         assert!(sim.endpoint(0).pings_sent() > 0);
     }
 }
+
+/// A paused node (a stopped process) is silent but not dead: paused for less than the
+/// deadline it is waited for, and what was sent to it meanwhile arrives once it resumes;
+/// paused past the deadline it is declared dead by those waiting on it.
+#[test]
+fn a_paused_peer_is_waited_for_until_the_deadline() {
+    let deadline = 2 * SEC;
+    for protocol in bulkwire_protocol::PROTOCOLS {
+        for (pause, dies) in [(deadline / 2, false), (2 * deadline, true)] {
+            let mut sim = SimCluster::with_protocol(
+                SimConfig::new(2),
+                EndpointConfig::with_deadline(9, deadline),
+                protocol,
+            );
+            sim.expect(0, 1, true);
+            sim.pause(1, pause);
+            assert!(sim.is_paused(1));
+            sim.send(0, 1, Bytes::from(vec![5u8; 20_000])).unwrap();
+            let t = sim
+                .run_until(10 * deadline, |c| {
+                    c.events(0)
+                        .iter()
+                        .any(|e| matches!(e, Event::PeerDead { .. }))
+                        || !c.events(1).is_empty()
+                })
+                .unwrap_or_else(|e| panic!("{protocol}: {e}"));
+            let dead: Vec<_> = sim.take_events(0);
+            if dies {
+                assert!(
+                    matches!(dead[..], [Event::PeerDead { peer: 1, .. }]),
+                    "{protocol}: {dead:?}"
+                );
+                assert!((deadline..=deadline + deadline / 5).contains(&t), "{t}");
+            } else {
+                assert!(dead.is_empty(), "{protocol}: {dead:?}");
+                assert!(t >= pause && !sim.is_paused(1), "{protocol}: at {t}");
+                let got = sim.take_events(1);
+                assert!(
+                    matches!(&got[..], [Event::Message { from: 0, data, .. }] if data.len() == 20_000),
+                    "{protocol}: {got:?}"
+                );
+            }
+        }
+    }
+}

@@ -55,6 +55,12 @@ pub struct SimConfig {
     /// ones overtake it.
     pub reorder: f64,
     pub reorder_delay: Time,
+    /// Probability that a datagram has one byte altered, whatever its length (as
+    /// `BULKWIRE_FAULTS`'s `corrupt`; `ber` makes long datagrams likelier to suffer).
+    pub corrupt: f64,
+    /// Probability that a datagram is held for `delay_time` on its way.
+    pub delay: f64,
+    pub delay_time: Time,
     /// CPU time a node spends per datagram received / sent, ns.
     pub cpu_per_recv: Time,
     pub cpu_per_send: Time,
@@ -64,10 +70,19 @@ pub struct SimConfig {
     /// traffic between leaves goes up to spine `dst mod k` and down (d-mod-k routing).
     /// Every output port on the way has `switch_buffer` bytes and the link bandwidth.
     pub hosts_per_leaf: Option<u32>,
+    /// Corruption may be turned on during the run ([`SimNet::set_faults`]). Links are
+    /// intact (the endpoints skip the CRC) only when this is off and `ber` and `corrupt`
+    /// are 0 as the network is built.
+    pub may_corrupt: bool,
 }
 
 impl SimConfig {
     /// A 10 Gb/s cluster switch with jumbo frames, 2 us hops, no faults.
+    /// Whether datagrams may arrive with bytes altered.
+    pub fn alters_bytes(&self) -> bool {
+        self.may_corrupt || self.ber > 0.0 || self.corrupt > 0.0
+    }
+
     pub fn new(nodes: u32) -> SimConfig {
         SimConfig {
             nodes,
@@ -82,10 +97,14 @@ impl SimConfig {
             dup: 0.0,
             reorder: 0.0,
             reorder_delay: 20_000,
+            corrupt: 0.0,
+            delay: 0.0,
+            delay_time: 1_000_000,
             cpu_per_recv: 500,
             cpu_per_send: 300,
             seed: 1,
             hosts_per_leaf: None,
+            may_corrupt: false,
         }
     }
 
@@ -133,6 +152,7 @@ pub struct NodeStats {
     pub corrupted: u64,
     pub duplicated: u64,
     pub reordered: u64,
+    pub delayed: u64,
     /// Dropped at the switch port toward this node.
     pub switch_overflow: u64,
     /// Dropped because this node's receive buffer was full.
@@ -151,6 +171,7 @@ impl NodeStats {
         self.corrupted += o.corrupted;
         self.duplicated += o.duplicated;
         self.reordered += o.reordered;
+        self.delayed += o.delayed;
         self.switch_overflow += o.switch_overflow;
         self.recv_overflow += o.recv_overflow;
         self.to_dead += o.to_dead;
@@ -226,7 +247,15 @@ impl Net {
     }
 
     fn corrupt(&mut self, data: &mut [u8]) -> bool {
-        if self.cfg.ber <= 0.0 || data.is_empty() {
+        if data.is_empty() {
+            return false;
+        }
+        if self.cfg.corrupt > 0.0 && self.rng.random::<f64>() < self.cfg.corrupt {
+            let at = self.rng.random_range(0..data.len());
+            data[at] ^= self.rng.random_range(1..=255u8);
+            return true;
+        }
+        if self.cfg.ber <= 0.0 {
             return false;
         }
         let bits = data.len() as f64 * 8.0;
@@ -287,6 +316,10 @@ impl Net {
         if self.cfg.reorder > 0.0 && self.rng.random::<f64>() < self.cfg.reorder {
             arrive += self.rng.random_range(1..=self.cfg.reorder_delay.max(1));
             self.nodes[dst as usize].stats.reordered += 1;
+        }
+        if self.cfg.delay > 0.0 && self.rng.random::<f64>() < self.cfg.delay {
+            arrive += self.cfg.delay_time;
+            self.nodes[dst as usize].stats.delayed += 1;
         }
         if self.cfg.dup > 0.0 && self.rng.random::<f64>() < self.cfg.dup {
             self.nodes[dst as usize].stats.duplicated += 1;
@@ -358,7 +391,7 @@ impl SimNet {
             rank,
             nprocs: n.cfg.nodes,
             mtu: n.cfg.mtu,
-            intact: n.cfg.ber == 0.0,
+            intact: !n.cfg.alters_bytes(),
         }
     }
 
@@ -370,6 +403,24 @@ impl SimNet {
     /// Current virtual time.
     pub fn now(&self) -> Time {
         self.lock().now
+    }
+
+    /// Changes the fault parameters (loss, errors, duplication, reordering, delay) from
+    /// now on, for fault schedules that vary during a run. The shape of the network
+    /// (nodes, MTU, buffers, bandwidth) stays as built.
+    pub fn set_faults(&self, f: impl FnOnce(&mut SimConfig)) {
+        let mut n = self.lock();
+        let mut cfg = n.cfg.clone();
+        f(&mut cfg);
+        assert!(
+            n.cfg.alters_bytes() || !cfg.alters_bytes(),
+            "set_faults turns corruption on in a network built intact: build it with \
+             may_corrupt (its links skip the CRC otherwise)"
+        );
+        let c = &mut n.cfg;
+        (c.loss, c.ber, c.dup, c.corrupt) = (cfg.loss, cfg.ber, cfg.dup, cfg.corrupt);
+        (c.reorder, c.reorder_delay) = (cfg.reorder, cfg.reorder_delay);
+        (c.delay, c.delay_time) = (cfg.delay, cfg.delay_time);
     }
 
     /// Time of the next datagram movement inside the network.
@@ -635,6 +686,62 @@ mod tests {
             .map(|d| u32::from_le_bytes(d[..4].try_into().unwrap()))
             .collect();
         assert!(order.windows(2).any(|w| w[1] < w[0]), "some reordering");
+    }
+
+    /// Corruption by datagram (whatever its length), delays, and faults changed in the
+    /// middle of a run.
+    #[test]
+    fn corruption_delay_and_faults_changed_midway() {
+        let mut cfg = SimConfig::new(2);
+        cfg.corrupt = 0.1;
+        cfg.delay = 0.1;
+        cfg.delay_time = 5_000_000;
+        cfg.recv_buffer = usize::MAX / 2;
+        cfg.switch_buffer = usize::MAX / 2;
+        cfg.send_buffer = usize::MAX / 2;
+        let net = SimNet::new(cfg);
+        let mut a = net.link(0);
+        let mut b = net.link(1);
+        let mut rx = RxBatch::new(64, 9000);
+        let mut drain = |t: Time| {
+            net.advance(t);
+            let mut got = Vec::new();
+            while b.recv(&mut rx).unwrap() > 0 {
+                got.extend(rx.iter().map(|d| d.to_vec()));
+            }
+            got
+        };
+        let d = [7u8; 100];
+        for _ in 0..1000 {
+            a.send(&[tx(1, &d)]).unwrap();
+        }
+        // Everything undelayed is in by 1 ms; the delayed ones 5 ms later.
+        let early = drain(1_000_000);
+        let late = drain(10_000_000);
+        let s = net.stats(1);
+        assert!((50..=150).contains(&s.delayed), "{s:?}");
+        assert_eq!(
+            (early.len() as u64, late.len() as u64),
+            (1000 - s.delayed, s.delayed)
+        );
+        let damaged = early.iter().chain(&late).filter(|g| g[..] != d[..]).count();
+        assert_eq!(damaged as u64, s.corrupted);
+        assert!((50..=150).contains(&s.corrupted), "{s:?}");
+        // One byte altered per corrupted datagram.
+        for g in early.iter().chain(&late).filter(|g| g[..] != d[..]) {
+            assert_eq!(g.iter().zip(&d).filter(|(x, y)| x != y).count(), 1);
+        }
+        net.set_faults(|c| {
+            c.loss = 1.0;
+            c.corrupt = 0.0;
+            c.delay = 0.0;
+        });
+        for _ in 0..10 {
+            a.send(&[tx(1, &d)]).unwrap();
+        }
+        assert!(drain(20_000_000).is_empty());
+        assert_eq!(net.stats(1).lost, 10);
+        assert_eq!(net.config().mtu, 9000, "the shape of the network stays");
     }
 
     #[test]

@@ -38,6 +38,7 @@ fn producers_and_a_sleeping_consumer_in_processes() {
         launcher: Launcher::Bulkwire,
         host_id: None,
         host_cpus: None,
+        entry: None,
     };
     let srv = std::thread::spawn(move || server.run());
     let mut children: Vec<_> = (0..n)

@@ -42,7 +42,9 @@ pub mod envelope;
 pub mod loopback;
 pub mod matching;
 mod state;
-pub mod vm;
+/// Single-copy reads of a peer's memory on this host (shared with the BSP layer's
+/// `bsp_direct_get`).
+pub use bulkwire_engine::vm;
 
 use std::marker::PhantomData;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};

@@ -1618,4 +1618,15 @@ impl Service for State {
     fn wait_handle(&mut self) -> Option<bulkwire_engine::WaitHandle> {
         self.t.as_mut()?.wait_handle()
     }
+
+    /// The transport alone: nothing is matched or delivered into the user's buffers.
+    fn keep_alive(&mut self) {
+        if let Some(Err(e)) = self.t.as_mut().map(|t| t.step()) {
+            self.poison(send_error(e));
+        }
+    }
+
+    fn keep_alive_interval(&self) -> Option<Duration> {
+        self.t.as_ref()?.liveness_interval()
+    }
 }

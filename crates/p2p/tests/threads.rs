@@ -491,3 +491,45 @@ fn bad_arguments_are_errors() {
         assert_eq!(r.wait(), Err(Error::InvalidRequest), "already waited for");
     });
 }
+
+/// With the progress thread off (`progress: None`, `BULKWIRE_PROGRESS_US=0`), a rank that
+/// computes for three dead-peer deadlines without calling in is not declared dead by the
+/// rank waiting on it: the keep-alive thread answers for it, and its answer arrives.
+#[test]
+fn a_computing_rank_without_progress_thread_is_not_declared_dead() {
+    let dead_after = Duration::from_millis(700);
+    let cfg = Config {
+        progress: None,
+        ..config(1024)
+    };
+    let comms: Vec<Comm> = inproc::network(2, 9000, 1 << 12)
+        .into_iter()
+        .map(|l| {
+            let c = Common::new(l.rank(), 2, 9000 - HEADER_LEN);
+            let p = bulkwire_protocol::by_name("holefill", c, &Default::default()).unwrap();
+            let ep = EndpointConfig::with_deadline(7, dead_after.as_nanos() as u64);
+            let e = Engine::new(Endpoint::new(Box::new(l), p, ep), WaitPolicy::default());
+            Comm::from_transport(Box::new(e), &cfg)
+        })
+        .collect();
+    let [c0, c1]: [Comm; 2] = comms.try_into().ok().unwrap();
+    let worker = std::thread::spawn(move || {
+        let mut b = [0u8; 8];
+        c1.recv(0, 1, &mut b).unwrap();
+        std::thread::sleep(dead_after * 3);
+        c1.send(0, 2, b"answer").unwrap();
+        c1.flush().unwrap();
+        c1
+    });
+    c0.send(1, 1, b"request").unwrap();
+    let t0 = Instant::now();
+    let mut b = [0u8; 8];
+    let st = c0
+        .recv(1, 2, &mut b)
+        .unwrap_or_else(|e| panic!("after {:?}: {e}", t0.elapsed()));
+    assert_eq!(&b[..st.len], b"answer");
+    assert!(t0.elapsed() >= dead_after * 3, "{:?}", t0.elapsed());
+    let c1 = worker.join().unwrap();
+    c0.flush().unwrap();
+    drop((c0, c1));
+}

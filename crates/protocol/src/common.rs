@@ -371,6 +371,8 @@ pub struct Rtt {
     rttvar: Time,
     rto: Time,
     backoff: u32,
+    /// Most doublings of the timeout.
+    max_backoff: u32,
     min: Time,
     max: Time,
 }
@@ -382,8 +384,17 @@ impl Rtt {
             rttvar: 0,
             rto: initial.clamp(min, max),
             backoff: 0,
+            max_backoff: 20,
             min,
             max,
+        }
+    }
+
+    /// This estimator with the timeout doubling at most `n` times (20 by default).
+    pub fn with_max_backoff(self, n: u32) -> Rtt {
+        Rtt {
+            max_backoff: n.min(20),
+            ..self
         }
     }
 
@@ -403,9 +414,16 @@ impl Rtt {
         if self.srtt == 0 { self.rto } else { self.srtt }
     }
 
-    /// Records one measured round trip and clears the back-off.
+    /// Records one measured round trip and clears the back-off. A sample over eight times
+    /// the smoothed round trip (the first: eight initial timeouts) counts as eight times
+    /// it: such a sample measured a peer that stopped (a stopped process, a long page-in),
+    /// not the network, and taken whole it kept every timeout long for many round trips
+    /// after the peer came back (one of 0.7 s made a simulated collective take 5 s for
+    /// what took 2 ms). A real change of the round trip still comes through, nearly
+    /// doubling the estimate per sample.
     pub fn sample(&mut self, rtt: Time) {
-        let rtt = rtt.max(1);
+        let cap = if self.srtt == 0 { self.rto } else { self.srtt };
+        let rtt = rtt.clamp(1, cap.saturating_mul(8).max(self.min));
         if self.srtt == 0 {
             self.srtt = rtt;
             self.rttvar = rtt / 2;
@@ -420,12 +438,12 @@ impl Rtt {
 
     /// The current timeout, back-off included.
     pub fn rto(&self) -> Time {
-        (self.rto << self.backoff.min(20)).min(self.max)
+        (self.rto << self.backoff.min(self.max_backoff)).min(self.max)
     }
 
     /// Doubles the timeout after a timeout fired.
     pub fn back_off(&mut self) {
-        self.backoff = (self.backoff + 1).min(20);
+        self.backoff = (self.backoff + 1).min(self.max_backoff);
     }
 
     /// Clears the back-off (progress was made).
@@ -645,6 +663,36 @@ mod tests {
         r.back_off();
         r.back_off();
         assert_eq!(r.rto(), (base * 4).min(1_000_000));
+    }
+
+    /// A peer that stopped for a while gives one huge sample: it counts as eight times
+    /// the estimate, so the timeout is back near the round trip after a few samples; a
+    /// real change of the round trip still comes through within a few samples.
+    #[test]
+    fn rtt_samples_of_a_stopped_peer_are_capped() {
+        let mut r = Rtt::new(10_000, 100, 1_000_000_000);
+        r.sample(700_000_000); // the first sample: at most eight initial timeouts
+        assert_eq!(r.srtt(), 80_000);
+        let mut r = Rtt::new(10_000, 100, 1_000_000_000);
+        for _ in 0..20 {
+            r.sample(1_000);
+        }
+        r.sample(700_000_000);
+        assert!(r.srtt() < 2_000, "{}", r.srtt());
+        for _ in 0..8 {
+            r.sample(1_000);
+        }
+        assert!(r.rto() < 10_000, "{}", r.rto());
+        // The round trip really grew a hundredfold: half followed within ten samples.
+        for _ in 0..10 {
+            r.sample(100_000);
+        }
+        assert!(r.srtt() > 50_000, "{}", r.srtt());
+        let mut b = Rtt::new(10_000, 100, 1_000_000).with_max_backoff(2);
+        for _ in 0..5 {
+            b.back_off();
+        }
+        assert_eq!(b.rto(), 40_000, "at most two doublings");
     }
 
     #[test]

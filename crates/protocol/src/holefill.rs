@@ -16,8 +16,8 @@
 //! **Prods.** A receiver whose upper layer waits for a peer ([`Protocol::expect`]) prods
 //! that peer with a control packet when nothing new arrived for a prod interval (at once,
 //! rate permitting, when a hole is known): at least one round trip, doubled each time the
-//! answer shows the prodder merely ran ahead, up to `prod_max`, and back to one round trip
-//! as soon as new data arrives. The prodded side resends the hole the prod reveals; if the
+//! answer shows the prodder merely ran ahead or no answer came, up to `prod_max`, and back
+//! to one round trip as soon as new data arrives. The prodded side resends the hole the prod reveals; if the
 //! prodder holds nothing beyond `ack`, it resends what it sent at least a round trip ago
 //! and that is still unacknowledged (the lost tail); if nothing is missing (or everything
 //! missing is already on its way) it answers with an acknowledgement.
@@ -215,6 +215,11 @@ const TS_SHIFT: u32 = 6;
 fn stamp(now: Time) -> u32 {
     (now >> TS_SHIFT) as u32
 }
+
+/// The least retransmission timeout, whatever the job's: above the delay of our own
+/// acknowledgements, which go out only when asked for or due (see the module
+/// documentation); a shorter timer resends what is merely waiting for its ack.
+const RTO_FLOOR: Time = MS;
 
 /// Most doublings of the prod interval.
 const MAX_PROD_BACKOFF: u32 = 16;
@@ -457,7 +462,7 @@ impl Holefill {
                 prod_backoff: 0,
                 prod_pending: false,
                 prod_due: false,
-                rtt: Rtt::new(c.rto_initial, c.rto_min, c.rto_max),
+                rtt: Rtt::new(c.rto_initial, c.rto_min.max(RTO_FLOOR), c.rto_max),
                 closed: false,
                 stats: PeerStats::default(),
             })
@@ -946,6 +951,13 @@ impl Holefill {
         let p = &mut self.peers[peer as usize];
         if h.kind == Kind::Prod {
             p.prod_due = false;
+            if p.prod_pending {
+                // The last prod went unanswered a whole interval: the peer is silent
+                // (stopped, or busy without a progress thread), not merely slow to
+                // send. Prod less often, or a stopped peer draws a prod every round trip
+                // for as long as it stays stopped.
+                p.prod_backoff = (p.prod_backoff + 1).min(MAX_PROD_BACKOFF);
+            }
             p.prod_pending = true;
             p.last_prod = Some(now);
             p.stats.prods_sent += 1;
@@ -1613,6 +1625,43 @@ mod tests {
         fn stats(&self, r: Rank, q: Rank) -> PeerStats {
             self.nodes[r as usize].peer_stats(q)
         }
+    }
+
+    /// Its acknowledgements are delayed on purpose, so its timer never goes under 1 ms,
+    /// whatever the job's floor (200 us by default, for gbn and rmpp).
+    #[test]
+    fn its_timeout_stays_above_its_delayed_acks() {
+        let mut h = Holefill::new(Common::new(0, 2, 100), HolefillConfig::default()).unwrap();
+        for _ in 0..20 {
+            h.peers[1].rtt.sample(10 * US);
+        }
+        assert_eq!(h.peers[1].rtt.rto(), MS);
+    }
+
+    /// A peer that answers nothing (stopped) is prodded less and less often, as one that
+    /// answers that nothing is missing is: not once per round trip while it stays away.
+    #[test]
+    fn prods_toward_a_silent_peer_back_off() {
+        let (_, mut b) = pair();
+        b.expect(0, 0, true);
+        let mut prods = Vec::new();
+        let mut now = 0;
+        while now < 2 * SEC {
+            let Some(t) = b.poll_timeout() else { break };
+            now = t;
+            b.handle_timeout(now);
+            // Everything b sends is lost: its peer is stopped.
+            prods.extend(
+                crate::testkit::tx(&mut b, now)
+                    .iter()
+                    .filter(|t| t.hdr.kind == Kind::Prod)
+                    .map(|_| now),
+            );
+        }
+        assert!(prods.len() < 40, "{} prods in 2 s", prods.len());
+        let gaps: Vec<Time> = prods.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(gaps.windows(2).all(|g| g[1] >= g[0]), "{gaps:?}");
+        assert_eq!(*gaps.last().unwrap(), b.cfg.prod_max, "{gaps:?}");
     }
 
     #[test]

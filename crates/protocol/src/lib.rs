@@ -85,6 +85,26 @@ pub enum ProtoError {
     TooLarge { len: u64, max: u64 },
     #[error("rank {peer} was declared dead; nothing more can be sent to it")]
     PeerDead { peer: Rank },
+    /// The protocol lost what it cannot get back: the job cannot go on correctly.
+    #[error("{0}")]
+    Unrecoverable(Box<Unrecoverable>),
+}
+
+/// What a protocol without recovery lost (boxed in [`ProtoError`], which every send
+/// returns: it stays two words).
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[error(
+    "{protocol} has no recovery: {what}; choose a protocol that recovers \
+     (BULKWIRE_PROTOCOL={}) to run over a link that loses, corrupts, duplicates or \
+     reorders datagrams",
+    RECOVERING.join(", ")
+)]
+pub struct Unrecoverable {
+    pub protocol: &'static str,
+    /// The peer whose traffic was lost.
+    pub peer: Rank,
+    /// What was lost, with the peer and the sequence numbers.
+    pub what: String,
 }
 
 /// Settings every protocol shares.
@@ -96,10 +116,19 @@ pub struct Common {
     pub max_payload: Vec<usize>,
     /// Largest message accepted, sent or received.
     pub max_message: u64,
-    /// First retransmission timeout, before any round trip has been measured.
+    /// First retransmission timeout, before any round trip has been measured. 1 ms: a
+    /// cluster's round trips are microseconds, and a first packet lost (at the start of
+    /// every connection) waits this long, then doubles (5 ms made a lost first packet
+    /// cost more than a whole small collective).
     pub rto_initial: Time,
-    /// Bounds of the retransmission timeout.
+    /// Floor of the retransmission timeout. 200 us: gbn and rmpp answer every packet or
+    /// stage at once, so their timers may follow the round trip closely, and a packet lost
+    /// at the end of a burst (nothing after it to reveal the loss) waits for this timer;
+    /// at 1 ms, 50-100 round trips here, a superstep or a small collective with a quarter
+    /// of its packets lost took 50-260 times its lossless time. holefill keeps at least
+    /// 1 ms (its acknowledgements are delayed on purpose).
     pub rto_min: Time,
+    /// Ceiling of the retransmission timeout.
     pub rto_max: Time,
 }
 
@@ -111,8 +140,8 @@ impl Common {
             nprocs,
             max_payload: vec![max_payload; nprocs as usize],
             max_message: 1 << 40,
-            rto_initial: 5 * MS,
-            rto_min: MS,
+            rto_initial: MS,
+            rto_min: 200 * US,
             rto_max: SEC,
         }
     }
@@ -249,14 +278,71 @@ pub trait Protocol: Send {
     fn queued_bytes(&self, _peer: Rank) -> u64 {
         0
     }
+
+    /// What the protocol could not recover from, once it happened: the engine then fails
+    /// every step with it. A protocol that fails makes [`Protocol::poll_timeout`] due at
+    /// once, which is when the engine asks (so the question costs nothing per packet).
+    fn failure(&self) -> Option<&ProtoError> {
+        None
+    }
+
+    /// For a protocol without recovery (utopia): how many packets it has sent to `peer`
+    /// and received from it. The engine puts them in its liveness pings and pongs, so
+    /// that a receiver learns of packets that never came even when nothing follows them.
+    fn liveness_marks(&self, _peer: Rank) -> Option<(u32, u32)> {
+        None
+    }
+
+    /// `peer`'s [`Protocol::liveness_marks`] arrived: it had sent `sent` packets to us and
+    /// received `received` from us when it wrote them (it writes them only once every
+    /// packet before is on the wire, and the link keeps a pair's order).
+    fn on_liveness_marks(&mut self, _now: Time, _peer: Rank, _sent: u32, _received: u32) {}
+
+    /// Whether packets sent to `peer` are not yet known to have arrived, for a protocol
+    /// that learns it only from [`Protocol::on_liveness_marks`]: the engine then pings
+    /// `peer` when it falls silent, as it does for a peer it waits on.
+    fn unconfirmed(&self, _peer: Rank) -> bool {
+        false
+    }
 }
 
-/// The settings of every protocol, one struct each; [`by_name`] uses the one it builds.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// The settings of every protocol of a job, one struct each ([`by_name`] uses the one it
+/// builds), and the retransmission timers they share ([`ProtocolConfigs::timers`] puts
+/// them in a [`Common`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProtocolConfigs {
     pub gbn: gbn::GbnConfig,
     pub holefill: holefill::HolefillConfig,
     pub rmpp: rmpp::RmppConfig,
+    /// [`Common::rto_initial`].
+    pub rto_initial: Time,
+    /// [`Common::rto_min`].
+    pub rto_min: Time,
+}
+
+impl Default for ProtocolConfigs {
+    /// What a job runs: gbn and rmpp with their recommended settings (the papers'
+    /// protocols with cumulative ACKs and back-off only toward a silent peer), holefill
+    /// with its defaults, the timers of [`Common::new`].
+    fn default() -> ProtocolConfigs {
+        let c = Common::new(0, 1, 1);
+        ProtocolConfigs {
+            gbn: gbn::GbnConfig::recommended(),
+            holefill: holefill::HolefillConfig::default(),
+            rmpp: rmpp::RmppConfig::recommended(),
+            rto_initial: c.rto_initial,
+            rto_min: c.rto_min,
+        }
+    }
+}
+
+impl ProtocolConfigs {
+    /// `c` with these timers.
+    pub fn timers(&self, mut c: Common) -> Common {
+        c.rto_initial = self.rto_initial;
+        c.rto_min = self.rto_min;
+        c
+    }
 }
 
 /// Builds the protocol named `name` (one of [`PROTOCOLS`]) with its settings from `cfg`.
@@ -284,6 +370,16 @@ pub fn by_name(
 
 /// The names [`by_name`] knows.
 pub const PROTOCOLS: &[&str] = &["utopia", "gbn", "holefill", "rmpp"];
+
+/// The protocols that recover from lost, corrupted, duplicated and reordered datagrams
+/// (all but utopia).
+pub const RECOVERING: &[&str] = &["holefill", "gbn", "rmpp"];
+
+/// Whether the protocol `name` recovers from faults of the link ([`RECOVERING`]); false
+/// for utopia and for names [`by_name`] does not know.
+pub fn recovers(name: &str) -> bool {
+    RECOVERING.contains(&name)
+}
 
 /// Why [`by_name`] could not build a protocol.
 #[derive(Debug, thiserror::Error)]

@@ -1,10 +1,16 @@
-//! BSPlib from C, end to end: programs under `tests/c/` and `examples/c/` are compiled
-//! with `bspcc` against `libbulkwire.a` and run with `bsprun` (or by themselves). The
-//! conformance programs check every primitive and rule and abort on the first failure;
-//! this file checks how the jobs end.
+//! BSPlib from C and C++, end to end: programs under `tests/c/` and `examples/c/` are
+//! compiled with `bspcc` (`bspcxx`) against `libbulkwire.a` and run with `bsprun` (or by
+//! themselves). The conformance programs check every primitive and rule and abort on the
+//! first failure; this file checks how the jobs end.
 //!
-//! Budget: every program runs at p = 1, 2, 3, 4 and 8; the fault matrix (5% loss, every
-//! protocol but utopia) runs the DRMA, BSMP and example programs at a few p.
+//! Dialects: the conformance programs are written with BSPonMPI's dialect-neutral types
+//! and compiled three ways (the int dialect, MulticoreBSP's through `bsp.h` with
+//! `--mcbsp`, and through `mcbsp.h`); `check.h` checks each dialect's types and signatures
+//! at compile time.
+//!
+//! Budget: in the int dialect every program runs at p = 1, 2, 3, 4 and 8, in the others
+//! at p = 1 to 4; the fault matrix (5% loss, every protocol but utopia) runs the DRMA,
+//! BSMP and example programs at a few p.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
@@ -14,6 +20,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 const BSPCC: &str = env!("CARGO_BIN_EXE_bspcc");
+const BSPCXX: &str = env!("CARGO_BIN_EXE_bspcxx");
 const BSPRUN: &str = env!("CARGO_BIN_EXE_bsprun");
 /// Nothing may run longer than this (bsprun's own --timeout is shorter).
 const HARD_LIMIT: Duration = Duration::from_secs(120);
@@ -33,12 +40,49 @@ fn out_dir() -> PathBuf {
     d
 }
 
+/// The BSPlib dialects a program is compiled in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dialect {
+    /// `bsp.h`: the Oxford toolset's and BSPonMPI's.
+    Int,
+    /// `bsp.h` with `bspcc --mcbsp`: MulticoreBSP for C 2's.
+    Mcbsp,
+    /// `mcbsp.h`: MulticoreBSP for C 1's header name, the same dialect.
+    McbspH,
+}
+
+impl Dialect {
+    const ALL: [Dialect; 3] = [Dialect::Int, Dialect::Mcbsp, Dialect::McbspH];
+
+    fn flags(self) -> &'static [&'static str] {
+        match self {
+            Dialect::Int => &[],
+            Dialect::Mcbsp => &["--mcbsp"],
+            Dialect::McbspH => &["-DUSE_MCBSP_H"],
+        }
+    }
+
+    fn suffix(self) -> &'static str {
+        match self {
+            Dialect::Int => "",
+            Dialect::Mcbsp => "-mcbsp",
+            Dialect::McbspH => "-mcbsp-h",
+        }
+    }
+}
+
 /// Compiles `name.c` once per test run; returns the executable.
 fn program(name: &str) -> PathBuf {
+    program_in(name, Dialect::Int)
+}
+
+/// Compiles `name.c` (or `name.cpp`, with bspcxx) in `dialect` once per test run.
+fn program_in(name: &str, dialect: Dialect) -> PathBuf {
     static BUILT: Mutex<Option<HashMap<String, PathBuf>>> = Mutex::new(None);
+    let key = format!("{name}{}", dialect.suffix());
     let mut g = BUILT.lock().unwrap_or_else(|e| e.into_inner());
     let map = g.get_or_insert_with(HashMap::new);
-    if let Some(p) = map.get(name) {
+    if let Some(p) = map.get(&key) {
         return p.clone();
     }
     let lib = Path::new(BSPCC).with_file_name("libbulkwire.a");
@@ -48,23 +92,35 @@ fn program(name: &str) -> PathBuf {
          (.ci/test does)",
         lib.display()
     );
-    let example = !source_dir(false).join(format!("{name}.c")).exists();
+    let cxx = source_dir(false).join(format!("{name}.cpp"));
+    let example = !cxx.exists() && !source_dir(false).join(format!("{name}.c")).exists();
     let dir = source_dir(example);
-    let exe = out_dir().join(name);
-    let o = Command::new(BSPCC)
-        .args(["-O2", "-Wall", "-Wextra", "-Werror", "-I"])
+    let (wrapper, src, std) = if cxx.exists() {
+        (BSPCXX, cxx, "-std=c++17")
+    } else {
+        (BSPCC, dir.join(format!("{name}.c")), "-std=gnu11")
+    };
+    let exe = out_dir().join(&key);
+    // Built under another name and renamed: a program being written is never started.
+    let tmp = out_dir().join(format!(".{key}.{}", std::process::id()));
+    let o = Command::new(wrapper)
+        .args([std, "-O2", "-Wall", "-Wextra", "-Werror"])
+        .args(dialect.flags())
+        .arg("-I")
         .arg(&dir)
-        .arg(dir.join(format!("{name}.c")))
+        .arg(&src)
         .arg("-o")
-        .arg(&exe)
+        .arg(&tmp)
         .output()
         .unwrap();
     assert!(
         o.status.success(),
-        "bspcc {name}.c failed:\n{}",
+        "{wrapper} {} ({dialect:?}) failed:\n{}",
+        src.display(),
         String::from_utf8_lossy(&o.stderr)
     );
-    map.insert(name.to_string(), exe.clone());
+    std::fs::rename(&tmp, &exe).unwrap();
+    map.insert(key, exe.clone());
     exe
 }
 
@@ -204,6 +260,117 @@ fn bsmp_conformance() {
         o.ok(&format!("bsmp p={p}"));
         assert_eq!(o.count(&format!("bsmp ok p={p}")), 1, "{}", o.stdout);
     }
+}
+
+/// The conformance programs in MulticoreBSP's dialect (both ways of selecting it), at
+/// p = 1 to 4; the int dialect runs them in the tests above.
+#[test]
+fn conformance_in_multicorebsp_dialects() {
+    for d in [Dialect::Mcbsp, Dialect::McbspH] {
+        for name in ["drma", "bsmp", "basics", "init"] {
+            let prog = program_in(name, d);
+            for p in 1..=4u32 {
+                let arg = p.to_string();
+                let args: &[&str] = if name == "init" { &[&arg] } else { &[] };
+                let o = bsprun(p, &prog, args, &[]);
+                o.ok(&format!("{name} {d:?} p={p}"));
+                assert_eq!(o.count(&format!("{name} ok p={p}")), 1, "{}", o.stdout);
+            }
+        }
+    }
+}
+
+/// Every primitive of MulticoreBSP's dialect, its documented behaviour where it differs
+/// (bsp_direct_get, bsp_move on an empty queue, SIZE_MAX for no message, qsize without a
+/// byte count), the mcbsp_* names and the affinity, profiling and checkpointing calls.
+#[test]
+fn multicorebsp_programs_run_with_every_primitive() {
+    for d in [Dialect::Mcbsp, Dialect::McbspH] {
+        let prog = program_in("mcbsp_all", d);
+        for p in 1..=4u32 {
+            let o = bsprun(p, &prog, &[&p.to_string()], &[]);
+            o.ok(&format!("mcbsp_all {d:?} p={p}"));
+            assert_eq!(o.count(&format!("mcbsp ok p={p}")), 1, "{}", o.stdout);
+        }
+    }
+}
+
+/// `bsp_begin` after `bsp_end`: each section's processes run the function bsp_init last
+/// named, and only pid 0 runs main between them; started by itself and under bsprun
+/// (whose other processes have ended: pid 0 starts the next section's itself).
+#[test]
+fn several_spmd_sections_in_one_program() {
+    let want = |o: &Out, p: u32, what: &str| {
+        o.ok(what);
+        assert_eq!(o.count("section 1 ok p=2"), 2, "{what}: {}", o.stdout);
+        assert_eq!(
+            o.count(&format!("section 2 ok p={p}")),
+            1,
+            "{what}: {}",
+            o.stdout
+        );
+        assert_eq!(o.count("between sections"), 1, "{what}: {}", o.stdout);
+        assert_eq!(o.count("sections done"), 1, "{what}: {}", o.stdout);
+    };
+    for d in Dialect::ALL {
+        let prog = program_in("sections", d);
+        want(&alone(&prog, &["3"], &[]), 3, &format!("sections {d:?}"));
+    }
+    let prog = program("sections");
+    want(
+        &bsprun(2, &prog, &["4"], &[]),
+        4,
+        "sections under bsprun -n 2",
+    );
+    // Without bsp_init the new processes would run main from the top: refused, named.
+    let o = alone(&prog, &["2", "no-init"], &[]);
+    assert_eq!(o.code, Some(1), "{}", o.stderr);
+    assert!(
+        o.stderr.contains(
+            "bsp_begin: a new SPMD section (bsp_begin after bsp_end) starts processes that \
+             run the function last given to bsp_init, and this program called no bsp_init"
+        ),
+        "{}",
+        o.stderr
+    );
+    assert!(!o.stdout.contains("not reached"));
+}
+
+/// MulticoreBSP's examples name their SPMD function with bsp_init after reading input:
+/// started by itself, the program's other processes run that function, not main's code
+/// before it.
+#[test]
+fn bsp_init_after_code_of_main_started_by_itself() {
+    for d in Dialect::ALL {
+        let prog = program_in("late_init", d);
+        let o = alone(&prog, &["3"], &[]);
+        o.ok(&format!("late_init {d:?}"));
+        assert_eq!(
+            o.count("prologue with 1 available"),
+            1,
+            "{d:?}: {}",
+            o.stdout
+        );
+        assert_eq!(o.count("late init ok p=3"), 1, "{d:?}: {}", o.stdout);
+        assert_eq!(o.count("epilogue"), 1, "{d:?}: {}", o.stdout);
+    }
+}
+
+/// C++: bsp.h in each dialect and bulkwire.h compile as C++ (with -Wall -Wextra -Werror)
+/// and run.
+#[test]
+fn cxx_programs_build_with_bspcxx_and_run() {
+    for d in Dialect::ALL {
+        let prog = program_in("cxx_bsp", d);
+        for p in [1u32, 3] {
+            let o = bsprun(p, &prog, &[&p.to_string()], &[]);
+            o.ok(&format!("cxx_bsp {d:?} p={p}"));
+            assert_eq!(o.count(&format!("cxx ok p={p}")), 1, "{}", o.stdout);
+        }
+    }
+    let o = alone(&program("cxx_p2p"), &["3"], &[]);
+    o.ok("cxx_p2p");
+    assert_eq!(o.count("cxx p2p ok n=3"), 1, "{}", o.stdout);
 }
 
 #[test]
@@ -373,7 +540,7 @@ fn schedule_pacing_and_statistics() {
     o.ok("drma with statistics");
     assert!(
         o.stderr
-            .contains("bulkwire BSP statistics (holefill, p=4, "),
+            .contains("bulkwire BSP statistics (holefill over udp, p=4, "),
         "{}",
         o.stderr
     );
@@ -396,10 +563,10 @@ fn schedule_pacing_and_statistics() {
             .lines()
             .any(|l| l.trim_start().starts_with("total"))
     );
-    let o = bsprun(2, &prog, &[], &[("BULKWIRE_BSP_SCHEDULE", "random")]);
+    let o = bsprun(2, &prog, &[], &[("BULKWIRE_BSP_SCHEDULE", "shuffle")]);
     assert_ne!(o.code, Some(0));
     assert!(
-        o.stderr.contains("BULKWIRE_BSP_SCHEDULE=\"random\""),
+        o.stderr.contains("BULKWIRE_BSP_SCHEDULE=\"shuffle\""),
         "{}",
         o.stderr
     );
@@ -476,6 +643,10 @@ const MISUSES: &[(&str, &str)] = &[
     ("vabort", "rank 0 aborted: vabort says 7"),
     ("abort_all", "aborted: everyone aborts (pid "),
     ("check_fails", "expected -1"),
+    (
+        "pop_null_nothing",
+        "bsp_pop_reg: in superstep 1 every process popped NULL (call 1), but no registration",
+    ),
 ];
 
 #[test]
@@ -512,6 +683,25 @@ fn misuse_stops_the_job_with_a_clear_message_printed_once() {
         "{}",
         o.stderr
     );
+    // Every call but bsp_nprocs needs a running SPMD section: before bsp_begin, and on pid
+    // 0 after bsp_end.
+    let o = alone(&prog, &["pid_outside", "1"], &[]);
+    assert_eq!(o.code, Some(1));
+    assert!(
+        o.stderr
+            .contains("bsp_pid: called outside bsp_begin ... bsp_end"),
+        "{}",
+        o.stderr
+    );
+    let o = bsprun(2, &prog, &["time_after_end"], &[]);
+    assert_eq!(o.code, Some(1), "{}", o.stderr);
+    assert!(
+        o.stderr
+            .contains("bsp_time: called outside bsp_begin ... bsp_end"),
+        "{}",
+        o.stderr
+    );
+    assert!(!o.stdout.contains("time "), "{}", o.stdout);
     // Self-spawned, the program's own launcher prints it.
     let o = alone(&prog, &["abort", "2"], &[]);
     assert_eq!(o.code, Some(1));
@@ -573,7 +763,12 @@ fn kill_one(mode: &str, launched: bool) {
     let mut victim = None;
     let mut seen = 0;
     while seen < 4 {
-        let l = lines.next().expect("every process reports").unwrap();
+        let Some(l) = lines.next() else {
+            // The job ended before every process reported: say why.
+            let o = finish(child, start);
+            panic!("{mode}: not every process reported:\n{}", o.stderr);
+        };
+        let l = l.unwrap();
         let w: Vec<&str> = l.split_whitespace().collect();
         if let ["pid", pid, "os", os] = w[..] {
             seen += 1;
@@ -682,6 +877,196 @@ fn bspcc_compiles_like_oxfords() {
     let o = bspcc(&[]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("no input files"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs `cmd` in a process group of its own, which is killed after `limit`: a wrapper
+/// that ran itself would otherwise go on forking.
+fn bounded(mut cmd: Command, limit: Duration) -> Out {
+    use std::os::unix::process::CommandExt;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    cmd.process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let start = Instant::now();
+    let child = cmd.spawn().unwrap();
+    let group = child.id() as i32;
+    let done = Arc::new(AtomicBool::new(false));
+    let flag = done.clone();
+    let dog = std::thread::spawn(move || {
+        while !flag.load(Ordering::SeqCst) {
+            if start.elapsed() > limit {
+                // SAFETY: a signal to the process group this test started.
+                unsafe { libc::kill(-group, libc::SIGKILL) };
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    });
+    let o = finish(child, start);
+    done.store(true, Ordering::SeqCst);
+    assert!(!dog.join().unwrap(), "killed after {limit:?}: {}", o.stderr);
+    o
+}
+
+/// `bspcc` in `dir`, with `PATH` starting with `path_first` and `env` set.
+fn wrapper_in(dir: &Path, path_first: &[&Path], env: &[(&str, &str)], args: &[&str]) -> Command {
+    let mut path: Vec<PathBuf> = path_first.iter().map(|p| p.to_path_buf()).collect();
+    path.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
+    let mut c = Command::new(BSPCC);
+    c.args(args)
+        .current_dir(dir)
+        .env("PATH", std::env::join_paths(path).unwrap())
+        .env_remove("CC")
+        .env_remove("BSPCC_CC")
+        .envs(env.iter().copied());
+    c
+}
+
+#[test]
+fn bspcc_never_runs_itself_and_passes_the_compilers_errors_on() {
+    let dir = out_dir().join(format!("selfcc-{}", std::process::id()));
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::write(
+        dir.join("prog.c"),
+        "#include <stdio.h>\n#include <bsp.h>\nint main(void) { bsp_begin(2);\n\
+         bsp_pid_t s = bsp_pid(); bsp_sync(); if (s == 0) printf(\"prog %d\\n\", (int)bsp_nprocs());\n\
+         bsp_end(); return 0; }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("Makefile"),
+        "prog: prog.o\n\t$(CC) -o prog prog.o\nprog.o: prog.c\n\t$(CC) -O2 -c prog.c\n",
+    )
+    .unwrap();
+    let wrappers = Path::new(BSPCC).parent().unwrap();
+    let limit = Duration::from_secs(60);
+    let built = |o: &Out, what: &str| {
+        o.ok(what);
+        let run = alone(&dir.join("prog"), &[], &[]);
+        run.ok(what);
+        assert_eq!(run.stdout, "prog 2\n", "{what}");
+        let _ = std::fs::remove_file(dir.join("prog"));
+    };
+    // make exports CC=bspcc to the commands it runs: the wrapper finds itself there.
+    let mut make = Command::new("make");
+    make.args(["-s", "CC=bspcc"]).current_dir(&dir).env(
+        "PATH",
+        std::env::join_paths(
+            std::iter::once(wrappers.to_path_buf()).chain(std::env::split_paths(
+                &std::env::var_os("PATH").unwrap_or_default(),
+            )),
+        )
+        .unwrap(),
+    );
+    built(&bounded(make, limit), "make CC=bspcc");
+    // Named by its full path, in either variable.
+    let o = bounded(
+        wrapper_in(
+            &dir,
+            &[],
+            &[("CC", BSPCC), ("BSPCC_CC", BSPCC)],
+            &["prog.c", "-o", "prog"],
+        ),
+        limit,
+    );
+    built(&o, "CC=BSPCC_CC=bspcc's path");
+    // A `cc` on the PATH that is this wrapper (a symlink): skipped for gcc.
+    std::os::unix::fs::symlink(BSPCC, bin.join("cc")).unwrap();
+    let o = bounded(
+        wrapper_in(&dir, &[&bin], &[], &["-v", "prog.c", "-o", "prog"]),
+        limit,
+    );
+    assert!(
+        o.stderr
+            .lines()
+            .next()
+            .is_some_and(|l| !l.starts_with(bin.join("cc").to_str().unwrap())),
+        "{}",
+        o.stderr
+    );
+    built(&o, "cc -> bspcc first on the PATH");
+    // A script that calls the wrapper back: the wrapper it starts ignores $CC.
+    let script = bin.join("mycc");
+    std::fs::write(&script, format!("#!/bin/sh\nexec {BSPCC} \"$@\"\n")).unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let o = bounded(
+        wrapper_in(
+            &dir,
+            &[],
+            &[("CC", script.to_str().unwrap())],
+            &["prog.c", "-o", "prog"],
+        ),
+        limit,
+    );
+    built(&o, "CC=a script calling bspcc");
+    // A compiler that is not there is named, not replaced.
+    let o = bounded(
+        wrapper_in(
+            &dir,
+            &[],
+            &[("CC", "/nonexistent/cc")],
+            &["prog.c", "-o", "prog"],
+        ),
+        limit,
+    );
+    assert_eq!(o.code, Some(2));
+    assert!(
+        o.stderr
+            .contains("bspcc: the compiler $CC = /nonexistent/cc was not found"),
+        "{}",
+        o.stderr
+    );
+    // The compiler's diagnostics reach the user whole, with its exit status.
+    std::fs::write(
+        dir.join("bad.c"),
+        "int f(void) { return first_undeclared; }\nint g(void) { return second_undeclared; }\n",
+    )
+    .unwrap();
+    let o = bounded(wrapper_in(&dir, &[], &[], &["-c", "bad.c"]), limit);
+    assert_eq!(o.code, Some(1), "{}", o.stderr);
+    for name in ["first_undeclared", "second_undeclared"] {
+        assert!(
+            o.stderr
+                .lines()
+                .any(|l| l.contains("error") && l.contains(name)),
+            "{name}: {}",
+            o.stderr
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A bulkwire.h program needs nothing but bspcc: the header comes with it.
+#[test]
+fn bspcc_builds_bulkwire_h_programs() {
+    let dir = out_dir().join(format!("bwcc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("bw.c"),
+        "#include <stdio.h>\n#include <bulkwire.h>\nint main(void) {\n\
+         if (bw_init_spawn(3) != BW_SUCCESS) return 1;\n\
+         int r, n; bw_rank(&r); bw_size(&n); long long one = 1, all = 0;\n\
+         if (bw_allreduce(&one, &all, 1, BW_INT64, BW_SUM) != BW_SUCCESS) return 1;\n\
+         if (r == 0) printf(\"bw %d %lld\\n\", n, all);\n\
+         return bw_finalize() != BW_SUCCESS; }\n",
+    )
+    .unwrap();
+    let o = Command::new(BSPCC)
+        .args(["-O2", "bw.c", "-o", "bw"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = alone(&dir.join("bw"), &[], &[]);
+    o.ok("bulkwire.h program built by bspcc");
+    assert_eq!(o.stdout, "bw 3 3\n");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -230,3 +230,5 @@ where
     let checker = Arc::into_inner(checker).unwrap().into_inner().unwrap();
     (checker, results)
 }
+
+pub mod workload;

@@ -5,6 +5,7 @@
 //! bsp-probe P sum       every pid puts its pid + 1 into pid 0, which prints the sum
 //! bsp-probe P abort     pid 1 aborts: the job stops with its message
 //! bsp-probe P spmd      the SPMD part in a function (bulkwire_bsp::init)
+//! bsp-probe P steps N   N supersteps: every pid puts a block into every other, checked
 //! ```
 
 use bulkwire_bsp::{Bsp, init};
@@ -43,6 +44,48 @@ fn abort(p: u32) {
     }
 }
 
+/// Block `pid` puts in superstep `step`: `len` bytes fixed by both.
+fn block(step: u32, pid: u32, len: usize) -> Vec<u8> {
+    let mut x = (step as u64) << 32 | pid as u64 | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// `n` supersteps in which every pid puts a block of 1 B to 4 KiB into its slot of every
+/// other pid's area; after each sync every pid checks every slot.
+fn steps(p: u32, n: u32) {
+    const MAX: usize = 4096;
+    let mut bsp = begin(p);
+    let (p, s) = (bsp.nprocs(), bsp.pid());
+    let area = bsp.push_reg(vec![0u8; p as usize * MAX]);
+    bsp.sync().unwrap_or_else(|e| bsp.fail("bsp_sync", e));
+    for step in 0..n {
+        let len = (step as usize * 997) % MAX + 1;
+        for q in (0..p).filter(|&q| q != s) {
+            let b = block(step, s, len);
+            if let Err(e) = bsp.put(q, &b, &area, s as usize * MAX) {
+                bsp.fail("bsp_put", e);
+            }
+        }
+        bsp.sync().unwrap_or_else(|e| bsp.fail("bsp_sync", e));
+        let got = bsp.area(&area);
+        for q in (0..p).filter(|&q| q != s) {
+            let at = q as usize * MAX;
+            if got[at..at + len] != block(step, q, len)[..] {
+                bsp.abort(&format!("superstep {step}: the block from pid {q} differs"));
+            }
+        }
+    }
+    println!("steps ok pid={s} p={p} steps={n} t={:.3}", bsp.time());
+    bsp.end().unwrap_or_else(|e| panic!("end: {e}"));
+}
+
 static P: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 fn spmd() {
@@ -58,6 +101,12 @@ fn main() {
     match args.get(1).map(String::as_str) {
         Some("sum") => sum(p),
         Some("abort") => abort(p),
+        Some("steps") => steps(
+            p,
+            args.get(2)
+                .and_then(|a| a.parse().ok())
+                .unwrap_or_else(|| panic!("usage: bsp-probe P steps N")),
+        ),
         Some("spmd") => {
             init(spmd, &settings().launch);
             println!("sequential part");
@@ -65,7 +114,7 @@ fn main() {
             spmd();
         }
         _ => {
-            eprintln!("usage: bsp-probe P sum|abort|spmd");
+            eprintln!("usage: bsp-probe P sum|abort|spmd|steps N");
             std::process::exit(2)
         }
     }

@@ -7,10 +7,10 @@
 #include "check.h"
 
 int main(int argc, char **argv) {
-    printf("avail %d\n", bsp_nprocs());
+    printf("avail %d\n", (int)bsp_nprocs());
     fflush(stdout);
-    bsp_begin(argc > 1 ? atoi(argv[1]) : bsp_nprocs());
-    int p = bsp_nprocs(), s = bsp_pid();
+    bsp_begin(argc > 1 ? atoi(argv[1]) : (int)bsp_nprocs());
+    bsp_pid_t p = bsp_nprocs(), s = bsp_pid();
     double t0 = bsp_time();
     CHECK(t0 >= 0.0);
     for (int i = 0; i < 200; i++) bsp_sync();
@@ -18,18 +18,24 @@ int main(int argc, char **argv) {
     CHECK(t1 >= t0);
     /* Every pid is present exactly once. */
     int *seen = calloc(p, sizeof(int));
-    bsp_push_reg(seen, p * (int)sizeof(int));
+    bsp_push_reg(seen, p * sizeof(int));
     bsp_sync();
     int one = 1;
-    for (int q = 0; q < p; q++) bsp_put(q, &one, seen, s * (int)sizeof(int), sizeof one);
+    for (bsp_pid_t q = 0; q < p; q++) bsp_put(q, &one, seen, s * sizeof(int), sizeof one);
     bsp_sync();
-    for (int q = 0; q < p; q++) CHECK_EQ(seen[q], 1);
+    for (bsp_pid_t q = 0; q < p; q++) CHECK_EQ(seen[q], 1);
     /* bsp_end ends the last superstep like a sync: these puts arrive. */
-    int last = 100 + s;
-    bsp_put(0, &last, seen, s * (int)sizeof(int), sizeof last);
-    if (s == 0) printf("basics ok p=%d\n", p);
+    int last = 100 + (int)s;
+    bsp_put(0, &last, seen, s * sizeof(int), sizeof last);
+    if (s == 0) printf("basics ok p=%d\n", (int)p);
     bsp_end();
-    for (int q = 0; q < p; q++) CHECK_EQ(seen[q], 100 + q);
+    for (bsp_pid_t q = 0; q < p; q++)
+        if (seen[q] != 100 + (int)q) {
+            printf("seen[%d] is %d\n", (int)q, seen[q]);
+            return 1;
+        }
+    /* bsp_nprocs stays allowed outside the SPMD section. */
+    if (bsp_nprocs() < 1) return 1;
     printf("only pid 0 after bsp_end\n");
     return 0;
 }

@@ -7,25 +7,26 @@
 #include "check.h"
 
 int main(int argc, char **argv) {
-    bsp_begin(argc > 1 ? atoi(argv[1]) : bsp_nprocs());
-    int p = bsp_nprocs(), s = bsp_pid();
-    int nmsg = -5, nbytes = -5, status = -5;
+    bsp_begin(argc > 1 ? atoi(argv[1]) : (int)bsp_nprocs());
+    bsp_pid_t p = bsp_nprocs(), s = bsp_pid();
+    bsp_nprocs_t nmsg = 5;
+    bsp_size_t nbytes = 5, status = 5;
 
     /* The queue starts empty; the tag size starts at 0. */
     bsp_qsize(&nmsg, &nbytes);
     CHECK_EQ(nmsg, 0);
     CHECK_EQ(nbytes, 0);
     bsp_get_tag(&status, NULL);
-    CHECK_EQ(status, -1);
+    CHECK(status == NO_MESSAGE);
 
     /* set_tagsize returns the size in effect; the new one applies from the next
      * superstep, so these sends still have no tag. */
-    int ts = sizeof(int);
+    bsp_size_t ts = sizeof(int);
     bsp_set_tagsize(&ts);
     CHECK_EQ(ts, 0);
     char text[64];
-    for (int q = 0; q < p; q++) {
-        int len = snprintf(text, sizeof text, "hello %d from %d", q, s);
+    for (bsp_pid_t q = 0; q < p; q++) {
+        int len = snprintf(text, sizeof text, "hello %d from %d", (int)q, (int)s);
         bsp_send(q, NULL, text, len + 1);
     }
     bsp_qsize(&nmsg, &nbytes);
@@ -34,41 +35,43 @@ int main(int argc, char **argv) {
     bsp_qsize(&nmsg, &nbytes);
     CHECK_EQ(nmsg, p);
     int want_bytes = 0;
-    for (int q = 0; q < p; q++) want_bytes += snprintf(text, sizeof text, "hello %d from %d", s, q) + 1;
+    for (bsp_pid_t q = 0; q < p; q++)
+        want_bytes += snprintf(text, sizeof text, "hello %d from %d", (int)s, (int)q) + 1;
     CHECK_EQ(nbytes, want_bytes);
-    int seen = 0;
+    unsigned seen = 0;
     for (;;) {
         bsp_get_tag(&status, NULL);
-        if (status < 0) break;
+        if (status == NO_MESSAGE) break;
         char got[64];
-        CHECK(status <= (int)sizeof got);
+        CHECK((size_t)status <= sizeof got);
         bsp_move(got, sizeof got);
         int from = -1, to = -1;
         CHECK_EQ(sscanf(got, "hello %d from %d", &to, &from), 2);
         CHECK_EQ(to, s);
-        CHECK(from >= 0 && from < p);
-        CHECK_EQ(status, (int)strlen(got) + 1);
-        seen |= 1 << (from % 30);
+        CHECK(from >= 0 && from < (int)p);
+        CHECK_EQ(status, strlen(got) + 1);
+        seen |= 1u << (from % 30);
         bsp_qsize(&nmsg, &nbytes);
     }
     CHECK_EQ(nmsg, 0);
     CHECK_EQ(nbytes, 0);
 
-    /* Now 4-byte tags: tag = sender * 1000 + receiver, payload = sender+1 doubles. */
+    /* Now 4-byte tags: tag = sender * 1000 + receiver, payload = sender+1 doubles.
+     * Several calls in one superstep chain: each returns what the previous asked for. */
     ts = 8;
     bsp_set_tagsize(&ts);
     CHECK_EQ(ts, 4); /* the size in effect now */
     ts = sizeof(int);
     bsp_set_tagsize(&ts); /* changed our mind: back to 4 */
-    CHECK_EQ(ts, 4);
-    for (int q = 0; q < p; q++) {
-        int tag = s * 1000 + q;
+    CHECK_EQ(ts, 8);
+    for (bsp_pid_t q = 0; q < p; q++) {
+        int tag = (int)(s * 1000 + q);
         double d[64];
-        for (int i = 0; i <= s % 64; i++) d[i] = s + i * 0.5;
-        bsp_send(q, &tag, d, (s % 64 + 1) * (int)sizeof(double));
+        for (bsp_pid_t i = 0; i <= s % 64; i++) d[i] = s + i * 0.5;
+        bsp_send(q, &tag, d, (s % 64 + 1) * sizeof(double));
     }
     /* A zero-length payload, and one to ourselves with hpsend. */
-    int ztag = -s - 1;
+    int ztag = -(int)s - 1;
     bsp_send((s + 1) % p, &ztag, NULL, 0);
     static char hp[100000];
     for (int i = 0; i < (int)sizeof hp; i++) hp[i] = (char)(i + s);
@@ -79,13 +82,13 @@ int main(int argc, char **argv) {
     CHECK_EQ(nmsg, p + 2);
     int count = 0, zeros = 0, hps = 0;
     void *tagp, *payp;
-    int len;
-    while ((len = bsp_hpmove(&tagp, &payp)) >= 0) {
+    bsp_size_t len;
+    while ((len = bsp_hpmove(&tagp, &payp)) != NO_MESSAGE) {
         int tag;
         memcpy(&tag, tagp, sizeof tag);
         if (tag == 424242) {
-            CHECK_EQ(len, (int)sizeof hp);
-            for (int i = 0; i < len; i++)
+            CHECK_EQ(len, sizeof hp);
+            for (bsp_size_t i = 0; i < len; i++)
                 if (((char *)payp)[i] != (char)(i + s)) CHECK_EQ(i, -1);
             hps++;
         } else if (tag < 0) {
@@ -95,7 +98,7 @@ int main(int argc, char **argv) {
         } else {
             int from = tag / 1000;
             CHECK_EQ(tag % 1000, s);
-            CHECK_EQ(len, (from % 64 + 1) * (int)sizeof(double));
+            CHECK_EQ(len, (from % 64 + 1) * sizeof(double));
             double d;
             memcpy(&d, (char *)payp + len - sizeof d, sizeof d);
             CHECK(d == from + (from % 64) * 0.5);
@@ -116,7 +119,7 @@ int main(int argc, char **argv) {
     bsp_get_tag(&status, &tag);
     CHECK_EQ(tag, 1);
     CHECK(status == 10 || status == 3);
-    int first = status;
+    bsp_size_t first = status;
     bsp_move(small, 2);
     CHECK(small[2] == 'x');
     CHECK(small[0] == (first == 10 ? '0' : 'a'));
@@ -140,12 +143,13 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 500; i++) bsp_send((s + i) % p, &i, &s, sizeof s);
     bsp_sync();
     int small_n = 0, big_n = 0;
-    while ((len = bsp_hpmove(&tagp, &payp)) >= 0) {
+    while ((len = bsp_hpmove(&tagp, &payp)) != NO_MESSAGE) {
         if (len == 300000) {
             big_n++;
             CHECK(((char *)payp)[299999] == 'b');
         } else {
-            int from, i;
+            bsp_pid_t from;
+            int i;
             memcpy(&from, payp, sizeof from);
             memcpy(&i, tagp, sizeof i);
             CHECK_EQ((from + i) % p, s);
@@ -154,21 +158,31 @@ int main(int argc, char **argv) {
     }
     CHECK_EQ(big_n, 1);
     int expect_small = 0;
-    for (int q = 0; q < p; q++)
+    for (bsp_pid_t q = 0; q < p; q++)
         for (int i = 0; i < 500; i++) expect_small += (q + i) % p == s;
     CHECK_EQ(small_n, expect_small);
 
-    /* The tag size back to 0. */
+    /* The tag size back to 0. With tags and payloads of 0 bytes nothing is read or
+     * written: NULL is fine for all of them. */
     ts = 0;
     bsp_set_tagsize(&ts);
     CHECK_EQ(ts, 4);
     bsp_sync();
     bsp_send(s, NULL, "z", 1);
+    bsp_send(s, NULL, NULL, 0);
     bsp_sync();
+    bsp_qsize(&nmsg, &nbytes);
+    CHECK_EQ(nmsg, 2);
+    CHECK_EQ(nbytes, 1);
+    for (int k = 0; k < 2; k++) {
+        bsp_get_tag(&status, NULL);
+        CHECK(status == 0 || status == 1);
+        bsp_move(NULL, 0);
+    }
     bsp_get_tag(&status, NULL);
-    CHECK_EQ(status, 1);
+    CHECK(status == NO_MESSAGE);
 
-    if (s == 0) printf("bsmp ok p=%d\n", p);
+    if (s == 0) printf("bsmp ok p=%d\n", (int)p);
     bsp_end();
     return 0;
 }

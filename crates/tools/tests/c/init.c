@@ -9,22 +9,22 @@ static int P;
 
 static void spmd(void) {
     bsp_begin(P);
-    int p = bsp_nprocs(), s = bsp_pid();
+    bsp_pid_t p = bsp_nprocs(), s = bsp_pid();
     int sum = 0;
     bsp_push_reg(&sum, sizeof sum);
     bsp_sync();
-    int v = s + 1;
+    int v = (int)s + 1;
     bsp_put(0, &v, &sum, 0, 0);
     int *all = calloc(p, sizeof(int));
-    bsp_push_reg(all, p * (int)sizeof(int));
+    bsp_push_reg(all, p * sizeof(int));
     bsp_sync();
-    bsp_put(0, &v, all, s * (int)sizeof(int), sizeof v);
+    bsp_put(0, &v, all, s * sizeof(int), sizeof v);
     bsp_sync();
     if (s == 0) {
         int t = 0;
-        for (int q = 0; q < p; q++) t += all[q];
+        for (bsp_pid_t q = 0; q < p; q++) t += all[q];
         CHECK_EQ(t, p * (p + 1) / 2);
-        printf("init ok p=%d\n", p);
+        printf("init ok p=%d\n", (int)p);
     }
     bsp_end();
 }
@@ -32,7 +32,7 @@ static void spmd(void) {
 int main(int argc, char **argv) {
     bsp_init(spmd, argc, argv);
     printf("sequential start\n");
-    P = argc > 1 ? atoi(argv[1]) : bsp_nprocs();
+    P = argc > 1 ? atoi(argv[1]) : (int)bsp_nprocs();
     spmd();
     printf("sequential end\n");
     return 0;

@@ -1,5 +1,6 @@
-/* Misuse and abort: `misuse CASE [P]` commits the misuse CASE; the job must stop with a
- * clear message naming the call. Pid 0 prints "not reached" if it was not caught. */
+/* Misuse and abort (the int dialect): `misuse CASE [P]` commits the misuse CASE; the job
+ * must stop with a clear message naming the call. Pid 0 prints "not reached" if it was
+ * not caught. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@ static void vabort_wrapper(const char *fmt, ...) {
 int main(int argc, char **argv) {
     const char *c = argc > 1 ? argv[1] : "";
     if (!strcmp(c, "sync_outside")) bsp_sync();
+    if (!strcmp(c, "pid_outside")) printf("pid %d\n", bsp_pid());
     bsp_begin(argc > 2 ? atoi(argv[2]) : bsp_nprocs());
     int p = bsp_nprocs(), s = bsp_pid();
     int x[4] = {0}, unreg = 0, tag = 0, status = 0;
@@ -118,6 +120,13 @@ int main(int argc, char **argv) {
         bsp_abort("everyone aborts (pid %d)", s);
     } else if (!strcmp(c, "check_fails")) {
         CHECK_EQ(s, -1);
+    } else if (!strcmp(c, "pop_null_nothing")) {
+        bsp_pop_reg(NULL);
+        bsp_sync();
+    } else if (!strcmp(c, "time_after_end")) {
+        bsp_end();
+        printf("time %f\n", bsp_time());
+        return 0;
     } else {
         bsp_abort("unknown case '%s'", c);
     }

@@ -1,6 +1,7 @@
-//! Single-copy transfers between processes of one host with `process_vm_readv`: after the
-//! rendezvous handshake the receiver copies straight out of the sender's buffer, one copy
-//! instead of two (sender to link, link to receiver) and no packets at all.
+//! Single-copy transfers between processes of one host with `process_vm_readv`: after
+//! point-to-point's rendezvous handshake the receiver copies straight out of the sender's
+//! buffer, one copy instead of two (sender to link, link to receiver) and no packets at
+//! all; `bsp_direct_get` reads a peer's registered area the same way.
 //!
 //! The kernel allows it when the reader may ptrace the target (same user and a dumpable
 //! target, or `CAP_SYS_PTRACE`; Yama's `ptrace_scope` may forbid it). The pid in a peer's

@@ -1,0 +1,82 @@
+# Builds bulkwire with cargo and installs it like a system library:
+#
+#   make                               cargo build --release of the library and the tools
+#   make install PREFIX=$HOME/.local   build, then install under PREFIX (default /usr/local)
+#   make install-files PREFIX=...      install what is built already, without building
+#   make uninstall PREFIX=...
+#
+# What goes where (DESTDIR is prepended to every path, for packaging):
+#   $(BINDIR)       bspcc bspcxx bsprun bwbench
+#   $(LIBDIR)       libbulkwire.a, libbulkwire.so.VERSION with its SONAME link
+#                   libbulkwire.so.ABI and the development link libbulkwire.so
+#   $(INCLUDEDIR)   bsp.h mcbsp.h mcbsp-affinity.h mcbsp-profiling.h mcbsp-resiliency.h
+#                   bulkwire.h
+#   $(LIBDIR)/pkgconfig          bulkwire.pc (shared), bulkwire-static.pc (static)
+#   $(LIBDIR)/cmake/bulkwire     bulkwireConfig.cmake (find_package(bulkwire))
+#
+# PROFILE picks the cargo profile (release; `test` builds into target/debug).
+
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+DESTDIR ?=
+CARGO ?= cargo
+PROFILE ?= release
+TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
+# Where cargo puts PROFILE's output.
+BUILDDIR ?= $(TARGET_DIR)/$(if $(filter dev test,$(PROFILE)),debug,$(PROFILE))
+
+VERSION := $(shell sed -n '/^\[workspace.package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' Cargo.toml)
+MAJOR := $(word 1,$(subst ., ,$(VERSION)))
+MINOR := $(word 2,$(subst ., ,$(VERSION)))
+# The SONAME's version (crates/capi/build.rs): the major, or 0.MINOR before 1.0.
+ABI := $(if $(filter 0,$(MAJOR)),0.$(MINOR),$(MAJOR))
+# What the static library needs from the system (rustc --print native-static-libs).
+SYSTEM_LIBS := -lgcc_s -lutil -lrt -lpthread -lm -ldl
+
+TOOLS := bspcc bspcxx bsprun bwbench
+HEADERS := bsp.h mcbsp.h mcbsp-affinity.h mcbsp-profiling.h mcbsp-resiliency.h bulkwire.h
+
+.PHONY: all build install install-files uninstall
+
+all: build
+
+build:
+	$(CARGO) build --profile $(PROFILE) -p bulkwire-capi -p bulkwire-tools
+
+install: build
+	$(MAKE) install-files
+
+# Templates: the installed paths replace @PREFIX@, @LIBDIR@, @INCLUDEDIR@, @VERSION@,
+# @ABI@, @SYSTEM_LIBS@ and @CMAKE_SYSTEM_LIBS@.
+SUBST = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
+	-e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|$(VERSION)|g' -e 's|@ABI@|$(ABI)|g' \
+	-e 's|@SYSTEM_LIBS@|$(SYSTEM_LIBS)|g' \
+	-e 's|@CMAKE_SYSTEM_LIBS@|$(subst $() ,;,$(patsubst -l%,%,$(SYSTEM_LIBS)))|g'
+
+install-files:
+	@test -n "$(VERSION)" || { echo "no version in Cargo.toml" >&2; exit 1; }
+	@for f in $(TOOLS:%=$(BUILDDIR)/%) $(BUILDDIR)/libbulkwire.a $(BUILDDIR)/libbulkwire.so; do \
+	  test -f "$$f" || { echo "$$f is missing: run make (or make build PROFILE=$(PROFILE))" >&2; exit 1; }; \
+	done
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
+	  $(DESTDIR)$(LIBDIR)/cmake/bulkwire $(DESTDIR)$(INCLUDEDIR)
+	install -m 755 $(TOOLS:%=$(BUILDDIR)/%) $(DESTDIR)$(BINDIR)/
+	install -m 644 $(BUILDDIR)/libbulkwire.a $(DESTDIR)$(LIBDIR)/
+	install -m 755 $(BUILDDIR)/libbulkwire.so $(DESTDIR)$(LIBDIR)/libbulkwire.so.$(VERSION)
+	ln -sf libbulkwire.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libbulkwire.so.$(ABI)
+	ln -sf libbulkwire.so.$(ABI) $(DESTDIR)$(LIBDIR)/libbulkwire.so
+	install -m 644 $(HEADERS:%=crates/capi/include/%) $(DESTDIR)$(INCLUDEDIR)/
+	$(SUBST) install/bulkwire.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/bulkwire.pc
+	$(SUBST) install/bulkwire-static.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/bulkwire-static.pc
+	$(SUBST) install/bulkwireConfig.cmake.in > $(DESTDIR)$(LIBDIR)/cmake/bulkwire/bulkwireConfig.cmake
+	$(SUBST) install/bulkwireConfigVersion.cmake.in \
+	  > $(DESTDIR)$(LIBDIR)/cmake/bulkwire/bulkwireConfigVersion.cmake
+
+uninstall:
+	rm -f $(TOOLS:%=$(DESTDIR)$(BINDIR)/%) $(HEADERS:%=$(DESTDIR)$(INCLUDEDIR)/%)
+	rm -f $(DESTDIR)$(LIBDIR)/libbulkwire.a $(DESTDIR)$(LIBDIR)/libbulkwire.so \
+	  $(DESTDIR)$(LIBDIR)/libbulkwire.so.$(ABI) $(DESTDIR)$(LIBDIR)/libbulkwire.so.$(VERSION)
+	rm -f $(DESTDIR)$(LIBDIR)/pkgconfig/bulkwire.pc $(DESTDIR)$(LIBDIR)/pkgconfig/bulkwire-static.pc
+	rm -rf $(DESTDIR)$(LIBDIR)/cmake/bulkwire

@@ -1,0 +1,403 @@
+//! What `bspcc` and `bspcxx` share: compile and link BSPlib (and `bulkwire.h`) programs
+//! against bulkwire, with the system's C or C++ compiler.
+//!
+//! Every argument goes to the compiler untouched, with the directory of bulkwire's
+//! headers added to the include path and, when linking, the static `libbulkwire.a` and
+//! the system libraries it needs added at the end. The headers (`bsp.h`, `mcbsp.h`,
+//! `mcbsp-affinity.h`, `mcbsp-profiling.h`, `mcbsp-resiliency.h`, `bulkwire.h`) are carried
+//! inside the executable and written to a cache directory
+//! (`$XDG_CACHE_HOME/bulkwire/include-<hash>`), so the wrapper works from any directory;
+//! `libbulkwire.a` is looked for in `$BULKWIRE_LIB_DIR`, next to the executable (where
+//! `cargo build --release` puts both) and in `../lib` beside it (an installed tree).
+//!
+//! The compiler is the first usable of `$BSPCC_CC`, `$CC`, `cc`, `gcc`, `clang` (bspcxx:
+//! `$BSPCXX_CXX`, `$CXX`, `c++`, `g++`, `clang++`); a variable may hold leading words
+//! (`CC="ccache gcc"`). A candidate that is this wrapper itself (by its resolved path) or
+//! another bulkwire wrapper (by name) is skipped, so `make CC=bspcc` works; a wrapper
+//! started by a compiler this wrapper started (a script that calls it back) ignores the
+//! variables altogether; a compiler a variable names that does not exist is an error.
+
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+/// The headers, by name.
+const HEADERS: &[(&str, &str)] = &[
+    ("bsp.h", include_str!("../../capi/include/bsp.h")),
+    ("mcbsp.h", include_str!("../../capi/include/mcbsp.h")),
+    (
+        "mcbsp-affinity.h",
+        include_str!("../../capi/include/mcbsp-affinity.h"),
+    ),
+    (
+        "mcbsp-profiling.h",
+        include_str!("../../capi/include/mcbsp-profiling.h"),
+    ),
+    (
+        "mcbsp-resiliency.h",
+        include_str!("../../capi/include/mcbsp-resiliency.h"),
+    ),
+    ("bulkwire.h", include_str!("../../capi/include/bulkwire.h")),
+];
+const LIBRARY: &str = "libbulkwire.a";
+/// What a Rust static library needs from the system (`rustc --print native-static-libs`).
+const SYSTEM_LIBS: &[&str] = &[
+    "-lgcc_s",
+    "-lutil",
+    "-lrt",
+    "-lpthread",
+    "-lm",
+    "-ldl",
+    "-lc",
+];
+/// Oxford options with a value, and without, that only tune Oxford's library.
+const IGNORED_WITH_VALUE: &[&str] = &["-flibrary-level", "-fcombine-puts-buffer", "-bspfifo"];
+const IGNORED: &[&str] = &["-fcombine-puts", "-fnocombine-puts"];
+/// bulkwire's compiler wrappers: never a compiler for another one.
+const WRAPPERS: &[&str] = &["bspcc", "bspcxx", "bwcc"];
+/// Set in the compiler's environment: a wrapper that finds it was started, directly or
+/// not, by a compiler a wrapper started.
+const NESTED: &str = "BULKWIRE_BSPCC_NESTED";
+
+/// The language a wrapper compiles.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Lang {
+    C,
+    Cxx,
+}
+
+impl Lang {
+    fn name(self) -> &'static str {
+        match self {
+            Lang::C => "bspcc",
+            Lang::Cxx => "bspcxx",
+        }
+    }
+
+    /// The variables naming the compiler, then the usual names.
+    fn candidates(self) -> (&'static [&'static str], &'static [&'static str]) {
+        match self {
+            Lang::C => (&["BSPCC_CC", "CC"], &["cc", "gcc", "clang"]),
+            Lang::Cxx => (&["BSPCXX_CXX", "CXX"], &["c++", "g++", "clang++"]),
+        }
+    }
+}
+
+pub fn main(lang: Lang) -> ExitCode {
+    match run(lang, std::env::args_os().skip(1).collect()) {
+        Ok(code) => code,
+        Err(msg) => {
+            eprintln!("{}: {msg}", lang.name());
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn usage(lang: Lang) -> String {
+    let (vars, names) = lang.candidates();
+    let mut list: Vec<String> = vars.iter().map(|v| format!("${v}")).collect();
+    list.extend(names.iter().map(|n| n.to_string()));
+    format!(
+        "usage: {0} [-v] [--show] [--mcbsp] [compiler options] files... [-o output]\n\
+         Compiles and links BSPlib programs (bsp.h, mcbsp.h) and bulkwire.h programs\n\
+         against bulkwire (libbulkwire.a). The compiler is the first usable of {1};\n\
+         all options but -v, --show and --mcbsp go to it.\n\
+         \n\
+         \x20 --mcbsp   MulticoreBSP for C's dialect for programs that include bsp.h\n\
+         \x20 -v        print the compiler command, then run it\n\
+         \x20 --show    only print it\n\
+         \x20 --version print bulkwire's version",
+        lang.name(),
+        list.join(", ")
+    )
+}
+
+/// What the wrapper was asked.
+struct Request {
+    verbose: bool,
+    show: bool,
+    mcbsp: bool,
+    pass: Vec<OsString>,
+}
+
+fn parse(lang: Lang, args: Vec<OsString>) -> Result<Option<Request>, String> {
+    let mut r = Request {
+        verbose: false,
+        show: false,
+        mcbsp: false,
+        pass: Vec::new(),
+    };
+    let mut it = args.into_iter();
+    while let Some(a) = it.next() {
+        let s = a.to_string_lossy();
+        match s.as_ref() {
+            "-v" | "--verbose" => r.verbose = true,
+            "--show" | "-show" => r.show = true,
+            "--mcbsp" | "-mcbsp" => r.mcbsp = true,
+            "-h" | "--help" | "-help" => {
+                println!("{}", usage(lang));
+                return Ok(None);
+            }
+            "--version" | "-version" => {
+                println!("{} (bulkwire {})", lang.name(), env!("CARGO_PKG_VERSION"));
+                return Ok(None);
+            }
+            x if IGNORED.contains(&x) => {}
+            x if IGNORED_WITH_VALUE.contains(&x) => {
+                it.next();
+            }
+            x if IGNORED_WITH_VALUE
+                .iter()
+                .any(|o| x.starts_with(&format!("{o}="))) => {}
+            _ => r.pass.push(a),
+        }
+    }
+    if r.pass.is_empty() {
+        return Err(format!("no input files\n{}", usage(lang)));
+    }
+    Ok(Some(r))
+}
+
+fn run(lang: Lang, args: Vec<OsString>) -> Result<ExitCode, String> {
+    let Some(req) = parse(lang, args)? else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    let include = header_dir()?;
+    let linking = !req.pass.iter().any(|a| {
+        matches!(
+            a.to_string_lossy().as_ref(),
+            "-c" | "-S" | "-E" | "-M" | "-MM" | "-fsyntax-only"
+        )
+    });
+    let (program, lead) = compiler(lang)?;
+    let mut cmd = Command::new(&program);
+    let mut inc = OsString::from("-I");
+    inc.push(&include);
+    cmd.args(&lead).arg(inc);
+    if req.mcbsp {
+        cmd.arg("-DBULKWIRE_MCBSP=1");
+    }
+    cmd.args(&req.pass);
+    if linking {
+        cmd.arg(library()?).args(SYSTEM_LIBS);
+    }
+    cmd.env(NESTED, "1");
+    if req.verbose || req.show {
+        let words: Vec<String> = std::iter::once(cmd.get_program())
+            .chain(cmd.get_args())
+            .map(|w| quote(&w.to_string_lossy()))
+            .collect();
+        eprintln!("{}", words.join(" "));
+    }
+    if req.show {
+        return Ok(ExitCode::SUCCESS);
+    }
+    // The compiler writes its diagnostics straight to our stdout and stderr.
+    let status = cmd.status().map_err(|e| {
+        format!(
+            "cannot run the compiler {}: {e}",
+            quote(&program.to_string_lossy())
+        )
+    })?;
+    Ok(exit_code(status))
+}
+
+/// The compiler's exit status as ours (a signal as the shell reports it).
+fn exit_code(status: std::process::ExitStatus) -> ExitCode {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(0), _) => ExitCode::SUCCESS,
+        (Some(c), _) => ExitCode::from(c.clamp(1, 255) as u8),
+        (None, Some(sig)) => ExitCode::from((128 + sig).clamp(1, 255) as u8),
+        (None, None) => ExitCode::from(1),
+    }
+}
+
+/// The compiler to run: its program and leading words.
+fn compiler(lang: Lang) -> Result<(PathBuf, Vec<OsString>), String> {
+    let (vars, names) = lang.candidates();
+    let nested = std::env::var_os(NESTED).is_some();
+    let mut skipped = Vec::new();
+    let from_vars = vars
+        .iter()
+        .filter(|_| !nested)
+        .filter_map(|v| Some((format!("${v}"), std::env::var_os(v)?, true)));
+    let defaults = names
+        .iter()
+        .map(|n| (n.to_string(), OsString::from(n), false));
+    for (source, value, named) in from_vars.chain(defaults) {
+        let mut words = value
+            .to_string_lossy()
+            .split_whitespace()
+            .map(OsString::from)
+            .collect::<Vec<_>>()
+            .into_iter();
+        let Some(first) = words.next() else { continue };
+        let what = format!("{source} = {}", first.to_string_lossy());
+        match usable(&first) {
+            Ok(path) => return Ok((path, words.collect())),
+            // A compiler the user named but that is not there is an error, not a reason
+            // to pick another.
+            Err(Unusable::NotFound) if named => {
+                return Err(format!("the compiler {what} was not found"));
+            }
+            Err(why) => skipped.push(format!("{what}: {why}")),
+        }
+    }
+    Err(format!(
+        "no {} compiler to run ({})",
+        if lang == Lang::C { "C" } else { "C++" },
+        skipped.join("; ")
+    ))
+}
+
+/// Why a word names no compiler to run.
+enum Unusable {
+    NotFound,
+    Myself,
+    Wrapper,
+}
+
+impl std::fmt::Display for Unusable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Unusable::NotFound => "not found",
+            Unusable::Myself => "that is this wrapper",
+            Unusable::Wrapper => "that is a bulkwire wrapper, not a compiler",
+        })
+    }
+}
+
+/// `word` as a compiler to run: found, and not a bulkwire wrapper.
+fn usable(word: &OsStr) -> Result<PathBuf, Unusable> {
+    let path = find_program(word).ok_or(Unusable::NotFound)?;
+    let real = path.canonicalize().unwrap_or_else(|_| path.clone());
+    let me = std::env::current_exe().and_then(|e| e.canonicalize()).ok();
+    if me.as_ref() == Some(&real) {
+        return Err(Unusable::Myself);
+    }
+    let is_wrapper = |p: &Path| {
+        p.file_name()
+            .is_some_and(|n| WRAPPERS.iter().any(|w| n == OsStr::new(w)))
+    };
+    if is_wrapper(&path) || is_wrapper(&real) {
+        return Err(Unusable::Wrapper);
+    }
+    Ok(path)
+}
+
+/// Where `word` runs from: itself if it has a slash, else the first executable of that
+/// name on the PATH.
+fn find_program(word: &OsStr) -> Option<PathBuf> {
+    let is_exe = |p: &Path| {
+        use std::os::unix::fs::PermissionsExt;
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    let w = Path::new(word);
+    if w.components().count() > 1 {
+        return is_exe(w).then(|| w.to_path_buf());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(w))
+        .find(|p| is_exe(p))
+}
+
+/// Quotes a word for the shell when it needs it (for `-v` output one can paste).
+fn quote(w: &str) -> String {
+    if !w.is_empty()
+        && w.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=+,:@%".contains(c))
+    {
+        w.to_string()
+    } else {
+        format!("'{}'", w.replace('\'', r"'\''"))
+    }
+}
+
+/// FNV-1a of the headers, naming their cache directory (new headers, a new directory).
+fn fingerprint() -> u64 {
+    HEADERS
+        .iter()
+        .flat_map(|(n, h)| n.bytes().chain(h.bytes()))
+        .fold(0xcbf2_9ce4_8422_2325, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+        })
+}
+
+/// A directory holding this version's headers, written there on first use.
+fn header_dir() -> Result<PathBuf, String> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|h| Path::new(&h).join(".cache"))
+        });
+    let name = format!("include-{:016x}", fingerprint());
+    let mut tried = Vec::new();
+    let tmp = std::env::temp_dir().join(format!("bulkwire-{}", uid()));
+    for dir in base
+        .map(|b| b.join("bulkwire").join(&name))
+        .into_iter()
+        .chain(std::iter::once(tmp.join(&name)))
+    {
+        match write_headers(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) => tried.push(format!("{}: {e}", dir.display())),
+        }
+    }
+    Err(format!(
+        "cannot write the headers to a cache directory ({})",
+        tried.join("; ")
+    ))
+}
+
+fn write_headers(dir: &Path) -> std::io::Result<()> {
+    for (name, text) in HEADERS {
+        let path = dir.join(name);
+        if std::fs::read_to_string(&path).is_ok_and(|s| s == *text) {
+            continue;
+        }
+        std::fs::create_dir_all(dir)?;
+        // Write then rename, so a concurrent wrapper never sees half a header.
+        let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(&tmp, &path)?;
+    }
+    Ok(())
+}
+
+fn uid() -> u32 {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    unsafe { libc::getuid() }
+}
+
+/// `libbulkwire.a`: in `$BULKWIRE_LIB_DIR`, else next to this executable, else in
+/// `../lib` beside it.
+fn library() -> Result<PathBuf, String> {
+    let mut dirs = Vec::new();
+    if let Some(d) = std::env::var_os("BULKWIRE_LIB_DIR").filter(|d| !d.is_empty()) {
+        dirs.push(PathBuf::from(d));
+    }
+    if let Ok(exe) = std::env::current_exe()
+        && let Some(d) = exe.parent()
+    {
+        dirs.push(d.to_path_buf());
+        dirs.push(d.join("../lib"));
+    }
+    for d in &dirs {
+        let p = d.join(LIBRARY);
+        if p.is_file() {
+            return Ok(p);
+        }
+    }
+    let looked: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+    Err(format!(
+        "{LIBRARY} not found (looked in {}); build it with `cargo build --release` (it is \
+         put next to the wrappers), install with `make install`, or set BULKWIRE_LIB_DIR",
+        looked.join(", ")
+    ))
+}

@@ -1,0 +1,298 @@
+//! bulkwire installed like a system library: `make install-files` puts this build (the
+//! test profile's tools and libraries) under a temporary prefix, and programs are built
+//! against the installed tree the ways a user would: plain `cc $(pkg-config ...)` against
+//! the shared library (then moved to another directory) and the static one, the
+//! installed `bspcc` and `bspcxx`, and CMake's `find_package(bulkwire)` when CMake is
+//! installed. Then `make uninstall` removes every file.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BSPCC: &str = env!("CARGO_BIN_EXE_bspcc");
+
+const BSP_PROGRAM: &str = r#"#include <stdio.h>
+#include <bsp.h>
+int main(void) {
+    bsp_begin(3);
+    bsp_pid_t p = bsp_nprocs(), s = bsp_pid();
+    long v = (long)s + 1, sum = 0;
+    for (bsp_pid_t q = 0; q < p; q++) bsp_send(q, NULL, &v, sizeof v);
+    bsp_sync();
+    void *tag, *m;
+    while (bsp_hpmove(&tag, &m) != (bsp_size_t)-1) sum += *(long *)m;
+    if (s == 0) printf("bsp sum %ld p %d\n", sum, (int)p);
+    bsp_end();
+    return 0;
+}
+"#;
+
+const BW_PROGRAM: &str = r#"#include <stdio.h>
+#include <bulkwire.h>
+int main(void) {
+    if (bw_init_spawn(2) != BW_SUCCESS) return 1;
+    int r, n;
+    bw_rank(&r);
+    bw_size(&n);
+    long long one = 1, all = 0;
+    if (bw_allreduce(&one, &all, 1, BW_INT64, BW_SUM) != BW_SUCCESS) return 1;
+    if (r == 0) printf("bw %d %lld\n", n, all);
+    return bw_finalize() != BW_SUCCESS;
+}
+"#;
+
+const CXX_PROGRAM: &str = r#"#include <cstdio>
+#include <mcbsp.h>
+#include <vector>
+int main() {
+    bsp_begin(2);
+    std::vector<unsigned> seen(bsp_nprocs());
+    bsp_push_reg(seen.data(), seen.size() * sizeof(unsigned));
+    bsp_sync();
+    unsigned me = bsp_pid();
+    bsp_put(0, &me, seen.data(), me * sizeof(unsigned), sizeof me);
+    bsp_sync();
+    if (me == 0) std::printf("cxx %u %u\n", seen[0], seen[1]);
+    bsp_end();
+    return 0;
+}
+"#;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Runs `c` (bounded in time), returning its output; panics with it if it fails.
+fn ok(mut c: Command, what: &str) -> Output {
+    let start = Instant::now();
+    let child = c
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let id = child.id();
+    let dog = std::thread::spawn(move || {
+        while start.elapsed() < Duration::from_secs(120) {
+            std::thread::sleep(Duration::from_millis(50));
+            if !Path::new(&format!("/proc/{id}")).exists() {
+                return;
+            }
+        }
+        // SAFETY: a signal to the child this test started.
+        unsafe { libc::kill(id as i32, libc::SIGKILL) };
+    });
+    let o = child.wait_with_output().unwrap();
+    dog.join().unwrap();
+    assert!(
+        o.status.success(),
+        "{what}: {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A command with no `BULKWIRE_` variables (the programs start their own jobs).
+fn clean(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut c = Command::new(program);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("BULKWIRE_") {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+/// `pkg-config --cflags --libs NAME` against the prefix, as words.
+fn pkg_config(prefix: &Path, name: &str) -> Vec<String> {
+    let mut c = Command::new("pkg-config");
+    c.args(["--cflags", "--libs", name])
+        .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"));
+    let o = ok(c, &format!("pkg-config {name}"));
+    stdout(&o).split_whitespace().map(str::to_string).collect()
+}
+
+/// The dynamic section of an ELF file, as `readelf -d` prints it.
+fn dynamic(file: &Path) -> String {
+    let mut c = Command::new("readelf");
+    c.arg("-d").arg(file);
+    stdout(&ok(c, "readelf -d"))
+}
+
+fn cc(src: &Path, out: &Path, flags: &[String]) {
+    let mut c = Command::new("cc");
+    c.arg(src).arg("-o").arg(out).args(flags);
+    ok(c, &format!("cc {} {}", src.display(), flags.join(" ")));
+}
+
+#[test]
+fn an_installed_tree_builds_programs_with_pkg_config_cmake_and_the_wrappers() {
+    let root =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("install-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let prefix = root.join("prefix");
+    let work = root.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let builddir = Path::new(BSPCC).parent().unwrap();
+    let make = |target: &str| {
+        let mut c = Command::new("make");
+        c.arg("-s")
+            .arg("-C")
+            .arg(repo())
+            .arg(target)
+            .arg(format!("PREFIX={}", prefix.display()))
+            .arg(format!("BUILDDIR={}", builddir.display()));
+        ok(c, &format!("make {target}"));
+    };
+    make("install-files");
+
+    let lib = prefix.join("lib");
+    for f in [
+        "bin/bspcc",
+        "bin/bspcxx",
+        "bin/bsprun",
+        "bin/bwbench",
+        "lib/libbulkwire.a",
+        "lib/libbulkwire.so",
+        "include/bsp.h",
+        "include/mcbsp.h",
+        "include/bulkwire.h",
+        "lib/pkgconfig/bulkwire.pc",
+        "lib/cmake/bulkwire/bulkwireConfig.cmake",
+    ] {
+        assert!(prefix.join(f).exists(), "{f} not installed");
+    }
+    // The shared library names its ABI; the development link leads to it.
+    let soname = "libbulkwire.so.0.1";
+    assert!(dynamic(&lib.join("libbulkwire.so")).contains(&format!("Library soname: [{soname}]")));
+    assert!(lib.join(soname).exists());
+
+    let bsp = work.join("bsp.c");
+    let bw = work.join("bw.c");
+    std::fs::write(&bsp, BSP_PROGRAM).unwrap();
+    std::fs::write(&bw, BW_PROGRAM).unwrap();
+
+    // Shared: the program needs the library by its SONAME and finds it from anywhere.
+    let shared = pkg_config(&prefix, "bulkwire");
+    let prog = work.join("bsp_shared");
+    cc(&bsp, &prog, &shared);
+    assert!(dynamic(&prog).contains(&format!("Shared library: [{soname}]")));
+    let elsewhere = work.join("moved");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let moved = elsewhere.join("renamed");
+    std::fs::rename(&prog, &moved).unwrap();
+    let o = ok(clean(&moved), "the moved program");
+    assert_eq!(stdout(&o), "bsp sum 6 p 3\n");
+    let mut c = clean(prefix.join("bin/bsprun"));
+    c.args(["-n", "3"]).arg(&moved);
+    assert_eq!(stdout(&ok(c, "installed bsprun")), "bsp sum 6 p 3\n");
+    let prog = work.join("bw_shared");
+    cc(&bw, &prog, &shared);
+    assert_eq!(stdout(&ok(clean(&prog), "bulkwire.h program")), "bw 2 2\n");
+
+    // Static: nothing of bulkwire needed at run time.
+    let prog = work.join("bsp_static");
+    cc(&bsp, &prog, &pkg_config(&prefix, "bulkwire-static"));
+    assert!(!dynamic(&prog).contains("bulkwire"));
+    assert_eq!(
+        stdout(&ok(clean(&prog), "static program")),
+        "bsp sum 6 p 3\n"
+    );
+
+    // The installed wrappers find the installed library (../lib).
+    let prog = work.join("bsp_wrapped");
+    let mut c = clean(prefix.join("bin/bspcc"));
+    c.arg(&bsp)
+        .arg("-o")
+        .arg(&prog)
+        .env_remove("BULKWIRE_LIB_DIR");
+    ok(c, "installed bspcc");
+    assert_eq!(
+        stdout(&ok(clean(&prog), "bspcc's program")),
+        "bsp sum 6 p 3\n"
+    );
+    let cxx = work.join("cxx.cpp");
+    std::fs::write(&cxx, CXX_PROGRAM).unwrap();
+    let prog = work.join("cxx");
+    let mut c = clean(prefix.join("bin/bspcxx"));
+    c.arg(&cxx).arg("-o").arg(&prog);
+    ok(c, "installed bspcxx");
+    assert_eq!(stdout(&ok(clean(&prog), "bspcxx's program")), "cxx 0 1\n");
+
+    cmake_package(&prefix, &work);
+
+    make("uninstall");
+    let left: Vec<PathBuf> = walk(&prefix).into_iter().filter(|p| !p.is_dir()).collect();
+    assert!(left.is_empty(), "left after uninstall: {left:?}");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// `find_package(bulkwire)` in a CMake project, both targets (when CMake is installed).
+fn cmake_package(prefix: &Path, work: &Path) {
+    if Command::new("cmake").arg("--version").output().is_err() {
+        eprintln!("cmake is not installed: the CMake package is not checked");
+        return;
+    }
+    let proj = work.join("cmake");
+    std::fs::create_dir_all(&proj).unwrap();
+    std::fs::write(
+        proj.join("CMakeLists.txt"),
+        "cmake_minimum_required(VERSION 3.13)\nproject(uses_bulkwire C)\n\
+         find_package(bulkwire 0.1 REQUIRED)\n\
+         add_executable(shared ../bsp.c)\n\
+         target_link_libraries(shared PRIVATE bulkwire::bulkwire)\n\
+         add_executable(static ../bsp.c)\n\
+         target_link_libraries(static PRIVATE bulkwire::static)\n",
+    )
+    .unwrap();
+    let build = proj.join("build");
+    let mut c = Command::new("cmake");
+    c.arg("-S")
+        .arg(&proj)
+        .arg("-B")
+        .arg(&build)
+        .arg(format!("-DCMAKE_PREFIX_PATH={}", prefix.display()));
+    ok(c, "cmake configure");
+    let mut c = Command::new("cmake");
+    c.arg("--build").arg(&build);
+    ok(c, "cmake build");
+    for exe in ["shared", "static"] {
+        let o = ok(clean(build.join(exe)), &format!("cmake's {exe} program"));
+        assert_eq!(stdout(&o), "bsp sum 6 p 3\n");
+    }
+    // A version from another series is refused.
+    std::fs::write(
+        proj.join("CMakeLists.txt"),
+        "cmake_minimum_required(VERSION 3.13)\nproject(too_new C)\n\
+         find_package(bulkwire 0.2 QUIET)\n\
+         if(bulkwire_FOUND)\n  message(FATAL_ERROR \"0.2 accepted\")\nendif()\n",
+    )
+    .unwrap();
+    let mut c = Command::new("cmake");
+    c.arg("-S")
+        .arg(&proj)
+        .arg("-B")
+        .arg(proj.join("build2"))
+        .arg(format!("-DCMAKE_PREFIX_PATH={}", prefix.display()));
+    ok(c, "cmake refusing another version");
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut all = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                all.extend(walk(&p));
+            }
+            all.push(p);
+        }
+    }
+    all
+}

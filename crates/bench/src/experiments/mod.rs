@@ -22,6 +22,7 @@ use crate::stack::{Faults, Stack};
 use crate::suite::Suite;
 
 pub mod alltoall;
+pub mod apps;
 pub mod bandwidth;
 pub mod bsp;
 pub mod collectives;
@@ -32,7 +33,7 @@ pub mod loss;
 pub mod overlap;
 pub mod scale;
 
-/// Every experiment, in the order `bwbench all` runs them.
+/// Every experiment, in the order `bwbench all` runs them (those [`Entry::in_all`]).
 pub static REGISTRY: &[&dyn Entry] = &[
     &latency::Latency,
     &bandwidth::Bandwidth,
@@ -44,6 +45,7 @@ pub static REGISTRY: &[&dyn Entry] = &[
     &exchange::Exchange,
     &loss::Loss,
     &scale::ScaleExperiment,
+    &apps::Apps,
 ];
 
 /// The experiment named `name`.
@@ -62,6 +64,12 @@ pub trait Experiment: Sync {
     /// One line for `bwbench --help`.
     fn about(&self) -> &'static str;
 
+    /// Whether `bwbench all` runs it (an experiment that builds programs and runs for
+    /// minutes even with `--quick` runs only by its own name).
+    fn in_all(&self) -> bool {
+        true
+    }
+
     /// Every run the experiment makes at `s`'s level, in order.
     fn plan(&self, s: &Suite) -> Plan<Self::Tag>;
 
@@ -74,6 +82,7 @@ pub trait Experiment: Sync {
 pub trait Entry: Sync {
     fn name(&self) -> &'static str;
     fn about(&self) -> &'static str;
+    fn in_all(&self) -> bool;
     /// Its plan for `s`, ready to run.
     fn prepare<'a>(&'a self, s: &'a Suite) -> Box<dyn Prepared + 'a>;
 }
@@ -94,6 +103,10 @@ impl<E: Experiment> Entry for E {
 
     fn about(&self) -> &'static str {
         Experiment::about(self)
+    }
+
+    fn in_all(&self) -> bool {
+        Experiment::in_all(self)
     }
 
     fn prepare<'a>(&'a self, s: &'a Suite) -> Box<dyn Prepared + 'a> {
@@ -337,9 +350,11 @@ mod tests {
                         e.name()
                     );
                 }
-                total += steps.iter().map(|s| s.estimate).sum::<f64>();
+                if e.in_all() {
+                    total += steps.iter().map(|s| s.estimate).sum::<f64>();
+                }
             }
-            // The README promises about a minute for the quick suite (MPI adds to it).
+            // The README promises about a minute for `all --quick` (MPI adds to it).
             if level == Level::Quick {
                 assert!((15.0..120.0).contains(&total), "quick: {total:.0} s");
             }

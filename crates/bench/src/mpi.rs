@@ -60,6 +60,7 @@ pub struct MpiJob {
 /// An MPI found on this machine, with the harness built.
 pub struct Mpi {
     pub version: String,
+    mpicc: PathBuf,
     harness: PathBuf,
     open_mpi: bool,
     root: bool,
@@ -113,23 +114,20 @@ impl Mpi {
         Ok(Mpi {
             open_mpi: version.contains("Open MPI"),
             version,
+            mpicc,
             harness,
             root,
         })
     }
 
-    /// Runs `job` under `timeout`: a summary per size.
-    pub fn run(&self, job: &MpiJob, timeout: Duration) -> Result<Vec<MpiPoint>, String> {
-        let MpiJob {
-            kind,
-            np,
-            net,
-            warmup,
-            iters,
-            extra,
-            sizes,
-        } = job;
-        let (np, net) = (*np, *net);
+    /// The user's `mpicc`.
+    pub fn mpicc(&self) -> &Path {
+        &self.mpicc
+    }
+
+    /// `mpirun` starting `program` on `np` processes over `net` (the arguments follow),
+    /// stopped after `timeout`.
+    pub fn command(&self, np: u32, net: MpiNet, timeout: Duration, program: &Path) -> Command {
         let mut cmd = Command::new("timeout");
         cmd.arg(format!("{}", timeout.as_secs().max(1)))
             .arg("mpirun");
@@ -152,7 +150,23 @@ impl Mpi {
                 cmd.args(["--mca", "btl_tcp_if_include", "lo"]);
             }
         }
-        cmd.arg("-np").arg(np.to_string()).arg(&self.harness);
+        cmd.arg("-np").arg(np.to_string()).arg(program);
+        cmd
+    }
+
+    /// Runs `job` under `timeout`: a summary per size.
+    pub fn run(&self, job: &MpiJob, timeout: Duration) -> Result<Vec<MpiPoint>, String> {
+        let MpiJob {
+            kind,
+            np,
+            net,
+            warmup,
+            iters,
+            extra,
+            sizes,
+        } = job;
+        let (np, net) = (*np, *net);
+        let mut cmd = self.command(np, net, timeout, &self.harness);
         cmd.arg(kind)
             .arg(warmup.to_string())
             .arg(iters.to_string())

@@ -130,6 +130,9 @@ pub struct Counters {
     pub bytes_in: u64,
     /// Bytes of puts and gets within this process (no transport).
     pub bytes_local: u64,
+    /// DATA and REPLY messages handed to the transport / received.
+    pub messages_out: u64,
+    pub messages_in: u64,
 }
 
 /// What a wait loop's poll says.
@@ -910,6 +913,7 @@ impl Core {
         {
             let kind = m[0];
             self.counters.bytes_in += m.len() as u64;
+            self.counters.messages_in += 1;
             if kind == wire::DATA {
                 self.on_data(n, x, from, m)?;
             } else {
@@ -971,6 +975,7 @@ impl Core {
             *k += 1;
             let last = *k == chunks.len();
             self.counters.bytes_out += chunk.len() as u64;
+            self.counters.messages_out += 1;
             n.t.send(d, chunk, false)?;
             x.sent[d as usize] = true;
             if last {
@@ -1033,6 +1038,7 @@ impl Core {
                 self.on_reply(n, x, from, rep)?;
             } else {
                 self.counters.bytes_out += rep.len() as u64;
+                self.counters.messages_out += 1;
                 n.t.send(from, Bytes::from(rep), false)?;
                 x.sent[s] = true;
             }

@@ -16,6 +16,7 @@ use bulkwire_launch::{
 
 use crate::config::Config;
 use crate::core::{Core, Net};
+use crate::profile::Profiler;
 use crate::{BspError, stats};
 
 /// Set between `bsp_begin` and `bsp_end`: a failure notice then ends the process even if
@@ -42,6 +43,8 @@ pub struct Runtime {
     start: Instant,
     cfg: Config,
     protocol: &'static str,
+    /// The cost profile's records, when `Config::profile` asks for them.
+    profile: Option<Mutex<Profiler>>,
     /// The links pid 0's packets take (`shm`, `udp`, `shm+udp`, `tcp`); empty when the
     /// caller built the transport.
     links: &'static str,
@@ -125,6 +128,9 @@ impl Runtime {
         });
         IN_JOB.store(true, Ordering::SeqCst);
         let mut rt = Runtime::build(engine, p, cfg);
+        if let Some(prof) = &rt.profile {
+            lock(prof).create().map_err(BspError::Misuse)?;
+        }
         rt.links = info.links;
         rt.ctl = Mutex::new(Some(ctl));
         rt.job = Some(state);
@@ -143,6 +149,11 @@ impl Runtime {
         let protocol = t.protocol_name();
         let (core, net) = Core::new(t, p, cfg.clone());
         let pid = core.pid();
+        let start = Instant::now();
+        let profile = cfg
+            .profile
+            .as_ref()
+            .map(|base| Mutex::new(Profiler::new(base, &core, &net, start)));
         Runtime {
             core: Mutex::new(core),
             shared: Mutex::new(Some(Shared::new(net, waker, cfg.progress))),
@@ -151,9 +162,10 @@ impl Runtime {
             job: None,
             pid,
             p,
-            start: Instant::now(),
+            start,
             cfg,
             protocol,
+            profile,
             links: "",
         }
     }
@@ -229,7 +241,15 @@ impl Runtime {
         let Some(sh) = g.as_ref() else {
             return Err(BspError::Misuse("bsp_sync: called after bsp_end".into()));
         };
-        sh.with(|n| core.sync(n, ending))
+        let Some(prof) = &self.profile else {
+            return sh.with(|n| core.sync(n, ending));
+        };
+        let called = Instant::now();
+        sh.with(|n| {
+            core.sync(n, ending)?;
+            lock(prof).record(called, &core, n, ending);
+            Ok(())
+        })
     }
 
     /// `bsp_sync`.
@@ -246,9 +266,9 @@ impl Runtime {
     }
 
     /// `bsp_end`, second half (after [`Runtime::end_sync`]): waits until every process
-    /// has passed the last barrier, prints the statistics (pid 0, `BULKWIRE_STATS=1`) and
-    /// leaves the job. The caller decides what happens next (the C ABI exits all
-    /// processes but pid 0).
+    /// has passed the last barrier, writes this process's profile (`Config::profile`),
+    /// prints the statistics (pid 0, `BULKWIRE_STATS=1`) and leaves the job. The caller
+    /// decides what happens next (the C ABI exits all processes but pid 0).
     pub fn finish(&self) -> Result<(), BspError> {
         self.ended.store(true, Ordering::SeqCst);
         let Some(shared) = lock(&self.shared).take() else {
@@ -261,6 +281,12 @@ impl Runtime {
             Vec::new()
         };
         lock(&self.core).release();
+        if let Some(prof) = &self.profile
+            && let Err(e) = lock(prof).write()
+        {
+            // The computation's results stand; only its profile is missing.
+            let _ = writeln!(std::io::stderr(), "bsp_end: pid {}: {e}", self.pid);
+        }
         let ctl = lock(&self.ctl).take();
         match ctl {
             Some(mut ctl) => {

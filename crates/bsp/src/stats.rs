@@ -80,6 +80,7 @@ impl Snapshot {
                 bytes_out: v[9],
                 bytes_in: v[10],
                 bytes_local: v[11],
+                ..Counters::default()
             },
         })
     }
@@ -160,6 +161,7 @@ mod tests {
                 bytes_out: 123,
                 bytes_in: 456,
                 bytes_local: 8,
+                ..Counters::default()
             },
         };
         let d = Snapshot::decode(&s.encode()).unwrap();

@@ -355,6 +355,7 @@ fn bsp_config(
         c = c.with_rate(rate);
     }
     c.stats = l.get(&STATS, flag)?.unwrap_or(false);
+    c.profile = l.raw(&PROFILE).map(std::path::PathBuf::from);
     Ok(c)
 }
 

@@ -42,6 +42,7 @@ const DESCRIBED_DEFAULTS: &[&str] = &[
     "BULKWIRE_RENDEZVOUS",
     "BULKWIRE_COOKIE",
     "BULKWIRE_JOB",
+    "BULKWIRE_PROFILE",
 ];
 
 #[test]
@@ -68,6 +69,7 @@ fn docs_hold_the_generated_table() {
 const ANY_TEXT: &[&str] = &[
     "BULKWIRE_HOST_ID",
     "BULKWIRE_JOB",
+    "BULKWIRE_PROFILE",
     "BULKWIRE_RSH",
     "BULKWIRE_SPMD_ENTRY",
 ];
@@ -340,6 +342,9 @@ fn bsp() {
     assert_eq!(s.bsp.rate, Some(500_000_000));
     assert_eq!(s.bsp.chunk, Some(bulkwire_bsp::PACED_CHUNK));
     assert!(s.bsp.stats);
+    assert_eq!(s.bsp.profile, None);
+    let s = settings(&[("BULKWIRE_PROFILE", " /tmp/cg.prof ")]).unwrap();
+    assert_eq!(s.bsp.profile, Some("/tmp/cg.prof".into()));
     let s = settings(&[("BULKWIRE_BSP_CHUNK", "1M"), ("BULKWIRE_BSP_RATE", "1G")]).unwrap();
     assert_eq!(s.bsp.chunk, Some(1 << 20));
     for bad in [

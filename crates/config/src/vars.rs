@@ -251,6 +251,10 @@ vars! {
         "on or off (also 1/0, true/false, yes/no)",
         "off",
         "bsp_end prints each process's packet statistics (the BSPlib paper's Table 5).";
+    PROFILE: Bsp, "BULKWIRE_PROFILE",
+        "a file path PATH (process s writes PATH.s)",
+        "no profile",
+        "Record the BSP cost profile of every superstep (time computing and in bsp_sync, bytes and messages sent and received, packets of the BSPlib paper's Table 5); process s writes its records to PATH.s at bsp_end (created at bsp_begin, so a path that cannot be written stops the job at once). bwbench profile PATH turns them into tables, a timeline and the cost W + H g + S l (bsprun --profile PATH sets it).";
     COLL: Collectives, "BULKWIRE_COLL",
         "auto, netcache or p2p",
         "auto",

@@ -12,6 +12,14 @@ use serde_json::Value;
 const BWBENCH: &str = env!("CARGO_BIN_EXE_bwbench");
 /// Smoke level takes about 15 s here; a hung job fails the test, not the CI run.
 const LIMIT: Duration = Duration::from_secs(300);
+/// The stacks that recover lost datagrams (or run over TCP): their runs must all work.
+const RECOVER: [&str; 5] = [
+    "raw TCP",
+    "gbn/udp",
+    "holefill/udp",
+    "rmpp/udp",
+    "bulkwire/tcp",
+];
 
 /// Why the test bed cannot be made here, if it cannot.
 fn no_bed() -> Option<String> {
@@ -143,8 +151,9 @@ fn smoke_run_between_two_namespaces_writes_its_tables_and_cleans_up() {
         }
     }
     assert_eq!(titles[0], "The path");
-    // Every stack's half round trip between the namespaces, a positive figure (no MPI to
-    // compare with, so no ratio).
+    // The half round trip between the namespaces of every stack that recovers (and of the
+    // others unless they lost datagrams), a positive figure (no MPI to compare with, so no
+    // ratio).
     let lat = &tables[1]["rows"];
     let rows: Vec<(&str, &str)> = lat
         .as_array()
@@ -152,7 +161,9 @@ fn smoke_run_between_two_namespaces_writes_its_tables_and_cleans_up() {
         .iter()
         .map(|r| (r[0].as_str().unwrap(), r[1].as_str().unwrap()))
         .collect();
-    assert_eq!(rows.len(), 7, "{rows:?}");
+    for stack in RECOVER {
+        assert!(rows.iter().any(|(s, _)| *s == stack), "{stack}: {rows:?}");
+    }
     for (stack, cell) in &rows {
         let us: f64 = cell.split_whitespace().next().unwrap().parse().unwrap();
         assert!(us > 0.0 && us < 10_000.0, "{stack}: {cell}");
@@ -170,8 +181,21 @@ fn smoke_run_between_two_namespaces_writes_its_tables_and_cleans_up() {
         .iter()
         .map(|s| s.as_str().unwrap())
         .collect();
-    assert_eq!(skipped.len(), 4, "{skipped:?}");
     assert_eq!(skipped[0], "Open MPI over TCP: left out (--no-mpi)");
+    assert!(
+        skipped[1..4]
+            .iter()
+            .all(|k| k.ends_with("no Open MPI to compare with"))
+    );
+    // Every other run worked, except where a stack without recovery lost datagrams: on a
+    // busy machine the receiver's socket buffer overflows now and then, and raw UDP and
+    // utopia end their job saying so (as the report does).
+    for k in &skipped[4..] {
+        let lossy = ["raw UDP", "utopia/udp"].iter().any(|s| {
+            k.starts_with(&format!("MTU 1500: {s} ")) || k.starts_with(&format!("MTU 9000: {s} "))
+        });
+        assert!(lossy && k.contains("lost"), "{k}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -35,6 +35,9 @@ use crate::suite::Suite;
 
 pub struct Cluster;
 
+/// The experiment's name: its subcommand, and its section's in `results.json`.
+pub const NAME: &str = "cluster";
+
 /// The MTUs measured: Ethernet's, then jumbo frames.
 pub const MTUS: [u32; 2] = [1500, 9000];
 
@@ -198,7 +201,7 @@ impl Experiment for Cluster {
     type Tag = Tag;
 
     fn name(&self) -> &'static str {
-        "cluster"
+        NAME
     }
 
     fn about(&self) -> &'static str {
@@ -233,7 +236,7 @@ impl Experiment for Cluster {
     fn report(&self, s: &Suite, done: &[Done<Tag>]) -> Section {
         let p = params(s);
         let mut sec = Section::new(
-            "cluster",
+            NAME,
             "Across hosts: two network namespaces over veth, beside Open MPI over TCP",
         );
         if let Some(info) = find(done, Tag::Path).and_then(|d| d.own::<PathInfo>()) {
@@ -924,7 +927,7 @@ fn coll_table(sec: &mut Section, done: &[Done<Tag>], mtu: u32) {
 /// The report's network line, `here` being this host's: where the cluster section ran,
 /// when `sections` include it and it measured something.
 pub fn network_line(sections: &[Section], here: &str) -> String {
-    let ran = |s: &Section| s.name == "cluster" && !s.tables.is_empty();
+    let ran = |s: &Section| s.name == NAME && !s.tables.is_empty();
     if sections.iter().all(ran) && !sections.is_empty() {
         NETWORK.trim_start_matches("the cluster section: ").into()
     } else if sections.iter().any(ran) {

@@ -11,6 +11,8 @@
 //! bsprun -n 4 --timeout 60 ./program       fail the job (status 124) after 60 s
 //! bsprun -n 2 --bind none ./program        leave placement to the scheduler (default:
 //!                                          each process on its share of the cores)
+//! bsprun -n 4 --profile cg.prof ./program  record the BSP cost profile: each process
+//!                                          writes cg.prof.<pid> (see bwbench profile)
 //! bsprun -n 16 --serve 0.0.0.0:7000        only the rendezvous server, for processes
 //!                                          started by srun or mpirun (export
 //!                                          BULKWIRE_RENDEZVOUS=thishost:7000 to them)
@@ -36,6 +38,7 @@
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -113,6 +116,11 @@ struct Args {
     /// leaves them to the scheduler. Default: BULKWIRE_BIND, else share.
     #[arg(long, value_name = "HOW", value_parser = parse_bind)]
     bind: Option<Placement>,
+
+    /// Record the BSP cost profile of every superstep (BULKWIRE_PROFILE=FILE): each process
+    /// writes FILE.<pid> at bsp_end; `bwbench profile FILE` reads them.
+    #[arg(long, value_name = "FILE")]
+    profile: Option<PathBuf>,
 
     /// After a failure, seconds between SIGTERM and SIGKILL for the remaining processes.
     #[arg(long, value_name = "SECS", default_value_t = 2.0)]
@@ -227,7 +235,13 @@ fn run(a: Args) -> Result<i32, (u8, String)> {
             h.name, h.slots
         )));
     }
-    let exports = exports(&a.export).map_err(usage)?;
+    let mut exports = exports(&a.export).map_err(usage)?;
+    // --profile is BULKWIRE_PROFILE for every rank, wherever it runs.
+    exports.extend(
+        a.profile
+            .iter()
+            .map(|f| ("BULKWIRE_PROFILE".into(), f.clone().into_os_string())),
+    );
     let rsh = match &a.rsh {
         Some(r) => r.split_whitespace().map(String::from).collect(),
         None => settings.launch.rsh.clone(),

@@ -18,6 +18,7 @@ mod config;
 pub mod core;
 mod direct;
 mod error;
+mod lock;
 mod regs;
 mod runtime;
 pub mod stats;

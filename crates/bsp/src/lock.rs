@@ -88,7 +88,7 @@ mod tests {
                         // A read, a yield and a write: lost updates if two held it at once.
                         let mut g = lock.lock();
                         let v = *g;
-                        if v % 1000 == 0 {
+                        if v.is_multiple_of(1000) {
                             std::thread::yield_now();
                         }
                         *g = v + 1;

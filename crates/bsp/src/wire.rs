@@ -151,11 +151,17 @@ impl<'a> Reader<'a> {
 
     #[inline]
     pub fn var(&mut self) -> Option<u64> {
-        // Slots, small offsets and word lengths take one byte.
+        // Slots and word lengths take one byte, offsets within 16 KiB two.
         let b = *self.buf.get(self.pos)?;
         if b < 0x80 {
             self.pos += 1;
             return Some(b as u64);
+        }
+        if let Some(&c) = self.buf.get(self.pos + 1)
+            && c < 0x80
+        {
+            self.pos += 2;
+            return Some((b & 0x7f) as u64 | (c as u64) << 7);
         }
         self.var_long()
     }

@@ -68,6 +68,10 @@ impl Outbox {
         let add = rec + reply;
         if self.chunks.is_empty() || limit.is_some_and(|c| self.weight > 0 && self.weight + add > c)
         {
+            if self.buf.capacity() == 0 {
+                // Room for a few dozen small records before the first regrowth.
+                self.buf.reserve(FIRST_CAPACITY);
+            }
             self.chunks.push(self.len());
             wire::put_head(&mut self.buf, wire::DATA, step);
             self.weight = 0;
@@ -850,7 +854,6 @@ impl Core {
             self.get_order.clear();
             return Ok(());
         }
-        let outs = std::mem::replace(&mut self.out, (0..p).map(|_| Outbox::default()).collect());
         let mut x = self.spare.take().unwrap_or_default();
         x.reset(step, p, std::mem::take(&mut self.get_order));
         for c in incoming {
@@ -866,7 +869,8 @@ impl Core {
             x.senders_left += 1;
         }
         let mut bufs = Vec::with_capacity(p);
-        for (d, o) in outs.into_iter().enumerate() {
+        for d in 0..p {
+            let o = std::mem::take(&mut self.out[d]);
             x.sent[d] = o.sent > 0;
             x.reply_left[d] = o.get_bytes;
             if o.get_bytes > 0 && d != me {
@@ -1224,7 +1228,7 @@ impl Core {
         // Stable: one process's chunks stay in the order it made them.
         data.sort_by_key(|(from, _)| *from);
         let mut with_sends = Vec::new();
-        for (from, m) in data {
+        for (from, m) in data.drain(..) {
             let mut has_send = false;
             let mut r = wire::Reader::at(&m, wire::HEAD);
             while let Some(rec) = wire::next_rec(&mut r) {
@@ -1255,6 +1259,8 @@ impl Core {
                 with_sends.push((from, m));
             }
         }
+        // The emptied vector serves the next superstep.
+        x.data = data;
         // Messages from the highest pid first, each process's in the order it sent them:
         // the order BSPonMPI and MulticoreBSP for C give (the standard gives none).
         with_sends.sort_by_key(|(from, _)| std::cmp::Reverse(*from));
@@ -1403,6 +1409,9 @@ impl Net {
 /// Messages from this size on may be written as they arrive (`Core::apply_early`):
 /// holding a superstep's big messages until the last arrives doubles its memory.
 const EARLY_MIN: usize = 8 << 10;
+
+/// Bytes a destination's message starts with.
+const FIRST_CAPACITY: usize = 512;
 
 /// Largest message sent before the barrier (see `Core::send_small`): below the size that
 /// is written early, so nothing written early ever skips the schedule.

@@ -19,6 +19,7 @@ mod config;
 pub mod core;
 mod direct;
 mod error;
+mod lock;
 pub mod profile;
 mod regs;
 mod runtime;

@@ -16,6 +16,7 @@ use bulkwire_launch::{
 
 use crate::config::Config;
 use crate::core::{Core, Net};
+use crate::lock::UserLock;
 use crate::profile::Profiler;
 use crate::{BspError, stats};
 
@@ -30,7 +31,7 @@ const WATCHDOG: Duration = Duration::from_secs(2);
 /// One process of a BSP computation.
 pub struct Runtime {
     /// The user side: only user calls take it (cheap, uncontended).
-    core: Mutex<Core>,
+    core: UserLock<Core>,
     /// The transport side, shared with the progress thread; gone after `finish`.
     shared: Mutex<Option<Shared<Net>>>,
     /// The job's control connection (none over a given transport, or after `finish`).
@@ -155,7 +156,7 @@ impl Runtime {
             .as_ref()
             .map(|base| Mutex::new(Profiler::new(base, &core, &net, start)));
         Runtime {
-            core: Mutex::new(core),
+            core: UserLock::new(core),
             shared: Mutex::new(Some(Shared::new(net, waker, cfg.progress))),
             ctl: Mutex::new(None),
             ended: AtomicBool::new(false),
@@ -186,7 +187,7 @@ impl Runtime {
     /// Runs `f` on the process's user side (registrations, outgoing data, queue).
     #[inline]
     pub fn with<R>(&self, f: impl FnOnce(&mut Core) -> R) -> R {
-        f(&mut lock(&self.core))
+        f(&mut self.core.lock())
     }
 
     /// Runs `f` on the transport, as a user call (the progress thread steps aside);
@@ -213,7 +214,7 @@ impl Runtime {
         if n == 0 {
             return Ok(());
         }
-        let g = lock(&self.core).direct_target(call, pid, src, offset, n)?;
+        let g = self.core.lock().direct_target(call, pid, src, offset, n)?;
         if pid == self.pid {
             // SAFETY: the source lies in this process's registered area (checked); the
             // areas may overlap, hence `copy`.
@@ -236,7 +237,7 @@ impl Runtime {
     }
 
     fn sync_ending(&self, ending: bool) -> Result<(), BspError> {
-        let mut core = lock(&self.core);
+        let mut core = self.core.lock();
         let g = lock(&self.shared);
         let Some(sh) = g.as_ref() else {
             return Err(BspError::Misuse("bsp_sync: called after bsp_end".into()));
@@ -275,12 +276,12 @@ impl Runtime {
             return Err(BspError::Misuse("bsp_end: called twice".into()));
         };
         let blob = if self.cfg.stats {
-            let core = lock(&self.core);
+            let core = self.core.lock();
             shared.with(|n| stats::Snapshot::of(&core, n).encode())
         } else {
             Vec::new()
         };
-        lock(&self.core).release();
+        self.core.lock().release();
         if let Some(prof) = &self.profile
             && let Err(e) = lock(prof).write()
         {

@@ -102,6 +102,8 @@ fn params(s: &Suite) -> Params {
             iters: s.pick(5, 20, 50),
             batches: s.pick(1, 3, 3),
             warmup: s.pick(1, 5, 5),
+            // Not measured here.
+            exchange: 0,
         },
         timeout: Duration::from_secs(s.pick(120, 120, 600)),
     }
@@ -890,6 +892,7 @@ mod tests {
                 iters: 1,
                 batches: 1,
                 warmup: 1,
+                exchange: 0,
             },
             timeout: Duration::from_secs(1),
         };

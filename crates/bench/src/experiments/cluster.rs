@@ -171,6 +171,8 @@ fn params(s: &Suite) -> Params {
             iters: s.pick(10, 100, 200),
             batches: s.pick(1, 3, 5),
             warmup: s.pick(5, 50, 100),
+            // Not measured here.
+            exchange: 0,
         },
         coll: s.pick((10, 50), (200, 2000), (500, 5000)),
         target_lat: s.pick((20, 200), (1000, 10_000), (2000, 20_000)),
@@ -1049,6 +1051,7 @@ mod tests {
                 g_us: 0.05,
                 l_us: 10.0,
                 empty_us: 3.0,
+                exchange_us: 0.0,
                 samples: vec![(0, 3.0)],
             }),
             Tag::Coll { .. } => {

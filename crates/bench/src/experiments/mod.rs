@@ -272,6 +272,7 @@ mod tests {
                     g_us: 0.05,
                     l_us: 10.0,
                     empty_us: 3.0,
+                    exchange_us: 40.0,
                     samples: vec![(0, 3.0), (8, 10.4)],
                 }),
                 Job::Coll { p, spec } => Outcome::Coll(CollResult {

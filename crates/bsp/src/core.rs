@@ -661,6 +661,7 @@ impl Core {
             o.hole_bytes = 0;
             o.sent = msg.len() as u64;
             self.counters.bytes_out += o.sent;
+            self.counters.messages_out += 1;
             n.t.send(d as u32, Bytes::from(msg), false)?;
         }
         Ok(())

@@ -483,7 +483,7 @@ impl<'c> Coll<'c> {
             }
             if let Some(s) = shm {
                 s.bcast(comm, buf, root)?;
-                return Ok(Algorithm::NetCache);
+                return Ok(s.shared_algorithm(buf.len()));
             }
             if large {
                 algo::bcast_scatter_allgather(net, buf, root as u32)?;
@@ -593,7 +593,7 @@ impl<'c> Coll<'c> {
             }
             if let Some(s) = shm {
                 s.allgather(comm, send, recv)?;
-                return Ok(Algorithm::NetCache);
+                return Ok(s.shared_algorithm(send.len()));
             }
             recv[me * b..(me + 1) * b].copy_from_slice(send);
             if large {
@@ -813,7 +813,7 @@ impl<'c> Coll<'c> {
                     let mut mine = send.to_vec();
                     s.reduce(comm, &mut mine, dt, op, Some(root as usize), w)?;
                 }
-                return Ok(Algorithm::NetCache);
+                return Ok(s.reduce_algorithm(send.len()));
             }
             if ring {
                 algo::reduce_ring(net, send, recv, root, dt, op)?;
@@ -878,7 +878,7 @@ impl<'c> Coll<'c> {
             if let Some(s) = shm {
                 let w = whole && s.fits(buf.len());
                 s.reduce(comm, buf, dt, op, None, w)?;
-                return Ok(Algorithm::NetCache);
+                return Ok(s.reduce_algorithm(buf.len()));
             }
             if ring {
                 algo::allreduce_ring(net, buf, dt, op)?;

@@ -275,11 +275,7 @@ impl Experiment for Collectives {
                     targets(&mut sec, d, &what, &set);
                 }
                 Tag::Bulk => {
-                    let what = format!(
-                        "bulkwire {} / MPI {}",
-                        all[0].label(),
-                        MpiNet::Shm.label()
-                    );
+                    let what = format!("bulkwire {} / MPI {}", all[0].label(), MpiNet::Shm.label());
                     let set = TargetSet {
                         kinds: &BULK_KINDS,
                         sizes: &BULK_SIZES,

@@ -136,10 +136,11 @@ pub struct Thresholds {
     /// from here each process reduces a slice and the slices are gathered (two
     /// generations, the reading and the arithmetic shared out).
     pub netcache_reduce_long: usize,
-    /// Network cache: scatter, gather and alltoall blocks from this size are read
-    /// straight out of the writer's own buffer with `process_vm_readv`, one copy instead
-    /// of two (into the cache and out of it), when every process can read every other's
-    /// memory. `usize::MAX`: never.
+    /// Network cache: scatter, gather and alltoall blocks from this size (broadcast and
+    /// allgather too when each buffer has a single reader, p = 2; reductions from slices
+    /// of 4 times this) are read straight out of the writer's own buffer with
+    /// `process_vm_readv`, one copy instead of two (into the cache and out of it), when
+    /// every process can read every other's memory. `usize::MAX`: never.
     pub netcache_direct: usize,
 }
 

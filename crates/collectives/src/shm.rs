@@ -19,7 +19,10 @@
 //! Scatter, gather and alltoall blocks from `direct` bytes go by single copy: the
 //! generation holds only the address of the writer's own buffer ([`Shm::lend`]), readers
 //! copy their blocks out of it with `process_vm_readv`, and the writer returns once they
-//! have completed the generation. One copy instead of two, as vader's CMA path.
+//! have completed the generation. One copy instead of two, as vader's CMA path. Broadcast
+//! and allgather do the same where each buffer has one reader (p = 2), and reductions
+//! with slices of `4 * direct` bytes read their slices out of the lent buffers and lend
+//! the reduced slices ([`Shm::reduce_lent`]).
 //!
 //! Every process knows the generation every part will publish next (a mirror, `gens`):
 //! all processes run the same calls with the same sizes, and every call publishes a number
@@ -993,7 +996,7 @@ impl Shm {
         self.lend(comm, buf, Who::All)?;
         // The running value is in this process's own slice of `buf` (`own`) or in `acc`.
         let mut own = false;
-        for w in 0..n {
+        for (w, &bw) in base.iter().enumerate() {
             if w == me {
                 if w > 0 {
                     op.apply(dt, &acc[..sl], &mut buf[mine.clone()]);
@@ -1003,7 +1006,7 @@ impl Shm {
             }
             let item = Take {
                 w,
-                g: base[w] + 1,
+                g: bw + 1,
                 at: mine.start,
                 out: &mut tmp[..sl],
             };

@@ -951,7 +951,7 @@ impl Shm {
     /// when each process's slice is `REDUCE_LENT` single-copy blocks or more. Below that
     /// the cache's copies hit in the caches and beat the system calls: at p = 2 an
     /// allreduce of 64 KiB took 12.6 us through the cache and 17 us by single copy, one
-    /// of 256 KiB 45 us and 40 us.
+    /// of 256 KiB 47 us and 40-42 us.
     fn lent_reduction(&self, len: usize) -> bool {
         len / self.n >= self.direct.saturating_mul(REDUCE_LENT)
     }

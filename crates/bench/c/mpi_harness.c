@@ -110,6 +110,69 @@ static void collective(const char *name, long size, int warmup, int iters) {
     free(s); free(sb); free(rb);
 }
 
+/* One superstep of an h-relation of single words (bspbench's pattern): word i goes to
+ * (rank + 1 + i mod (p-1)) mod p, at index rank + (i / (p-1)) p of the destination's array.
+ * The program packs by hand what BSPlib packs for its user: counts, the words grouped by
+ * destination, one MPI_Alltoallv, and each word copied to its place. h = 0 is the empty
+ * superstep, an MPI_Barrier. */
+struct hrel { int h; double *src, *dst, *sb, *rb; int *sc, *sd, *rc, *rd; };
+
+static void hrel_step(struct hrel *x) {
+    int p = nprocs, h = x->h;
+    if (h == 0 || p == 1) { MPI_Barrier(MPI_COMM_WORLD); return; }
+    for (int t = 0; t < p; t++) x->sc[t] = x->rc[t] = 0;
+    for (int i = 0; i < h; i++) x->sc[(rank + 1 + i % (p - 1)) % p]++;
+    for (int t = 0; t < p; t++) /* what t sends here: its words with the right residue */
+        if (t != rank) {
+            int k = (rank - t - 1 + 2 * p) % p;
+            x->rc[t] = h > k ? (h - 1 - k) / (p - 1) + 1 : 0;
+        }
+    x->sd[0] = x->rd[0] = 0;
+    for (int t = 1; t < p; t++) { x->sd[t] = x->sd[t - 1] + x->sc[t - 1]; x->rd[t] = x->rd[t - 1] + x->rc[t - 1]; }
+    for (int i = 0; i < h; i++) {
+        int to = (rank + 1 + i % (p - 1)) % p;
+        x->sb[x->sd[to] + i / (p - 1)] = x->src[i];
+    }
+    MPI_Alltoallv(x->sb, x->sc, x->sd, MPI_DOUBLE, x->rb, x->rc, x->rd, MPI_DOUBLE, MPI_COMM_WORLD);
+    for (int t = 0; t < p; t++)
+        for (int k = 0; k < x->rc[t]; k++) x->dst[t + k * p] = x->rb[x->rd[t] + k];
+}
+
+/* Back-to-back supersteps as bspbench times them: `batches` means of `iters` supersteps
+ * each (the report's median is the median batch mean). */
+static void supersteps(long h, int warmup, int iters, int batches) {
+    int p = nprocs;
+    struct hrel x = { (int)h, malloc(sizeof(double) * (h + 1)), malloc(sizeof(double) * (2 * h + p + 1)),
+                      malloc(sizeof(double) * (h + 1)), malloc(sizeof(double) * (h + 1)),
+                      malloc(sizeof(int) * p), malloc(sizeof(int) * p), malloc(sizeof(int) * p), malloc(sizeof(int) * p) };
+    double *s = malloc(sizeof(double) * batches);
+    for (long i = 0; i < h; i++) x.src[i] = (double)i;
+    for (int i = 0; i < warmup; i++) hrel_step(&x);
+    for (int b = 0; b < batches; b++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = MPI_Wtime();
+        for (int i = 0; i < iters; i++) hrel_step(&x);
+        s[b] = (MPI_Wtime() - t0) / iters;
+    }
+    if (rank == 0) report("superstep", h, s, batches);
+    free(s); free(x.src); free(x.dst); free(x.sb); free(x.rb); free(x.sc); free(x.sd); free(x.rc); free(x.rd);
+}
+
+/* A total exchange of `size` bytes per pair, back to back, timed as `supersteps`. */
+static void alltoall_loop(long size, int warmup, int iters, int batches) {
+    char *sb = buf(size * nprocs), *rb = buf(size * nprocs);
+    double *s = malloc(sizeof(double) * batches);
+    for (int i = 0; i < warmup; i++) MPI_Alltoall(sb, size, MPI_BYTE, rb, size, MPI_BYTE, MPI_COMM_WORLD);
+    for (int b = 0; b < batches; b++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = MPI_Wtime();
+        for (int i = 0; i < iters; i++) MPI_Alltoall(sb, size, MPI_BYTE, rb, size, MPI_BYTE, MPI_COMM_WORLD);
+        s[b] = (MPI_Wtime() - t0) / iters;
+    }
+    if (rank == 0) report("alltoall-loop", size, s, batches);
+    free(s); free(sb); free(rb);
+}
+
 /* Riesen & Maccabe's overlap benchmark: pre-post a receive, compute, then wait; the wait time. */
 static void overlap(long size, double compute, int reps) {
     char *b = buf(size);
@@ -137,7 +200,8 @@ int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
-    /* usage: harness KIND WARMUP ITERS [EXTRA] SIZE... (EXTRA: window, or compute seconds) */
+    /* usage: harness KIND WARMUP ITERS [EXTRA] SIZE... (EXTRA: window, compute seconds, or
+     * batches of supersteps) */
     if (argc < 5) {
         if (rank == 0) fprintf(stderr, "usage: %s kind warmup iters extra size...\n", argv[0]);
         MPI_Abort(MPI_COMM_WORLD, 2);
@@ -151,6 +215,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(kind, "bandwidth")) bandwidth(size, (int)extra, warmup, iters, 0);
         else if (!strcmp(kind, "bandwidth-own")) bandwidth(size, (int)extra, warmup, iters, 1);
         else if (!strcmp(kind, "overlap")) overlap(size, extra, iters);
+        else if (!strcmp(kind, "superstep")) supersteps(size, warmup, iters, (int)extra);
+        else if (!strcmp(kind, "alltoall-loop")) alltoall_loop(size, warmup, iters, (int)extra);
         else collective(kind, size, warmup, iters);
     }
     MPI_Finalize();

@@ -1,6 +1,7 @@
 //! The BSP parameters by bspbench's method (Bisseling): the time of an h-relation of
 //! 8-byte puts for h = 0..hmax fitted to t(h) = l + g h, and the time of an empty
-//! superstep, measured by the BSP library's own kernel in a job of p processes.
+//! superstep (and optionally a total exchange), measured by the BSP library's own kernel in
+//! a job of p processes.
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -20,6 +21,8 @@ pub struct BspSpec {
     pub iters: usize,
     pub batches: usize,
     pub warmup: usize,
+    /// Bytes per pair of a total exchange by `bsp_put`, also timed; 0 leaves it out.
+    pub exchange: usize,
 }
 
 /// The fitted parameters, microseconds, and every (h, superstep time) measured.
@@ -29,6 +32,8 @@ pub struct BspResult {
     pub g_us: f64,
     pub l_us: f64,
     pub empty_us: f64,
+    /// A superstep of the total exchange of `BspSpec::exchange` bytes per pair, or 0.
+    pub exchange_us: f64,
     pub samples: Vec<(usize, f64)>,
 }
 
@@ -40,12 +45,25 @@ pub fn run(
     over: Transport,
     timeout: Duration,
 ) -> Result<BspResult, String> {
+    run_on(exe, p, spec, over, timeout, None)
+}
+
+/// [`run`], the processes spread over the hosts of `across` when it is given.
+pub fn run_on(
+    exe: &Path,
+    p: u32,
+    spec: &BspSpec,
+    over: Transport,
+    timeout: Duration,
+    across: Option<&jobs::Across>,
+) -> Result<BspResult, String> {
     let job = jobs::Job {
         n: p,
         mode: "__bsp",
         stack: &Stack::Bsp(over.check()?),
         faults: &Faults::none(),
         timeout,
+        across,
     };
     jobs::run(exe, &job, spec)
 }
@@ -67,6 +85,7 @@ pub fn worker_main(args: &[OsString]) -> Result<(), String> {
         iters: w.spec.iters,
         batches: w.spec.batches,
         warmup: w.spec.warmup,
+        exchange: w.spec.exchange,
     };
     let r = measure(bsp.runtime(), &cfg).map_err(|e| e.to_string())?;
     if bsp.pid() == 0 {
@@ -75,6 +94,7 @@ pub fn worker_main(args: &[OsString]) -> Result<(), String> {
             g_us: r.g_us,
             l_us: r.l_us,
             empty_us: r.empty_us,
+            exchange_us: r.exchange_us,
             samples: r.samples,
         })?;
     }

@@ -75,6 +75,17 @@ pub struct CollResult {
 /// Runs `spec` as a job of `n` processes of `exe` (which passes `__coll` arguments to
 /// [`worker_main`]).
 pub fn run(exe: &Path, n: u32, spec: &CollSpec, timeout: Duration) -> Result<CollResult, String> {
+    run_on(exe, n, spec, timeout, None)
+}
+
+/// [`run`], the processes spread over the hosts of `across` when it is given.
+pub fn run_on(
+    exe: &Path,
+    n: u32,
+    spec: &CollSpec,
+    timeout: Duration,
+    across: Option<&jobs::Across>,
+) -> Result<CollResult, String> {
     if let Some(k) = spec.kinds.iter().find(|k| !KINDS.contains(&k.as_str())) {
         return Err(format!("unknown collective {k:?}"));
     }
@@ -87,6 +98,7 @@ pub fn run(exe: &Path, n: u32, spec: &CollSpec, timeout: Duration) -> Result<Col
         stack: &spec.stack,
         faults: &Faults::none(),
         timeout,
+        across,
     };
     jobs::run(exe, &job, spec)
 }

@@ -85,6 +85,7 @@ pub fn run(exe: &Path, n: u32, spec: &GroupSpec, timeout: Duration) -> Result<Gr
         stack: &Stack::Proto(spec.over.check()?),
         faults: &Faults::none(),
         timeout,
+        across: None,
     };
     jobs::run(exe, &job, spec)
 }

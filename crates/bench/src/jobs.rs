@@ -24,6 +24,20 @@ pub struct Job<'a> {
     pub stack: &'a Stack,
     pub faults: &'a Faults,
     pub timeout: Duration,
+    /// Where the processes run when they span hosts; `None`: all on this host.
+    pub across: Option<&'a Across>,
+}
+
+/// Where a job's processes run when they span hosts: the launcher runs in network
+/// namespace `netns` (a host of the test bed), the ranks on `hosts`' slots, those of other
+/// hosts started by `EXE __agent` through the remote shell `rsh`.
+#[derive(Clone, Debug)]
+pub struct Across {
+    pub netns: String,
+    pub hosts: Vec<bulkwire_launch::HostSlots>,
+    pub rsh: Vec<OsString>,
+    /// The CPUs the launcher and this host's ranks run on (`None`: the caller's).
+    pub cpus: Option<Vec<usize>>,
 }
 
 /// Runs `job` as processes of `exe` with `spec`; returns what rank 0 wrote.
@@ -48,7 +62,10 @@ pub fn run<S: Serialize, R: DeserializeOwned>(
             .collect(),
         ..LaunchOpts::default()
     };
-    let outcome = bulkwire_launch::launch(job.n, exe, &args, &opts).map_err(|e| e.to_string())?;
+    let outcome = match job.across {
+        None => bulkwire_launch::launch(job.n, exe, &args, &opts).map_err(|e| e.to_string())?,
+        Some(a) => launch_across(job.n, exe, args, opts, a)?,
+    };
     let result = std::fs::read(&out);
     let errors = std::fs::read_to_string(errors_of(&out)).unwrap_or_default();
     let _ = std::fs::remove_file(&out);
@@ -61,6 +78,50 @@ pub fn run<S: Serialize, R: DeserializeOwned>(
     }
     let bytes = result.map_err(|e| format!("no result ({e})"))?;
     serde_json::from_slice(&bytes).map_err(|e| e.to_string())
+}
+
+/// Launches `n` processes of `exe` across the hosts of `a`. The launcher runs on a thread
+/// inside the first host's namespace, so that its rendezvous server and the processes it
+/// starts belong there (and run on that host's CPUs); the other hosts' ranks are started
+/// by `exe __agent` through the remote shell.
+fn launch_across(
+    n: u32,
+    exe: &Path,
+    args: Vec<OsString>,
+    mut opts: LaunchOpts,
+    a: &Across,
+) -> Result<bulkwire_launch::JobOutcome, String> {
+    opts.hosts = a.hosts.clone();
+    opts.rsh = a.rsh.clone();
+    opts.agent = vec![exe.into(), "__agent".into()];
+    // The remote ranks get the settings of this environment, as bsprun's do.
+    opts.forward_env = std::env::vars_os()
+        .filter(|(k, _)| k.to_str().is_some_and(|k| k.starts_with("BULKWIRE_")))
+        .collect();
+    let (exe, ns, cpus) = (exe.to_path_buf(), a.netns.clone(), a.cpus.clone());
+    std::thread::spawn(move || {
+        enter_netns(&ns)?;
+        if let Some(c) = cpus {
+            bulkwire_launch::bind::CpuSet::of(&c)
+                .apply()
+                .map_err(|e| format!("cpus {c:?}: {e}"))?;
+        }
+        bulkwire_launch::launch(n, &exe, &args, &opts).map_err(|e| e.to_string())
+    })
+    .join()
+    .map_err(|_| "the launcher thread panicked".to_string())?
+}
+
+/// Moves the calling thread into network namespace `name` (`ip netns add` made it).
+fn enter_netns(name: &str) -> Result<(), String> {
+    use std::os::fd::AsRawFd;
+    let path = format!("/var/run/netns/{name}");
+    let f = std::fs::File::open(&path).map_err(|e| format!("{path}: {e}"))?;
+    // SAFETY: setns on a namespace descriptor we opened; it moves only the calling thread.
+    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(format!("setns {path}: {}", std::io::Error::last_os_error()));
+    }
+    Ok(())
 }
 
 /// Where the workers of the job writing `out` leave their errors.

@@ -60,6 +60,7 @@ pub struct MpiJob {
 /// An MPI found on this machine, with the harness built.
 pub struct Mpi {
     pub version: String,
+    mpicc: PathBuf,
     harness: PathBuf,
     open_mpi: bool,
     root: bool,
@@ -113,23 +114,20 @@ impl Mpi {
         Ok(Mpi {
             open_mpi: version.contains("Open MPI"),
             version,
+            mpicc,
             harness,
             root,
         })
     }
 
-    /// Runs `job` under `timeout`: a summary per size.
-    pub fn run(&self, job: &MpiJob, timeout: Duration) -> Result<Vec<MpiPoint>, String> {
-        let MpiJob {
-            kind,
-            np,
-            net,
-            warmup,
-            iters,
-            extra,
-            sizes,
-        } = job;
-        let (np, net) = (*np, *net);
+    /// The user's `mpicc`.
+    pub fn mpicc(&self) -> &Path {
+        &self.mpicc
+    }
+
+    /// `mpirun` starting `program` on `np` processes over `net` (the arguments follow),
+    /// stopped after `timeout`.
+    pub fn command(&self, np: u32, net: MpiNet, timeout: Duration, program: &Path) -> Command {
         let mut cmd = Command::new("timeout");
         cmd.arg(format!("{}", timeout.as_secs().max(1)))
             .arg("mpirun");
@@ -152,7 +150,23 @@ impl Mpi {
                 cmd.args(["--mca", "btl_tcp_if_include", "lo"]);
             }
         }
-        cmd.arg("-np").arg(np.to_string()).arg(&self.harness);
+        cmd.arg("-np").arg(np.to_string()).arg(program);
+        cmd
+    }
+
+    /// Runs `job` under `timeout`: a summary per size.
+    pub fn run(&self, job: &MpiJob, timeout: Duration) -> Result<Vec<MpiPoint>, String> {
+        let MpiJob {
+            kind,
+            np,
+            net,
+            warmup,
+            iters,
+            extra,
+            sizes,
+        } = job;
+        let (np, net) = (*np, *net);
+        let mut cmd = self.command(np, net, timeout, &self.harness);
         cmd.arg(kind)
             .arg(warmup.to_string())
             .arg(iters.to_string())
@@ -168,6 +182,91 @@ impl Mpi {
                 out.status,
                 String::from_utf8_lossy(&out.stderr)
                     .lines()
+                    .take(3)
+                    .collect::<Vec<_>>()
+                    .join(" / ")
+            ));
+        }
+        Ok(points)
+    }
+}
+
+/// Open MPI across the hosts of a test bed: `mpirun` in the first host's network namespace
+/// with `hosts`' slots, the other host's daemon started through the remote shell `rsh`,
+/// TCP (`ob1`, `self,tcp`) restricted to the test bed's `subnet`, and no binding (mpirun
+/// takes each namespace for a node, and would bind every rank to core 0).
+#[derive(Clone, Debug)]
+pub struct MpiAcross {
+    pub netns: String,
+    /// `host:slots` each.
+    pub hosts: Vec<String>,
+    pub rsh: PathBuf,
+    pub subnet: String,
+    /// The CPUs of each host (`taskset -c` lists): mpirun and the first host's rank run on
+    /// the first, the other host's daemon and rank on the second.
+    pub cpus: [String; 2],
+}
+
+impl Mpi {
+    /// [`Mpi::run`] across the hosts of `a` (Open MPI only).
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_across(
+        &self,
+        kind: &str,
+        np: u32,
+        warmup: usize,
+        iters: usize,
+        extra: f64,
+        sizes: &[usize],
+        timeout: Duration,
+        a: &MpiAcross,
+    ) -> Result<Vec<MpiPoint>, String> {
+        if !self.open_mpi {
+            return Err("only Open MPI's mpirun is driven across hosts".into());
+        }
+        let mut cmd = Command::new("ip");
+        cmd.args([
+            "netns", "exec", &a.netns, "taskset", "-c", &a.cpus[0], "timeout",
+        ])
+        .arg(format!("{}", timeout.as_secs().max(1)))
+        .arg("mpirun");
+        if self.root {
+            cmd.arg("--allow-run-as-root");
+        }
+        cmd.arg("--mca")
+            .arg("plm_rsh_agent")
+            .arg(format!("taskset -c {} {}", a.cpus[1], a.rsh.display()))
+            .arg("-H")
+            .arg(a.hosts.join(","))
+            .args([
+                "--bind-to",
+                "none",
+                "--mca",
+                "pml",
+                "ob1",
+                "--mca",
+                "btl",
+                "self,tcp",
+            ])
+            .args(["--mca", "btl_tcp_if_include", &a.subnet])
+            .args(["--mca", "oob_tcp_if_include", &a.subnet])
+            .args(["--mca", "btl_tcp_disable_family", "6"]);
+        cmd.arg("-np").arg(np.to_string()).arg(&self.harness);
+        cmd.arg(kind)
+            .arg(warmup.to_string())
+            .arg(iters.to_string())
+            .arg(format!("{extra}"));
+        cmd.args(sizes.iter().map(|s| s.to_string()));
+        let out = cmd.output().map_err(|e| format!("mpirun: {e}"))?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let points: Vec<MpiPoint> = text.lines().filter_map(parse).collect();
+        if !out.status.success() || points.len() != sizes.len() {
+            return Err(format!(
+                "mpirun {kind} across hosts failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+                    .lines()
+                    .filter(|l| !l.trim().is_empty() && !l.starts_with("---"))
                     .take(3)
                     .collect::<Vec<_>>()
                     .join(" / ")

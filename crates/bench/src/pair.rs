@@ -142,6 +142,16 @@ pub struct PairResult {
 /// Runs `spec` as a job of two processes of `exe`, which must call [`worker_main`] with
 /// the arguments after its first.
 pub fn run(exe: &Path, spec: &PairSpec, timeout: Duration) -> Result<PairResult, String> {
+    run_on(exe, spec, timeout, None)
+}
+
+/// [`run`], one process on each host of `across` when it is given.
+pub fn run_on(
+    exe: &Path,
+    spec: &PairSpec,
+    timeout: Duration,
+    across: Option<&jobs::Across>,
+) -> Result<PairResult, String> {
     check(&spec.stack)?;
     let job = jobs::Job {
         n: 2,
@@ -149,6 +159,7 @@ pub fn run(exe: &Path, spec: &PairSpec, timeout: Duration) -> Result<PairResult,
         stack: &spec.stack,
         faults: &spec.faults,
         timeout,
+        across,
     };
     jobs::run(exe, &job, spec).map_err(|e| format!("{}: {e}", spec.stack.label()))
 }

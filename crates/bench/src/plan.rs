@@ -198,6 +198,16 @@ fn mpi_cost(m: &MpiJob) -> f64 {
             "latency" => n * 2.0 * (PER_MESSAGE + size as f64 / COPY_RATE),
             "bandwidth" | "bandwidth-own" => n * m.extra * (PER_MESSAGE + size as f64 / COPY_RATE),
             "overlap" => n * (m.extra + 0.005),
+            // Batches of supersteps of `size` words each way; the exchange of `size` bytes.
+            "superstep" => {
+                (m.warmup + m.iters * m.extra as usize) as f64
+                    * (3.0 * PER_MESSAGE + size as f64 * 2e-8)
+            }
+            "alltoall-loop" => {
+                (m.warmup + m.iters * m.extra as usize) as f64
+                    * p
+                    * (PER_MESSAGE + size as f64 / COPY_RATE)
+            }
             _ => n * p * (3.0 * PER_MESSAGE + size as f64 * p / COPY_RATE),
         })
         .sum()

@@ -460,6 +460,9 @@ pub struct Section {
     /// The BSP layer at scale on the simulated cluster (`bwbench scale`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub scale: Vec<crate::scale::Point>,
+    /// The NAS kernels' runs (`bwbench apps`), with their profiles' figures.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub apps: Vec<crate::npb::NpbRun>,
     /// Wall-clock time the experiment took.
     pub seconds: f64,
 }
@@ -485,6 +488,7 @@ impl Section {
             skipped: Vec::new(),
             runs: Vec::new(),
             scale: Vec::new(),
+            apps: Vec::new(),
             seconds: 0.0,
         }
     }

@@ -22,6 +22,9 @@ pub struct BenchConfig {
     pub batches: usize,
     /// Untimed supersteps before each measurement.
     pub warmup: usize,
+    /// Bytes per pair of a total exchange done with one `bsp_put` per destination, timed
+    /// like an h-relation; 0 leaves it out.
+    pub exchange: usize,
 }
 
 impl Default for BenchConfig {
@@ -32,6 +35,7 @@ impl Default for BenchConfig {
             iters: 100,
             batches: 5,
             warmup: 10,
+            exchange: 0,
         }
     }
 }
@@ -46,6 +50,8 @@ pub struct BenchResult {
     pub l_us: f64,
     /// Time of a superstep without communication.
     pub empty_us: f64,
+    /// Time of a superstep of the total exchange (`BenchConfig::exchange`), or 0.
+    pub exchange_us: f64,
     /// Every measurement: h and the time of one superstep.
     pub samples: Vec<(usize, f64)>,
 }
@@ -92,31 +98,21 @@ pub fn measure(rt: &Runtime, cfg: &BenchConfig) -> Result<BenchResult, BspError>
         }
         rt.sync()
     };
-    let time = |h: usize| -> Result<f64, BspError> {
-        for _ in 0..cfg.warmup {
-            superstep(h)?;
-        }
-        let mut means = Vec::with_capacity(cfg.batches.max(1));
-        for _ in 0..cfg.batches.max(1) {
-            let t0 = std::time::Instant::now();
-            for _ in 0..cfg.iters.max(1) {
-                superstep(h)?;
-            }
-            means.push(t0.elapsed().as_secs_f64() * 1e6 / cfg.iters.max(1) as f64);
-        }
-        means.sort_by(f64::total_cmp);
-        Ok(means[means.len() / 2])
-    };
-    let empty_us = time(0)?;
+    let empty_us = time(cfg, || superstep(0))?;
     let mut samples = Vec::new();
     let mut h = 0;
     while h <= cfg.hmax {
-        samples.push((h, time(h)?));
+        samples.push((h, time(cfg, || superstep(h))?));
         h += cfg.hstep.max(1);
     }
     rt.with(|c| c.pop_reg("bsp_pop_reg", addr))?;
     rt.sync()?;
     drop(dest);
+    let exchange_us = if cfg.exchange > 0 {
+        total_exchange(rt, cfg)?
+    } else {
+        0.0
+    };
     // bspbench fits from h = p on: below it not every process talks to every other.
     let tail: Vec<(usize, f64)> = samples.iter().copied().filter(|s| s.0 >= p).collect();
     let (g_us, l_us) = fit(if tail.len() >= 2 { &tail } else { &samples });
@@ -125,8 +121,52 @@ pub fn measure(rt: &Runtime, cfg: &BenchConfig) -> Result<BenchResult, BspError>
         g_us,
         l_us,
         empty_us,
+        exchange_us,
         samples,
     })
+}
+
+/// The median of `cfg.batches` batch means of `cfg.iters` calls of `step`, after
+/// `cfg.warmup` untimed ones, in microseconds.
+fn time(
+    cfg: &BenchConfig,
+    mut step: impl FnMut() -> Result<(), BspError>,
+) -> Result<f64, BspError> {
+    for _ in 0..cfg.warmup {
+        step()?;
+    }
+    let mut means = Vec::with_capacity(cfg.batches.max(1));
+    for _ in 0..cfg.batches.max(1) {
+        let t0 = std::time::Instant::now();
+        for _ in 0..cfg.iters.max(1) {
+            step()?;
+        }
+        means.push(t0.elapsed().as_secs_f64() * 1e6 / cfg.iters.max(1) as f64);
+    }
+    means.sort_by(f64::total_cmp);
+    Ok(means[means.len() / 2])
+}
+
+/// A superstep in which every process puts `cfg.exchange` bytes to every other, one put
+/// per destination, to the block of the destination's area that belongs to the sender.
+fn total_exchange(rt: &Runtime, cfg: &BenchConfig) -> Result<f64, BspError> {
+    let (p, s, n) = (rt.nprocs() as usize, rt.pid() as usize, cfg.exchange);
+    let dest = vec![0u8; n * p];
+    let addr = dest.as_ptr() as usize;
+    let src: Vec<u8> = (0..n).map(|i| (i + s) as u8).collect();
+    rt.with(|c| c.push_reg(addr, n * p));
+    rt.sync()?;
+    let t = time(cfg, || {
+        for k in 1..p {
+            let to = ((s + k) % p) as u32;
+            rt.with(|c| c.put("bsp_put", to, &src, addr, s * n))?;
+        }
+        rt.sync()
+    })?;
+    rt.with(|c| c.pop_reg("bsp_pop_reg", addr))?;
+    rt.sync()?;
+    drop(dest);
+    Ok(t)
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! Settings of the BSP layer (`bulkwire-config` builds them from the environment).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use bulkwire_engine::job::JobConfig;
@@ -31,6 +32,9 @@ pub struct Config {
     pub chunk: Option<usize>,
     /// `bsp_end` prints packet statistics (the BSPlib paper's Table 5).
     pub stats: bool,
+    /// Record the cost profile of every superstep; each process writes its records to
+    /// this path with `.<pid>` appended at `bsp_end` (see [`crate::profile`]).
+    pub profile: Option<PathBuf>,
     /// The progress thread's interval; `None`: no thread (progress only inside calls).
     pub progress: Option<Duration>,
     /// How the job's transport is built (by `bsp_begin`; unused over a given transport).
@@ -47,6 +51,7 @@ impl Default for Config {
             rate: None,
             chunk: None,
             stats: false,
+            profile: None,
             progress: Some(bulkwire_engine::progress::DEFAULT_INTERVAL),
             job: JobConfig::default(),
         }
@@ -59,6 +64,12 @@ impl Config {
     pub fn with_rate(mut self, rate: u64) -> Config {
         self.rate = Some(rate);
         self.chunk = self.chunk.or(Some(PACED_CHUNK));
+        self
+    }
+
+    /// These settings with the cost profile written to `base.<pid>`.
+    pub fn with_profile(mut self, base: impl Into<PathBuf>) -> Config {
+        self.profile = Some(base.into());
         self
     }
 }

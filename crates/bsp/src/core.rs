@@ -54,6 +54,9 @@ struct Outbox {
     holes: Vec<(usize, usize, usize)>,
     /// Bytes of the holes: the message is `buf` with them inserted.
     hole_bytes: usize,
+    /// Bytes of the message already handed to the transport, before the barrier (see
+    /// `Core::send_small`); `buf` is then empty.
+    sent: u64,
 }
 
 impl Outbox {
@@ -65,6 +68,10 @@ impl Outbox {
         let add = rec + reply;
         if self.chunks.is_empty() || limit.is_some_and(|c| self.weight > 0 && self.weight + add > c)
         {
+            if self.buf.capacity() == 0 {
+                // Room for a few dozen small records before the first regrowth.
+                self.buf.reserve(FIRST_CAPACITY);
+            }
             self.chunks.push(self.len());
             wire::put_head(&mut self.buf, wire::DATA, step);
             self.weight = 0;
@@ -76,6 +83,11 @@ impl Outbox {
     /// Bytes of the message, holes included.
     fn len(&self) -> usize {
         self.buf.len() + self.hole_bytes
+    }
+
+    /// Bytes for the destination this superstep, sent or not.
+    fn total(&self) -> u64 {
+        self.len() as u64 + self.sent
     }
 
     /// Leaves room for `n` bytes read from `src` when the message is built.
@@ -130,6 +142,9 @@ pub struct Counters {
     pub bytes_in: u64,
     /// Bytes of puts and gets within this process (no transport).
     pub bytes_local: u64,
+    /// DATA and REPLY messages handed to the transport / received.
+    pub messages_out: u64,
+    pub messages_in: u64,
 }
 
 /// What a wait loop's poll says.
@@ -140,6 +155,7 @@ pub(crate) enum Poll {
 }
 
 /// State of one superstep's data phase.
+#[derive(Default)]
 struct Exchange {
     step: u32,
     /// Bytes announced by each sender for us, bytes arrived.
@@ -201,6 +217,8 @@ pub struct Core {
     get_order: Vec<u32>,
     queue: Queue,
     pub counters: Counters,
+    /// The last superstep's exchange state, reused by the next.
+    spare: Option<Exchange>,
 }
 
 /// The transport side of one BSP process: what the progress thread may drive while the
@@ -241,6 +259,7 @@ impl Core {
             get_order: Vec::new(),
             queue: Queue::default(),
             counters: Counters::default(),
+            spare: None,
         };
         let net = Net {
             t,
@@ -349,9 +368,26 @@ impl Core {
         self.check_pid(call, pid)?;
         let slot = self.slot(call, dst)?;
         self.check_bounds(call, pid, slot, dst, offset, src.len())?;
-        self.put_record(pid, slot, offset, src.len(), false, |o, range| {
-            o.buf.extend_from_slice(&src[range]);
-        });
+        if self.chunk_limit(pid).is_some() {
+            self.put_record(pid, slot, offset, src.len(), false, |o, range| {
+                wire::append(&mut o.buf, &src[range]);
+            });
+            return Ok(());
+        }
+        // One record, whatever its size: the common case, kept short.
+        let (step, n) = (self.step, src.len());
+        let o = &mut self.out[pid as usize];
+        let rec =
+            1 + wire::var_len(slot as u64) + wire::var_len(offset as u64) + wire::var_len(n as u64);
+        o.reserve(step, None, rec + n, 0, 0);
+        wire::put_rec_head(
+            &mut o.buf,
+            wire::REC_PUT,
+            slot as u64,
+            offset as u64,
+            n as u64,
+        );
+        wire::append(&mut o.buf, src);
         Ok(())
     }
 
@@ -402,10 +438,7 @@ impl Core {
             let off = (offset + done) as u64;
             let rec = 1 + wire::var_len(slot as u64) + wire::var_len(off) + wire::var_len(k as u64);
             o.reserve(step, limit, rec + k, 0, if held { k } else { 0 });
-            o.buf.push(wire::REC_PUT);
-            wire::put_var(&mut o.buf, slot as u64);
-            wire::put_var(&mut o.buf, off);
-            wire::put_var(&mut o.buf, k as u64);
+            wire::put_rec_head(&mut o.buf, wire::REC_PUT, slot as u64, off, k as u64);
             fill(o, done..done + k);
             done += k;
             if done >= n {
@@ -576,6 +609,7 @@ impl Core {
         // This sync's barrier messages carry the colour of the barriers passed, but only a
         // process past the next barrier proves everyone has them (docs/bsp.md).
         n.t.hold_colour(step.wrapping_add(1) as u8);
+        self.send_small(n)?;
         let b = self.reduce(n, step, ending)?;
         let ops = self.check_summaries(&b.summaries)?;
         let k = self.regs.pushed_slots().count();
@@ -600,6 +634,36 @@ impl Core {
         self.counters.supersteps += 1;
         // Direct gets of the new superstep that came while this one ended.
         n.serve_pending_direct()
+    }
+
+    /// Hands every small message to the transport before the barrier, so that it travels
+    /// while the barrier runs instead of after it: a superstep that carries a few words
+    /// then costs about what an empty one does. Destination scheduling is for the large
+    /// messages, which still wait for the barrier; so do all under a rate cap or a chunk
+    /// size, which space and cut what they send. The receiver keeps a message of the next
+    /// superstep until it gets there, and reads it only after its own barrier, so gets
+    /// still read before any put is written.
+    fn send_small(&mut self, n: &mut Net) -> Result<(), BspError> {
+        if self.cfg.rate.is_some() || self.cfg.chunk.is_some() {
+            return Ok(());
+        }
+        let me = self.pid as usize;
+        for (d, o) in self.out.iter_mut().enumerate() {
+            if d == me || o.buf.is_empty() || o.len() > SMALL_MAX {
+                continue;
+            }
+            let msg = Recorded {
+                buf: std::mem::take(&mut o.buf),
+                holes: std::mem::take(&mut o.holes),
+                chunks: std::mem::take(&mut o.chunks),
+            }
+            .build();
+            o.hole_bytes = 0;
+            o.sent = msg.len() as u64;
+            self.counters.bytes_out += o.sent;
+            n.t.send(d as u32, Bytes::from(msg), false)?;
+        }
+        Ok(())
     }
 
     /// Makes the superstep's registration calls effective, every process's sizes and
@@ -643,11 +707,11 @@ impl Core {
         self.out
             .iter()
             .enumerate()
-            .filter(|&(d, o)| d != me && !o.buf.is_empty())
+            .filter(|&(d, o)| d != me && o.total() > 0)
             .map(|(d, o)| Cell {
                 src: self.pid,
                 dst: d as u32,
-                bytes: o.len() as u64,
+                bytes: o.total(),
                 gets: !o.gets.is_empty(),
             })
             .collect()
@@ -787,40 +851,14 @@ impl Core {
     fn exchange(&mut self, n: &mut Net, step: u32, incoming: &[Cell]) -> Result<(), BspError> {
         let p = self.p as usize;
         let me = self.pid as usize;
-        if incoming.is_empty() && self.out.iter().all(|o| o.buf.is_empty()) {
+        if incoming.is_empty() && self.out.iter().all(|o| o.total() == 0) {
             // Nothing to send, nothing to receive: the barrier was our whole superstep.
             self.queue = Queue::default();
             self.get_order.clear();
             return Ok(());
         }
-        let outs = std::mem::replace(&mut self.out, (0..p).map(|_| Outbox::default()).collect());
-        let mut x = Exchange {
-            step,
-            expect: vec![0; p],
-            got: vec![0; p],
-            owes: vec![false; p],
-            senders_left: 0,
-            data: Vec::new(),
-            held: Vec::new(),
-            get_order: std::mem::take(&mut self.get_order),
-            gets: Vec::with_capacity(p),
-            reply_left: vec![0; p],
-            replies_left: 0,
-            applied: false,
-            order: Vec::new(),
-            next: 0,
-            cur: None,
-            draining: None,
-            next_send_at: 0,
-            fed: vec![false; p],
-            sent: vec![false; p],
-            ended: vec![false; p],
-            waiting: vec![false; p],
-            queue: Queue::default(),
-            early: false,
-            hp_src: None,
-            owners: Owners::default(),
-        };
+        let mut x = self.spare.take().unwrap_or_default();
+        x.reset(step, p, std::mem::take(&mut self.get_order));
         for c in incoming {
             let s = c.src as usize;
             if x.expect[s] > 0 || c.bytes == 0 {
@@ -834,7 +872,9 @@ impl Core {
             x.senders_left += 1;
         }
         let mut bufs = Vec::with_capacity(p);
-        for (d, o) in outs.into_iter().enumerate() {
+        for d in 0..p {
+            let o = std::mem::take(&mut self.out[d]);
+            x.sent[d] = o.sent > 0;
             x.reply_left[d] = o.get_bytes;
             if o.get_bytes > 0 && d != me {
                 x.replies_left += 1;
@@ -869,14 +909,19 @@ impl Core {
             .flatten()
             .filter_map(Recorded::sources)
             .reduce(|(a, b), (c, d)| (a.min(c), b.max(d)));
-        x.order = match self.cfg.schedule {
-            Schedule::Latin => (1..p).map(|t| ((me + t) % p) as u32).collect(),
-            Schedule::Pid => (0..p).filter(|&d| d != me).map(|d| d as u32).collect(),
-            Schedule::Random => shuffled(me as u32, step, p as u32),
-        };
+        match self.cfg.schedule {
+            Schedule::Latin => x.order.extend((1..p).map(|t| ((me + t) % p) as u32)),
+            Schedule::Pid => x
+                .order
+                .extend((0..p).filter(|&d| d != me).map(|d| d as u32)),
+            Schedule::Random => x.order.extend(shuffled(me as u32, step, p as u32)),
+        }
         x.order.retain(|&d| outgoing[d as usize].is_some());
         for (fed, o) in x.fed.iter_mut().zip(&outgoing) {
             *fed = o.is_none();
+        }
+        for d in 0..p {
+            Self::maybe_end_phase(n, &mut x, d);
         }
         let r = n.wait(|n| self.poll_exchange(n, &mut x, &mut outgoing));
         for s in 0..p {
@@ -886,7 +931,8 @@ impl Core {
             }
         }
         r?;
-        self.queue = x.queue;
+        self.queue = std::mem::take(&mut x.queue);
+        self.spare = Some(x);
         Ok(())
     }
 
@@ -910,6 +956,7 @@ impl Core {
         {
             let kind = m[0];
             self.counters.bytes_in += m.len() as u64;
+            self.counters.messages_in += 1;
             if kind == wire::DATA {
                 self.on_data(n, x, from, m)?;
             } else {
@@ -971,6 +1018,7 @@ impl Core {
             *k += 1;
             let last = *k == chunks.len();
             self.counters.bytes_out += chunk.len() as u64;
+            self.counters.messages_out += 1;
             n.t.send(d, chunk, false)?;
             x.sent[d as usize] = true;
             if last {
@@ -1009,8 +1057,15 @@ impl Core {
                 )));
             }
         }
+        // Only a message the barrier announced with get requests is read now; the others
+        // are read once, when their puts are written.
+        let has_gets = if s == me {
+            !x.gets[me].is_empty()
+        } else {
+            x.owes[s]
+        };
         let mut reply: Option<Vec<u8>> = None;
-        let mut r = wire::Reader::at(&m, wire::HEAD);
+        let mut r = wire::Reader::at(&m, if has_gets { wire::HEAD } else { m.len() });
         while let Some(rec) = wire::next_rec(&mut r) {
             let rec = rec.map_err(|()| {
                 BspError::Protocol(format!("pid {from} sent a malformed data record"))
@@ -1033,6 +1088,7 @@ impl Core {
                 self.on_reply(n, x, from, rep)?;
             } else {
                 self.counters.bytes_out += rep.len() as u64;
+                self.counters.messages_out += 1;
                 n.t.send(from, Bytes::from(rep), false)?;
                 x.sent[s] = true;
             }
@@ -1178,7 +1234,7 @@ impl Core {
         // Stable: one process's chunks stay in the order it made them.
         data.sort_by_key(|(from, _)| *from);
         let mut with_sends = Vec::new();
-        for (from, m) in data {
+        for (from, m) in data.drain(..) {
             let mut has_send = false;
             let mut r = wire::Reader::at(&m, wire::HEAD);
             while let Some(rec) = wire::next_rec(&mut r) {
@@ -1197,6 +1253,11 @@ impl Core {
                         }
                     }
                     Rec::Send { .. } => has_send = true,
+                    Rec::Get { .. } if from != self.pid && !x.owes[from as usize] => {
+                        return Err(BspError::Protocol(format!(
+                            "pid {from} sent a get request the barrier did not announce"
+                        )));
+                    }
                     Rec::Get { .. } => {}
                 }
             }
@@ -1204,6 +1265,8 @@ impl Core {
                 with_sends.push((from, m));
             }
         }
+        // The emptied vector serves the next superstep.
+        x.data = data;
         // Messages from the highest pid first, each process's in the order it sent them:
         // the order BSPonMPI and MulticoreBSP for C give (the standard gives none).
         with_sends.sort_by_key(|(from, _)| std::cmp::Reverse(*from));
@@ -1288,7 +1351,9 @@ impl Net {
     ) -> Result<(), BspError> {
         let policy = self.t.policy();
         let spin = policy.spin.as_nanos() as Time;
-        let mut idle_since = self.t.now();
+        // The clock as the transport last read it: a read per spin would cost about as
+        // much as the spin (the transport reads it often enough for timers).
+        let mut idle_since = self.t.begin_wait();
         loop {
             let deadline = match poll(self)? {
                 Poll::Done => return Ok(()),
@@ -1297,12 +1362,12 @@ impl Net {
             self.t.check()?;
             let prog = self.t.step()?;
             let arrived = self.drain_events()?;
-            let now = self.t.now();
+            let now = self.t.recent_now();
             if prog.any() || arrived || deadline.is_some_and(|d| now >= d) {
                 idle_since = now;
                 continue;
             }
-            let idle = now - idle_since;
+            let idle = now.saturating_sub(idle_since);
             if idle < spin || self.t.has_unsent() {
                 // Past a short wait, give the core away on every turn: the peer we wait
                 // for may be queued behind us on this core (see `YIELD_AFTER`).
@@ -1351,8 +1416,22 @@ impl Net {
 /// holding a superstep's big messages until the last arrives doubles its memory.
 const EARLY_MIN: usize = 8 << 10;
 
+/// Bytes a destination's message starts with.
+const FIRST_CAPACITY: usize = 512;
+
+/// Largest message sent before the barrier (see `Core::send_small`): below the size that
+/// is written early, so nothing written early ever skips the schedule.
+const SMALL_MAX: usize = EARLY_MIN - 1;
+
 /// Copies a put's bytes to where it goes.
+#[inline]
 fn write(bytes: &[u8], dst: usize) {
+    // A word is one store, not a call of memmove.
+    if let Ok(w) = <[u8; 8]>::try_from(bytes) {
+        // SAFETY: as below, for 8 bytes; unaligned, since offsets are any byte.
+        unsafe { (dst as *mut [u8; 8]).write_unaligned(w) };
+        return;
+    }
     // SAFETY: `dst` comes from `local_range`, checked against the registered area, which
     // the program keeps valid while registered. Areas may overlap, hence `copy`.
     unsafe { std::ptr::copy(bytes.as_ptr(), dst as *mut u8, bytes.len()) };
@@ -1632,6 +1711,40 @@ fn shuffled(me: u32, step: u32, p: u32) -> Vec<u32> {
 }
 
 impl Exchange {
+    /// Ready for superstep `step` of `p` processes, keeping the memory of the last
+    /// superstep's state: a superstep allocates nothing per peer.
+    fn reset(&mut self, step: u32, p: usize, get_order: Vec<u32>) {
+        fn fill<T: Clone>(v: &mut Vec<T>, p: usize, value: T) {
+            v.clear();
+            v.resize(p, value);
+        }
+        self.step = step;
+        fill(&mut self.expect, p, 0);
+        fill(&mut self.got, p, 0);
+        fill(&mut self.owes, p, false);
+        self.senders_left = 0;
+        self.data.clear();
+        self.held.clear();
+        self.get_order = get_order;
+        self.gets.clear();
+        fill(&mut self.reply_left, p, 0);
+        self.replies_left = 0;
+        self.applied = false;
+        self.order.clear();
+        self.next = 0;
+        self.cur = None;
+        self.draining = None;
+        self.next_send_at = 0;
+        fill(&mut self.fed, p, false);
+        fill(&mut self.sent, p, false);
+        fill(&mut self.ended, p, false);
+        fill(&mut self.waiting, p, false);
+        self.queue = Queue::default();
+        self.early = false;
+        self.hp_src = None;
+        self.owners = Owners::default();
+    }
+
     fn queue_buf(&self, at: usize) -> &[u8] {
         self.queue.buf(at)
     }

@@ -7,6 +7,7 @@
 //! - [`Runtime`] and [`core::Core`]: the raw, address-based calls the C ABI
 //!   (`bulkwire-capi`, `bsp.h`) is built on.
 //! - [`mod@bench`]: bspbench's g and l.
+//! - [`profile`]: the cost profile of every superstep (`BULKWIRE_PROFILE`).
 //!
 //! Settings: [`Config`] (a program takes it from its environment with
 //! `bulkwire_config::Settings::from_env()`).
@@ -18,6 +19,8 @@ mod config;
 pub mod core;
 mod direct;
 mod error;
+mod lock;
+pub mod profile;
 mod regs;
 mod runtime;
 pub mod stats;

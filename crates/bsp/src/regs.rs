@@ -17,6 +17,7 @@
 //! newest registration that every process made with NULL. The sync resolves it
 //! ([`Regs::commit`] takes the resolved slots).
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::BspError;
@@ -70,14 +71,23 @@ pub struct Regs {
     ops: Vec<RegOp>,
     /// Slots handed out this superstep beyond `slots.len()`.
     grown: u32,
+    /// The last address `lookup` found and its slot: programs put to one area many times
+    /// in a row. Cleared whenever `by_addr` changes.
+    last: Cell<Option<(usize, u32)>>,
 }
 
 impl Regs {
     /// The slot a put or get naming `addr` means: the newest effective registration.
     #[inline]
     pub fn lookup(&self, addr: usize) -> Result<u32, Unregistered> {
-        if let Some(s) = self.by_addr.get(&addr).and_then(|v| v.last()) {
-            return Ok(*s);
+        if let Some((a, s)) = self.last.get()
+            && a == addr
+        {
+            return Ok(s);
+        }
+        if let Some(&s) = self.by_addr.get(&addr).and_then(|v| v.last()) {
+            self.last.set(Some((addr, s)));
+            return Ok(s);
         }
         Err(self.why_unregistered(addr))
     }
@@ -260,6 +270,7 @@ impl Regs {
             self.slots[slot as usize] = None;
             self.free.insert(slot);
         }
+        self.last.set(None);
         for (addr, stack) in self.staged.drain() {
             if stack.is_empty() {
                 self.by_addr.remove(&addr);

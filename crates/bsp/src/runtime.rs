@@ -16,6 +16,8 @@ use bulkwire_launch::{
 
 use crate::config::Config;
 use crate::core::{Core, Net};
+use crate::lock::UserLock;
+use crate::profile::Profiler;
 use crate::{BspError, stats};
 
 /// Set between `bsp_begin` and `bsp_end`: a failure notice then ends the process even if
@@ -29,7 +31,7 @@ const WATCHDOG: Duration = Duration::from_secs(2);
 /// One process of a BSP computation.
 pub struct Runtime {
     /// The user side: only user calls take it (cheap, uncontended).
-    core: Mutex<Core>,
+    core: UserLock<Core>,
     /// The transport side, shared with the progress thread; gone after `finish`.
     shared: Mutex<Option<Shared<Net>>>,
     /// The job's control connection (none over a given transport, or after `finish`).
@@ -42,6 +44,11 @@ pub struct Runtime {
     start: Instant,
     cfg: Config,
     protocol: &'static str,
+    /// The cost profile's records, when `Config::profile` asks for them.
+    profile: Option<Mutex<Profiler>>,
+    /// The links pid 0's packets take (`shm`, `udp`, `shm+udp`, `tcp`); empty when the
+    /// caller built the transport.
+    links: &'static str,
 }
 
 impl Runtime {
@@ -93,7 +100,7 @@ impl Runtime {
             .ok_or_else(|| BspError::Protocol("pid 0 sent no process count".into()))?;
         let p = p0.min(ctl.nprocs());
         // Any stack: a protocol over a link, or kernel TCP (`BULKWIRE_PROTOCOL=tcp`).
-        let (engine, _) = job::connect_transport(&mut ctl, &cfg.job)?;
+        let (engine, info) = job::connect_transport(&mut ctl, &cfg.job)?;
         let state = ctl.state();
         if ctl.rank() >= p {
             // Not in the computation: take part in the final exchange of bsp_end, leave.
@@ -122,6 +129,10 @@ impl Runtime {
         });
         IN_JOB.store(true, Ordering::SeqCst);
         let mut rt = Runtime::build(engine, p, cfg);
+        if let Some(prof) = &rt.profile {
+            lock(prof).create().map_err(BspError::Misuse)?;
+        }
+        rt.links = info.links;
         rt.ctl = Mutex::new(Some(ctl));
         rt.job = Some(state);
         Ok(rt)
@@ -139,17 +150,24 @@ impl Runtime {
         let protocol = t.protocol_name();
         let (core, net) = Core::new(t, p, cfg.clone());
         let pid = core.pid();
+        let start = Instant::now();
+        let profile = cfg
+            .profile
+            .as_ref()
+            .map(|base| Mutex::new(Profiler::new(base, &core, &net, start)));
         Runtime {
-            core: Mutex::new(core),
+            core: UserLock::new(core),
             shared: Mutex::new(Some(Shared::new(net, waker, cfg.progress))),
             ctl: Mutex::new(None),
             ended: AtomicBool::new(false),
             job: None,
             pid,
             p,
-            start: Instant::now(),
+            start,
             cfg,
             protocol,
+            profile,
+            links: "",
         }
     }
 
@@ -169,7 +187,7 @@ impl Runtime {
     /// Runs `f` on the process's user side (registrations, outgoing data, queue).
     #[inline]
     pub fn with<R>(&self, f: impl FnOnce(&mut Core) -> R) -> R {
-        f(&mut lock(&self.core))
+        f(&mut self.core.lock())
     }
 
     /// Runs `f` on the transport, as a user call (the progress thread steps aside);
@@ -196,7 +214,7 @@ impl Runtime {
         if n == 0 {
             return Ok(());
         }
-        let g = lock(&self.core).direct_target(call, pid, src, offset, n)?;
+        let g = self.core.lock().direct_target(call, pid, src, offset, n)?;
         if pid == self.pid {
             // SAFETY: the source lies in this process's registered area (checked); the
             // areas may overlap, hence `copy`.
@@ -219,12 +237,20 @@ impl Runtime {
     }
 
     fn sync_ending(&self, ending: bool) -> Result<(), BspError> {
-        let mut core = lock(&self.core);
+        let mut core = self.core.lock();
         let g = lock(&self.shared);
         let Some(sh) = g.as_ref() else {
             return Err(BspError::Misuse("bsp_sync: called after bsp_end".into()));
         };
-        sh.with(|n| core.sync(n, ending))
+        let Some(prof) = &self.profile else {
+            return sh.with(|n| core.sync(n, ending));
+        };
+        let called = Instant::now();
+        sh.with(|n| {
+            core.sync(n, ending)?;
+            lock(prof).record(called, &core, n, ending);
+            Ok(())
+        })
     }
 
     /// `bsp_sync`.
@@ -241,21 +267,27 @@ impl Runtime {
     }
 
     /// `bsp_end`, second half (after [`Runtime::end_sync`]): waits until every process
-    /// has passed the last barrier, prints the statistics (pid 0, `BULKWIRE_STATS=1`) and
-    /// leaves the job. The caller decides what happens next (the C ABI exits all
-    /// processes but pid 0).
+    /// has passed the last barrier, writes this process's profile (`Config::profile`),
+    /// prints the statistics (pid 0, `BULKWIRE_STATS=1`) and leaves the job. The caller
+    /// decides what happens next (the C ABI exits all processes but pid 0).
     pub fn finish(&self) -> Result<(), BspError> {
         self.ended.store(true, Ordering::SeqCst);
         let Some(shared) = lock(&self.shared).take() else {
             return Err(BspError::Misuse("bsp_end: called twice".into()));
         };
         let blob = if self.cfg.stats {
-            let core = lock(&self.core);
+            let core = self.core.lock();
             shared.with(|n| stats::Snapshot::of(&core, n).encode())
         } else {
             Vec::new()
         };
-        lock(&self.core).release();
+        self.core.lock().release();
+        if let Some(prof) = &self.profile
+            && let Err(e) = lock(prof).write()
+        {
+            // The computation's results stand; only its profile is missing.
+            let _ = writeln!(std::io::stderr(), "bsp_end: pid {}: {e}", self.pid);
+        }
         let ctl = lock(&self.ctl).take();
         match ctl {
             Some(mut ctl) => {
@@ -272,7 +304,7 @@ impl Runtime {
                         .take(self.p as usize)
                         .filter_map(|b| stats::Snapshot::decode(b))
                         .collect();
-                    let table = stats::table(self.protocol, &snaps);
+                    let table = stats::table(self.protocol, self.links, &snaps);
                     let _ = std::io::stderr().lock().write_all(table.as_bytes());
                 }
                 ctl.finish(0).map_err(|e| explain_with(&self.job, e.into()))
@@ -326,7 +358,9 @@ impl Runtime {
                     .job
                     .as_ref()
                     .and_then(|j| j.failure())
-                    .is_some_and(|f| !matches!(f, Failure::LauncherLost { .. }));
+                    .is_some_and(|f| {
+                        !matches!(f, Failure::LauncherLost { .. } | Failure::ServerGone { .. })
+                    });
                 if !reported {
                     let _ = writeln!(std::io::stderr(), "{call}: {message}");
                 }

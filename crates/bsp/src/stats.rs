@@ -80,15 +80,21 @@ impl Snapshot {
                 bytes_out: v[9],
                 bytes_in: v[10],
                 bytes_local: v[11],
+                ..Counters::default()
             },
         })
     }
 }
 
-/// The table, one line per process and a total.
-pub fn table(protocol: &str, snaps: &[Snapshot]) -> String {
+/// The table, one line per process and a total; `links`: those of pid 0 (`shm+udp`...).
+pub fn table(protocol: &str, links: &str, snaps: &[Snapshot]) -> String {
+    let over = if links.is_empty() {
+        String::new()
+    } else {
+        format!(" over {links}")
+    };
     let mut out = format!(
-        "bulkwire BSP statistics ({protocol}, p={}, {} supersteps)\n\
+        "bulkwire BSP statistics ({protocol}{over}, p={}, {} supersteps)\n\
          {:>5} {:>10} {:>8} {:>8} {:>7} {:>8} {:>10} {:>8} {:>12} {:>12}\n",
         snaps.len(),
         snaps.first().map_or(0, |s| s.bsp.supersteps),
@@ -155,12 +161,13 @@ mod tests {
                 bytes_out: 123,
                 bytes_in: 456,
                 bytes_local: 8,
+                ..Counters::default()
             },
         };
         let d = Snapshot::decode(&s.encode()).unwrap();
         assert_eq!(d, s);
         assert_eq!(Snapshot::decode(&[1, 2, 3]), None);
-        let t = table("holefill", &[s, d]);
+        let t = table("holefill", "udp", &[s, d]);
         assert!(t.contains("p=2, 7 supersteps"), "{t}");
         assert!(t.contains("0.50%"), "explicit acks of received: {t}");
         assert!(t.contains("10.00%"), "implicit acks of sent: {t}");

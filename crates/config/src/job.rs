@@ -1,13 +1,24 @@
-//! The job identity a launcher hands a process: ours (`BULKWIRE_*`), Slurm's, or Open
-//! MPI's.
+//! The job identity a launcher hands a process: ours (`BULKWIRE_*`), Slurm's, Open MPI's
+//! or a PMI launcher's (MPICH's Hydra); and, when no rendezvous was given, the bootstrap
+//! service through which the job forms ([`BootOffer`]).
 
 use std::net::{SocketAddr, ToSocketAddrs};
 
+use bulkwire_launch::bootstrap::{BootOffer, BootService, PmiAddr};
 use bulkwire_launch::{JobEnv, Launcher, cookie_from_job, job_id_from_name};
 
-use crate::parse::{Lookup, bad, int};
-use crate::vars::{COOKIE, JOB, NPROCS, RANK, RENDEZVOUS, Var};
+use crate::parse::{Lookup, bad, int, word};
+use crate::vars::{BOOTSTRAP, COOKIE, JOB, NPROCS, RANK, RENDEZVOUS, Var};
 use crate::{ConfigError, vars};
+
+/// How a process launched by someone else joins its job.
+#[derive(Debug, Default)]
+pub struct Joining {
+    /// A rendezvous server is given.
+    pub job: Option<JobEnv>,
+    /// No rendezvous: the job forms through the launcher's bootstrap service.
+    pub boot: Option<BootOffer>,
+}
 
 /// The job this process was started in. `Ok(None)`: not started as part of a job (no rank
 /// variable), e.g. a user running `./program`.
@@ -19,7 +30,7 @@ use crate::{ConfigError, vars};
 /// launched (a batch script running `./program`, which may then self-spawn). The cookie
 /// is `BULKWIRE_COOKIE`, else derived from the job id (`BULKWIRE_JOB`, else Slurm's
 /// job and step ids, else Open MPI's job id).
-pub fn job_env(l: &Lookup) -> Result<Option<JobEnv>, ConfigError> {
+pub fn job_env(l: &Lookup) -> Result<Joining, ConfigError> {
     let invalid = |reason: String| ConfigError::Invalid {
         vars: "the job's environment".into(),
         reason,
@@ -45,9 +56,22 @@ pub fn job_env(l: &Lookup) -> Result<Option<JobEnv>, ConfigError> {
             "OMPI_COMM_WORLD_RANK",
             "OMPI_COMM_WORLD_SIZE",
         ))
+    } else if l.foreign("PMI_RANK").is_some() && l.foreign("PMI_SIZE").is_some() {
+        Some((Launcher::Pmi, "PMI_RANK", "PMI_SIZE"))
     } else {
         None
     };
+    let bootstrap = l.get(&BOOTSTRAP, |v| {
+        word(
+            v,
+            &[
+                ("auto", Boot::Auto),
+                ("pmi", Boot::Pmi),
+                ("pmix", Boot::Pmix),
+                ("derived", Boot::Derived),
+            ],
+        )
+    })?;
     let Some((launcher, rank_var, size_var)) = source else {
         if let Some(r) = l.raw(&RENDEZVOUS) {
             return Err(invalid(format!(
@@ -55,7 +79,12 @@ pub fn job_env(l: &Lookup) -> Result<Option<JobEnv>, ConfigError> {
                 RENDEZVOUS.name, RANK.name
             )));
         }
-        return Ok(None);
+        // A PMIx launcher that set no rank variables of its own: PMIx tells.
+        if l.foreign("PMIX_RANK").is_some() && offers_pmix(l) {
+            let boot = offer(l, bootstrap, Launcher::OpenMpi, None, None, None)?;
+            return Ok(Joining { job: None, boot });
+        }
+        return Ok(Joining::default());
     };
 
     let number = |name: &'static str, lo: u64| -> Result<u32, ConfigError> {
@@ -87,22 +116,10 @@ pub fn job_env(l: &Lookup) -> Result<Option<JobEnv>, ConfigError> {
         )));
     }
 
-    let Some(rv) = l.raw(&RENDEZVOUS) else {
-        if launcher != Launcher::Bulkwire && nprocs == 1 {
-            return Ok(None);
-        }
-        return Err(invalid(format!(
-            "started as rank {rank} of {nprocs} ({rank_var}, {size_var}) but {} is not \
-             set: start a rendezvous server (bsprun --serve) and export its host:port",
-            RENDEZVOUS.name
-        )));
-    };
-    let rendezvous = resolve(&RENDEZVOUS, &rv)?;
-
     let job_name = match job_var {
         Some(j) => Some(j),
         None => match launcher {
-            Launcher::Bulkwire => None,
+            Launcher::Bulkwire | Launcher::Pmi => None,
             // The step id tells apart the sruns of one allocation.
             Launcher::Slurm => {
                 l.foreign("SLURM_JOB_ID")
@@ -118,6 +135,25 @@ pub fn job_env(l: &Lookup) -> Result<Option<JobEnv>, ConfigError> {
                 .map(|j| format!("ompi:{j}")),
         },
     };
+    let Some(rv) = l.raw(&RENDEZVOUS) else {
+        if launcher != Launcher::Bulkwire && nprocs == 1 {
+            return Ok(Joining::default());
+        }
+        let boot = match launcher {
+            Launcher::Bulkwire => None,
+            _ => offer(l, bootstrap, launcher, Some(rank), Some(nprocs), job_name)?,
+        };
+        if boot.is_some() {
+            return Ok(Joining { job: None, boot });
+        }
+        return Err(invalid(format!(
+            "started as rank {rank} of {nprocs} ({rank_var}, {size_var}) but {} is not \
+             set, and the launcher offers no bootstrap service (PMI, PMIx, Slurm's node \
+             list): start a rendezvous server (bsprun --serve) and export its host:port",
+            RENDEZVOUS.name
+        )));
+    };
+    let rendezvous = resolve(&RENDEZVOUS, &rv)?;
     let job_id = job_name.as_deref().map(job_id_from_name);
     let cookie = match cookie_var {
         Some(c) => Some(parse_cookie(&c).ok_or_else(|| bad(&COOKIE, &c))?),
@@ -133,7 +169,7 @@ pub fn job_env(l: &Lookup) -> Result<Option<JobEnv>, ConfigError> {
             )));
         }
     };
-    Ok(Some(JobEnv {
+    let job = JobEnv {
         rank,
         nprocs,
         cookie,
@@ -143,7 +179,129 @@ pub fn job_env(l: &Lookup) -> Result<Option<JobEnv>, ConfigError> {
         host_id: None,
         host_cpus: None,
         entry: None,
+    };
+    Ok(Joining {
+        job: Some(job),
+        boot: None,
+    })
+}
+
+/// `BULKWIRE_BOOTSTRAP`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Boot {
+    Auto,
+    Pmi,
+    Pmix,
+    Derived,
+}
+
+fn offers_pmix(l: &Lookup) -> bool {
+    [
+        "PMIX_NAMESPACE",
+        "PMIX_SERVER_URI4",
+        "PMIX_SERVER_URI3",
+        "PMIX_SERVER_URI2",
+    ]
+    .iter()
+    .any(|v| l.foreign(v).is_some())
+}
+
+/// The bootstrap service the environment offers (or `BULKWIRE_BOOTSTRAP` asks for):
+/// PMI-1 on `PMI_FD`/`PMI_PORT`, else PMIx, else Slurm's node list for a derived
+/// rendezvous. `None` when there is none.
+fn offer(
+    l: &Lookup,
+    want: Option<Boot>,
+    launcher: Launcher,
+    rank: Option<u32>,
+    size: Option<u32>,
+    job_name: Option<String>,
+) -> Result<Option<BootOffer>, ConfigError> {
+    let pmi = || -> Result<Option<PmiAddr>, ConfigError> {
+        if let Some(fd) = l.foreign("PMI_FD") {
+            let n = int(&fd, 0, i32::MAX as u64).ok_or_else(|| foreign_bad("PMI_FD", &fd))?;
+            return Ok(Some(PmiAddr::Fd(n as i32)));
+        }
+        let Some(addr) = l.foreign("PMI_PORT") else {
+            return Ok(None);
+        };
+        let id = match l.foreign("PMI_ID") {
+            Some(v) => {
+                Some(int(&v, 0, u32::MAX as u64).ok_or_else(|| foreign_bad("PMI_ID", &v))? as u32)
+            }
+            None => None,
+        };
+        Ok(Some(PmiAddr::Port { addr, id }))
+    };
+    let derived = || {
+        l.foreign("SLURM_STEP_NODELIST")
+            .or_else(|| l.foreign("SLURM_JOB_NODELIST"))
+            .and_then(|list| first_host(&list))
+            .map(|host| BootService::Derived { host })
+    };
+    let want = want.unwrap_or(Boot::Auto);
+    let service = match want {
+        Boot::Pmi => pmi()?.map(BootService::Pmi),
+        Boot::Pmix => offers_pmix(l).then_some(BootService::Pmix),
+        Boot::Derived => derived(),
+        Boot::Auto => match pmi()? {
+            Some(a) => Some(BootService::Pmi(a)),
+            None if offers_pmix(l) => Some(BootService::Pmix),
+            None => derived(),
+        },
+    };
+    if service.is_none() && want != Boot::Auto {
+        return Err(ConfigError::Invalid {
+            vars: BOOTSTRAP.name.into(),
+            reason: "the launcher does not offer the service asked for (PMI: PMI_FD or \
+                     PMI_PORT; PMIx: PMIX_NAMESPACE; derived: SLURM_STEP_NODELIST)"
+                .into(),
+        });
+    }
+    Ok(service.map(|service| BootOffer {
+        service,
+        launcher,
+        rank,
+        size,
+        job_name,
     }))
+}
+
+fn foreign_bad(name: &'static str, v: &str) -> ConfigError {
+    ConfigError::Bad {
+        var: name,
+        value: v.to_string(),
+        accepted: FOREIGN_COUNT.accepted,
+    }
+}
+
+/// The first host of a Slurm node list (`node[01-04,07],login1` -> `node01`): the host of
+/// rank 0 in a step, whatever the distribution.
+pub fn first_host(list: &str) -> Option<String> {
+    let first = {
+        let mut depth = 0;
+        let end = list
+            .char_indices()
+            .find(|&(_, c)| {
+                match c {
+                    '[' => depth += 1,
+                    ']' => depth -= 1,
+                    _ => {}
+                }
+                c == ',' && depth == 0
+            })
+            .map_or(list.len(), |(i, _)| i);
+        list[..end].trim()
+    };
+    let host = match first.split_once('[') {
+        None => first.to_string(),
+        Some((prefix, rest)) => {
+            let (ranges, suffix) = rest.split_once(']')?;
+            let lo = ranges.split([',', '-']).next()?;
+            format!("{prefix}{lo}{suffix}")
+        }
+    };
+    (!host.is_empty()).then_some(host)
 }
 
 /// What another launcher's rank and size variables accept.

@@ -355,6 +355,7 @@ fn bsp_config(
         c = c.with_rate(rate);
     }
     c.stats = l.get(&STATS, flag)?.unwrap_or(false);
+    c.profile = l.raw(&PROFILE).map(std::path::PathBuf::from);
     Ok(c)
 }
 
@@ -406,12 +407,19 @@ fn launch_config(l: &Lookup) -> Result<LaunchConfig, ConfigError> {
     let host_id = l.raw(&HOST_ID);
     let host_cpus = l.get(&HOST_CPUS, |v| int(v, 1, 65536))?.map(|n| n as usize);
     let entry = l.raw(&SPMD_ENTRY);
-    let mut job = job::job_env(l)?;
+    let job::Joining { mut job, boot } = job::job_env(l)?;
     if let Some(j) = &mut job {
         j.host_id = host_id.clone();
         j.host_cpus = host_cpus;
         j.entry = entry;
     }
+    let join_timeout = l
+        .get(&JOIN_TIMEOUT, |v| int(v, 1, 86_400))?
+        .map_or(bulkwire_launch::DEFAULT_JOIN_TIMEOUT, Duration::from_secs);
+    let rsh = match l.raw(&RSH) {
+        Some(v) => v.split_whitespace().map(Into::into).collect(),
+        None => LaunchConfig::default().rsh,
+    };
     let nprocs = l
         .get(&NPROCS, |v| int(v, 1, u32::MAX as u64))?
         .map(|n| n as u32);
@@ -430,6 +438,9 @@ fn launch_config(l: &Lookup) -> Result<LaunchConfig, ConfigError> {
         .unwrap_or_default();
     Ok(LaunchConfig {
         job,
+        boot,
+        join_timeout,
+        rsh,
         nprocs,
         placement,
         host_id,

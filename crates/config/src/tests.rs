@@ -42,6 +42,7 @@ const DESCRIBED_DEFAULTS: &[&str] = &[
     "BULKWIRE_RENDEZVOUS",
     "BULKWIRE_COOKIE",
     "BULKWIRE_JOB",
+    "BULKWIRE_PROFILE",
 ];
 
 #[test]
@@ -65,7 +66,13 @@ fn docs_hold_the_generated_table() {
 }
 
 /// Variables that take any text.
-const ANY_TEXT: &[&str] = &["BULKWIRE_HOST_ID", "BULKWIRE_JOB", "BULKWIRE_SPMD_ENTRY"];
+const ANY_TEXT: &[&str] = &[
+    "BULKWIRE_HOST_ID",
+    "BULKWIRE_JOB",
+    "BULKWIRE_PROFILE",
+    "BULKWIRE_RSH",
+    "BULKWIRE_SPMD_ENTRY",
+];
 
 #[test]
 fn every_bad_value_names_the_variable_and_what_is_accepted() {
@@ -335,6 +342,9 @@ fn bsp() {
     assert_eq!(s.bsp.rate, Some(500_000_000));
     assert_eq!(s.bsp.chunk, Some(bulkwire_bsp::PACED_CHUNK));
     assert!(s.bsp.stats);
+    assert_eq!(s.bsp.profile, None);
+    let s = settings(&[("BULKWIRE_PROFILE", " /tmp/cg.prof ")]).unwrap();
+    assert_eq!(s.bsp.profile, Some("/tmp/cg.prof".into()));
     let s = settings(&[("BULKWIRE_BSP_CHUNK", "1M"), ("BULKWIRE_BSP_RATE", "1G")]).unwrap();
     assert_eq!(s.bsp.chunk, Some(1 << 20));
     for bad in [
@@ -550,5 +560,135 @@ fn incomplete_or_inconsistent_jobs() {
     ] {
         let e = error(vars);
         assert!(e.contains(says), "{vars:?}: {e}");
+    }
+}
+
+fn boot(vars: &[(&str, &str)]) -> Option<bulkwire_launch::bootstrap::BootOffer> {
+    let s = settings(vars).unwrap();
+    assert_eq!(s.launch.job, None, "{vars:?}");
+    s.launch.boot
+}
+
+#[test]
+fn mpiexec_offers_pmi_on_its_descriptor() {
+    use bulkwire_launch::bootstrap::{BootService, PmiAddr};
+    let b = boot(&[("PMI_FD", "6"), ("PMI_RANK", "2"), ("PMI_SIZE", "4")]).unwrap();
+    assert_eq!(b.service, BootService::Pmi(PmiAddr::Fd(6)));
+    assert_eq!(
+        (b.rank, b.size, b.launcher),
+        (Some(2), Some(4), Launcher::Pmi)
+    );
+    let s = settings(&[("PMI_FD", "6"), ("PMI_RANK", "2"), ("PMI_SIZE", "4")]).unwrap();
+    assert_eq!(s.launch.rank(), Some(2));
+    assert!(s.launch.is_spawned());
+    assert_eq!(s.launch.available_processors(), 4);
+    let b = boot(&[
+        ("PMI_PORT", "node1:4000"),
+        ("PMI_ID", "3"),
+        ("PMI_RANK", "3"),
+        ("PMI_SIZE", "4"),
+    ])
+    .unwrap();
+    assert_eq!(
+        b.service,
+        BootService::Pmi(PmiAddr::Port {
+            addr: "node1:4000".into(),
+            id: Some(3)
+        })
+    );
+    // One process is no job to form: it may start its own.
+    assert_eq!(
+        settings(&[("PMI_FD", "6"), ("PMI_RANK", "0"), ("PMI_SIZE", "1")])
+            .unwrap()
+            .launch
+            .boot,
+        None
+    );
+    let e = error(&[("PMI_FD", "x"), ("PMI_RANK", "0"), ("PMI_SIZE", "2")]);
+    assert!(e.contains("PMI_FD=\"x\""), "{e}");
+}
+
+#[test]
+fn mpirun_offers_pmix_and_srun_pmi_or_its_node_list() {
+    use bulkwire_launch::bootstrap::BootService;
+    let ompi = [
+        ("OMPI_COMM_WORLD_RANK", "1"),
+        ("OMPI_COMM_WORLD_SIZE", "2"),
+        ("OMPI_MCA_ess_base_jobid", "77"),
+        ("PMIX_NAMESPACE", "prterun-x-1@1"),
+        ("PMIX_RANK", "1"),
+    ];
+    let b = boot(&ompi).unwrap();
+    assert_eq!(
+        (b.service, b.launcher),
+        (BootService::Pmix, Launcher::OpenMpi)
+    );
+    assert_eq!(b.job_name.as_deref(), Some("ompi:77"));
+    let slurm = [
+        ("SLURM_PROCID", "3"),
+        ("SLURM_NTASKS", "8"),
+        ("SLURM_JOB_ID", "12"),
+        ("SLURM_STEP_ID", "0"),
+        ("SLURM_STEP_NODELIST", "node[07-08,11],login"),
+    ];
+    let b = boot(&slurm).unwrap();
+    assert_eq!(
+        b.service,
+        BootService::Derived {
+            host: "node07".into()
+        }
+    );
+    assert_eq!(b.job_name.as_deref(), Some("slurm:12.0"));
+    // srun --mpi=pmi2 gives a PMI descriptor too: it wins, unless told otherwise.
+    let mut pmi2 = slurm.to_vec();
+    pmi2.push(("PMI_FD", "5"));
+    assert!(matches!(boot(&pmi2).unwrap().service, BootService::Pmi(_)));
+    pmi2.push(("BULKWIRE_BOOTSTRAP", "derived"));
+    assert!(matches!(
+        boot(&pmi2).unwrap().service,
+        BootService::Derived { .. }
+    ));
+    let mut want_pmix = slurm.to_vec();
+    want_pmix.push(("BULKWIRE_BOOTSTRAP", "pmix"));
+    let e = error(&want_pmix);
+    assert!(
+        e.contains("BULKWIRE_BOOTSTRAP") && e.contains("does not offer"),
+        "{e}"
+    );
+    // A rendezvous given is used as before.
+    let mut served = slurm.to_vec();
+    served.push(RV);
+    assert!(job(&served).is_some());
+}
+
+#[test]
+fn slurm_node_lists_name_their_first_host() {
+    use crate::job::first_host;
+    assert_eq!(
+        first_host("node[01-04,07],login1").as_deref(),
+        Some("node01")
+    );
+    assert_eq!(first_host("a,b").as_deref(), Some("a"));
+    assert_eq!(first_host("gpu[3,5]x").as_deref(), Some("gpu3x"));
+    assert_eq!(first_host("solo").as_deref(), Some("solo"));
+    assert_eq!(first_host(""), None);
+    assert_eq!(first_host("bad[1-2"), None);
+}
+
+#[test]
+fn join_deadline_and_remote_shell() {
+    let s = settings(&[
+        ("BULKWIRE_JOIN_TIMEOUT", "5"),
+        ("BULKWIRE_RSH", "ssh -p 2222"),
+    ])
+    .unwrap();
+    assert_eq!(s.launch.join_timeout, Duration::from_secs(5));
+    assert_eq!(s.launch.rsh, ["ssh", "-p", "2222"]);
+    for bad in ["0", "-1", "86401", "1.5", "x"] {
+        let e = error(&[("BULKWIRE_JOIN_TIMEOUT", bad)]);
+        assert!(
+            e.contains("BULKWIRE_JOIN_TIMEOUT") && e.contains("seconds from 1"),
+            "{e}"
+        );
     }
 }

@@ -251,6 +251,10 @@ vars! {
         "on or off (also 1/0, true/false, yes/no)",
         "off",
         "bsp_end prints each process's packet statistics (the BSPlib paper's Table 5).";
+    PROFILE: Bsp, "BULKWIRE_PROFILE",
+        "a file path PATH (process s writes PATH.s)",
+        "no profile",
+        "Record the BSP cost profile of every superstep (time computing and in bsp_sync, bytes and messages sent and received, packets of the BSPlib paper's Table 5); process s writes its records to PATH.s at bsp_end (created at bsp_begin, so a path that cannot be written stops the job at once). bwbench profile PATH turns them into tables, a timeline and the cost W + H g + S l (bsprun --profile PATH sets it).";
     COLL: Collectives, "BULKWIRE_COLL",
         "auto, netcache or p2p",
         "auto",
@@ -277,7 +281,7 @@ vars! {
         "The CPUs the job's processes on this host share; set by a launcher that bound them.";
     HOST_ID: Launch, "BULKWIRE_HOST_ID",
         "any text",
-        "hostname/boot id",
+        "hostname/boot id/network namespace",
         "Identity of this host: processes with the same one use shared memory. Tests set it to pretend several hosts.";
     SPMD_ENTRY: Launch, "BULKWIRE_SPMD_ENTRY",
         "set by the library",
@@ -294,11 +298,23 @@ vars! {
     RENDEZVOUS: Launch, "BULKWIRE_RENDEZVOUS",
         "host:port",
         "none",
-        "The job's rendezvous server (bsprun, or bsprun --serve under Slurm or mpirun).";
+        "The job's rendezvous server (set by bsprun; by hand for bsprun --serve). Under srun, mpirun or mpiexec without it, the job forms through the launcher's own bootstrap service (see BULKWIRE_BOOTSTRAP).";
     COOKIE: Launch, "BULKWIRE_COOKIE",
         "an integer from 0 to 4294967295, decimal or 0x hex",
         "derived from BULKWIRE_JOB",
         "Carried by every packet of the job; packets with another cookie are dropped.";
+    JOIN_TIMEOUT: Launch, "BULKWIRE_JOIN_TIMEOUT",
+        "seconds from 1 to 86400",
+        "60",
+        "Every process of a job must have joined it this long after the rendezvous started (after the first process joined, under bsprun); otherwise the job fails, naming the ranks that never came.";
+    BOOTSTRAP: Launch, "BULKWIRE_BOOTSTRAP",
+        "auto, pmi, pmix or derived",
+        "auto",
+        "How a job started by srun, mpirun or mpiexec without BULKWIRE_RENDEZVOUS forms: auto uses the launcher's PMI-1 service (PMI_FD, PMI_PORT), else PMIx (libpmix, loaded when needed), else rank 0 serves on the first host of Slurm's node list at ports derived from the job id.";
+    RSH: Tools, "BULKWIRE_RSH",
+        "a command and its arguments, separated by spaces",
+        "ssh",
+        "The remote shell bsprun starts each other host's agent with, called as COMMAND HOST AGENT... (as ssh is); bsprun --rsh overrides it.";
     JOB: Launch, "BULKWIRE_JOB",
         "any text (a number is used as it is, other text hashed)",
         "Slurm's or Open MPI's job id",
@@ -319,6 +335,18 @@ pub const FOREIGN: &[(&str, &str)] = &[
     (
         "OMPI_MCA_ess_base_jobid, PMIX_NAMESPACE, OMPI_MCA_orte_ess_jobid",
         "the job's identity under Open MPI's mpirun",
+    ),
+    (
+        "PMI_RANK, PMI_SIZE, PMI_FD, PMI_PORT, PMI_ID",
+        "rank, size and the PMI-1 service under MPICH's mpiexec (Hydra) and srun --mpi=pmi2",
+    ),
+    (
+        "PMIX_RANK, PMIX_NAMESPACE, PMIX_SERVER_URI*",
+        "the PMIx service under Open MPI's mpirun and srun --mpi=pmix",
+    ),
+    (
+        "SLURM_STEP_NODELIST, SLURM_JOB_NODELIST",
+        "the host of rank 0 under srun without PMI (its first host)",
     ),
 ];
 

@@ -50,6 +50,8 @@ struct Shared {
     closing: AtomicBool,
     nprocs: u32,
     rendezvous: std::net::SocketAddr,
+    /// The rank whose process runs the server, if one does (from the welcome).
+    server_rank: Option<u32>,
 }
 
 impl Shared {
@@ -156,8 +158,8 @@ impl Control {
         stream.set_read_timeout(Some(REPLY_TIMEOUT))?;
         let mut buf = Vec::new();
         let lost = |why: String| LaunchError::LauncherLost(format!("{}: {why}", env.rendezvous));
-        match wire::read_frame(&mut &stream, &mut buf) {
-            Ok(Some(wire::T_WELCOME)) => {}
+        let server_rank = match wire::read_frame(&mut &stream, &mut buf) {
+            Ok(Some(wire::T_WELCOME)) => wire::welcome_host_rank(&buf),
             Ok(Some(wire::T_REJECT)) => {
                 return Err(LaunchError::Rejected(format!(
                     "the rendezvous server {} rejected rank {}: {}",
@@ -174,7 +176,7 @@ impl Control {
             }
             Ok(None) => return Err(lost("closed the connection during hello".into())),
             Err(e) => return Err(lost(format!("no welcome ({e})"))),
-        }
+        };
         stream.set_read_timeout(None)?;
 
         let shared = Arc::new(Shared {
@@ -184,6 +186,7 @@ impl Control {
             closing: AtomicBool::new(false),
             nprocs: env.nprocs,
             rendezvous: env.rendezvous,
+            server_rank: server_rank.filter(|&k| k != env.rank),
         });
         let rd = stream.try_clone()?;
         let sh = shared.clone();
@@ -379,8 +382,10 @@ fn read_loop(mut s: TcpStream, sh: &Shared) {
     if !sh.closing.load(Ordering::SeqCst)
         && let Some(detail) = end
     {
-        sh.state.record(Failure::LauncherLost {
-            detail: format!("rendezvous {}: {detail}", sh.rendezvous),
+        let detail = format!("rendezvous {}: {detail}", sh.rendezvous);
+        sh.state.record(match sh.server_rank {
+            Some(rank) => Failure::ServerGone { rank, detail },
+            None => Failure::LauncherLost { detail },
         });
     }
     sh.mailbox().ended = true;

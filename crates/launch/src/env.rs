@@ -33,6 +33,8 @@ pub enum Launcher {
     Slurm,
     /// Open MPI's `mpirun`: `OMPI_COMM_WORLD_RANK`, `OMPI_COMM_WORLD_SIZE`.
     OpenMpi,
+    /// A launcher speaking PMI (MPICH's Hydra `mpiexec`): `PMI_RANK`, `PMI_SIZE`.
+    Pmi,
 }
 
 /// The identity of a process in a job.
@@ -104,10 +106,21 @@ pub fn available_cpus() -> usize {
 /// How this process takes part in jobs: the job its launcher started it in, and how it
 /// starts one itself when it was not launched (self-spawn: `bsp_begin(P)`,
 /// `bw_init_spawn`). Built at the edge by `bulkwire-config`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LaunchConfig {
-    /// The job this process was started in; `None`: not launched.
+    /// The job this process was started in, with its rendezvous; `None`: not launched,
+    /// or launched by another launcher whose bootstrap service forms the job ([`boot`]).
+    ///
+    /// [`boot`]: LaunchConfig::boot
     pub job: Option<JobEnv>,
+    /// Started by `srun`, `mpirun` or `mpiexec` with no rendezvous given: the job forms
+    /// through that launcher's bootstrap service ([`crate::bootstrap`]).
+    pub boot: Option<crate::bootstrap::BootOffer>,
+    /// Every process must have joined its job within this time.
+    pub join_timeout: std::time::Duration,
+    /// The remote shell a multi-host launch starts each other host's agent with, called
+    /// as `RSH... HOST COMMAND...` (default `ssh`).
+    pub rsh: Vec<String>,
     /// A job size given without a job (`BULKWIRE_NPROCS` alone): what a job started now
     /// would have, for `bsp_nprocs()` before `bsp_begin`.
     pub nprocs: Option<u32>,
@@ -119,10 +132,30 @@ pub struct LaunchConfig {
     pub host_cpus: Option<usize>,
 }
 
+impl Default for LaunchConfig {
+    fn default() -> LaunchConfig {
+        LaunchConfig {
+            job: None,
+            boot: None,
+            join_timeout: crate::DEFAULT_JOIN_TIMEOUT,
+            rsh: vec!["ssh".into()],
+            nprocs: None,
+            placement: Placement::default(),
+            host_id: None,
+            host_cpus: None,
+        }
+    }
+}
+
 impl LaunchConfig {
-    /// This process's rank when it was launched as part of a job.
+    /// This process's rank when it was launched as part of a job (under another launcher,
+    /// as far as its environment says before the job forms).
     pub fn rank(&self) -> Option<u32> {
-        self.job.as_ref().map(|j| j.rank)
+        match (&self.job, &self.boot) {
+            (Some(j), _) => Some(j.rank),
+            (None, Some(b)) => b.rank,
+            (None, None) => None,
+        }
     }
 
     /// Whether this process was started by a job's launcher as a rank other than 0 (such a
@@ -135,10 +168,14 @@ impl LaunchConfig {
     /// process is part of one, else [`LaunchConfig::nprocs`], else the CPUs this process
     /// may run on. This is what `bsp_nprocs()` returns before `bsp_begin`.
     pub fn available_processors(&self) -> u32 {
-        match (&self.job, self.nprocs) {
-            (Some(j), _) => j.nprocs,
-            (None, Some(n)) => n,
-            (None, None) => available_cpus() as u32,
+        match (
+            &self.job,
+            self.boot.as_ref().and_then(|b| b.size),
+            self.nprocs,
+        ) {
+            (Some(j), _, _) => j.nprocs,
+            (None, Some(n), _) | (None, None, Some(n)) => n,
+            (None, None, None) => available_cpus() as u32,
         }
     }
 }

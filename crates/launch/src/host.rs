@@ -14,15 +14,26 @@ pub fn hostname() -> String {
 }
 
 /// An identity that two processes share exactly when they run on the same machine (same
-/// kernel instance): `hostname/boot_id`. Hostnames alone repeat across clusters' containers
-/// and the boot id alone is unreadable to people; together they are unique and readable.
-/// A job may override it ([`crate::JobEnv::host_id`]), so a test can make processes of one
-/// machine look like different hosts (and not use shared memory between them).
+/// kernel instance) and see the same network: `hostname/boot_id/netns`. Hostnames alone
+/// repeat across clusters' containers and the boot id alone is unreadable to people; the
+/// network namespace tells apart the containers of one machine, and the hosts of a test
+/// bed made of namespaces, which reach each other only over their network. A job may
+/// override it ([`crate::JobEnv::host_id`]), so a test can make processes of one machine
+/// look like different hosts (and not use shared memory between them).
 pub fn host_id() -> String {
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .map(|s| s.trim().to_string())
         .unwrap_or_default();
-    format!("{}/{}", hostname(), boot)
+    // "net:[4026531992]": the namespace's inode, the same for every process in it.
+    let net = std::fs::read_link("/proc/self/ns/net")
+        .map(|p| {
+            p.to_string_lossy()
+                .trim_start_matches("net:[")
+                .trim_end_matches(']')
+                .to_string()
+        })
+        .unwrap_or_default();
+    format!("{}/{}/{}", hostname(), boot, net)
 }
 
 /// A process's business card: what its peers need to reach it. The rendezvous treats cards

@@ -3,7 +3,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Read, Write};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
@@ -12,9 +12,11 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use crate::LaunchError;
+use crate::agent::{Start, agent_args};
 use crate::bind::{self, Placement, Plan};
 use crate::control::Control;
 use crate::env::{JobEnv, LaunchConfig, Launcher};
+use crate::hosts::{self, HostRanks, HostSlots};
 use crate::server::{JobOutcome, Server, ServerConfig};
 use crate::sys;
 
@@ -29,14 +31,20 @@ pub struct LaunchOpts {
     pub term_delay: Duration,
     /// After SIGTERM, how long before SIGKILL.
     pub kill_grace: Duration,
+    /// Every process must have joined the job this long after the first one did.
+    pub join_timeout: Option<Duration>,
     /// Prefix of the failure lines printed to stderr (`"bsprun"`); `None`: print nothing.
     pub report: Option<String>,
-    /// Where the rendezvous server listens. Loopback suits one host; a multi-host launcher
-    /// binds an address the other hosts reach.
-    pub bind: SocketAddr,
+    /// Where the rendezvous server listens: `None` chooses (loopback for one host; with
+    /// other hosts, the address of this machine on the route to them, or all addresses
+    /// when the routes differ).
+    pub listen: Option<SocketAddr>,
     /// Extra environment for the processes (on top of the launcher's own, which they
-    /// inherit, and the `BULKWIRE_*` job variables).
+    /// inherit on this host, and the `BULKWIRE_*` job variables).
     pub env: Vec<(OsString, OsString)>,
+    /// Variables of the launcher's own environment that ranks on other hosts get too
+    /// (there they can't inherit it): the `BULKWIRE_*` settings, `-x NAME`.
+    pub forward_env: Vec<(OsString, OsString)>,
     /// Give rank 0 the launcher's standard input (the others get /dev/null), as mpirun
     /// does. A terminal is relayed through a pipe, since the processes are not in the
     /// terminal's foreground process group.
@@ -45,8 +53,18 @@ pub struct LaunchOpts {
     /// (a second one kills them). For a launcher program; a library caller may not want
     /// its handlers replaced.
     pub forward_signals: bool,
-    /// Bind each process to an equal share of this launcher's cores (see [`crate::bind`]).
+    /// Bind each process to an equal share of its host's cores (see [`crate::bind`]).
     pub placement: Placement,
+    /// The hosts and their slots; empty: every process on this host.
+    pub hosts: Vec<HostSlots>,
+    /// The remote shell, called as `RSH... HOST COMMAND...` (default `ssh`).
+    pub rsh: Vec<OsString>,
+    /// The host agent's command on the other hosts, before its arguments
+    /// ([`crate::agent::agent_args`]): e.g. `/usr/local/bin/bsprun --agent`.
+    pub agent: Vec<OsString>,
+    /// The launcher's working directory, where the ranks on other hosts start (when they
+    /// have it).
+    pub cwd: OsString,
 }
 
 impl Default for LaunchOpts {
@@ -56,21 +74,29 @@ impl Default for LaunchOpts {
             timeout: None,
             term_delay: Duration::from_millis(250),
             kill_grace: Duration::from_secs(2),
+            join_timeout: Some(crate::DEFAULT_JOIN_TIMEOUT),
             report: None,
-            bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+            listen: None,
             env: Vec::new(),
+            forward_env: Vec::new(),
             stdin_to_rank0: false,
             forward_signals: false,
             placement: Placement::Share,
+            hosts: Vec::new(),
+            rsh: vec!["ssh".into()],
+            agent: Vec::new(),
+            cwd: OsString::from("/"),
         }
     }
 }
 
 /// Starts `n` processes of `program args` as one job, runs its rendezvous server, and waits
-/// for the job to end. The processes inherit this process's environment plus `opts.env`
-/// and the job variables (`BULKWIRE_RANK`...), each in its own process group and killed if
-/// this launcher dies (`PR_SET_PDEATHSIG`). When one fails, the failure is printed once
-/// (with `opts.report`), the others are notified, then terminated.
+/// for the job to end. Without hosts, every process runs here; with hosts, each host gets
+/// its slots' worth of ranks in order, those of other hosts started by their host agent
+/// through the remote shell. The processes here inherit this process's environment plus
+/// `opts.env` and the job variables (`BULKWIRE_RANK`...), each in its own process group
+/// and killed if this launcher dies (`PR_SET_PDEATHSIG`). When one fails, the failure is
+/// printed once (with `opts.report`), the others are notified, then terminated.
 ///
 /// Runs the server on the calling thread: the processes' death signal is tied to it.
 pub fn launch(
@@ -85,6 +111,22 @@ pub fn launch(
             "a job needs at least one process".into(),
         ));
     }
+    let layout = if opts.hosts.is_empty() {
+        vec![HostRanks {
+            name: crate::hostname(),
+            ranks: (0..n).collect(),
+            addr: None,
+            local: true,
+        }]
+    } else {
+        hosts::place(n, &opts.hosts)?
+    };
+    if layout.iter().any(|h| !h.local) && opts.agent.is_empty() {
+        return Err(LaunchError::Usage(
+            "ranks on other hosts need a host agent command (LaunchOpts::agent)".into(),
+        ));
+    }
+    let routes = Routes::choose(&layout, opts.listen)?;
     let cfg = ServerConfig {
         nprocs: n,
         job: None,
@@ -92,9 +134,12 @@ pub fn launch(
         timeout: opts.timeout,
         term_delay: opts.term_delay,
         kill_grace: opts.kill_grace,
+        join_timeout: opts.join_timeout,
+        host_rank: None,
+        local_host: layout.iter().find(|h| h.local).map(|h| h.name.clone()),
     };
-    let (job, env) = new_job(n, opts.bind, cfg)?;
-    let mut server = job;
+    let (mut server, mut env) = new_job(n, routes.bind, cfg)?;
+    let port = server.local_addr().port();
     let signals = if opts.forward_signals {
         let g = SignalGuard::install()?;
         server.set_signal_fd(g.read_end()?);
@@ -102,10 +147,111 @@ pub fn launch(
     } else {
         None
     };
-    let mut output = opts.tag_output.then(OutputForwarder::default);
-    let plan = bind::plan(n, opts.placement);
+    let mut output = OutputForwarder::default();
+    for h in &layout {
+        let started = if h.local {
+            env.rendezvous = SocketAddr::new(routes.local, port);
+            start_local(&mut server, &env, h, program, args, opts, &mut output)
+        } else {
+            let reach = SocketAddr::new(routes.toward(h), port);
+            start_remote(
+                &mut server,
+                &env,
+                h,
+                reach,
+                (program, args),
+                opts,
+                &mut output,
+            )
+        };
+        if let Err(e) = started {
+            server.kill_children_now();
+            return Err(e);
+        }
+    }
+    let forwarder = (!output.is_empty()).then(|| output.start()).transpose()?;
+    let outcome = server.run();
+    if let Some(f) = forwarder {
+        // Processes are gone; a grandchild holding a pipe open mustn't hold us.
+        f.finish(Duration::from_secs(1));
+    }
+    drop(signals);
+    Ok(outcome)
+}
 
-    for rank in 0..n {
+/// Where the server listens and which of its addresses each host uses.
+struct Routes {
+    bind: SocketAddr,
+    /// What this host's ranks connect to: an address the other hosts reach them at too,
+    /// since their data sockets are bound on the address their connection comes from.
+    local: IpAddr,
+    /// Per remote host (by address), the address of ours on the route to it.
+    toward: Vec<(IpAddr, IpAddr)>,
+}
+
+impl Routes {
+    fn choose(layout: &[HostRanks], listen: Option<SocketAddr>) -> Result<Routes, LaunchError> {
+        let mut toward = Vec::new();
+        for h in layout.iter().filter(|h| !h.local) {
+            let dest = h.addr.expect("a remote host has an address");
+            let src = hosts::source_toward(dest).ok_or_else(|| {
+                LaunchError::Usage(format!("host {} ({dest}): no route to it", h.name))
+            })?;
+            toward.push((dest, src));
+        }
+        let loopback = IpAddr::from([127, 0, 0, 1]);
+        if let Some(l) = listen {
+            let ip = if l.ip().is_unspecified() {
+                toward.first().map_or(loopback, |t| t.1)
+            } else {
+                l.ip()
+            };
+            if !l.ip().is_unspecified() {
+                for t in &mut toward {
+                    t.1 = ip;
+                }
+            }
+            return Ok(Routes {
+                bind: l,
+                local: ip,
+                toward,
+            });
+        }
+        let first = toward.first().map(|t| t.1);
+        let all_same = toward.iter().all(|t| Some(t.1) == first);
+        let bind = match first {
+            None => SocketAddr::new(loopback, 0),
+            Some(ip) if all_same => SocketAddr::new(ip, 0),
+            Some(_) => SocketAddr::from(([0, 0, 0, 0], 0)),
+        };
+        Ok(Routes {
+            bind,
+            local: first.unwrap_or(loopback),
+            toward,
+        })
+    }
+
+    fn toward(&self, h: &HostRanks) -> IpAddr {
+        let dest = h.addr.expect("a remote host has an address");
+        self.toward
+            .iter()
+            .find(|t| t.0 == dest)
+            .map_or(self.local, |t| t.1)
+    }
+}
+
+/// Starts the ranks of this host.
+fn start_local(
+    server: &mut Server,
+    env: &JobEnv,
+    h: &HostRanks,
+    program: &OsStr,
+    args: &[OsString],
+    opts: &LaunchOpts,
+    output: &mut OutputForwarder,
+) -> Result<(), LaunchError> {
+    let plan = bind::plan(h.ranks.len() as u32, opts.placement);
+    for (i, &rank) in h.ranks.iter().enumerate() {
         let mut cmd = Command::new(program);
         cmd.args(args)
             .envs(opts.env.iter().map(|(k, v)| (k, v)))
@@ -115,51 +261,105 @@ pub fn launch(
             .process_group(0);
         die_with_parent(&mut cmd);
         if let Some(p) = &plan {
-            bind_child(&mut cmd, p, rank);
+            bind_child(&mut cmd, p, i as u32);
         }
         cmd.stdin(if rank == 0 && opts.stdin_to_rank0 {
             rank0_stdin()?
         } else {
             Stdio::null()
         });
-        if output.is_some() {
+        if opts.tag_output {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }
-        let mut child = match cmd.spawn() {
-            Ok(c) => c,
-            Err(e) => {
-                server.kill_children_now();
-                return Err(LaunchError::Spawn {
-                    rank,
-                    program: program.to_string_lossy().into_owned(),
-                    source: e,
-                });
-            }
-        };
-        if let Some(out) = output.as_mut() {
-            if let Some(o) = child.stdout.take() {
-                out.add(rank, OwnedFd::from(o), false);
-            }
-            if let Some(e) = child.stderr.take() {
-                out.add(rank, OwnedFd::from(e), true);
-            }
+        let mut child = cmd.spawn().map_err(|e| LaunchError::Spawn {
+            rank,
+            program: program.to_string_lossy().into_owned(),
+            source: e,
+        })?;
+        if let Some(o) = child.stdout.take() {
+            output.add(rank, OwnedFd::from(o), false);
+        }
+        if let Some(e) = child.stderr.take() {
+            output.add(rank, OwnedFd::from(e), true);
         }
         if let Err(e) = server.add_child(rank, child.id(), true) {
             let _ = child.kill();
             let _ = child.wait();
-            server.kill_children_now();
             return Err(LaunchError::Io(e));
         }
         // `child` is dropped without waiting: the server reaps it through its pidfd.
     }
-    let forwarder = output.map(OutputForwarder::start).transpose()?;
-    let outcome = server.run();
-    if let Some(f) = forwarder {
-        // Processes are gone; a grandchild holding a pipe open mustn't hold us.
-        f.finish(Duration::from_secs(1));
+    Ok(())
+}
+
+/// Starts the agent of host `h` through the remote shell; the agent starts its ranks.
+fn start_remote(
+    server: &mut Server,
+    env: &JobEnv,
+    h: &HostRanks,
+    reach: SocketAddr,
+    (program, args): (&OsStr, &[OsString]),
+    opts: &LaunchOpts,
+    output: &mut OutputForwarder,
+) -> Result<(), LaunchError> {
+    let has_rank0 = h.ranks.first() == Some(&0);
+    let start = Start {
+        host: h.name.clone(),
+        ranks: h.ranks.clone(),
+        nprocs: env.nprocs,
+        cookie: env.cookie,
+        job_id: env.job_id,
+        rendezvous: reach,
+        program: program.to_os_string(),
+        args: args.to_vec(),
+        env: opts.forward_env.iter().chain(&opts.env).cloned().collect(),
+        cwd: opts.cwd.clone(),
+        tag_output: opts.tag_output,
+        stdin_rank: (has_rank0 && opts.stdin_to_rank0).then_some(0),
+        placement: opts.placement,
+    };
+    let a = server.add_agent(&h.name, &h.ranks, start.encode());
+    let mut remote: Vec<String> = opts
+        .agent
+        .iter()
+        .map(|w| w.to_string_lossy().into_owned())
+        .collect();
+    remote.extend(agent_args(reach, env.cookie, env.job_id, a));
+    let (rsh, rsh_args) = opts
+        .rsh
+        .split_first()
+        .ok_or_else(|| LaunchError::Usage("the remote shell command is empty".into()))?;
+    let mut cmd = Command::new(rsh);
+    cmd.args(rsh_args)
+        .arg(&h.name)
+        .args(remote.iter().map(|w| hosts::shell_quote(w)))
+        // Its own group: a Ctrl-C at the terminal reaches bsprun, which passes it on to
+        // the ranks through the agents, not the remote shell (which would drop them).
+        .process_group(0);
+    die_with_parent(&mut cmd);
+    cmd.stdin(if start.stdin_rank.is_some() {
+        rank0_stdin()?
+    } else {
+        Stdio::null()
+    });
+    if opts.tag_output {
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     }
-    drop(signals);
-    Ok(outcome)
+    let mut child = cmd.spawn().map_err(|e| {
+        LaunchError::Usage(format!(
+            "cannot run the remote shell {:?} for host {}: {e}",
+            rsh, h.name
+        ))
+    })?;
+    // Tagged already by the agent: relayed whole lines only, so hosts never mix in a line.
+    if let Some(o) = child.stdout.take() {
+        output.add_prefixed(Vec::new(), OwnedFd::from(o), false);
+    }
+    if let Some(e) = child.stderr.take() {
+        output.add_prefixed(Vec::new(), OwnedFd::from(e), true);
+    }
+    server.add_agent_shell(a, child.id())?;
+    Ok(())
 }
 
 /// A server for a new job with a fresh random id and cookie, and the job's environment.
@@ -188,7 +388,7 @@ fn new_job(
 
 /// The child gets SIGKILL when the thread that spawned it ends (this launcher dies), so a
 /// killed launcher leaves no orphans on this host.
-fn die_with_parent(cmd: &mut Command) {
+pub(crate) fn die_with_parent(cmd: &mut Command) {
     let parent = std::process::id();
     // SAFETY: the closure runs between fork and exec and calls only async-signal-safe
     // functions (prctl, getppid).
@@ -214,7 +414,7 @@ fn die_with_parent(cmd: &mut Command) {
 }
 
 /// The child runs on its share of `plan` and learns how many CPUs the job has here.
-fn bind_child(cmd: &mut Command, plan: &Plan, index: u32) {
+pub(crate) fn bind_child(cmd: &mut Command, plan: &Plan, index: u32) {
     let (k, v) = plan.env();
     cmd.env(k, v);
     let share = plan.shares[index as usize];
@@ -269,7 +469,11 @@ static SELF_SPAWNED: AtomicBool = AtomicBool::new(false);
 /// waits for the others to end.
 pub fn self_spawn(n: u32, cfg: &LaunchConfig) -> Result<Control, LaunchError> {
     if let Some(env) = &cfg.job {
-        return Control::join(env);
+        return Control::join_timeout(env, cfg.join_timeout);
+    }
+    if let Some(offer) = &cfg.boot {
+        let mut boot = crate::bootstrap::open(offer, cfg.join_timeout)?;
+        return crate::bootstrap::form(boot.as_mut(), cfg);
     }
     spawn_job(n, cfg, None)
 }
@@ -310,6 +514,8 @@ fn spawn_job_now(
     let plan = bind::plan(n, cfg.placement);
     let mut scfg = ServerConfig::new(n);
     scfg.report = Some(program_name());
+    scfg.host_rank = Some(0);
+    scfg.join_timeout = Some(cfg.join_timeout);
     let (mut server, mut env) = new_job(n, SocketAddr::from(([127, 0, 0, 1], 0)), scfg)?;
     // The children inherit the host override from this process's environment; rank 0
     // takes it, and the CPUs it shared out, from here.
@@ -377,7 +583,7 @@ fn spawn_job_now(
     Ok(c)
 }
 
-fn program_name() -> String {
+pub(crate) fn program_name() -> String {
     std::env::args_os()
         .next()
         .map(|a| {
@@ -469,7 +675,7 @@ impl Drop for SignalGuard {
 /// Relays the processes' stdout and stderr line by line with a `[rank] ` prefix. Only whole
 /// lines are written, each batch in one write, so lines of different ranks never mix.
 #[derive(Default)]
-struct OutputForwarder {
+pub(crate) struct OutputForwarder {
     streams: Vec<Stream>,
 }
 
@@ -484,23 +690,33 @@ struct Stream {
 /// A line longer than this is cut (and continued on the next tagged line) to bound memory.
 const MAX_LINE: usize = 64 * 1024;
 
-struct ForwarderHandle {
+pub(crate) struct ForwarderHandle {
     stop: OwnedFd,
     done: mpsc::Receiver<()>,
 }
 
 impl OutputForwarder {
-    fn add(&mut self, rank: u32, fd: OwnedFd, to_stderr: bool) {
+    pub(crate) fn add(&mut self, rank: u32, fd: OwnedFd, to_stderr: bool) {
+        self.add_prefixed(format!("[{rank}] ").into_bytes(), fd, to_stderr);
+    }
+
+    /// A stream relayed line by line with `prefix` (empty: lines another forwarder tagged
+    /// already, kept whole).
+    pub(crate) fn add_prefixed(&mut self, prefix: Vec<u8>, fd: OwnedFd, to_stderr: bool) {
         self.streams.push(Stream {
             fd,
-            prefix: format!("[{rank}] ").into_bytes(),
+            prefix,
             to_stderr,
             buf: Vec::new(),
             open: true,
         });
     }
 
-    fn start(mut self) -> Result<ForwarderHandle, LaunchError> {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.streams.is_empty()
+    }
+
+    pub(crate) fn start(mut self) -> Result<ForwarderHandle, LaunchError> {
         let (stop_r, stop_w) = sys::pipe()?;
         for s in &self.streams {
             sys::set_nonblocking(s.fd.as_raw_fd())?;
@@ -617,7 +833,7 @@ fn emit(s: &mut Stream, all: bool) {
 
 impl ForwarderHandle {
     /// Waits for the relay to drain (every pipe closed), at most `wait`; then stops it.
-    fn finish(self, wait: Duration) {
+    pub(crate) fn finish(self, wait: Duration) {
         if self.done.recv_timeout(wait).is_ok() {
             return;
         }

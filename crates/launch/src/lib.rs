@@ -36,10 +36,13 @@
 //!
 //! The variables launchers set and read are listed in `docs/configuration.md`.
 
+pub mod agent;
 pub mod bind;
+pub mod bootstrap;
 mod control;
 mod env;
 mod host;
+pub mod hosts;
 mod launch;
 mod server;
 mod state;
@@ -54,8 +57,9 @@ pub use env::{
     LaunchConfig, Launcher, available_cpus, cookie_from_job, job_id_from_name,
 };
 pub use host::{Card, host_id, hostname};
+pub use hosts::HostSlots;
 pub use launch::{LaunchOpts, launch, self_spawn, spawn_job};
-pub use server::{JobOutcome, RankOutcome, Server, ServerConfig};
+pub use server::{DEFAULT_JOIN_TIMEOUT, JobOutcome, RankOutcome, Server, ServerConfig};
 pub use state::{Failure, JobState, failed_state};
 pub use sys::{ExitKind, signal_name};
 pub use wire::MAX_BLOB;

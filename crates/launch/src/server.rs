@@ -5,8 +5,13 @@
 //! opaque blobs; the first is the business cards), and watches the job's health: an abort,
 //! a control connection closing before its process finished, or a child's abnormal exit is
 //! a failure, which is printed once, sent to every process, and (for children) followed by
-//! SIGTERM and then SIGKILL. It knows nothing of hosts: a process anywhere that can reach
-//! its address may join, which is what multi-host launching needs.
+//! SIGTERM and then SIGKILL. A process anywhere that can reach its address may join; on
+//! other hosts, the ranks a multi-host launch starts are watched through their host's
+//! agent ([`crate::agent`], the `agents` submodule here), which reports their exits.
+//!
+//! The job has a join deadline ([`ServerConfig::join_timeout`]): a job whose processes have
+//! not all joined by then fails, naming the ranks that never came; a process refused while
+//! the job forms (wrong cookie, size or rank) fails it at once, naming it and why.
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
@@ -26,6 +31,10 @@ use crate::wire::{self, Hello};
 const EXIT_STATUS_WAIT: Duration = Duration::from_millis(300);
 /// A connection that hasn't said who it is by then is dropped (a port scan, a stuck process).
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a job may take to form when nothing else is said.
+pub const DEFAULT_JOIN_TIMEOUT: Duration = Duration::from_secs(60);
+
+mod agents;
 
 /// How a server runs a job.
 #[derive(Clone, Debug)]
@@ -42,6 +51,15 @@ pub struct ServerConfig {
     pub term_delay: Duration,
     /// After SIGTERM, how long before SIGKILL.
     pub kill_grace: Duration,
+    /// Every process must have joined this long after the server started (with processes
+    /// of its own, after the first one joined: a program that never uses bulkwire is
+    /// fine); `None`: no deadline.
+    pub join_timeout: Option<Duration>,
+    /// The rank whose process runs this server (self-spawn, a job formed through another
+    /// launcher's bootstrap): processes that lose the server then name it.
+    pub host_rank: Option<u32>,
+    /// The name of the host the launcher runs on, for messages of a job spanning hosts.
+    pub local_host: Option<String>,
 }
 
 impl ServerConfig {
@@ -53,6 +71,9 @@ impl ServerConfig {
             timeout: None,
             term_delay: Duration::from_millis(250),
             kill_grace: Duration::from_secs(2),
+            join_timeout: Some(DEFAULT_JOIN_TIMEOUT),
+            host_rank: None,
+            local_host: None,
         }
     }
 }
@@ -93,6 +114,8 @@ struct Conn {
     stream: TcpStream,
     peer: SocketAddr,
     rank: Option<u32>,
+    /// A host agent's connection: the agent's index.
+    agent: Option<usize>,
     opened: Instant,
     rbuf: Vec<u8>,
     out: VecDeque<Bytes>,
@@ -120,10 +143,20 @@ struct Slot {
 
 struct Child {
     rank: u32,
-    pid: u32,
-    pidfd: OwnedFd,
-    own_group: bool,
+    proc: Proc,
     exit: Option<ExitKind>,
+}
+
+/// Where a rank's process runs, and so how it is watched and signalled.
+enum Proc {
+    /// Started by this server's process: a pidfd (`own_group`: it leads its process group).
+    Local {
+        pid: u32,
+        pidfd: OwnedFd,
+        own_group: bool,
+    },
+    /// Started on another host by agent number `agent`, which reports its exit.
+    Remote { agent: usize },
 }
 
 /// The rendezvous server of one job.
@@ -134,12 +167,17 @@ pub struct Server {
     conns: Vec<Option<Conn>>,
     slots: Vec<Slot>,
     children: Vec<Child>,
+    agents: Vec<agents::Agent>,
     signal_fd: Option<OwnedFd>,
     job: Option<(u32, u64)>,
     round: u32,
     contrib: Vec<Option<Vec<u8>>>,
     ncontrib: u32,
     ever_joined: bool,
+    /// Every rank has joined once (the job formed).
+    formed: bool,
+    /// Why processes of other jobs were refused while this one formed.
+    refused: Vec<String>,
     /// The failure that ended the job (notices sent, terminations scheduled).
     fatal: Option<Failure>,
     failures: Vec<Failure>,
@@ -172,11 +210,14 @@ impl Server {
             conns: Vec::new(),
             slots: (0..n).map(|_| Slot::default()).collect(),
             children: Vec::new(),
+            agents: Vec::new(),
             signal_fd: None,
             round: 0,
             contrib: vec![None; n],
             ncontrib: 0,
             ever_joined: false,
+            formed: false,
+            refused: Vec::new(),
             fatal: None,
             failures: Vec::new(),
             started: Instant::now(),
@@ -204,9 +245,11 @@ impl Server {
         slot.child = Some(self.children.len());
         self.children.push(Child {
             rank,
-            pid,
-            pidfd,
-            own_group,
+            proc: Proc::Local {
+                pid,
+                pidfd,
+                own_group,
+            },
             exit: None,
         });
         Ok(())
@@ -221,21 +264,32 @@ impl Server {
     /// Kills and reaps every child at once (a launch that could not start them all).
     pub fn kill_children_now(&mut self) {
         for c in &self.children {
-            if c.own_group {
-                sys::kill_group(c.pid, libc::SIGKILL);
+            if let Proc::Local {
+                pid,
+                pidfd,
+                own_group,
+            } = &c.proc
+            {
+                if *own_group {
+                    sys::kill_group(*pid, libc::SIGKILL);
+                }
+                sys::pidfd_kill(pidfd, libc::SIGKILL);
             }
-            sys::pidfd_kill(&c.pidfd, libc::SIGKILL);
         }
         let deadline = Instant::now() + Duration::from_secs(5);
         for c in &mut self.children {
+            let Proc::Local { pidfd, .. } = &c.proc else {
+                continue;
+            };
             while c.exit.is_none() && Instant::now() < deadline {
-                match sys::pidfd_try_reap(&c.pidfd) {
+                match sys::pidfd_try_reap(pidfd) {
                     Ok(Some(e)) => c.exit = Some(e),
                     Ok(None) => std::thread::sleep(Duration::from_millis(2)),
                     Err(_) => break,
                 }
             }
         }
+        self.kill_helpers_now();
     }
 
     /// Runs the job to its end: every process finished, failed, or was terminated.
@@ -247,6 +301,7 @@ impl Server {
             Listener,
             Signal,
             Child(usize),
+            Helper(usize),
             Conn(usize),
         }
         let mut srcs: Vec<Src> = Vec::new();
@@ -265,10 +320,14 @@ impl Server {
                 srcs.push(Src::Signal);
             }
             for (i, c) in self.children.iter().enumerate() {
-                if c.exit.is_none() {
-                    pfds.push(pfd(c.pidfd.as_raw_fd(), libc::POLLIN));
+                if let (None, Proc::Local { pidfd, .. }) = (c.exit, &c.proc) {
+                    pfds.push(pfd(pidfd.as_raw_fd(), libc::POLLIN));
                     srcs.push(Src::Child(i));
                 }
+            }
+            for (i, fd) in self.helper_fds() {
+                pfds.push(pfd(fd, libc::POLLIN));
+                srcs.push(Src::Helper(i));
             }
             for (i, c) in self.conns.iter().enumerate() {
                 if let Some(c) = c {
@@ -297,6 +356,7 @@ impl Server {
                     Src::Listener => self.accept(),
                     Src::Signal => self.on_signal(),
                     Src::Child(i) => self.reap(i),
+                    Src::Helper(i) => self.reap_helper(i),
                     Src::Conn(i) => {
                         if p.revents & libc::POLLOUT != 0 {
                             self.flush(i);
@@ -321,11 +381,17 @@ impl Server {
             // The leaders are reaped, but a group id stays reserved while it has members,
             // so this reaches only what is left of our ranks' groups.
             for c in &self.children {
-                if c.own_group {
-                    sys::kill_group(c.pid, libc::SIGKILL);
+                if let Proc::Local {
+                    pid,
+                    own_group: true,
+                    ..
+                } = c.proc
+                {
+                    sys::kill_group(pid, libc::SIGKILL);
                 }
             }
         }
+        self.end_helpers();
         // Best effort: let queued notices and acks out before the sockets close.
         let until = Instant::now() + Duration::from_millis(200);
         for i in 0..self.conns.len() {
@@ -356,7 +422,7 @@ impl Server {
     /// True when nothing more can happen: every rank's process is gone.
     fn settled(&self) -> bool {
         self.slots.iter().all(|s| match s.child {
-            Some(c) => self.children[c].exit.is_some(),
+            Some(c) => self.child_settled(c),
             None => {
                 (s.joined && s.closed)
                     || (self.fatal.is_some() && (!s.joined || self.give_up_at.is_none()))
@@ -378,8 +444,10 @@ impl Server {
         for s in &self.slots {
             add(s.lost_at.map(|t| t + EXIT_STATUS_WAIT));
         }
+        add(self.join_deadline());
+        add(self.agents_deadline());
         for c in self.conns.iter().flatten() {
-            if c.rank.is_none() {
+            if c.rank.is_none() && c.agent.is_none() {
                 add(Some(c.opened + HELLO_TIMEOUT));
             }
         }
@@ -410,6 +478,7 @@ impl Server {
                         stream,
                         peer,
                         rank: None,
+                        agent: None,
                         opened: Instant::now(),
                         rbuf: Vec::new(),
                         out: VecDeque::new(),
@@ -497,13 +566,14 @@ impl Server {
             return;
         };
         c.dead = true;
-        let (rank, peer) = (c.rank, c.peer);
-        match rank {
-            Some(r) => self.fail(Failure::Other {
+        let (rank, peer, agent) = (c.rank, c.peer, c.agent);
+        match (rank, agent) {
+            (Some(r), _) => self.fail(Failure::Other {
                 rank: Some(r),
                 message: format!("broke the control protocol: {what}"),
             }),
-            None => self.say(&format!("dropped a connection from {peer}: {what}")),
+            (None, Some(a)) => self.agent_lost(a, &format!("broke the control protocol: {what}")),
+            (None, None) => self.say(&format!("dropped a connection from {peer}: {what}")),
         }
     }
 
@@ -543,13 +613,20 @@ impl Server {
     }
 
     fn reject(&mut self, i: usize, why: String) {
-        if let Some(c) = self.conns[i].as_ref() {
+        self.refuse(i, &why, true);
+    }
+
+    /// Refuses connection `i` with `why` (printed when `say`).
+    fn refuse(&mut self, i: usize, why: &str, say: bool) {
+        if let Some(c) = self.conns[i].as_ref()
+            && say
+        {
             self.say(&format!(
                 "rejected a process connecting from {}: {why}",
                 c.peer
             ));
         }
-        self.send(i, Bytes::from(wire::text_frame(wire::T_REJECT, &why)));
+        self.send(i, Bytes::from(wire::text_frame(wire::T_REJECT, why)));
         if let Some(c) = self.conns[i].as_mut() {
             c.close_when_flushed = true;
             if c.out.is_empty() {
@@ -559,11 +636,15 @@ impl Server {
     }
 
     fn on_frame(&mut self, i: usize, t: u8, p: &[u8]) {
+        if let Some(a) = self.conns[i].as_ref().and_then(|c| c.agent) {
+            return self.on_agent_frame(i, a, t, p);
+        }
         let Some(rank) = self.conns[i].as_ref().and_then(|c| c.rank) else {
-            if t != wire::T_HELLO {
-                return self.protocol_error(i, &format!("message type {t:#x} before hello"));
-            }
-            return self.on_hello(i, p);
+            return match t {
+                wire::T_HELLO => self.on_hello(i, p),
+                wire::T_AGENT => self.on_agent_hello(i, p),
+                _ => self.protocol_error(i, &format!("message type {t:#x} before hello")),
+            };
         };
         match t {
             wire::T_EXCHANGE => self.on_exchange(i, rank, p),
@@ -612,53 +693,68 @@ impl Server {
             Ok(h) => h,
             Err(why) => return self.reject(i, why),
         };
+        let Err(why) = self.admit(i, &h) else {
+            return;
+        };
+        // A process of this job (its cookie) that is refused will not join: the job can't
+        // form. One of another job (a stray, a stale cookie) is only noted: it may yet come.
+        let ours = self.job.is_none_or(|(c, _)| c == h.cookie);
+        if ours && !self.formed && self.fatal.is_none() {
+            self.refuse(i, &why, false);
+            self.fail(Failure::Other {
+                rank: Some(h.rank),
+                message: format!("refused by the rendezvous, so the job cannot form ({why})"),
+            });
+        } else {
+            self.refuse(i, &why, true);
+            if !self.formed {
+                self.refused.push(why);
+            }
+        }
+    }
+
+    /// Admits the process of `h` as its rank, or says why not.
+    fn admit(&mut self, i: usize, h: &Hello) -> Result<(), String> {
         let n = self.cfg.nprocs;
         if h.nprocs != n {
-            return self.reject(
-                i,
-                format!(
-                    "rank {} thinks the job has {} processes, it has {n}",
-                    h.rank, h.nprocs
-                ),
-            );
+            return Err(format!(
+                "rank {} thinks the job has {} processes, it has {n}",
+                h.rank, h.nprocs
+            ));
         }
         if h.rank >= n {
-            return self.reject(i, format!("rank {} is out of range 0..{n}", h.rank));
+            return Err(format!("rank {} is out of range 0..{n}", h.rank));
         }
         match self.job {
             Some((cookie, _)) if cookie != h.cookie => {
-                return self.reject(
-                    i,
-                    format!(
-                        "rank {} has cookie {:#010x} but this job's cookie is {cookie:#010x} \
-                         (a process of another job, or a stale BULKWIRE_COOKIE?)",
-                        h.rank, h.cookie
-                    ),
-                );
+                return Err(format!(
+                    "rank {} has cookie {:#010x} but this job's cookie is {cookie:#010x} \
+                     (a process of another job, or a stale BULKWIRE_COOKIE?)",
+                    h.rank, h.cookie
+                ));
             }
             Some(_) => {}
             None => self.job = Some((h.cookie, h.job_id)),
         }
         let slot = &self.slots[h.rank as usize];
         if slot.joined {
-            let why = format!(
+            return Err(format!(
                 "rank {} has already joined (pid {} on {})",
                 h.rank, slot.pid, slot.host
-            );
-            return self.reject(i, why);
+            ));
         }
         if let Some(f) = &self.fatal {
-            let why = format!("the job has already failed: {f}");
-            return self.reject(i, why);
+            return Err(format!("the job has already failed: {f}"));
         }
         let slot = &mut self.slots[h.rank as usize];
         slot.joined = true;
         slot.conn = Some(i);
-        slot.host = h.host;
+        slot.host = h.host.clone();
         slot.pid = h.pid;
         self.conns[i].as_mut().expect("present").rank = Some(h.rank);
         self.ever_joined = true;
-        self.send(i, Bytes::from(wire::welcome()));
+        self.formed = self.slots.iter().all(|s| s.joined);
+        self.send(i, Bytes::from(wire::welcome(self.cfg.host_rank)));
         if let Some(r) = self.slots.iter().position(|s| s.exited_unjoined) {
             self.fail(Failure::Exited {
                 rank: r as u32,
@@ -667,6 +763,7 @@ impl Server {
                 finished: false,
             });
         }
+        Ok(())
     }
 
     fn on_exchange(&mut self, i: usize, rank: u32, p: &[u8]) {
@@ -717,7 +814,7 @@ impl Server {
         if self.fatal.is_some() {
             return;
         }
-        self.say(&f.to_string());
+        self.say(&self.describe(&f));
         let frame = Bytes::from(wire::failed(&f));
         for s in 0..self.slots.len() {
             if let Some(ci) = self.slots[s].conn
@@ -743,17 +840,45 @@ impl Server {
 
     /// A failure that doesn't stop the others (a non-zero exit after finishing).
     fn nonfatal(&mut self, f: Failure) {
-        self.say(&f.to_string());
+        self.say(&self.describe(&f));
         self.failures.push(f);
     }
 
+    /// A failure as printed: in a job spanning hosts, with the host of the rank at fault.
+    fn describe(&self, f: &Failure) -> String {
+        let text = f.to_string();
+        match f.rank().and_then(|r| self.host_of(r)) {
+            Some(h) if !self.agents.is_empty() && !text.contains(&format!("host {h}")) => {
+                format!("{text} (on host {h})")
+            }
+            _ => text,
+        }
+    }
+
+    /// The host rank `r` runs on, as the launcher named it.
+    fn host_of(&self, r: u32) -> Option<String> {
+        let c = self.slots.get(r as usize)?.child?;
+        match self.children[c].proc {
+            Proc::Remote { agent } => Some(self.agents[agent].host.clone()),
+            Proc::Local { .. } => self.cfg.local_host.clone(),
+        }
+    }
+
     fn reap(&mut self, ci: usize) {
-        let exit = match sys::pidfd_try_reap(&self.children[ci].pidfd) {
+        let Proc::Local { pidfd, .. } = &self.children[ci].proc else {
+            return;
+        };
+        let exit = match sys::pidfd_try_reap(pidfd) {
             Ok(Some(e)) => e,
             Ok(None) => return,
             // ECHILD: someone else reaped it (SIGCHLD ignored, or a waitpid(-1) elsewhere).
             Err(_) => ExitKind::Code(-1),
         };
+        self.on_exit(ci, exit);
+    }
+
+    /// Child `ci` ended with `exit` (reaped here, or reported by its host's agent).
+    fn on_exit(&mut self, ci: usize, exit: ExitKind) {
         let c = &mut self.children[ci];
         c.exit = Some(exit);
         let rank = c.rank;
@@ -790,6 +915,10 @@ impl Server {
                 continue;
             }
             let c = self.conns[i].take().expect("present");
+            if let Some(a) = c.agent {
+                self.agent_closed(a);
+                continue;
+            }
             let Some(rank) = c.rank else {
                 continue;
             };
@@ -837,6 +966,12 @@ impl Server {
             self.kill_at = None;
             self.signal_children(libc::SIGKILL);
         }
+        if let Some(t) = self.join_deadline()
+            && now >= t
+        {
+            self.fail(self.not_formed());
+        }
+        self.agent_timers(now);
         if self.give_up_at.is_some_and(|t| now >= t) && self.terminate_at.is_none() {
             self.give_up_at = None;
             for c in self.conns.iter_mut().flatten() {
@@ -844,22 +979,72 @@ impl Server {
             }
         }
         for c in self.conns.iter_mut().flatten() {
-            if c.rank.is_none() && now >= c.opened + HELLO_TIMEOUT {
+            if c.rank.is_none() && c.agent.is_none() && now >= c.opened + HELLO_TIMEOUT {
                 c.dead = true;
             }
         }
     }
 
-    fn signal_children(&self, sig: i32) {
+    fn signal_children(&mut self, sig: i32) {
         for c in &self.children {
-            if c.exit.is_none() {
+            if let (
+                None,
+                Proc::Local {
+                    pid,
+                    pidfd,
+                    own_group,
+                },
+            ) = (c.exit, &c.proc)
+            {
                 // The group for what the rank started; the pidfd for the rank itself, in
                 // case it left the group.
-                if c.own_group {
-                    sys::kill_group(c.pid, sig);
+                if *own_group {
+                    sys::kill_group(*pid, sig);
                 }
-                sys::pidfd_kill(&c.pidfd, sig);
+                sys::pidfd_kill(pidfd, sig);
             }
+        }
+        self.signal_agents(sig);
+    }
+
+    /// When the job must have formed: the join timeout after the start (with processes of
+    /// our own, after the first join); `None` once formed or failed.
+    fn join_deadline(&self) -> Option<Instant> {
+        if self.formed || self.fatal.is_some() {
+            return None;
+        }
+        if !self.children.is_empty() && !self.ever_joined {
+            return None;
+        }
+        self.cfg.join_timeout.map(|t| self.started + t)
+    }
+
+    /// The failure of a job that did not form in time, naming who is missing.
+    fn not_formed(&self) -> Failure {
+        let missing: Vec<u32> = (0..self.slots.len() as u32)
+            .filter(|&r| !self.slots[r as usize].joined)
+            .collect();
+        let t = self.cfg.join_timeout.unwrap_or_default().as_secs_f64();
+        let t = if t.fract() == 0.0 {
+            format!("{t:.0}")
+        } else {
+            format!("{t:.1}")
+        };
+        let who = match missing.as_slice() {
+            [r] => format!("rank {r} has not joined"),
+            many => format!("ranks {} have not joined", rank_list(many)),
+        };
+        let mut message = format!(
+            "the job did not form within {t} s: {who} (not started, or cannot reach the \
+             rendezvous at {})",
+            self.addr
+        );
+        if let Some(why) = self.refused.last() {
+            message += &format!("; a process was refused: {why}");
+        }
+        Failure::Other {
+            rank: None,
+            message,
         }
     }
 
@@ -890,4 +1075,23 @@ impl Server {
             }
         }
     }
+}
+
+/// Ranks as a short list: `2, 5-7, 9`.
+pub(crate) fn rank_list(ranks: &[u32]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < ranks.len() {
+        let mut j = i;
+        while j + 1 < ranks.len() && ranks[j + 1] == ranks[j] + 1 {
+            j += 1;
+        }
+        parts.push(if j > i {
+            format!("{}-{}", ranks[i], ranks[j])
+        } else {
+            ranks[i].to_string()
+        });
+        i = j + 1;
+    }
+    parts.join(", ")
 }

@@ -28,6 +28,10 @@ pub enum Failure {
     Disconnected { rank: u32 },
     /// The control connection to the launcher broke: the launcher is gone.
     LauncherLost { detail: String },
+    /// The control connection broke, and the server ran in rank `rank`'s process (a
+    /// self-spawned rank 0, or rank 0 of a job formed through another launcher): that
+    /// rank is gone.
+    ServerGone { rank: u32, detail: String },
     /// The job ran past its time limit.
     TimedOut { after: Duration },
     /// The launcher was interrupted (Ctrl-C, SIGTERM, SIGHUP).
@@ -44,7 +48,8 @@ impl Failure {
             Failure::Aborted { rank, .. }
             | Failure::Signaled { rank, .. }
             | Failure::Exited { rank, .. }
-            | Failure::Disconnected { rank } => Some(rank),
+            | Failure::Disconnected { rank }
+            | Failure::ServerGone { rank, .. } => Some(rank),
             Failure::Other { rank, .. } => rank,
             Failure::LauncherLost { .. }
             | Failure::TimedOut { .. }
@@ -98,6 +103,7 @@ impl Failure {
             Failure::TimedOut { after } => (6, none, after.as_millis() as i64, 0, ""),
             Failure::Interrupted { signal } => (7, none, *signal as i64, 0, ""),
             Failure::Other { rank, message } => (8, rank.unwrap_or(none), 0, 0, message),
+            Failure::ServerGone { rank, detail } => (9, *rank, 0, 0, detail),
         };
         w.u8(tag);
         w.u32(rank);
@@ -141,6 +147,7 @@ impl Failure {
             7 => Failure::Interrupted {
                 signal: small(num)?,
             },
+            9 => Failure::ServerGone { rank, detail: text },
             _ => Failure::Other {
                 rank: opt_rank,
                 message: if text.is_empty() {
@@ -188,6 +195,11 @@ impl std::fmt::Display for Failure {
             Failure::LauncherLost { detail } => {
                 write!(f, "lost the control connection to the launcher ({detail})")
             }
+            Failure::ServerGone { rank, detail } => write!(
+                f,
+                "rank {rank} is gone: it ran the job's rendezvous, and the control \
+                 connection to it broke ({detail})"
+            ),
             Failure::TimedOut { after } => {
                 write!(f, "the job timed out after {:.1} s", after.as_secs_f64())
             }
@@ -385,6 +397,10 @@ mod tests {
                 after: Duration::from_millis(1500),
             },
             Failure::Interrupted { signal: 2 },
+            Failure::ServerGone {
+                rank: 0,
+                detail: "eof".into(),
+            },
             Failure::Other {
                 rank: Some(3),
                 message: "x".into(),

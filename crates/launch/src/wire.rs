@@ -16,6 +16,15 @@
 //! | s→c | PART | round u32, rank u32, blob: one rank's contribution to a finished round |
 //! | s→c | FAILED | a [`Failure`] |
 //! | s→c | ACK | what (1: finish, 2: abort) |
+//! | a→s | AGENT | magic, version u16, cookie, job u64, agent index, pid: a host agent joins |
+//! | a→s | EXITED | rank, how (0: status, 1: signal, 2: signal with core), number |
+//! | a→s | NOSTART | rank, message: the agent could not start that rank |
+//! | both | BEAT | nothing: the agent and the launcher are alive and reachable |
+//! | s→a | START | the host's ranks and how to start them ([`crate::agent::Start`]) |
+//! | s→a | SIGNAL | signal i32, for every rank the agent started |
+//!
+//! WELCOME also carries the rank whose process runs the server (u32, `u32::MAX`: none), so
+//! that a process that loses the server can name that rank.
 
 use crate::state::Failure;
 
@@ -33,11 +42,17 @@ pub const T_HELLO: u8 = 1;
 pub const T_EXCHANGE: u8 = 2;
 pub const T_ABORT: u8 = 3;
 pub const T_FINISH: u8 = 4;
+pub const T_AGENT: u8 = 5;
+pub const T_EXITED: u8 = 6;
+pub const T_BEAT: u8 = 7;
+pub const T_NOSTART: u8 = 8;
 pub const T_WELCOME: u8 = 0x81;
 pub const T_REJECT: u8 = 0x82;
 pub const T_PART: u8 = 0x83;
 pub const T_FAILED: u8 = 0x84;
 pub const T_ACK: u8 = 0x85;
+pub const T_START: u8 = 0x86;
+pub const T_SIGNAL: u8 = 0x87;
 
 pub const ACK_FINISH: u8 = 1;
 pub const ACK_ABORT: u8 = 2;
@@ -76,6 +91,11 @@ impl Writer {
         let s = truncate(s, MAX_TEXT);
         self.u16(s.len() as u16);
         self.bytes(s.as_bytes());
+    }
+    /// Bytes with a u32 length (the caller keeps the frame within [`MAX_FRAME`]).
+    pub fn blob32(&mut self, b: &[u8]) {
+        self.u32(b.len() as u32);
+        self.bytes(b);
     }
     pub fn into_vec(self) -> Vec<u8> {
         self.0
@@ -136,6 +156,10 @@ impl<'a> Reader<'a> {
             return None;
         }
         Some(String::from_utf8_lossy(self.take(n)?).into_owned())
+    }
+    pub fn blob32(&mut self) -> Option<&'a [u8]> {
+        let n = self.u32()? as usize;
+        self.take(n)
     }
     pub fn rest(&mut self) -> &'a [u8] {
         std::mem::take(&mut self.0)
@@ -215,9 +239,120 @@ pub fn finish(status: i32) -> Vec<u8> {
     w.finish_frame()
 }
 
-pub fn welcome() -> Vec<u8> {
+/// `host_rank`: the rank whose process runs the server, if one does.
+pub fn welcome(host_rank: Option<u32>) -> Vec<u8> {
     let mut w = Writer::frame(T_WELCOME);
     w.u16(VERSION);
+    w.u32(host_rank.unwrap_or(u32::MAX));
+    w.finish_frame()
+}
+
+/// The server's host rank from a WELCOME payload (absent in a short one).
+pub fn welcome_host_rank(p: &[u8]) -> Option<u32> {
+    let mut r = Reader::new(p);
+    r.u16()?;
+    r.u32().filter(|&k| k != u32::MAX)
+}
+
+/// A frame of type `t` with no payload.
+pub fn empty(t: u8) -> Vec<u8> {
+    Writer::frame(t).finish_frame()
+}
+
+/// What a host agent says when it connects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AgentHello {
+    pub cookie: u32,
+    pub job_id: u64,
+    pub index: u32,
+    pub pid: u32,
+}
+
+impl AgentHello {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::frame(T_AGENT);
+        w.u32(MAGIC);
+        w.u16(VERSION);
+        w.u32(self.cookie);
+        w.u64(self.job_id);
+        w.u32(self.index);
+        w.u32(self.pid);
+        w.finish_frame()
+    }
+
+    pub fn decode(p: &[u8]) -> Result<AgentHello, String> {
+        let mut r = Reader::new(p);
+        if r.u32() != Some(MAGIC) {
+            return Err("not a bulkwire host agent (bad magic)".into());
+        }
+        match r.u16() {
+            Some(VERSION) => {}
+            Some(v) => {
+                return Err(format!(
+                    "host agent speaks control protocol version {v}, the launcher {VERSION}: \
+                     mixed bulkwire versions on the hosts?"
+                ));
+            }
+            None => return Err("truncated agent hello".into()),
+        }
+        let mut f = || {
+            Some(AgentHello {
+                cookie: r.u32()?,
+                job_id: r.u64()?,
+                index: r.u32()?,
+                pid: r.u32()?,
+            })
+        };
+        f().ok_or_else(|| "truncated agent hello".into())
+    }
+}
+
+/// An agent's report of how one of its ranks ended.
+pub fn exited(rank: u32, exit: crate::sys::ExitKind) -> Vec<u8> {
+    use crate::sys::ExitKind;
+    let mut w = Writer::frame(T_EXITED);
+    w.u32(rank);
+    match exit {
+        ExitKind::Code(c) => {
+            w.u8(0);
+            w.i32(c);
+        }
+        ExitKind::Signal { signal, core } => {
+            w.u8(if core { 2 } else { 1 });
+            w.i32(signal);
+        }
+    }
+    w.finish_frame()
+}
+
+pub fn decode_exited(p: &[u8]) -> Option<(u32, crate::sys::ExitKind)> {
+    use crate::sys::ExitKind;
+    let mut r = Reader::new(p);
+    let rank = r.u32()?;
+    let how = r.u8()?;
+    let n = r.i32()?;
+    let exit = match how {
+        0 => ExitKind::Code(n),
+        1 | 2 => ExitKind::Signal {
+            signal: n,
+            core: how == 2,
+        },
+        _ => return None,
+    };
+    Some((rank, exit))
+}
+
+/// An agent could not start `rank`.
+pub fn nostart(rank: u32, why: &str) -> Vec<u8> {
+    let mut w = Writer::frame(T_NOSTART);
+    w.u32(rank);
+    w.str16(why);
+    w.finish_frame()
+}
+
+pub fn signal(sig: i32) -> Vec<u8> {
+    let mut w = Writer::frame(T_SIGNAL);
+    w.i32(sig);
     w.finish_frame()
 }
 

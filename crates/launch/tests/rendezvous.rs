@@ -77,7 +77,7 @@ fn allgather_cards_and_rounds() {
 }
 
 #[test]
-fn cookie_mismatch_and_duplicates_are_rejected() {
+fn processes_of_other_jobs_are_rejected_without_harm() {
     let (addr, srv) = server(2, Duration::from_secs(20));
     let mut wrong = env(addr, 1, 2);
     wrong.cookie = 0x1234;
@@ -88,16 +88,12 @@ fn cookie_mismatch_and_duplicates_are_rejected() {
         msg.contains("cookie 0x00001234") && msg.contains("0x5eedcafe"),
         "{msg}"
     );
-
-    let e = Control::join(&env(addr, 0, 3)).unwrap_err().to_string();
-    assert!(e.contains("thinks the job has 3 processes"), "{e}");
-
     let a = Control::join(&env(addr, 0, 2)).unwrap();
+    // The stray did not hurt the job, which forms and runs.
+    let b = Control::join(&env(addr, 1, 2)).unwrap();
+    // Once formed, a duplicate is refused and changes nothing either.
     let e = Control::join(&env(addr, 0, 2)).unwrap_err().to_string();
     assert!(e.contains("rank 0 has already joined"), "{e}");
-
-    // The rejections did not hurt the job.
-    let b = Control::join(&env(addr, 1, 2)).unwrap();
     let (ta, tb) = (
         std::thread::spawn(move || {
             let mut a = a;
@@ -113,6 +109,68 @@ fn cookie_mismatch_and_duplicates_are_rejected() {
     ta.join().unwrap();
     tb.join().unwrap();
     assert!(srv.join().unwrap().success());
+}
+
+#[test]
+fn a_process_of_the_job_refused_while_it_forms_fails_it() {
+    for (bad, why) in [
+        (
+            env(SocketAddr::from(([127, 0, 0, 1], 0)), 1, 3),
+            "thinks the job has 3 processes",
+        ),
+        (
+            env(SocketAddr::from(([127, 0, 0, 1], 0)), 0, 2),
+            "rank 0 has already joined",
+        ),
+    ] {
+        let (addr, srv) = server(2, Duration::from_secs(20));
+        let a = Control::join(&env(addr, 0, 2)).unwrap();
+        let e = Control::join(&JobEnv {
+            rendezvous: addr,
+            ..bad
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains(why), "{e}");
+        let f = a
+            .state()
+            .wait(Some(Duration::from_secs(5)))
+            .expect("failed");
+        let text = f.to_string();
+        assert!(text.contains("cannot form") && text.contains(why), "{text}");
+        let out = srv.join().unwrap();
+        assert_eq!(out.failures.len(), 1, "{out:?}");
+        drop(a);
+    }
+}
+
+#[test]
+fn a_job_that_does_not_form_in_time_names_the_missing_ranks() {
+    let mut cfg = ServerConfig::new(4);
+    cfg.job = Some((COOKIE, 7));
+    cfg.join_timeout = Some(Duration::from_millis(300));
+    cfg.term_delay = Duration::from_millis(50);
+    cfg.kill_grace = Duration::from_millis(200);
+    let s = Server::bind(SocketAddr::from(([127, 0, 0, 1], 0)), cfg).unwrap();
+    let addr = s.local_addr();
+    let t0 = Instant::now();
+    let srv = std::thread::spawn(move || s.run());
+    let a = Control::join(&env(addr, 0, 4)).unwrap();
+    let c = Control::join(&env(addr, 2, 4)).unwrap();
+    let f = a
+        .state()
+        .wait(Some(Duration::from_secs(10)))
+        .expect("failed");
+    assert!(t0.elapsed() >= Duration::from_millis(300));
+    let text = f.to_string();
+    assert!(
+        text.contains("did not form within 0.3 s") && text.contains("ranks 1, 3 have not joined"),
+        "{text}"
+    );
+    assert_eq!(c.state().failure(), Some(f));
+    let out = srv.join().unwrap();
+    assert_eq!(out.exit_code(), 1);
+    drop((a, c));
 }
 
 #[test]

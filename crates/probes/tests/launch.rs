@@ -446,7 +446,7 @@ fn env_errors_are_clear() {
             .env("SLURM_JOB_ID", "9"),
         LIMIT,
     );
-    assert_eq!(out.code, Some(2));
+    assert_eq!(out.code, Some(1));
     assert!(
         out.stderr.contains(
             "started as rank 1 of 4 (SLURM_PROCID, SLURM_NTASKS) but BULKWIRE_RENDEZVOUS is not set"

@@ -540,7 +540,7 @@ fn schedule_pacing_and_statistics() {
     o.ok("drma with statistics");
     assert!(
         o.stderr
-            .contains("bulkwire BSP statistics (holefill, p=4, "),
+            .contains("bulkwire BSP statistics (holefill over udp, p=4, "),
         "{}",
         o.stderr
     );
@@ -763,7 +763,12 @@ fn kill_one(mode: &str, launched: bool) {
     let mut victim = None;
     let mut seen = 0;
     while seen < 4 {
-        let l = lines.next().expect("every process reports").unwrap();
+        let Some(l) = lines.next() else {
+            // The job ended before every process reported: say why.
+            let o = finish(child, start);
+            panic!("{mode}: not every process reported:\n{}", o.stderr);
+        };
+        let l = l.unwrap();
         let w: Vec<&str> = l.split_whitespace().collect();
         if let ["pid", pid, "os", os] = w[..] {
             seen += 1;

@@ -176,6 +176,63 @@ fn serve_prints_its_address() {
     );
 }
 
+#[test]
+fn serve_fails_a_job_that_does_not_form_in_time() {
+    let t0 = Instant::now();
+    let o = bsprun(
+        &["-n", "2", "--serve", "127.0.0.1:0", "--join-timeout", "0.3"],
+        &[],
+        "",
+    );
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    assert_eq!(o.code, Some(1), "{}", o.stderr);
+    assert!(
+        o.stderr
+            .contains("the job did not form within 0.3 s: ranks 0-1 have not joined"),
+        "{}",
+        o.stderr
+    );
+}
+
+#[test]
+fn hosts_of_this_machine_run_their_ranks_directly_and_slots_are_counted() {
+    // localhost is this host: no remote shell needed (a bogus one proves it is unused).
+    let o = bsprun(
+        &[
+            "-H",
+            "localhost:2",
+            "--rsh",
+            "false",
+            "sh",
+            "-c",
+            "echo r$BULKWIRE_RANK",
+        ],
+        &[],
+        "",
+    );
+    assert_eq!(o.code, Some(0), "{}", o.stderr);
+    let mut lines: Vec<&str> = o.stdout.lines().collect();
+    lines.sort_unstable();
+    assert_eq!(lines, ["r0", "r1"]);
+    let o = bsprun(&["-n", "3", "-H", "localhost:2", "true"], &[], "");
+    assert_eq!(o.code, Some(2));
+    assert!(o.stderr.contains("have 2 slots"), "{}", o.stderr);
+    let o = bsprun(&["-H", "localhost:0", "true"], &[], "");
+    assert_eq!(o.code, Some(2));
+    assert!(
+        o.stderr.contains("slots must be from 1 to 1024"),
+        "{}",
+        o.stderr
+    );
+    let o = bsprun(&["-n", "1", "-x", "NOT_SET_ANYWHERE_X", "true"], &[], "");
+    assert_eq!(o.code, Some(2));
+    assert!(
+        o.stderr.contains("NOT_SET_ANYWHERE_X is not set"),
+        "{}",
+        o.stderr
+    );
+}
+
 /// `--bind` (and `BULKWIRE_BIND`) choose where the processes run; a wrong value is a usage
 /// error naming what is accepted.
 #[test]

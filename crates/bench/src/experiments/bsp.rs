@@ -1,16 +1,22 @@
-//! bspbench's g and l by least squares over h-relations of 8-byte puts, and the time of an
-//! empty superstep, at p = 2 and 4, beside MPI's barrier and all-to-all; targets: the
-//! empty superstep against raw UDP's half round trip (in alternating rounds) and against
-//! MPI's barrier over TCP.
+//! bspbench's g and l by least squares over h-relations of 8-byte puts, the time of an
+//! empty superstep and of a total exchange by `bsp_put`, at p = 2 and 4, beside the same
+//! h-relations done in MPI (the puts packed by hand into one `MPI_Alltoallv`,
+//! `MPI_Barrier` for the empty superstep) and `MPI_Alltoall`. The targets (p = 2, so that
+//! no process waits for a core) are checked in alternating rounds: each stack against MPI
+//! over the matching transport (shared memory against Open MPI's shared memory,
+//! holefill/UDP against TCP), and the empty superstep over UDP against raw UDP's half
+//! round trip.
 
 use super::latency::{first_median, rounds_of};
 use super::{Experiment, pair};
 use crate::bspk::BspSpec;
-use crate::mpi::{MpiJob, MpiNet};
+use crate::mpi::{MpiJob, MpiNet, MpiPoint};
 use crate::pair::Measure;
 use crate::plan::{Done, Job, Outcome, Plan};
+use crate::rounds::Rounds;
 use crate::section::{Baseline, Finding, Section, Table, Target, in_us, short_mpi};
 use crate::stack::{Protocol, RawLink, Stack, Transport};
+use crate::stats::{Line, fit_line};
 use crate::suite::Suite;
 
 pub struct Bsp;
@@ -20,25 +26,36 @@ pub enum Tag {
         over: Transport,
         p: u32,
     },
-    /// The empty superstep against raw UDP's half round trip.
+    /// The empty superstep over holefill/UDP against raw UDP's half round trip.
     Target,
-    Barrier {
+    /// A stack at p = 2 against MPI over `net`, in alternating rounds.
+    VsMpi {
+        over: Transport,
+        net: MpiNet,
+    },
+    /// MPI's supersteps (h-relations, h = 0 the barrier) at `p` over `net`.
+    Supersteps {
         net: MpiNet,
         p: u32,
     },
+    /// MPI's total exchange at `p` over `net`.
     Alltoall {
         net: MpiNet,
         p: u32,
     },
 }
 
-/// The BSPlib paper's stack over UDP, and what one host gets by default.
-fn stacks() -> [Transport; 2] {
+/// The BSPlib paper's stack over UDP and what one host gets by default, each with the
+/// MPI transport it is held against.
+fn stacks() -> [(Transport, MpiNet); 2] {
     [
-        Transport::udp(Protocol::Holefill),
-        Transport::shm(Protocol::Utopia),
+        (Transport::udp(Protocol::Holefill), MpiNet::Tcp),
+        (Transport::shm(Protocol::Utopia), MpiNet::Shm),
     ]
 }
+
+/// Bytes per pair of the total exchange.
+const EXCHANGE: usize = 64 << 10;
 
 struct Params {
     spec: BspSpec,
@@ -47,7 +64,6 @@ struct Params {
     iters: usize,
     /// The target's job: the empty superstep alone.
     empty: BspSpec,
-    alltoall_iters: usize,
 }
 
 fn params(s: &Suite) -> Params {
@@ -55,10 +71,11 @@ fn params(s: &Suite) -> Params {
     Params {
         spec: BspSpec {
             hmax: s.pick(32, 256, 256),
-            hstep: s.pick(8, 4, 1),
+            hstep: s.pick(8, 8, 4),
             iters: s.pick(10, 50, 100),
             batches: s.pick(2, 3, 5),
             warmup: s.pick(2, 5, 10),
+            exchange: EXCHANGE,
         },
         procs: s.pick(vec![2], vec![2, 4], vec![2, 4]),
         warmup,
@@ -69,9 +86,31 @@ fn params(s: &Suite) -> Params {
             iters: s.pick(20, 200, 500),
             batches: 5,
             warmup: s.pick(5, 50, 100),
+            exchange: 0,
         },
-        alltoall_iters: s.pick(20, 200, 1000),
     }
+}
+
+/// The h of every superstep the BSP kernel times, for MPI to time the same.
+fn hs(spec: &BspSpec) -> Vec<usize> {
+    (0..=spec.hmax).step_by(spec.hstep.max(1)).collect()
+}
+
+/// MPI's jobs for `spec` at `n` processes over `net`: the h-relations, then the exchange.
+fn mpi_jobs(spec: &BspSpec, n: u32, net: MpiNet) -> [MpiJob; 2] {
+    let job = |kind: &str, sizes| MpiJob {
+        kind: kind.into(),
+        np: n,
+        net,
+        warmup: spec.warmup,
+        iters: spec.iters,
+        extra: spec.batches as f64,
+        sizes,
+    };
+    [
+        job("superstep", hs(spec)),
+        job("alltoall-loop", vec![spec.exchange]),
+    ]
 }
 
 impl Experiment for Bsp {
@@ -82,13 +121,13 @@ impl Experiment for Bsp {
     }
 
     fn about(&self) -> &'static str {
-        "BSP: g and l by least squares over h-relations, and the empty superstep"
+        "BSP: g and l by least squares over h-relations, the empty superstep and a total exchange, beside MPI"
     }
 
     fn plan(&self, s: &Suite) -> Plan<Tag> {
         let p = params(s);
         let mut plan = Plan::default();
-        for over in stacks() {
+        for (over, _) in stacks() {
             for &n in &p.procs {
                 let job = Job::Bsp {
                     p: n,
@@ -102,9 +141,8 @@ impl Experiment for Bsp {
                 );
             }
         }
-        // The first target in alternating rounds (see `crate::rounds`): the empty superstep
-        // alone, in a job of its own, against raw UDP's half round trip. One figure of
-        // each, a minute apart, gave 1.1-3.3x in one afternoon.
+        // The empty superstep alone, in a job of its own, against raw UDP's half round
+        // trip. One figure of each, a minute apart, gave 1.1-3.3x in one afternoon.
         let raw = pair(
             Stack::Raw { link: RawLink::Udp },
             Measure::Latency {
@@ -115,7 +153,7 @@ impl Experiment for Bsp {
         );
         let empty = Job::Bsp {
             p: 2,
-            over: stacks()[0],
+            over: stacks()[0].0,
             spec: p.empty.clone(),
         };
         plan.alternate(
@@ -126,7 +164,7 @@ impl Experiment for Bsp {
             vec![empty],
         );
         match s.mpi() {
-            Ok(m) => plan_mpi(&mut plan, &p, &short_mpi(&m.version)),
+            Ok(m) => plan_mpi(&mut plan, s, &p, &short_mpi(&m.version)),
             Err(e) => plan.skip(format!("MPI: {e}")),
         }
         plan
@@ -134,7 +172,10 @@ impl Experiment for Bsp {
 
     fn report(&self, s: &Suite, done: &[Done<Tag>]) -> Section {
         let p = params(s);
-        let mut sec = Section::new("bsp", "BSP parameters: g, l and the empty superstep");
+        let mut sec = Section::new(
+            "bsp",
+            "BSP parameters: g, l, the empty superstep and a total exchange",
+        );
         for d in done {
             if let (Tag::Bsp { over, .. }, Some(r)) = (&d.tag, d.bsp()) {
                 sec.bsp.push((over.label(), r.clone()));
@@ -149,6 +190,11 @@ impl Experiment for Bsp {
                 Target::of_rounds(w, r, "<= 2.5x", in_us, |q| q <= 2.5)
             });
         }
+        for d in done {
+            if let Tag::VsMpi { over, net } = d.tag {
+                check_vs_mpi(&mut sec, d, over, net);
+            }
+        }
         let mut t = table(&p);
         for (label, r) in &sec.bsp {
             t.rows.push(vec![
@@ -157,6 +203,7 @@ impl Experiment for Bsp {
                 format!("{:.2}", r.empty_us),
                 format!("{:.2}", r.l_us),
                 format!("{:.4}", r.g_us),
+                format!("{:.1}", r.exchange_us),
             ]);
         }
         let barriers = mpi_rows(&mut sec, &mut t, s, done, &p.procs);
@@ -168,14 +215,6 @@ impl Experiment for Bsp {
                 .map(|(_, r)| r.empty_us * 1e-6)
         };
         let (udp, shm) = (empty("holefill/udp"), empty("utopia/shm"));
-        if let (Some(e), Some(b)) = (udp, barriers[1]) {
-            sec.targets.push(Target {
-                what: "BSP empty superstep at p=2 (holefill/udp) vs MPI_Barrier over TCP".into(),
-                measured: format!("{:.2} us vs {:.2} us", e * 1e6, b * 1e6),
-                target: "faster".into(),
-                met: Some(e < b),
-            });
-        }
         let what = |ours: &str, net: &str| {
             format!("BSP empty superstep at p=2, {ours} vs MPI_Barrier over {net}")
         };
@@ -195,40 +234,145 @@ impl Experiment for Bsp {
     }
 }
 
-/// MPI's counterparts: its barrier, and all-to-all h-relations for l and g.
-fn plan_mpi(plan: &mut Plan<Tag>, p: &Params, name: &str) {
+/// The alternating rounds of every stack at p = 2 against MPI, then MPI's table rows at
+/// every p.
+fn plan_mpi(plan: &mut Plan<Tag>, s: &Suite, p: &Params, name: &str) {
+    for (over, net) in stacks() {
+        let base = mpi_jobs(&p.spec, 2, net).map(Job::Mpi).to_vec();
+        let cand = vec![Job::Bsp {
+            p: 2,
+            over,
+            spec: p.spec.clone(),
+        }];
+        plan.alternate(
+            format!(
+                "BSP at p=2 ({}) vs {name} over {}",
+                over.label(),
+                net.label()
+            ),
+            Tag::VsMpi { over, net },
+            s.target_rounds(),
+            base,
+            cand,
+        );
+    }
     for net in [MpiNet::Shm, MpiNet::Tcp] {
         for &n in &p.procs {
             let label = format!("{name} {} p={n}", net.label());
-            let barrier = MpiJob {
-                kind: "barrier".into(),
-                np: n,
-                net,
-                warmup: p.warmup,
-                iters: p.iters / 10,
-                extra: 0.0,
-                sizes: vec![0],
-            };
-            let tag = Tag::Barrier { net, p: n };
-            plan.add(format!("{label} barrier"), tag, Job::Mpi(barrier));
-            // Bytes per pair giving h-relations of up to ~256 words per process.
-            let pair_bytes: Vec<usize> = [1usize, 8, 32, 64, 128, 256]
-                .iter()
-                .map(|h| (h * 8 / (n as usize - 1)).max(8) / 8 * 8)
-                .collect();
-            let a2a = MpiJob {
-                kind: "alltoall".into(),
-                np: n,
-                net,
-                warmup: 10,
-                iters: p.alltoall_iters,
-                extra: 0.0,
-                sizes: pair_bytes,
-            };
-            let tag = Tag::Alltoall { net, p: n };
-            plan.add(format!("{label} alltoall"), tag, Job::Mpi(a2a));
+            let [steps, a2a] = mpi_jobs(&p.spec, n, net);
+            plan.add(
+                format!("{label} supersteps"),
+                Tag::Supersteps { net, p: n },
+                Job::Mpi(steps),
+            );
+            plan.add(
+                format!("{label} alltoall"),
+                Tag::Alltoall { net, p: n },
+                Job::Mpi(a2a),
+            );
         }
     }
+}
+
+/// MPI's figures from a superstep job: the barrier (h = 0) and the line fitted from h = p
+/// on, as bspbench fits BSP's, in microseconds.
+fn mpi_fit(v: &[MpiPoint]) -> (Option<f64>, Option<Line>) {
+    let barrier = v.iter().find(|m| m.size == 0).map(|m| m.median * 1e6);
+    let pts: Vec<(f64, f64)> = v
+        .iter()
+        .filter(|m| m.size >= m.nprocs as usize)
+        .map(|m| (m.size as f64, m.median * 1e6))
+        .collect();
+    (barrier, fit_line(&pts))
+}
+
+/// The figures of one side of a round against MPI, in seconds: empty superstep or
+/// barrier, l, g, total exchange.
+#[derive(Clone, Copy, Default)]
+struct Figures {
+    empty: Option<f64>,
+    l: Option<f64>,
+    g: Option<f64>,
+    exchange: Option<f64>,
+}
+
+fn mpi_figures(outs: &[Outcome]) -> Figures {
+    let mpi = |i: usize| match outs.get(i) {
+        Some(Outcome::Mpi(v)) => Some(v.as_slice()),
+        _ => None,
+    };
+    let (barrier, line) = mpi(0).map_or((None, None), mpi_fit);
+    Figures {
+        empty: barrier.map(|us| us * 1e-6),
+        l: line.map(|f| f.a * 1e-6),
+        g: line.map(|f| f.b * 1e-6),
+        exchange: mpi(1).and_then(|v| v.first()).map(|m| m.median),
+    }
+}
+
+fn bsp_figures(outs: &[Outcome]) -> Figures {
+    match outs.first() {
+        Some(Outcome::Bsp(r)) => Figures {
+            empty: Some(r.empty_us * 1e-6),
+            l: Some(r.l_us * 1e-6),
+            g: Some(r.g_us * 1e-6),
+            exchange: (r.exchange_us > 0.0).then_some(r.exchange_us * 1e-6),
+        },
+        _ => Figures::default(),
+    }
+}
+
+fn in_ns(x: f64) -> String {
+    format!("{:.1} ns", x * 1e9)
+}
+
+/// The targets of one stack against MPI over `net`, each a median over the rounds.
+fn check_vs_mpi(sec: &mut Section, d: &Done<Tag>, over: Transport, net: MpiNet) {
+    let rounds = match d.rounds() {
+        Ok(r) => r,
+        Err(e) => {
+            sec.skipped.push(format!("{}: {e}", d.label));
+            return;
+        }
+    };
+    let figs: Vec<(Figures, Figures)> = rounds
+        .iter()
+        .map(|(b, c)| (mpi_figures(b), bsp_figures(c)))
+        .collect();
+    let pick = |f: fn(&Figures) -> Option<f64>, base_is_bsp: bool| {
+        Ok(Rounds::collect(figs.iter().map(|(m, b)| {
+            (if base_is_bsp { f(b) } else { f(m) }, f(b))
+        })))
+    };
+    let (ours, theirs) = (over.label(), net.label());
+    let shm = net == MpiNet::Shm;
+    sec.check(
+        format!("g of 8-byte puts at p=2, {ours} vs MPI_Alltoallv over {theirs}"),
+        pick(|f| f.g, false),
+        |w, r| Target::of_rounds(w, r, "<= 2x", in_ns, |q| q <= 2.0),
+    );
+    if shm {
+        sec.check(
+            format!("l at p=2, {ours} vs its empty superstep"),
+            Ok(Rounds::collect(figs.iter().map(|(_, b)| (b.empty, b.l)))),
+            |w, r| Target::of_rounds(w, r, "<= 2x", in_us, |q| q <= 2.0),
+        );
+        sec.check(
+            format!("empty superstep at p=2, {ours} vs MPI_Barrier over {theirs}"),
+            pick(|f| f.empty, false),
+            |w, r| Target::of_rounds(w, r, "<= 1.0x", in_us, |q| q <= 1.0),
+        );
+    }
+    let (target, limit) = if shm {
+        ("<= 1.0x", 1.0)
+    } else {
+        ("<= 0.5x", 0.5)
+    };
+    sec.check(
+        format!("total exchange of 64 KiB per pair at p=2, {ours} (bsp_put) vs MPI_Alltoall over {theirs}"),
+        pick(|f| f.exchange, false),
+        |w, r| Target::of_rounds(w, r, target, in_us, |q| q <= limit),
+    );
 }
 
 fn table(p: &Params) -> Table {
@@ -240,12 +384,15 @@ fn table(p: &Params) -> Table {
             "empty superstep / barrier (us)",
             "l (us)",
             "g (us per 8-byte word)",
+            "total exchange, 64 KiB per pair (us)",
         ],
         format!(
-            "bulkwire: h-relations of 8-byte puts, h = 0..{} in steps of {}, each time the \
-             median of {} batch means of {} supersteps; t(h) = l + g h by least squares from \
-             h = p. MPI: MPI_Barrier for the empty superstep; l and g fitted the same way to \
-             MPI_Alltoall of h-relations (h words each process sends). p above the core count \
+            "bulkwire: h-relations of 8-byte puts (one bsp_put each), h = 0..{} in steps of \
+             {}, each time the median of {} batch means of {} supersteps; t(h) = l + g h by \
+             least squares from h = p. MPI: the same h-relations, the words packed by hand \
+             per destination into one MPI_Alltoallv and copied to their places, MPI_Barrier \
+             for h = 0, fitted the same way; the total exchange is one bsp_put per \
+             destination against MPI_Alltoall, timed the same way. p above the core count \
              is oversubscribed.",
             p.spec.hmax, p.spec.hstep, p.spec.batches, p.spec.iters
         ),
@@ -270,30 +417,86 @@ fn mpi_rows(
             let get = |want: &dyn Fn(&Tag) -> bool| {
                 done.iter().find(|d| want(&d.tag)).and_then(|d| d.mpi())
             };
-            let barrier = get(&|t| matches!(t, Tag::Barrier { net: m, p } if *m == net && *p == n));
+            let steps =
+                get(&|t| matches!(t, Tag::Supersteps { net: m, p } if *m == net && *p == n));
             let a2a = get(&|t| matches!(t, Tag::Alltoall { net: m, p } if *m == net && *p == n));
-            let empty = barrier.and_then(|v| v.first()).map(|x| x.median * 1e6);
+            let (empty, fit) = steps.map_or((None, None), mpi_fit);
             if n == 2 {
                 barrier2[i] = empty.map(|us| us * 1e-6);
             }
-            let fit = a2a.and_then(|v| {
-                let pts: Vec<(f64, f64)> = v
-                    .iter()
-                    .map(|m| ((m.size * (n as usize - 1) / 8) as f64, m.median * 1e6))
-                    .collect();
-                crate::stats::fit_line(&pts)
-            });
-            for v in [barrier, a2a].into_iter().flatten() {
+            let exchange = a2a.and_then(|v| v.first()).map(|m| m.median * 1e6);
+            for v in [steps, a2a].into_iter().flatten() {
                 sec.mpi.extend_from_slice(v);
             }
+            let cell =
+                |x: Option<f64>, prec: usize| x.map_or("-".into(), |x| format!("{x:.prec$}"));
             t.rows.push(vec![
                 format!("{name} {}", net.label()),
                 n.to_string(),
-                empty.map_or("-".into(), |x| format!("{x:.2}")),
-                fit.map_or("-".into(), |f| format!("{:.2}", f.a)),
-                fit.map_or("-".into(), |f| format!("{:.4}", f.b)),
+                cell(empty, 2),
+                cell(fit.map(|f| f.a), 2),
+                cell(fit.map(|f| f.b), 4),
+                cell(exchange, 1),
             ]);
         }
     }
     barrier2
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bspk::BspResult;
+
+    fn point(size: usize, median: f64) -> MpiPoint {
+        MpiPoint {
+            kind: "superstep".into(),
+            size,
+            nprocs: 2,
+            n: 3,
+            min: median,
+            mean: median,
+            max: median,
+            std_dev: 0.0,
+            median,
+        }
+    }
+
+    #[test]
+    fn mpi_fit_takes_the_barrier_at_h0_and_fits_from_h_p() {
+        // h = 1 lies off the line: below h = p it must not count.
+        let v: Vec<MpiPoint> = [(0, 0.3e-6), (1, 9e-6)]
+            .into_iter()
+            .chain((2..10).map(|h| (h, (0.5 + 0.01 * h as f64) * 1e-6)))
+            .map(|(h, t)| point(h, t))
+            .collect();
+        let (barrier, line) = mpi_fit(&v);
+        assert!((barrier.unwrap() - 0.3).abs() < 1e-9);
+        let line = line.unwrap();
+        assert!((line.a - 0.5).abs() < 1e-9 && (line.b - 0.01).abs() < 1e-9);
+    }
+
+    #[test]
+    fn figures_of_a_round_come_from_each_sides_jobs() {
+        let steps = Outcome::Mpi(
+            (0..5)
+                .map(|h| point(h * 2, (1.0 + h as f64) * 1e-6))
+                .collect(),
+        );
+        let mut a2a = point(EXCHANGE, 7e-6);
+        a2a.kind = "alltoall-loop".into();
+        let m = mpi_figures(&[steps, Outcome::Mpi(vec![a2a])]);
+        assert_eq!(m.exchange, Some(7e-6));
+        assert!((m.g.unwrap() - 0.5e-6).abs() < 1e-15);
+        assert!((m.empty.unwrap() - 1e-6).abs() < 1e-15);
+        let b = bsp_figures(&[Outcome::Bsp(BspResult {
+            nprocs: 2,
+            g_us: 0.02,
+            l_us: 2.0,
+            empty_us: 1.0,
+            exchange_us: 0.0,
+            samples: vec![],
+        })]);
+        assert_eq!((b.g, b.l, b.exchange), (Some(0.02e-6), Some(2e-6), None));
+    }
 }

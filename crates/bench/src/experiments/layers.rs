@@ -110,6 +110,7 @@ fn params(s: &Suite) -> Params {
             iters: s.pick(10, 30, 100),
             batches: s.pick(2, 3, 5),
             warmup: s.pick(2, 5, 10),
+            exchange: 0,
         },
         target: s.pick((1, 2), (3, 5), (5, 9)),
     }

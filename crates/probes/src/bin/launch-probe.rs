@@ -8,6 +8,7 @@
 //! launch-probe rank hang                          join, then wait to be told of a failure
 //! launch-probe rank chatter LINES                 write lines in pieces (no job needed)
 //! launch-probe rank env                           print the parsed job environment
+//! launch-probe rank links                         build the engine, print its links
 //! launch-probe rank nprocs                        print available_processors()
 //! launch-probe rank cpus                          print the CPUs this process may run on
 //! launch-probe selfspawn N [KIND VICTIM]          self-spawn mode (like ./program)
@@ -137,10 +138,14 @@ fn serve(args: &[String]) {
     exit(out.exit_code())
 }
 
+/// Joins the job this process was started in: through its rendezvous, or formed through
+/// its launcher's bootstrap service (srun, mpirun, mpiexec).
 fn join() -> Control {
-    match settings().launch.job {
-        Some(env) => Control::join(&env).unwrap_or_else(|e| die(e)),
-        None => die("not started as part of a job"),
+    let launch = settings().launch;
+    match (&launch.job, &launch.boot) {
+        (Some(env), _) => Control::join(env).unwrap_or_else(|e| die(e)),
+        (None, Some(_)) => self_spawn(1, &launch).unwrap_or_else(|e| die(e)),
+        (None, None) => die("not started as part of a job"),
     }
 }
 
@@ -290,6 +295,22 @@ fn rank(args: &[String]) {
             // A last line without a newline: still forwarded, tagged, whole.
             print!("chatter {me} tail");
             let _ = std::io::stdout().flush();
+        }
+        Some("links") => {
+            // The engine's links to the others: shared memory on this host, UDP between
+            // hosts.
+            let mut c = join();
+            let cfg = settings().p2p.job;
+            let (mut engine, info) =
+                bulkwire_engine::job::connect(&mut c, &cfg).unwrap_or_else(|e| die(e));
+            say(format!(
+                "links rank={} links={} local={} host={}",
+                c.rank(),
+                info.links,
+                info.local_count(),
+                bulkwire_launch::hostname()
+            ));
+            bulkwire_engine::job::finish(&mut engine, c, 0).unwrap_or_else(|e| die(e));
         }
         Some("nprocs") => say(format!(
             "nprocs {}",

@@ -1,11 +1,18 @@
-//! `bsprun`: start a bulkwire (BSPlib) job of P processes on this host.
+//! `bsprun`: start a bulkwire (BSPlib) job of P processes, on this host or across hosts.
 //!
 //! ```text
 //! bsprun -n 4 ./program args...            four processes, output as it comes
+//! bsprun -n 8 --host a:4,b:4 ./program     ranks 0-3 on host a, 4-7 on b, started
+//!                                          through ssh (--rsh CMD, BULKWIRE_RSH)
+//! bsprun --hostfile hosts ./program        Open MPI's hostfile format; -n defaults to
+//!                                          the slots
+//! bsprun -n 8 -H a:4,b:4 -x PATH ./prog    also pass PATH to the ranks on other hosts
 //! bsprun -n 4 --tag-output ./program       every line prefixed with its rank: "[3] ..."
 //! bsprun -n 4 --timeout 60 ./program       fail the job (status 124) after 60 s
 //! bsprun -n 2 --bind none ./program        leave placement to the scheduler (default:
 //!                                          each process on its share of the cores)
+//! bsprun -n 4 --profile cg.prof ./program  record the BSP cost profile: each process
+//!                                          writes cg.prof.<pid> (see bwbench profile)
 //! bsprun -n 16 --serve 0.0.0.0:7000        only the rendezvous server, for processes
 //!                                          started by srun or mpirun (export
 //!                                          BULKWIRE_RENDEZVOUS=thishost:7000 to them)
@@ -19,7 +26,10 @@
 //!
 //! The processes inherit bsprun's environment (so `BULKWIRE_PROTOCOL`, `BULKWIRE_FAULTS`...
 //! reach them) plus the job's `BULKWIRE_RANK`, `BULKWIRE_NPROCS`, `BULKWIRE_RENDEZVOUS`,
-//! `BULKWIRE_COOKIE` and `BULKWIRE_JOB`. Rank 0 gets bsprun's standard input.
+//! `BULKWIRE_COOKIE` and `BULKWIRE_JOB`. Rank 0 gets bsprun's standard input. On other
+//! hosts, bsprun's `--agent` (the same path there) starts the ranks: they get the
+//! `BULKWIRE_*` settings of bsprun's environment and the variables named with `-x`, and
+//! run in bsprun's working directory when the host has it.
 //!
 //! Exit status: 0 when every process finished and exited 0; otherwise that of the first
 //! failure: the failed process's exit status, 128 + signal for a process killed by a
@@ -28,12 +38,13 @@
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use bulkwire_launch::{
-    LaunchError, LaunchOpts, Placement, Server, ServerConfig, cookie_from_job, job_id_from_name,
-    launch,
+    HostSlots, LaunchError, LaunchOpts, Placement, Server, ServerConfig, cookie_from_job,
+    job_id_from_name, launch,
 };
 use clap::Parser;
 
@@ -41,19 +52,50 @@ use clap::Parser;
 #[command(
     name = "bsprun",
     version,
-    about = "Start a bulkwire (BSPlib) job of P processes",
-    after_help = "Multi-host launching (--hosts, over ssh) is not implemented yet; --serve runs \
-                  the rendezvous for processes another launcher (srun, mpirun) starts."
+    about = "Start a bulkwire (BSPlib) job of P processes, on this host or across hosts",
+    after_help = "Across hosts, each other host runs `bsprun --agent` (bsprun must be at the \
+                  same path there), started through the remote shell. --serve runs only the \
+                  rendezvous, for processes another launcher starts; srun, mpirun and \
+                  mpiexec need none (the job forms through their PMI or PMIx)."
 )]
 struct Args {
-    /// Number of processes.
+    /// Number of processes (default with --host or --hostfile: every slot).
     #[arg(
         short = 'n',
         long = "nprocs",
         value_name = "P",
-        required_unless_present = "help_env"
+        required_unless_present_any = ["help_env", "host", "hostfile"]
     )]
     nprocs: Option<u32>,
+
+    /// Hosts and their slots, as mpirun takes them: a:4,b:4 (a host without :N has one
+    /// slot). Ranks fill the slots in order. May be repeated.
+    #[arg(short = 'H', long = "host", value_name = "LIST")]
+    host: Vec<String>,
+
+    /// A file of hosts in Open MPI's format: "host slots=N" per line, # comments.
+    #[arg(long, value_name = "FILE", conflicts_with = "host")]
+    hostfile: Option<std::path::PathBuf>,
+
+    /// The remote shell for other hosts, called as CMD HOST COMMAND... Default:
+    /// BULKWIRE_RSH, else ssh.
+    #[arg(long, value_name = "CMD")]
+    rsh: Option<String>,
+
+    /// Where the rendezvous listens (host:port, port 0 for any). Default: loopback for
+    /// one host, else this machine's address on the route to the other hosts.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+
+    /// Pass the variable NAME (with its value here, or NAME=VALUE) to every process, also
+    /// on other hosts. May be repeated.
+    #[arg(short = 'x', value_name = "NAME[=VALUE]")]
+    export: Vec<String>,
+
+    /// Fail the job if its processes have not all joined SECS seconds after the first one
+    /// did. Default: BULKWIRE_JOIN_TIMEOUT, else 60.
+    #[arg(long, value_name = "SECS")]
+    join_timeout: Option<f64>,
 
     /// Print every BULKWIRE_* variable (what it accepts, its default, what it does) and
     /// exit; FORMAT is text (the default) or markdown.
@@ -74,6 +116,11 @@ struct Args {
     /// leaves them to the scheduler. Default: BULKWIRE_BIND, else share.
     #[arg(long, value_name = "HOW", value_parser = parse_bind)]
     bind: Option<Placement>,
+
+    /// Record the BSP cost profile of every superstep (BULKWIRE_PROFILE=FILE): each process
+    /// writes FILE.<pid> at bsp_end; `bwbench profile FILE` reads them.
+    #[arg(long, value_name = "FILE")]
+    profile: Option<PathBuf>,
 
     /// After a failure, seconds between SIGTERM and SIGKILL for the remaining processes.
     #[arg(long, value_name = "SECS", default_value_t = 2.0)]
@@ -114,6 +161,11 @@ fn secs(what: &str, s: f64) -> Result<Duration, String> {
 }
 
 fn main() -> ExitCode {
+    // The host agent of a multi-host job, started by the launcher on another host.
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    if argv.first().map(String::as_str) == Some("--agent") {
+        return ExitCode::from(bulkwire_launch::agent::agent_main(&argv[1..]).clamp(0, 255) as u8);
+    }
     let a = Args::parse();
     match run(a) {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
@@ -134,7 +186,10 @@ fn run(a: Args) -> Result<i32, (u8, String)> {
         print!("{table}");
         return Ok(0);
     }
-    let nprocs = a.nprocs.unwrap_or(0);
+    let hosts = hosts(&a).map_err(|e| usage(e.to_string()))?;
+    let nprocs = a
+        .nprocs
+        .unwrap_or_else(|| bulkwire_launch::hosts::total_slots(&hosts));
     if nprocs == 0 {
         return Err(usage("-n must be at least 1".into()));
     }
@@ -148,12 +203,17 @@ fn run(a: Args) -> Result<i32, (u8, String)> {
         .transpose()
         .map_err(usage)?;
     let kill_grace = secs("--kill-grace", a.kill_grace).map_err(usage)?;
+    let join_timeout = match a.join_timeout {
+        Some(t) => secs("--join-timeout", t).map_err(usage)?,
+        None => settings.launch.join_timeout,
+    };
 
     if let Some(addr) = a.serve {
         let mut cfg = ServerConfig::new(nprocs);
         cfg.report = Some("bsprun".into());
         cfg.timeout = timeout;
         cfg.kill_grace = kill_grace;
+        cfg.join_timeout = Some(join_timeout);
         cfg.job = a.job.as_deref().map(|j| {
             let id = job_id_from_name(j);
             (cookie_from_job(id), id)
@@ -163,12 +223,33 @@ fn run(a: Args) -> Result<i32, (u8, String)> {
         return Ok(server.run().exit_code());
     }
 
-    if nprocs > MAX_LOCAL {
+    if hosts.is_empty() && nprocs > MAX_LOCAL {
         return Err(usage(format!(
-            "-n {nprocs}: bsprun starts every process on this host, and at most {MAX_LOCAL} \
-             there (each process holds a link to every other)"
+            "-n {nprocs}: without --host, bsprun starts every process on this host, and at \
+             most {MAX_LOCAL} there (each process holds a link to every other)"
         )));
     }
+    if let Some(h) = hosts.iter().find(|h| h.slots > MAX_LOCAL) {
+        return Err(usage(format!(
+            "host {} has {} slots: at most {MAX_LOCAL} processes per host",
+            h.name, h.slots
+        )));
+    }
+    let mut exports = exports(&a.export).map_err(usage)?;
+    // --profile is BULKWIRE_PROFILE for every rank, wherever it runs.
+    exports.extend(
+        a.profile
+            .iter()
+            .map(|f| ("BULKWIRE_PROFILE".into(), f.clone().into_os_string())),
+    );
+    let rsh = match &a.rsh {
+        Some(r) => r.split_whitespace().map(String::from).collect(),
+        None => settings.launch.rsh.clone(),
+    };
+    if rsh.is_empty() {
+        return Err(usage("--rsh: empty command".into()));
+    }
+    let exe = std::env::current_exe().map_err(|e| (2, format!("cannot find itself: {e}")))?;
     let (program, args) = a
         .command
         .split_first()
@@ -179,9 +260,17 @@ fn run(a: Args) -> Result<i32, (u8, String)> {
         tag_output: a.tag_output,
         timeout,
         kill_grace,
+        join_timeout: Some(join_timeout),
         report: Some("bsprun".into()),
         stdin_to_rank0: true,
         forward_signals: true,
+        listen: a.listen,
+        env: exports,
+        forward_env: forwarded(),
+        rsh: rsh.into_iter().map(Into::into).collect(),
+        agent: vec![exe.into_os_string(), "--agent".into()],
+        cwd: std::env::current_dir().map_or_else(|_| "/".into(), |d| d.into_os_string()),
+        hosts,
         ..LaunchOpts::default()
     };
     match launch(nprocs, program, args, &opts) {
@@ -204,6 +293,59 @@ fn run(a: Args) -> Result<i32, (u8, String)> {
         }
         Err(e) => Err((2, e.to_string())),
     }
+}
+
+/// The hosts of `--host` or `--hostfile`; empty for this host alone.
+fn hosts(a: &Args) -> Result<Vec<HostSlots>, LaunchError> {
+    if let Some(path) = &a.hostfile {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| LaunchError::Usage(format!("--hostfile {}: {e}", path.display())))?;
+        return bulkwire_launch::hosts::parse_hostfile(&text, &path.display().to_string());
+    }
+    let mut all: Vec<HostSlots> = Vec::new();
+    for list in &a.host {
+        for h in bulkwire_launch::hosts::parse_host_list(list)? {
+            match all.iter_mut().find(|x| x.name == h.name) {
+                Some(x) => x.slots += h.slots,
+                None => all.push(h),
+            }
+        }
+    }
+    Ok(all)
+}
+
+/// The `-x` variables with their values (`NAME=VALUE`, or `NAME` with its value here).
+fn exports(names: &[String]) -> Result<Vec<(OsString, OsString)>, String> {
+    names
+        .iter()
+        .map(|x| match x.split_once('=') {
+            Some((k, v)) if !k.is_empty() => Ok((k.into(), v.into())),
+            Some(_) => Err(format!("-x {x:?}: no variable name")),
+            None => std::env::var_os(x)
+                .map(|v| (x.into(), v))
+                .ok_or_else(|| format!("-x {x}: {x} is not set here (use -x {x}=VALUE)")),
+        })
+        .collect()
+}
+
+/// The `BULKWIRE_*` settings of this environment, for the ranks on other hosts; the job's
+/// own variables and this host's identity are set per host.
+fn forwarded() -> Vec<(OsString, OsString)> {
+    const PER_HOST: [&str; 7] = [
+        "BULKWIRE_RANK",
+        "BULKWIRE_NPROCS",
+        "BULKWIRE_RENDEZVOUS",
+        "BULKWIRE_COOKIE",
+        "BULKWIRE_JOB",
+        "BULKWIRE_HOST_ID",
+        "BULKWIRE_HOST_CPUS",
+    ];
+    std::env::vars_os()
+        .filter(|(k, _)| {
+            k.to_str()
+                .is_some_and(|k| k.starts_with("BULKWIRE_") && !PER_HOST.contains(&k))
+        })
+        .collect()
 }
 
 /// The terminal's width for the variable table (`COLUMNS`, else 80).

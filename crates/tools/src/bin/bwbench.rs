@@ -6,6 +6,9 @@
 //! bwbench all --quick          every experiment, about a minute
 //! bwbench all                  every experiment, full sizes and repetitions
 //! bwbench latency              one experiment (also writes the report directory)
+//! bwbench all --hosts          and the experiments across two hosts (root: namespaces)
+//! bwbench profile cg.prof      a BSP cost profile (bsprun --profile cg.prof) as tables,
+//!                              a timeline (cg.prof.svg) and W + H g + S l
 //! ```
 
 use std::ffi::OsString;
@@ -14,12 +17,13 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use bulkwire_bench::experiments::{self, Entry, Prepared};
+use bulkwire_bench::experiments::{self, Entry, Prepared, cluster};
 use bulkwire_bench::plan::Event;
+use bulkwire_bench::profile::ParamSource;
 use bulkwire_bench::report::{Machine, Report};
 use bulkwire_bench::section::Section;
 use bulkwire_bench::suite::{Level, Suite};
-use clap::{Command, CommandFactory, FromArgMatches, Parser};
+use clap::{Args as _, Command, CommandFactory, FromArgMatches, Parser};
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// The options of every subcommand; the subcommands (`all` and one per experiment) come
@@ -50,16 +54,100 @@ struct Args {
     /// List the runs the command would make, with their estimated times, and exit.
     #[arg(long, global = true)]
     plan: bool,
+    /// `all`: add the experiments across two hosts (network namespaces over veth; needs
+    /// root, `ip netns`, and netns-rsh beside bwbench).
+    #[arg(long, global = true)]
+    hosts: bool,
 }
 
-/// The command line: [`Args`], `all`, and a subcommand per registered experiment.
+/// `bwbench profile`'s own options.
+#[derive(clap::Args, Debug)]
+struct ProfileArgs {
+    /// The profile's name: what BULKWIRE_PROFILE (or bsprun --profile) was set to; the
+    /// processes wrote FILE.0, FILE.1, ...
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+    /// g, microseconds per 8-byte word of an h-relation (with --l).
+    #[arg(long, value_name = "US", requires = "l", allow_negative_numbers = true)]
+    g: Option<f64>,
+    /// l, microseconds per superstep (with --g).
+    #[arg(long, value_name = "US", requires = "g", allow_negative_numbers = true)]
+    l: Option<f64>,
+    /// Take g and l from a `bwbench bsp` report (its results.json), for the profile's p
+    /// and protocol.
+    #[arg(long, value_name = "JSON", conflicts_with = "g")]
+    bsp_results: Option<PathBuf>,
+    /// With --bsp-results: the stack whose g and l to take, as the report names it
+    /// (e.g. holefill/udp); default: the first of the profile's protocol.
+    #[arg(long, value_name = "LABEL", requires = "bsp_results")]
+    stack: Option<String>,
+    /// Where to write the timeline (default: FILE.svg).
+    #[arg(long, value_name = "PATH")]
+    svg: Option<PathBuf>,
+    /// How many of the costliest supersteps to list (and mark on the timeline).
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    top: usize,
+    /// Also list every superstep.
+    #[arg(long)]
+    all: bool,
+}
+
+/// The command line: [`Args`], `all`, a subcommand per registered experiment, and
+/// `profile`.
 fn command() -> Command {
-    let mut cmd = Args::command()
-        .subcommand(Command::new("all").about("Every experiment below, into one report"));
+    let mut cmd = Args::command().subcommand(
+        Command::new("all")
+            .about("Every experiment below, into one report (cluster only with --hosts)"),
+    );
     for e in experiments::REGISTRY {
         cmd = cmd.subcommand(Command::new(e.name()).about(e.about()));
     }
-    cmd
+    // After augment_args, which would set the about text to ProfileArgs' doc comment.
+    cmd.subcommand(ProfileArgs::augment_args(Command::new("profile")).about(
+        "A BSP cost profile (BULKWIRE_PROFILE, bsprun --profile) as tables, an SVG timeline \
+         of the supersteps, and W + H g + S l beside the measured time",
+    ))
+}
+
+/// `bwbench profile`: prints the tables and writes the timeline.
+fn profile(m: &clap::ArgMatches) -> ExitCode {
+    let a = match ProfileArgs::from_arg_matches(m) {
+        Ok(a) => a,
+        Err(e) => e.exit(),
+    };
+    for (name, v) in [("--g", a.g), ("--l", a.l)] {
+        if v.is_some_and(|x| !x.is_finite()) {
+            eprintln!("bwbench profile: {name} must be a finite number of microseconds");
+            return ExitCode::from(2);
+        }
+    }
+    let source = match (a.g.zip(a.l), &a.bsp_results) {
+        (Some((g_us, l_us)), _) => ParamSource::Given { g_us, l_us },
+        (None, Some(path)) => ParamSource::Report {
+            path,
+            stack: a.stack.as_deref(),
+        },
+        (None, None) => ParamSource::None,
+    };
+    let w = match bulkwire_bench::profile::write_up(&a.file, source, a.top, a.all) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("bwbench profile: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let svg = a.svg.unwrap_or_else(|| {
+        let mut s = a.file.clone().into_os_string();
+        s.push(".svg");
+        s.into()
+    });
+    print!("{}", w.markdown);
+    if let Err(e) = std::fs::write(&svg, w.svg) {
+        eprintln!("bwbench profile: cannot write {}: {e}", svg.display());
+        return ExitCode::FAILURE;
+    }
+    println!("Timeline written to {}.", svg.display());
+    ExitCode::SUCCESS
 }
 
 /// Prints every run of `plans`, with its estimate.
@@ -71,6 +159,9 @@ fn print_plan(plans: &[Box<dyn Prepared + '_>]) {
             println!("{:>7.1} s  {}: {}", st.estimate, p.name(), st.label);
             total += st.estimate;
             runs += 1;
+        }
+        for why in p.skipped() {
+            println!("   left out  {}: {why}", p.name());
         }
     }
     println!("{runs} runs, about {total:.0} s");
@@ -129,6 +220,15 @@ fn worker(argv: &[OsString]) -> Option<ExitCode> {
         "__group" => bulkwire_bench::group::worker_main,
         "__bsp" => bulkwire_bench::bspk::worker_main,
         "__coll" => bulkwire_bench::coll::worker_main,
+        // The host agent of a job across hosts (the cluster experiment).
+        "__agent" => {
+            let rest: Vec<String> = argv[2..]
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
+            let code = bulkwire_launch::agent::agent_main(&rest);
+            return Some(ExitCode::from(code.clamp(0, 255) as u8));
+        }
         _ => return None,
     };
     Some(match main(&argv[2..]) {
@@ -147,6 +247,9 @@ fn main() -> ExitCode {
         return code;
     }
     let matches = command().get_matches();
+    if let Some(("profile", m)) = matches.subcommand() {
+        return profile(m);
+    }
     let args = match Args::from_arg_matches(&matches) {
         Ok(a) => a,
         Err(e) => e.exit(),
@@ -159,7 +262,11 @@ fn main() -> ExitCode {
         }
     };
     let chosen: Vec<&dyn Entry> = match matches.subcommand_name() {
-        Some("all") | None => experiments::REGISTRY.to_vec(),
+        Some("all") | None => experiments::REGISTRY
+            .iter()
+            .copied()
+            .filter(|e| e.in_all() || (args.hosts && e.name() == cluster::NAME))
+            .collect(),
         Some(name) => experiments::find(name).into_iter().collect(),
     };
     let work = std::env::temp_dir().join(format!("bwbench-{}", std::process::id()));
@@ -183,8 +290,10 @@ fn main() -> ExitCode {
         Ok(m) => m.version.clone(),
         Err(e) => format!("not measured ({e})"),
     };
+    let mut machine = Machine::here(&mpi);
+    machine.network = cluster::network_line(&sections, &machine.network);
     let report = Report {
-        machine: Machine::here(&mpi),
+        machine,
         level,
         command: argv
             .iter()

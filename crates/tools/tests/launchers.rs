@@ -1,0 +1,405 @@
+//! BSPlib programs started by the launchers people already have, with no extra step: Open
+//! MPI's `mpirun` (the job forms through PMIx, libpmix loaded at run time), MPICH's
+//! `mpiexec.hydra` (the PMI-1 wire protocol on `PMI_FD`), and processes started as `srun`
+//! starts them without PMI (rank 0 serves at the first host of the node list, on ports
+//! derived from the job id). Each job of 4 passes the conformance programs and fails
+//! cleanly, naming the rank, when one dies. A launcher that is not installed is skipped
+//! with a message.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use bulkwire_launch::testing::{self, Out};
+
+const BSPCC: &str = env!("CARGO_BIN_EXE_bspcc");
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn which(cmd: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join(cmd))
+            .find(|p| p.is_file())
+    })
+}
+
+/// Compiles `tests/c/NAME.c` once per run.
+fn program(name: &str) -> PathBuf {
+    static BUILT: Mutex<Vec<(String, PathBuf)>> = Mutex::new(Vec::new());
+    let mut g = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, p)) = g.iter().find(|(n, _)| n == name) {
+        return p.clone();
+    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("launchers-{name}"));
+    let o = Command::new(BSPCC)
+        .args(["-O2", "-I"])
+        .arg(&dir)
+        .arg(dir.join(format!("{name}.c")))
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "bspcc {name}.c: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    g.push((name.into(), out.clone()));
+    out
+}
+
+/// Open MPI's mpirun with `np` processes of `prog args`, the test's mark passed on.
+fn mpirun(np: u32, prog: &Path, args: &[&str], env: &[(&str, &str)]) -> Option<(Command, String)> {
+    let Some(mpirun) = which("mpirun.openmpi").or_else(|| which("mpirun")) else {
+        eprintln!("skipped: Open MPI's mpirun is not installed");
+        return None;
+    };
+    let m = testing::mark();
+    let mut c = Command::new(mpirun);
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        c.arg("--allow-run-as-root");
+    }
+    c.args([
+        "--oversubscribe",
+        "--bind-to",
+        "none",
+        "-x",
+        testing::MARK_VAR,
+    ]);
+    for (k, v) in env {
+        c.env(k, v).args(["-x", k]);
+    }
+    c.arg("-np").arg(np.to_string()).arg(prog).args(args);
+    testing::clean(&mut c, &m);
+    Some((c, m))
+}
+
+/// MPICH's Hydra with `np` processes (it passes the whole environment on).
+fn hydra(np: u32, prog: &Path, args: &[&str], env: &[(&str, &str)]) -> Option<(Command, String)> {
+    let Some(hydra) = which("mpiexec.hydra") else {
+        eprintln!("skipped: MPICH's mpiexec.hydra is not installed");
+        return None;
+    };
+    let m = testing::mark();
+    let mut c = Command::new(hydra);
+    c.arg("-n").arg(np.to_string()).arg(prog).args(args);
+    testing::clean(&mut c, &m);
+    // Hydra's own variables in the test runner's environment would confuse it.
+    c.env_remove("PMI_FD")
+        .env_remove("PMI_RANK")
+        .env_remove("PMI_SIZE");
+    c.envs(env.iter().copied());
+    Some((c, m))
+}
+
+fn run(c: (Command, String)) -> Out {
+    let (mut c, m) = c;
+    let out = testing::run(&mut c, LIMIT);
+    testing::assert_no_leftovers(&m);
+    out
+}
+
+fn conformance(launch: impl Fn(&Path, &[(&str, &str)]) -> Option<(Command, String)>, boot: &str) {
+    for name in ["drma", "bsmp"] {
+        let prog = program(name);
+        let Some(c) = launch(&prog, &[("BULKWIRE_BOOTSTRAP", boot)]) else {
+            return;
+        };
+        let o = run(c);
+        assert_eq!(o.code, Some(0), "{name} through {boot}: {o:?}");
+        assert_eq!(
+            o.stdout.matches(&format!("{name} ok p=4")).count(),
+            1,
+            "{o:?}"
+        );
+    }
+}
+
+/// A job of 4 in which rank 3 kills itself: the launcher's status is non-zero, rank 3 is
+/// named (`names`: by the launcher's message or by the rendezvous in rank 0), and the
+/// rendezvous prints its line at most once: the launcher may end rank 0 before it can.
+fn a_death(names: &str, launch: impl Fn(&Path, &[&str]) -> Option<(Command, String)>) {
+    let prog = program("crash");
+    let Some(c) = launch(&prog, &["self", "3", "4"]) else {
+        return;
+    };
+    let o = run(c);
+    assert!(o.code.is_some_and(|c| c != 0), "{o:?}");
+    // Open MPI relays the ranks' stderr and its own messages partly on stdout.
+    let all = format!("{}{}", o.stdout, o.stderr);
+    let ours = "rank 3 lost its control connection before finishing";
+    assert!(all.matches(ours).count() <= 1, "{all}");
+    assert!(all.contains(names), "{all}");
+    assert!(!o.stdout.contains("not reached"), "{o:?}");
+}
+
+#[test]
+fn open_mpi_mpirun_forms_the_job_through_pmix() {
+    conformance(|p, env| mpirun(4, p, &[], env), "pmix");
+    // And by itself, without being told.
+    conformance(|p, _| mpirun(4, p, &[], &[]), "auto");
+}
+
+#[test]
+fn mpich_mpiexec_forms_the_job_through_pmi() {
+    conformance(|p, env| hydra(4, p, &[], env), "pmi");
+    conformance(|p, _| hydra(4, p, &[], &[]), "auto");
+}
+
+#[test]
+fn a_rank_that_dies_under_mpirun_or_mpiexec_fails_the_job_naming_it() {
+    // Open MPI names the rank itself ("process rank 3 ... exited on signal 9"); Hydra only
+    // its pid and signal.
+    a_death("rank 3", |p, args| mpirun(4, p, args, &[]));
+    a_death("signal 9", |p, args| hydra(4, p, args, &[]));
+}
+
+/// What srun gives each task when no PMI plugin is asked for.
+fn srun_like(rank: u32, size: u32, job: &str, prog: &Path, m: &str) -> Command {
+    let mut c = Command::new(prog);
+    testing::clean(&mut c, m);
+    c.env("SLURM_PROCID", rank.to_string())
+        .env("SLURM_NTASKS", size.to_string())
+        .env("SLURM_JOB_ID", job)
+        .env("SLURM_STEP_ID", "0")
+        .env("SLURM_STEP_NODELIST", "localhost")
+        .env("SLURM_JOB_NODELIST", "localhost");
+    c
+}
+
+#[test]
+fn srun_without_pmi_forms_the_job_at_a_derived_address() {
+    let prog = program("drma");
+    let m = testing::mark();
+    // A job id of this run, so that concurrent runs use other ports.
+    let job = format!("{}", std::process::id());
+    let ts: Vec<_> = (0..4)
+        .map(|r| {
+            let mut c = srun_like(r, 4, &job, &prog, &m);
+            std::thread::spawn(move || testing::run(&mut c, LIMIT))
+        })
+        .collect();
+    let outs: Vec<Out> = ts.into_iter().map(|t| t.join().unwrap()).collect();
+    for (r, o) in outs.iter().enumerate() {
+        assert_eq!(o.code, Some(0), "rank {r}: {o:?}");
+    }
+    assert!(outs[0].stdout.contains("drma ok p=4"), "{:?}", outs[0]);
+    testing::assert_no_leftovers(&m);
+}
+
+#[test]
+fn a_task_that_never_starts_fails_the_job_within_the_join_deadline() {
+    let prog = program("drma");
+    let m = testing::mark();
+    let job = format!("{}x", std::process::id());
+    // Three of four tasks: the rendezvous in rank 0 names the missing one.
+    let ts: Vec<_> = (0..3)
+        .map(|r| {
+            let mut c = srun_like(r, 4, &job, &prog, &m);
+            c.env("BULKWIRE_JOIN_TIMEOUT", "2");
+            std::thread::spawn(move || testing::run(&mut c, LIMIT))
+        })
+        .collect();
+    let outs: Vec<Out> = ts.into_iter().map(|t| t.join().unwrap()).collect();
+    assert!(
+        outs.iter().all(|o| o.code.is_some_and(|c| c != 0)),
+        "{outs:?}"
+    );
+    assert!(
+        outs[0]
+            .stderr
+            .contains("the job did not form within 2 s: rank 3 has not joined"),
+        "{:?}",
+        outs[0]
+    );
+    testing::assert_no_leftovers(&m);
+}
+
+/// A one-host Slurm of our own (munged, slurmctld and slurmd as root, in a directory of
+/// the test, on ports of its own); stopped and removed when dropped.
+struct Slurm {
+    dir: PathBuf,
+}
+
+impl Slurm {
+    fn start() -> Option<Slurm> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: a private Slurm needs root");
+            return None;
+        }
+        let tools = ["munged", "slurmctld", "slurmd", "srun", "sinfo"];
+        if let Some(t) = tools
+            .iter()
+            .find(|t| which(t).is_none() && !Path::new("/usr/sbin").join(t).exists())
+        {
+            eprintln!("skipped: {t} is not installed (Debian: munge, slurm-wlm)");
+            return None;
+        }
+        let dir =
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("slurm-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("state")).ok()?;
+        std::fs::create_dir_all(dir.join("spool")).ok()?;
+        let s = Slurm { dir };
+        match s.boot() {
+            Ok(()) => Some(s),
+            Err(e) => {
+                eprintln!("skipped: cannot start a private Slurm ({e})");
+                None
+            }
+        }
+    }
+
+    fn boot(&self) -> Result<(), String> {
+        let d = self.dir.display().to_string();
+        let key: Vec<u8> = (0..1024u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        let keyfile = self.dir.join("munge.key");
+        std::fs::write(&keyfile, key).map_err(|e| e.to_string())?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&keyfile, std::fs::Permissions::from_mode(0o400))
+            .map_err(|e| e.to_string())?;
+        let host = bulkwire_launch::hostname();
+        let port = 20_000 + (std::process::id() % 10_000) as u16 * 2;
+        let conf = format!(
+            "ClusterName=bwtest\nSlurmctldHost={host}\nSlurmctldPort={port}\nSlurmdPort={}\n\
+             AuthType=auth/munge\nAuthInfo=socket={d}/munge.sock\nCredType=cred/munge\n\
+             SlurmUser=root\nSlurmdUser=root\nStateSaveLocation={d}/state\n\
+             SlurmdSpoolDir={d}/spool\nSlurmctldPidFile={d}/slurmctld.pid\n\
+             SlurmdPidFile={d}/slurmd.pid\nSlurmctldLogFile={d}/slurmctld.log\n\
+             SlurmdLogFile={d}/slurmd.log\nProctrackType=proctrack/linuxproc\n\
+             TaskPlugin=task/none\nSelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n\
+             SchedulerType=sched/builtin\nMpiDefault=none\nReturnToService=2\n\
+             JobAcctGatherType=jobacct_gather/none\n\
+             AccountingStorageType=accounting_storage/none\n\
+             NodeName={host} CPUs={} State=UNKNOWN\n\
+             PartitionName=bwtest Nodes={host} Default=YES MaxTime=INFINITE State=UP\n",
+            port + 1,
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        );
+        std::fs::write(self.dir.join("slurm.conf"), conf).map_err(|e| e.to_string())?;
+        let daemon = |cmd: &mut Command| -> Result<(), String> {
+            let o = cmd
+                .env("SLURM_CONF", self.dir.join("slurm.conf"))
+                .output()
+                .map_err(|e| e.to_string())?;
+            if o.status.success() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{cmd:?}: {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                ))
+            }
+        };
+        daemon(Command::new("munged").args([
+            "--force".into(),
+            format!("--key-file={d}/munge.key"),
+            format!("--socket={d}/munge.sock"),
+            format!("--pid-file={d}/munged.pid"),
+            format!("--log-file={d}/munged.log"),
+            format!("--seed-file={d}/munge.seed"),
+        ]))?;
+        daemon(Command::new("slurmctld").arg("-c"))?;
+        daemon(&mut Command::new("slurmd"))?;
+        for _ in 0..100 {
+            let o = self
+                .cmd("sinfo")
+                .args(["-h", "-o", "%t"])
+                .output()
+                .map_err(|e| e.to_string())?;
+            if String::from_utf8_lossy(&o.stdout).trim() == "idle" {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Err("the node did not become idle within 20 s".into())
+    }
+
+    /// A Slurm command of this cluster.
+    fn cmd(&self, c: &str) -> Command {
+        let mut cmd = Command::new(c);
+        cmd.env("SLURM_CONF", self.dir.join("slurm.conf"));
+        cmd
+    }
+
+    /// `srun -n 4` (more tasks than cores allowed) with `--mpi=mpi`.
+    fn srun(&self, mpi: &str, prog: &Path, args: &[&str]) -> (Command, String) {
+        let m = testing::mark();
+        let mut c = self.cmd("srun");
+        testing::clean(&mut c, &m);
+        c.env("SLURM_CONF", self.dir.join("slurm.conf"));
+        c.args([
+            "--overcommit",
+            "-n",
+            "4",
+            "--time",
+            "2",
+            &format!("--mpi={mpi}"),
+        ])
+        .arg(prog)
+        .args(args);
+        (c, m)
+    }
+}
+
+impl Drop for Slurm {
+    fn drop(&mut self) {
+        let pids: Vec<i32> = ["slurmd", "slurmctld", "munged"]
+            .iter()
+            .filter_map(|d| std::fs::read_to_string(self.dir.join(format!("{d}.pid"))).ok())
+            .filter_map(|p| p.trim().parse().ok())
+            .collect();
+        // A daemon is gone once /proc has no live process of that pid (a zombie waits
+        // for init).
+        let alive = |p: i32| {
+            std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| {
+                !s.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+        };
+        for sig in [libc::SIGTERM, libc::SIGKILL] {
+            for &p in &pids {
+                // SAFETY: kill(2) on a daemon this test started (its pid file).
+                unsafe { libc::kill(p, sig) };
+            }
+            for _ in 0..100 {
+                if !pids.iter().any(|&p| alive(p)) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn srun_forms_the_job_through_pmi2_pmix_or_nothing() {
+    let Some(slurm) = Slurm::start() else { return };
+    for mpi in ["pmi2", "pmix", "none"] {
+        for name in ["drma", "bsmp"] {
+            let o = run(slurm.srun(mpi, &program(name), &[]));
+            assert_eq!(o.code, Some(0), "{name} under srun --mpi={mpi}: {o:?}");
+            assert!(o.stdout.contains(&format!("{name} ok p=4")), "{mpi}: {o:?}");
+        }
+    }
+    let o = run(slurm.srun("pmi2", &program("crash"), &["self", "3", "4"]));
+    assert!(o.code.is_some_and(|c| c != 0), "{o:?}");
+    assert_eq!(
+        o.stderr
+            .matches("rank 3 lost its control connection before finishing")
+            .count(),
+        1,
+        "{}",
+        o.stderr
+    );
+}

@@ -136,10 +136,11 @@ pub struct Thresholds {
     /// from here each process reduces a slice and the slices are gathered (two
     /// generations, the reading and the arithmetic shared out).
     pub netcache_reduce_long: usize,
-    /// Network cache: scatter, gather and alltoall blocks from this size are read
-    /// straight out of the writer's own buffer with `process_vm_readv`, one copy instead
-    /// of two (into the cache and out of it), when every process can read every other's
-    /// memory. `usize::MAX`: never.
+    /// Network cache: scatter, gather and alltoall blocks from this size (broadcast and
+    /// allgather too when each buffer has a single reader, p = 2; reductions from slices
+    /// of 4 times this) are read straight out of the writer's own buffer with
+    /// `process_vm_readv`, one copy instead of two (into the cache and out of it), when
+    /// every process can read every other's memory. `usize::MAX`: never.
     pub netcache_direct: usize,
 }
 
@@ -483,7 +484,7 @@ impl<'c> Coll<'c> {
             }
             if let Some(s) = shm {
                 s.bcast(comm, buf, root)?;
-                return Ok(Algorithm::NetCache);
+                return Ok(s.shared_algorithm(buf.len()));
             }
             if large {
                 algo::bcast_scatter_allgather(net, buf, root as u32)?;
@@ -593,7 +594,7 @@ impl<'c> Coll<'c> {
             }
             if let Some(s) = shm {
                 s.allgather(comm, send, recv)?;
-                return Ok(Algorithm::NetCache);
+                return Ok(s.shared_algorithm(send.len()));
             }
             recv[me * b..(me + 1) * b].copy_from_slice(send);
             if large {
@@ -813,7 +814,7 @@ impl<'c> Coll<'c> {
                     let mut mine = send.to_vec();
                     s.reduce(comm, &mut mine, dt, op, Some(root as usize), w)?;
                 }
-                return Ok(Algorithm::NetCache);
+                return Ok(s.reduce_algorithm(send.len()));
             }
             if ring {
                 algo::reduce_ring(net, send, recv, root, dt, op)?;
@@ -878,7 +879,7 @@ impl<'c> Coll<'c> {
             if let Some(s) = shm {
                 let w = whole && s.fits(buf.len());
                 s.reduce(comm, buf, dt, op, None, w)?;
-                return Ok(Algorithm::NetCache);
+                return Ok(s.reduce_algorithm(buf.len()));
             }
             if ring {
                 algo::allreduce_ring(net, buf, dt, op)?;

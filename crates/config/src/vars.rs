@@ -270,7 +270,7 @@ vars! {
     COLL_DIRECT: Collectives, "BULKWIRE_COLL_DIRECT",
         "a size in bytes (suffixes K, M, G) or off",
         "16K",
-        "Network cache: scatter, gather and alltoall blocks from this size are read out of the writer's buffer (single copy).";
+        "Network cache: scatter, gather and alltoall blocks from this size are read out of the writer's buffer (single copy); so are broadcast and allgather with one reader per buffer (p = 2), and reductions whose slice per process is 4 times this size.";
     BIND: Launch, "BULKWIRE_BIND",
         "share or none",
         "share",

@@ -77,6 +77,47 @@ fn network_cache_every_p() {
     suite(4, &["3", "300"], &[("BULKWIRE_COLL", "netcache")], true);
 }
 
+/// A per-rank counter of the suite's output, summed over the ranks.
+fn total(out: &Out, key: &str) -> usize {
+    out.lines("suite ")
+        .iter()
+        .map(|l| field::<usize>(l, key))
+        .sum()
+}
+
+/// Broadcast, allgather and the reductions by single copy: at p = 2 (one reader per lent
+/// buffer) every call from the threshold on; at p = 3 broadcast and allgather stay in the
+/// cache and the reductions still lend; with single copy off, no call does, and every
+/// result is still checked against the serial reference.
+#[test]
+fn single_copy_broadcast_allgather_and_reductions() {
+    let direct = [("BULKWIRE_COLL_DIRECT", "1")];
+    let sizes = ["1", "7", "100", "5000"];
+    let out = suite(2, &sizes, &direct, true);
+    // Per size a broadcast from each of the 2 roots and an allgather, then a typed
+    // broadcast and allgather; on 2 ranks.
+    assert_eq!(total(&out, "sharedcopy"), 2 * (4 * 3 + 2), "{out:#?}");
+    // Reductions of 1, 5, 33 and 625 elements (5000 / 8) of 10 types, 5 operations, an
+    // allreduce and a reduce each: a slice of at least 4 bytes (4 single-copy blocks)
+    // per process lends, so not the 1-element vectors of the 7 types of 1 to 4 bytes nor
+    // the 5-element ones of the 2 one-byte types; then the non-commutative user operation
+    // (u64): an allreduce and a reduce to each of 2 roots per count.
+    let per_rank = (10 * 4 * 10 - 7 * 10 - 2 * 10) + 4 * 3;
+    assert_eq!(total(&out, "reducecopy"), 2 * per_rank, "{out:#?}");
+    let out = suite(3, &sizes, &direct, true);
+    assert_eq!(total(&out, "sharedcopy"), 0, "{out:#?}");
+    // Slices of at least 4 bytes, so vectors of at least 12: not the 1-element vectors
+    // of the 10 types nor the 5-element ones of the 4 types of 1 and 2 bytes; the user
+    // operation from 5 elements, reducing to 3 roots.
+    let per_rank = (10 * 4 * 10 - 10 * 10 - 4 * 10) + 3 * 4;
+    assert_eq!(total(&out, "reducecopy"), 3 * per_rank, "{out:#?}");
+    let off = [("BULKWIRE_SINGLE_COPY", "off")];
+    let out = suite(2, &["70000"], &off, true);
+    for key in ["singlecopy", "sharedcopy", "reducecopy"] {
+        assert_eq!(total(&out, key), 0, "{key}: {out:#?}");
+    }
+}
+
 /// p = 1 to 8 with the point-to-point algorithms over UDP (small and large families).
 #[test]
 fn p2p_over_udp_every_p() {

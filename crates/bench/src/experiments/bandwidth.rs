@@ -1,12 +1,12 @@
 //! Streaming bandwidth per size and the Hockney fit (Melas & Zaluska's Table 1), and each
 //! protocol's share of utopia's (Riesen & Maccabe's Fig. 2); targets: holefill against
-//! raw UDP, and holefill under 1 % loss against its own lossless rate, in alternating
-//! rounds.
+//! raw UDP, holefill under 1 % loss against its own lossless rate, and p2p over shared
+//! memory against MPI over shared memory at 1 MiB and 16 MiB, in alternating rounds.
 
 use super::latency::stacks;
 use super::{Experiment, add_mpi, pair};
-use crate::mpi::MpiJob;
-use crate::pair::{Measure, PairSpec};
+use crate::mpi::{MpiJob, MpiNet};
+use crate::pair::{Measure, PairSpec, window_for};
 use crate::plan::{Done, Job, Outcome, Plan};
 use crate::rounds::Rounds;
 use crate::section::{
@@ -26,7 +26,13 @@ pub enum Tag {
     UdpTarget,
     /// holefill/udp with 1 % loss against itself without.
     LossTarget,
+    /// p2p over utopia/shm against MPI over shared memory, both a receive buffer per
+    /// message, at one of `SHM_TARGET_SIZES`.
+    ShmTarget,
 }
+
+/// The sizes of the p2p-over-shared-memory targets (large transfers by single copy).
+const SHM_TARGET_SIZES: [usize; 2] = [MIB, 16 * MIB];
 
 const MIB: usize = 1 << 20;
 
@@ -128,6 +134,7 @@ impl Experiment for Bandwidth {
             vec![at_mib(holefill, Faults::none())],
             vec![at_mib(holefill, Faults::loss(0.01, 11))],
         );
+        plan_shm_targets(&mut plan, s, p.target);
         plan
     }
 
@@ -148,7 +155,7 @@ impl Experiment for Bandwidth {
                         sec.mpi.extend_from_slice(v);
                     }
                 }
-                Tag::UdpTarget | Tag::LossTarget => {}
+                Tag::UdpTarget | Tag::LossTarget | Tag::ShmTarget => {}
             }
         }
         sec.tables = vec![
@@ -167,9 +174,13 @@ impl Experiment for Bandwidth {
             let (want, limit) = match d.tag {
                 Tag::UdpTarget => (">= 0.90x (90 %)", 0.9),
                 Tag::LossTarget => (">= 0.80x (80 %)", 0.8),
+                Tag::ShmTarget => (">= 1.0x", 1.0),
                 _ => continue,
             };
-            let r = rounds_of(d);
+            let r = match d.tag {
+                Tag::ShmTarget => shm_rounds(d),
+                _ => rounds_of(d),
+            };
             sec.check(d.label.clone(), r, |w, r| {
                 Target::of_rounds(w, r, want, in_gbs, |q| q >= limit)
             });
@@ -181,6 +192,56 @@ impl Experiment for Bandwidth {
 
 fn rounds_of(d: &Done<Tag>) -> Result<Rounds, String> {
     super::latency::rounds_of(d, best_rate)
+}
+
+/// p2p over utopia/shm against MPI over shared memory at each of `SHM_TARGET_SIZES`, both
+/// receiving each message of a window into a buffer of its own and with the same window
+/// (`window_for`), so that both move the same bytes per repetition.
+fn plan_shm_targets(plan: &mut Plan<Tag>, s: &Suite, (warmup, reps): (usize, usize)) {
+    if s.mpi().is_err() {
+        return;
+    }
+    let p2p = Stack::P2p {
+        over: Transport::shm(Protocol::Utopia),
+        progress: true,
+    };
+    for size in SHM_TARGET_SIZES {
+        let mpi = Job::Mpi(MpiJob {
+            kind: "bandwidth-own".into(),
+            np: 2,
+            net: MpiNet::Shm,
+            warmup,
+            iters: reps,
+            extra: window_for(size) as f64,
+            sizes: vec![size],
+        });
+        let ours = pair(
+            p2p,
+            Measure::Bandwidth {
+                sizes: vec![size],
+                warmup,
+                reps,
+            },
+        );
+        plan.alternate(
+            format!(
+                "p2p over shm, {} streaming vs MPI over shm (both a receive buffer per message)",
+                size_label(size)
+            ),
+            Tag::ShmTarget,
+            s.target_rounds(),
+            vec![mpi],
+            vec![ours],
+        );
+    }
+}
+
+/// A shared-memory target's rounds: MPI's best repetition against p2p's best complete one.
+fn shm_rounds(d: &Done<Tag>) -> Result<Rounds, String> {
+    super::latency::rounds_of(d, |o| match o {
+        Outcome::Mpi(v) => v.first().map(|p| p.max),
+        o => best_rate(o),
+    })
 }
 
 fn per_size_table(sec: &Section, p: &Params) -> Table {

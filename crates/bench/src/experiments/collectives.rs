@@ -1,6 +1,8 @@
 //! OSU-style latency of each collective per size and p, bulkwire (the network cache, and
 //! the point-to-point algorithms over UDP) beside MPI over shared memory and over TCP;
-//! targets: alltoall and allgather at the largest p, in alternating rounds.
+//! targets: alltoall and allgather at the largest p, and the large transfers of broadcast,
+//! allgather, alltoall and allreduce at p = 2 over the network cache, in alternating
+//! rounds.
 
 use super::Experiment;
 use crate::coll::{self, CollSpec};
@@ -26,6 +28,9 @@ pub enum Tag {
     },
     /// Alternating rounds of stack `i` against MPI over `net`.
     Target { stack: usize, net: MpiNet },
+    /// Alternating rounds of the network cache against MPI over shared memory at p = 2,
+    /// `BULK_KINDS` at `BULK_SIZES`.
+    Bulk,
 }
 
 /// How bulkwire's collectives are carried: the default on one host (the network cache),
@@ -58,6 +63,12 @@ const TARGETS: [(usize, MpiNet, f64, &str); 2] = [
 ];
 
 const TARGET_KINDS: [&str; 2] = ["alltoall", "allgather"];
+
+/// The large-transfer targets: these collectives at these sizes per process, p = 2 (no
+/// process waits for a core), the network cache against MPI over shared memory.
+const BULK_KINDS: [&str; 4] = ["bcast", "allgather", "alltoall", "allreduce"];
+const BULK_SIZES: [usize; 2] = [64 << 10, 1 << 20];
+const BULK_P: u32 = 2;
 
 struct Params {
     sizes: Vec<usize>,
@@ -173,6 +184,26 @@ impl Experiment for Collectives {
                 vec![Job::Coll { p: tp, spec: ours }],
             );
         }
+        let stack = all[0];
+        let ours = spec(stack, &BULK_KINDS, &BULK_SIZES, warmup, iters);
+        let theirs = BULK_KINDS
+            .iter()
+            .map(|k| Job::Mpi(mpi_job(MpiNet::Shm, k, BULK_P, warmup, iters, &BULK_SIZES)))
+            .collect();
+        plan.alternate(
+            format!(
+                "{} against MPI {}, large transfers at p={BULK_P}",
+                stack.label(),
+                MpiNet::Shm.label()
+            ),
+            Tag::Bulk,
+            s.target_rounds(),
+            theirs,
+            vec![Job::Coll {
+                p: BULK_P,
+                spec: ours,
+            }],
+        );
         plan
     }
 
@@ -210,7 +241,7 @@ impl Experiment for Collectives {
                     sec.mpi.extend_from_slice(v);
                     rows.push((label, n, kind.to_string(), series));
                 }
-                Tag::Target { .. } => {}
+                Tag::Target { .. } | Tag::Bulk => {}
             }
         }
         let mpi_name = s.mpi().ok().map(|m| crate::section::short_mpi(&m.version));
@@ -228,8 +259,33 @@ impl Experiment for Collectives {
                 .push(table(&p, n, &columns, mpi_name.as_deref(), &find));
         }
         for d in done {
-            if let Tag::Target { stack, net } = d.tag {
-                targets(&mut sec, d, &all[stack], net, &p);
+            match d.tag {
+                Tag::Target { stack, net } => {
+                    let Some(&(_, _, factor, want)) = TARGETS.iter().find(|t| t.1 == net) else {
+                        continue;
+                    };
+                    let what = format!("bulkwire {} / MPI {}", all[stack].label(), net.label());
+                    let set = TargetSet {
+                        kinds: &TARGET_KINDS,
+                        sizes: &p.target_sizes,
+                        p: p.tp(),
+                        factor,
+                        want,
+                    };
+                    targets(&mut sec, d, &what, &set);
+                }
+                Tag::Bulk => {
+                    let what = format!("bulkwire {} / MPI {}", all[0].label(), MpiNet::Shm.label());
+                    let set = TargetSet {
+                        kinds: &BULK_KINDS,
+                        sizes: &BULK_SIZES,
+                        p: BULK_P,
+                        factor: 1.0,
+                        want: "no slower than MPI over shm",
+                    };
+                    targets(&mut sec, d, &what, &set);
+                }
+                _ => {}
             }
         }
         chart(&mut sec, &rows, &p);
@@ -310,8 +366,12 @@ fn medians(side: &[Outcome]) -> Vec<((String, usize), f64)> {
 /// One collective's rounds, size by size.
 type BySize = Vec<(usize, Rounds)>;
 
-/// Per target kind, per size, the rounds of MPI (baseline) against bulkwire.
-fn by_size(rounds: &[Round], sizes: &[usize]) -> Vec<(&'static str, BySize)> {
+/// Per kind, per size, the rounds of MPI (baseline) against bulkwire.
+fn by_size(
+    rounds: &[Round],
+    kinds: &[&'static str],
+    sizes: &[usize],
+) -> Vec<(&'static str, BySize)> {
     let all: Vec<_> = rounds
         .iter()
         .map(|(b, c)| (medians(b), medians(c)))
@@ -319,7 +379,7 @@ fn by_size(rounds: &[Round], sizes: &[usize]) -> Vec<(&'static str, BySize)> {
     let at = |m: &[((String, usize), f64)], k: &str, z: usize| {
         m.iter().find(|e| e.0.0 == k && e.0.1 == z).map(|e| e.1)
     };
-    TARGET_KINDS
+    kinds
         .iter()
         .map(|&k| {
             let per_size = sizes
@@ -334,20 +394,24 @@ fn by_size(rounds: &[Round], sizes: &[usize]) -> Vec<(&'static str, BySize)> {
         .collect()
 }
 
-fn targets(sec: &mut Section, d: &Done<Tag>, stack: &Stack, net: MpiNet, p: &Params) {
-    let Some(&(_, _, factor, want)) = TARGETS.iter().find(|t| t.1 == net) else {
-        return;
-    };
+/// A set of collective targets checked from one alternating run: each kind at `p` over
+/// `sizes`, the worst size's median ratio against `factor`.
+struct TargetSet<'a> {
+    kinds: &'a [&'static str],
+    sizes: &'a [usize],
+    p: u32,
+    factor: f64,
+    want: &'a str,
+}
+
+/// One target per kind of `set`; `stacks` names what is compared ("bulkwire X / MPI Y").
+fn targets(sec: &mut Section, d: &Done<Tag>, stacks: &str, set: &TargetSet<'_>) {
     // A failed round was listed as not measured with the run's label.
     let Ok(rounds) = d.rounds() else { return };
-    let tp = p.tp();
-    for (k, per_size) in by_size(rounds, &p.target_sizes) {
-        let what = format!(
-            "{k} at p={tp}: bulkwire {} / MPI {}",
-            stack.label(),
-            net.label()
-        );
-        sec.targets.push(judge(&what, &per_size, factor, want));
+    for (k, per_size) in by_size(rounds, set.kinds, set.sizes) {
+        let what = format!("{k} at p={}: {stacks}", set.p);
+        sec.targets
+            .push(judge(&what, &per_size, set.factor, set.want));
         for (z, r) in per_size {
             sec.rounds.push((format!("{what}, {}", size_label(z)), r));
         }
@@ -520,7 +584,7 @@ mod tests {
             ]
         };
         let rounds = vec![(theirs(), vec![ours(1.0)]), (theirs(), vec![ours(3.0)])];
-        let got = by_size(&rounds, &[8]);
+        let got = by_size(&rounds, &TARGET_KINDS, &[8]);
         assert_eq!(got.len(), 2);
         assert_eq!(got[0].0, "alltoall");
         assert_eq!(got[0].1[0].1.ratios(), vec![0.5, 1.5]);

@@ -58,7 +58,17 @@ fn roots(p: u32) -> Vec<u32> {
 /// What [`movement`] did.
 pub struct Moved {
     pub checks: usize,
-    /// Calls that went by single copy ([`Algorithm::SingleCopy`]).
+    /// Scatter, gather and alltoall calls that went by single copy
+    /// ([`Algorithm::SingleCopy`]).
+    pub single_copy: usize,
+    /// Broadcast and allgather calls that went by single copy.
+    pub shared_copy: usize,
+}
+
+/// What [`reductions`] did.
+pub struct Reduced {
+    pub checks: usize,
+    /// Calls that went by single copy.
     pub single_copy: usize,
 }
 
@@ -71,6 +81,12 @@ pub fn movement(c: &Coll, sizes: &[usize], salt0: u64) -> Result<Moved, String> 
     let mut single = |c: &Coll| {
         if c.last_algorithm() == Algorithm::SingleCopy {
             single_copy += 1;
+        }
+    };
+    let mut shared_copy = 0;
+    let mut shared = |c: &Coll| {
+        if c.last_algorithm() == Algorithm::SingleCopy {
+            shared_copy += 1;
         }
     };
     let mut salt = salt0;
@@ -90,6 +106,7 @@ pub fn movement(c: &Coll, sizes: &[usize], salt0: u64) -> Result<Moved, String> 
                 &format!("broadcast {n} from {root}"),
                 c.broadcast(&mut buf, root),
             )?;
+            shared(c);
             same(&format!("broadcast {n} from {root}"), &buf, &want)?;
             // Scatter.
             let all = pat(root, salt + 1000, n * pu);
@@ -128,6 +145,7 @@ pub fn movement(c: &Coll, sizes: &[usize], salt0: u64) -> Result<Moved, String> 
         let mine = pat(me, salt, n);
         let mut recv = vec![0x11; n * pu];
         e(&format!("allgather {n}"), c.allgather(&mine, &mut recv))?;
+        shared(c);
         let want: Vec<u8> = (0..p).flat_map(|r| pat(r, salt, n)).collect();
         same(&format!("allgather {n}"), &recv, &want)?;
         // Alltoall: block j of rank i is pat(i, salt*.. + j).
@@ -194,6 +212,7 @@ pub fn movement(c: &Coll, sizes: &[usize], salt0: u64) -> Result<Moved, String> 
         })
         .collect();
     e("broadcast f64", c.broadcast(&mut v, 1 % p))?;
+    shared(c);
     if v.iter()
         .enumerate()
         .any(|(i, &x)| x != i as f64 * 0.5 + salt as f64)
@@ -203,6 +222,7 @@ pub fn movement(c: &Coll, sizes: &[usize], salt0: u64) -> Result<Moved, String> 
     let mine: Vec<u16> = (0..5).map(|i| (me * 100 + i) as u16).collect();
     let mut all = vec![0u16; 5 * pu];
     e("allgather u16", c.allgather(&mine, &mut all))?;
+    shared(c);
     for r in 0..p {
         for i in 0..5 {
             if all[(r * 5 + i) as usize] != (r * 100 + i) as u16 {
@@ -213,6 +233,7 @@ pub fn movement(c: &Coll, sizes: &[usize], salt0: u64) -> Result<Moved, String> 
     Ok(Moved {
         checks: checks + 2,
         single_copy,
+        shared_copy,
     })
 }
 
@@ -257,7 +278,19 @@ fn val<T: Num>(r: u32, i: usize, salt: u64) -> T {
     T::of(((r as usize * 3 + i * 7 + salt as usize) % 5 + 1) as u8)
 }
 
-fn reduce_typed<T: Num>(c: &Coll, counts: &[usize], salt: u64) -> Result<usize, String> {
+/// Counts a call that went by single copy.
+fn count_single(c: &Coll, n: &mut usize) {
+    if c.last_algorithm() == Algorithm::SingleCopy {
+        *n += 1;
+    }
+}
+
+fn reduce_typed<T: Num>(
+    c: &Coll,
+    counts: &[usize],
+    salt: u64,
+    single: &mut usize,
+) -> Result<usize, String> {
     let (me, p) = (c.comm().rank(), c.comm().size());
     type Case<T> = (&'static str, Op, fn(T, T) -> T);
     let ops: [Case<T>; 5] = [
@@ -278,6 +311,7 @@ fn reduce_typed<T: Num>(c: &Coll, counts: &[usize], salt: u64) -> Result<usize, 
             let what = format!("allreduce {name} of {n} {:?}", T::TYPE);
             let mut out = vec![T::of(0); n];
             e(&what, c.allreduce(&mine, &mut out, op))?;
+            count_single(c, single);
             if out != want {
                 return Err(format!("{what}: {out:?}, expected {want:?}"));
             }
@@ -289,6 +323,7 @@ fn reduce_typed<T: Num>(c: &Coll, counts: &[usize], salt: u64) -> Result<usize, 
                 Vec::new()
             };
             e(&what, c.reduce(&mine, &mut out, op, root))?;
+            count_single(c, single);
             if me == root && out != want {
                 return Err(format!("{what}: {out:?}, expected {want:?}"));
             }
@@ -308,20 +343,22 @@ fn affine(a: u64, b: u64) -> u64 {
 
 /// Every type with every built-in and a user operation, and a non-commutative user
 /// operation (in place, every root).
-pub fn reductions(c: &Coll, counts: &[usize], salt: u64) -> Result<usize, String> {
+pub fn reductions(c: &Coll, counts: &[usize], salt: u64) -> Result<Reduced, String> {
     let mut n = 0;
+    let mut single = 0;
     for dt in Datatype::ALL {
+        let s = &mut single;
         n += match dt {
-            Datatype::I8 => reduce_typed::<i8>(c, counts, salt)?,
-            Datatype::I16 => reduce_typed::<i16>(c, counts, salt)?,
-            Datatype::I32 => reduce_typed::<i32>(c, counts, salt)?,
-            Datatype::I64 => reduce_typed::<i64>(c, counts, salt)?,
-            Datatype::U8 => reduce_typed::<u8>(c, counts, salt)?,
-            Datatype::U16 => reduce_typed::<u16>(c, counts, salt)?,
-            Datatype::U32 => reduce_typed::<u32>(c, counts, salt)?,
-            Datatype::U64 => reduce_typed::<u64>(c, counts, salt)?,
-            Datatype::F32 => reduce_typed::<f32>(c, counts, salt)?,
-            Datatype::F64 => reduce_typed::<f64>(c, counts, salt)?,
+            Datatype::I8 => reduce_typed::<i8>(c, counts, salt, s)?,
+            Datatype::I16 => reduce_typed::<i16>(c, counts, salt, s)?,
+            Datatype::I32 => reduce_typed::<i32>(c, counts, salt, s)?,
+            Datatype::I64 => reduce_typed::<i64>(c, counts, salt, s)?,
+            Datatype::U8 => reduce_typed::<u8>(c, counts, salt, s)?,
+            Datatype::U16 => reduce_typed::<u16>(c, counts, salt, s)?,
+            Datatype::U32 => reduce_typed::<u32>(c, counts, salt, s)?,
+            Datatype::U64 => reduce_typed::<u64>(c, counts, salt, s)?,
+            Datatype::F32 => reduce_typed::<f32>(c, counts, salt, s)?,
+            Datatype::F64 => reduce_typed::<f64>(c, counts, salt, s)?,
         };
     }
     let (me, p) = (c.comm().rank(), c.comm().size());
@@ -333,6 +370,7 @@ pub fn reductions(c: &Coll, counts: &[usize], salt: u64) -> Result<usize, String
             .collect();
         let mut buf: Vec<u64> = (0..cnt).map(|i| x(me, i)).collect();
         e("allreduce affine", c.allreduce_in_place(&mut buf, &op))?;
+        count_single(c, &mut single);
         if buf != want {
             return Err(format!(
                 "allreduce affine of {cnt}: {buf:?}, expected {want:?}"
@@ -341,6 +379,7 @@ pub fn reductions(c: &Coll, counts: &[usize], salt: u64) -> Result<usize, String
         for root in roots(p) {
             let mut buf: Vec<u64> = (0..cnt).map(|i| x(me, i)).collect();
             e("reduce affine", c.reduce_in_place(&mut buf, &op, root))?;
+            count_single(c, &mut single);
             if me == root && buf != want {
                 return Err(format!(
                     "reduce affine of {cnt} to {root}: {buf:?}, expected {want:?}"
@@ -350,7 +389,10 @@ pub fn reductions(c: &Coll, counts: &[usize], salt: u64) -> Result<usize, String
         }
         n += 1;
     }
-    Ok(n)
+    Ok(Reduced {
+        checks: n,
+        single_copy: single,
+    })
 }
 
 /// Misuse is refused before any communication, the same on every process.

@@ -75,13 +75,17 @@ fn run_suite(c: &Coll, sizes: &[String]) -> Result<(), String> {
     let mut checks = moved.checks;
     let mut counts = vec![0, 1, 5, 33];
     counts.extend(sizes.iter().map(|s| s / 8).filter(|&s| s > 33));
-    checks += suite::reductions(c, &counts, 7)?;
+    let reduced = suite::reductions(c, &counts, 7)?;
+    checks += reduced.checks;
     checks += suite::misuse(c)?;
     say(format!(
-        "suite rank={} checks={checks} netcache={} singlecopy={} ms={}",
+        "suite rank={} checks={checks} netcache={} singlecopy={} sharedcopy={} reducecopy={} \
+         ms={}",
         c.comm().rank(),
         c.uses_netcache(),
         moved.single_copy,
+        moved.shared_copy,
+        reduced.single_copy,
         t0.elapsed().as_millis()
     ));
     Ok(())

@@ -151,7 +151,7 @@ pub struct Endpoint {
     next_live_check: Time,
     /// Packets went out since the last liveness check: the next one must run even if no
     /// peer was of interest then (a protocol without timers has nothing else to wake it,
-    /// and its packets may need confirming: [`Protocol::unconfirmed`]).
+    /// and its packets may need confirming: [`bulkwire_protocol::Unrecovering::unconfirmed`]).
     sent_unchecked: bool,
     drops: DropCounts,
     pings_sent: u64,
@@ -401,7 +401,7 @@ impl Endpoint {
         }
         if self.proto.poll_timeout().is_some_and(|t| t <= now) {
             self.proto.handle_timeout(now);
-            if let Some(e) = self.proto.failure() {
+            if let Some(e) = self.proto.unrecovering().and_then(|u| u.failure()) {
                 return Err(Error::Protocol(e.clone()));
             }
         }
@@ -423,7 +423,12 @@ impl Endpoint {
             let interested = {
                 let l = &self.live[peer as usize];
                 !l.dead
-                    && (l.waiting || self.proto.outstanding(peer) || self.proto.unconfirmed(peer))
+                    && (l.waiting
+                        || self.proto.outstanding(peer)
+                        || self
+                            .proto
+                            .unrecovering()
+                            .is_some_and(|u| u.unconfirmed(peer)))
             };
             let l = &mut self.live[peer as usize];
             if !interested {
@@ -524,13 +529,13 @@ impl Endpoint {
         }
     }
 
-    /// Puts the protocol's liveness marks ([`Protocol::liveness_marks`]) in a ping or pong
+    /// Puts the protocol's liveness marks ([`bulkwire_protocol::Unrecovering::marks`]) in a ping or pong
     /// to `hdr.dst`: `msg` packets sent to it, `ack` packets received from it, flagged by
     /// `aux`. Only when every packet the protocol made for that peer is in the link
     /// already, so that the counts never run ahead of what the peer can have received.
-    fn mark(&self, hdr: &mut Header) {
+    fn mark(&mut self, hdr: &mut Header) {
         let dst = hdr.dst;
-        if let Some((sent, received)) = self.proto.liveness_marks(dst)
+        if let Some((sent, received)) = self.proto.unrecovering().and_then(|u| u.marks(dst))
             && !self.pending.iter().any(|e| e.dst == dst)
         {
             (hdr.msg, hdr.ack, hdr.aux) = (sent, received, MARKED);
@@ -596,9 +601,10 @@ impl Sink<'_> {
 impl Sink<'_> {
     /// A ping (answered with a pong) or a pong: their liveness marks go to the protocol.
     fn liveness(&mut self, hdr: &Header) {
-        if hdr.aux == MARKED {
-            self.proto
-                .on_liveness_marks(self.now, hdr.src, hdr.msg, hdr.ack);
+        if hdr.aux == MARKED
+            && let Some(u) = self.proto.unrecovering()
+        {
+            u.on_marks(self.now, hdr.src, hdr.msg, hdr.ack);
         }
         if hdr.kind == Kind::Ping {
             let mut h = Header::new(Kind::Pong);

@@ -406,16 +406,22 @@ impl Transport for Engine {
     }
 
     fn set_colour(&mut self, colour: u8) {
-        self.ep.protocol().set_colour(colour);
+        if let Some(c) = self.ep.protocol().coloured() {
+            c.set_colour(colour);
+        }
     }
 
     fn end_phase(&mut self, peer: Rank) {
-        self.ep.protocol().end_phase(peer);
+        if let Some(c) = self.ep.protocol().coloured() {
+            c.end_phase(peer);
+        }
     }
 
     fn accept(&mut self, from: Rank, id: MsgId) {
         let now = self.now();
-        self.ep.protocol().accept(now, from, id);
+        if let Some(a) = self.ep.protocol().announcing() {
+            a.accept(now, from, id);
+        }
         // The Cts (or, for a one-packet message, the Fin) goes out at once: the sender
         // waits on it, and the caller may compute for long before stepping again. An
         // error here reappears at the next step.
@@ -424,11 +430,15 @@ impl Transport for Engine {
 
     fn set_auto_accept(&mut self, on: bool) {
         let now = self.now();
-        self.ep.protocol().set_auto_accept(now, on);
+        if let Some(a) = self.ep.protocol().announcing() {
+            a.set_auto_accept(now, on);
+        }
     }
 
     fn hold_colour(&mut self, hold: u8) {
-        self.ep.protocol().hold_colour(hold);
+        if let Some(c) = self.ep.protocol().coloured() {
+            c.hold_colour(hold);
+        }
     }
 
     fn queued_bytes(&self, peer: Rank) -> u64 {

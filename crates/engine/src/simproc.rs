@@ -452,17 +452,17 @@ impl Transport for SimTransport {
     }
 
     fn set_colour(&mut self, colour: u8) {
-        self.world()
-            .sim
-            .endpoint(self.rank)
-            .protocol()
-            .set_colour(colour);
+        if let Some(c) = self.world().sim.endpoint(self.rank).protocol().coloured() {
+            c.set_colour(colour);
+        }
     }
 
     fn end_phase(&mut self, peer: Rank) {
         let mut w = self.world();
         let now = w.now();
-        w.sim.endpoint(self.rank).protocol().end_phase(peer);
+        if let Some(c) = w.sim.endpoint(self.rank).protocol().coloured() {
+            c.end_phase(peer);
+        }
         w.sim.wake_at(self.rank, now);
     }
 
@@ -471,11 +471,9 @@ impl Transport for SimTransport {
     }
 
     fn hold_colour(&mut self, hold: u8) {
-        self.world()
-            .sim
-            .endpoint(self.rank)
-            .protocol()
-            .hold_colour(hold);
+        if let Some(c) = self.world().sim.endpoint(self.rank).protocol().coloured() {
+            c.hold_colour(hold);
+        }
     }
 
     fn queued_bytes(&self, peer: Rank) -> u64 {

@@ -623,6 +623,21 @@ impl Protocol for Gbn {
         Ok(id)
     }
 
+    fn clocked(&self) -> bool {
+        true
+    }
+
+    /// Every message waits in the queues until it is acknowledged.
+    fn send_now(
+        &mut self,
+        now: Time,
+        to: Rank,
+        data: Bytes,
+        notify: bool,
+    ) -> Result<(MsgId, Option<Transmit>), ProtoError> {
+        self.send(now, to, data, notify).map(|id| (id, None))
+    }
+
     fn handle(&mut self, now: Time, hdr: &Header, payload: &[u8]) {
         let from = hdr.src;
         if from >= self.c.nprocs || from == self.c.rank || self.peers[from as usize].closed {
@@ -737,6 +752,9 @@ impl Protocol for Gbn {
         self.timers.clear(peer);
         self.ctl.retain(|h| h.dst != peer);
     }
+
+    /// Nothing depends on whether the upper layer waits.
+    fn expect(&mut self, _now: Time, _peer: Rank, _waiting: bool) {}
 }
 
 #[cfg(test)]

@@ -37,8 +37,8 @@
 //! and several due in one [`Protocol::poll_transmit`] make one ack, or none when data
 //! leaves for that peer at the same time (the ack rides on it).
 //!
-//! **Colours** (BSP, [`Protocol::set_colour`]). Each sent packet remembers the colour it
-//! first left under (or the later one [`Protocol::hold_colour`] asked for). A packet from
+//! **Colours** (BSP, [`Coloured::set_colour`]). Each sent packet remembers the colour it
+//! first left under (or the later one [`Coloured::hold_colour`] asked for). A packet from
 //! any peer whose colour is ahead (modulo 256, within half the space) of the colour of
 //! some of our unacknowledged packets acknowledges them implicitly. Until `set_colour` is called nothing is freed this way, so the protocol is
 //! also correct outside BSP.
@@ -72,7 +72,9 @@ use bytes::Bytes;
 
 use crate::common::{Added, OutQueue, ReadySet, Reassembler, Rtt, SeqSpace, Timers};
 use crate::wire::{Header, Kind, flags};
-use crate::{Common, Event, MS, MsgId, PeerStats, ProtoError, Protocol, Rank, Time, Transmit, US};
+use crate::{
+    Coloured, Common, Event, MS, MsgId, PeerStats, ProtoError, Protocol, Rank, Time, Transmit, US,
+};
 
 /// Settings of [`Holefill`]. Every field has a documented default.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -407,7 +409,7 @@ pub struct Holefill {
     /// Peers with data waiting for a free send buffer.
     blocked: VecDeque<Rank>,
     colour: u8,
-    /// Colour recorded in packets first sent from now on (see [`Protocol::hold_colour`]).
+    /// Colour recorded in packets first sent from now on (see [`Coloured::hold_colour`]).
     hold: u8,
     colours_on: bool,
     /// Colour of the latest implicit-acknowledgement sweep.
@@ -1035,6 +1037,21 @@ impl Protocol for Holefill {
         Ok(id)
     }
 
+    fn clocked(&self) -> bool {
+        true
+    }
+
+    /// Every message waits in the queues until it is acknowledged.
+    fn send_now(
+        &mut self,
+        now: Time,
+        to: Rank,
+        data: Bytes,
+        notify: bool,
+    ) -> Result<(MsgId, Option<Transmit>), ProtoError> {
+        self.send(now, to, data, notify).map(|id| (id, None))
+    }
+
     fn handle(&mut self, now: Time, hdr: &Header, payload: &[u8]) {
         let from = hdr.src;
         if self.c.check_peer(from).is_err() || self.peers[from as usize].closed {
@@ -1192,6 +1209,18 @@ impl Protocol for Holefill {
         }
     }
 
+    fn queued_bytes(&self, peer: Rank) -> u64 {
+        self.peers
+            .get(peer as usize)
+            .map_or(0, |p| p.out.pending_bytes())
+    }
+
+    fn coloured(&mut self) -> Option<&mut dyn Coloured> {
+        Some(self)
+    }
+}
+
+impl Coloured for Holefill {
     fn set_colour(&mut self, colour: u8) {
         self.colour = colour;
         self.hold = colour;
@@ -1200,12 +1229,6 @@ impl Protocol for Holefill {
 
     fn hold_colour(&mut self, hold: u8) {
         self.hold = hold;
-    }
-
-    fn queued_bytes(&self, peer: Rank) -> u64 {
-        self.peers
-            .get(peer as usize)
-            .map_or(0, |p| p.out.pending_bytes())
     }
 
     fn end_phase(&mut self, peer: Rank) {

@@ -11,7 +11,7 @@
 //!  sender                                         receiver
 //!  Rts(id, total, head) ───────────────────────▶  new: Event::Announce{head}
 //!                                                 ... upper layer posts a receive:
-//!                                                 Protocol::accept(from, id)
+//!                                                 Announcing::accept(from, id)
 //!                      ◀───────────────────────  Cts(id)
 //!  Data ... Data(ACK_REQ on the last) ─────────▶  holes? Resend(ranges)
 //!                      ◀───────────────────────  or, complete: Fin(id), deliver in order
@@ -21,8 +21,8 @@
 //! - **Rts** carries the message's first packet of bytes (the upper layer's envelope:
 //!   tag, communicator...) and its total length; the receiver keeps that head, reports
 //!   it in [`Event::Announce`] and answers nothing until the upper layer calls
-//!   [`Protocol::accept`]. A receiver without posted receives (BSP, collectives) sets
-//!   [`RmppConfig::auto_accept`] (or calls [`Protocol::set_auto_accept`]): every Rts is
+//!   [`Announcing::accept`]. A receiver without posted receives (BSP, collectives) sets
+//!   [`RmppConfig::auto_accept`] (or calls [`Announcing::set_auto_accept`]): every Rts is
 //!   then accepted on arrival and no Announce is reported.
 //! - **Single-packet messages** (0 bytes up to one packet) travel whole in the Rts. On
 //!   accept they are complete: the receiver delivers at once and answers `Fin`, so the
@@ -88,7 +88,9 @@ use bytes::Bytes;
 
 use crate::common::{FillBuf, OutQueue, ReadySet, Rtt, Timers};
 use crate::wire::{Header, Kind, flags};
-use crate::{Common, Event, MsgId, PeerStats, ProtoError, Protocol, Rank, Time, Transmit};
+use crate::{
+    Announcing, Common, Event, MsgId, PeerStats, ProtoError, Protocol, Rank, Time, Transmit,
+};
 
 /// Settings of [`Rmpp`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -295,7 +297,7 @@ struct TxMsg {
 }
 
 enum RxState {
-    /// Rts arrived; waiting for [`Protocol::accept`].
+    /// Rts arrived; waiting for [`Announcing::accept`].
     Announced { head: Vec<u8> },
     /// Accepted, Cts sent, data arriving into the posted buffer.
     Receiving {
@@ -1144,6 +1146,21 @@ impl Protocol for Rmpp {
         Ok(id)
     }
 
+    fn clocked(&self) -> bool {
+        true
+    }
+
+    /// Every message waits in the queues until it is acknowledged.
+    fn send_now(
+        &mut self,
+        now: Time,
+        to: Rank,
+        data: Bytes,
+        notify: bool,
+    ) -> Result<(MsgId, Option<Transmit>), ProtoError> {
+        self.send(now, to, data, notify).map(|id| (id, None))
+    }
+
     fn handle(&mut self, now: Time, hdr: &Header, payload: &[u8]) {
         let from = hdr.src;
         if !self.valid_peer(from) {
@@ -1249,6 +1266,15 @@ impl Protocol for Rmpp {
         self.ctl.retain(|t| t.hdr.dst != peer);
     }
 
+    /// Nothing depends on whether the upper layer waits.
+    fn expect(&mut self, _now: Time, _peer: Rank, _waiting: bool) {}
+
+    fn announcing(&mut self) -> Option<&mut dyn Announcing> {
+        Some(self)
+    }
+}
+
+impl Announcing for Rmpp {
     fn accept(&mut self, now: Time, from: Rank, id: MsgId) {
         if !self.valid_peer(from) {
             return;

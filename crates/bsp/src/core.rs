@@ -231,7 +231,9 @@ impl Core {
     pub fn new(mut t: Box<dyn Transport>, p: u32, cfg: Config) -> (Core, Net) {
         let pid = t.rank();
         // Colours from the first barrier on; until then nothing is freed implicitly.
-        t.set_colour(0);
+        if let Some(c) = t.coloured() {
+            c.set_colour(0);
+        }
         let core = Core {
             pid,
             p,
@@ -578,7 +580,9 @@ impl Core {
         let step = self.step;
         // This sync's barrier messages carry the colour of the barriers passed, but only a
         // process past the next barrier proves everyone has them (docs/bsp.md).
-        n.t.hold_colour(step.wrapping_add(1) as u8);
+        if let Some(c) = n.t.coloured() {
+            c.hold_colour(step.wrapping_add(1) as u8);
+        }
         let b = self.reduce(n, step, ending)?;
         let ops = self.check_summaries(&b.summaries)?;
         let k = self.regs.pushed_slots().count();
@@ -591,7 +595,9 @@ impl Core {
         })?;
         let all_null = |k: usize| pushes.iter().all(|v| v[2 * k + 1] == 0);
         let popped = self.regs.resolve_pops(&ops, all_null, step)?;
-        n.t.set_colour(step.wrapping_add(1) as u8);
+        if let Some(c) = n.t.coloured() {
+            c.set_colour(step.wrapping_add(1) as u8);
+        }
         self.exchange(n, step, &b.incoming)?;
         self.commit_regs(n, &pushes, &popped);
         if let Some(t) = self.next_tagsize {
@@ -991,7 +997,9 @@ impl Core {
     fn maybe_end_phase(n: &mut Net, x: &mut Exchange, d: usize) {
         if !x.ended[d] && x.sent[d] && x.fed[d] && (!x.owes[d] || x.got[d] == x.expect[d]) {
             x.ended[d] = true;
-            n.t.end_phase(d as u32);
+            if let Some(c) = n.t.coloured() {
+                c.end_phase(d as u32);
+            }
         }
     }
 

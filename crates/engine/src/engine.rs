@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bulkwire_launch::JobState;
 use bulkwire_link::Rank;
 use bulkwire_protocol::wire::DropCounts;
-use bulkwire_protocol::{MsgId, PeerStats, Time};
+use bulkwire_protocol::{Coloured, MsgId, PeerStats, Time};
 use bytes::Bytes;
 
 use crate::Error;
@@ -405,16 +405,8 @@ impl Transport for Engine {
         }
     }
 
-    fn set_colour(&mut self, colour: u8) {
-        if let Some(c) = self.ep.protocol().coloured() {
-            c.set_colour(colour);
-        }
-    }
-
-    fn end_phase(&mut self, peer: Rank) {
-        if let Some(c) = self.ep.protocol().coloured() {
-            c.end_phase(peer);
-        }
+    fn coloured(&mut self) -> Option<&mut dyn Coloured> {
+        self.ep.protocol().coloured()
     }
 
     fn accept(&mut self, from: Rank, id: MsgId) {
@@ -426,19 +418,6 @@ impl Transport for Engine {
         // waits on it, and the caller may compute for long before stepping again. An
         // error here reappears at the next step.
         let _ = self.ep.step(now);
-    }
-
-    fn set_auto_accept(&mut self, on: bool) {
-        let now = self.now();
-        if let Some(a) = self.ep.protocol().announcing() {
-            a.set_auto_accept(now, on);
-        }
-    }
-
-    fn hold_colour(&mut self, hold: u8) {
-        if let Some(c) = self.ep.protocol().coloured() {
-            c.hold_colour(hold);
-        }
     }
 
     fn queued_bytes(&self, peer: Rank) -> u64 {

@@ -17,6 +17,7 @@ pub mod tcp;
 pub mod transport;
 pub mod vm;
 
+pub use bulkwire_protocol::Coloured;
 pub use endpoint::{Endpoint, EndpointConfig, Event};
 pub use engine::{DEFAULT_SPIN, Engine, WaitPolicy, YIELD_AFTER};
 pub use tcp::{TcpConfig, TcpTransport};

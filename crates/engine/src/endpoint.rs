@@ -27,7 +27,7 @@ pub struct EndpointConfig {
     pub tx_batch: usize,
     /// Most receive batches drained per step, so transmitting is never starved.
     pub rx_rounds: usize,
-    /// CRC every datagram even on a link that cannot alter bytes ([`Link::intact`]).
+    /// CRC every datagram even on a link that cannot alter bytes ([`bulkwire_link::LinkCaps::intact`]).
     pub always_checksum: bool,
 }
 
@@ -132,7 +132,7 @@ pub struct Endpoint {
     cfg: EndpointConfig,
     filter: Filter,
     /// Whether datagrams carry and are checked against a CRC: not on a link that never
-    /// alters bytes ([`Link::intact`]), unless the configuration insists.
+    /// alters bytes ([`bulkwire_link::LinkCaps::intact`]), unless the configuration insists.
     checksum: bool,
     rx: RxBatch,
     /// Packets taken from the protocol, encoded, that the link has not accepted yet.
@@ -163,14 +163,15 @@ impl Endpoint {
     pub fn new(link: Box<dyn Link>, proto: Box<dyn Protocol>, cfg: EndpointConfig) -> Endpoint {
         let rank = link.rank();
         let nprocs = link.nprocs();
-        let slot = link.recv_slot_size().max(HEADER_LEN);
+        let caps = link.capabilities();
+        let slot = caps.recv_slot.max(HEADER_LEN);
         Endpoint {
             filter: Filter {
                 cookie: cfg.cookie,
                 me: rank,
                 nprocs,
             },
-            checksum: cfg.always_checksum || !link.intact(),
+            checksum: cfg.always_checksum || !caps.intact,
             rx: RxBatch::cache_sized(cfg.rx_slots, slot),
             pending: VecDeque::new(),
             scratch: Vec::new(),

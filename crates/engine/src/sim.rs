@@ -72,7 +72,7 @@ impl SimCluster {
         let nodes = (0..cfg.nodes)
             .map(|r| {
                 let link = net.link(r);
-                let common = Common::new(r, cfg.nodes, link.max_datagram(0) - HEADER_LEN);
+                let common = Common::new(r, cfg.nodes, link.capabilities().max_to(0) - HEADER_LEN);
                 Node {
                     ep: Endpoint::new(Box::new(link), make(common), ep_cfg.clone()),
                     busy_until: 0,

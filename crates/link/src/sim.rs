@@ -24,7 +24,7 @@ use std::time::Duration;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::{Link, Rank, RxBatch, Tx};
+use crate::{Link, LinkCaps, Rank, RxBatch, Tx};
 
 /// Time in nanoseconds of virtual time.
 pub type Time = u64;
@@ -519,12 +519,11 @@ impl Link for SimLink {
         self.nprocs
     }
 
-    fn max_datagram(&self, _peer: Rank) -> usize {
-        self.mtu
-    }
-
-    fn intact(&self) -> bool {
-        self.intact
+    fn capabilities(&self) -> LinkCaps {
+        LinkCaps {
+            intact: self.intact,
+            ..LinkCaps::lossy(self.nprocs(), self.mtu)
+        }
     }
 
     fn send(&mut self, batch: &[Tx<'_>]) -> io::Result<usize> {

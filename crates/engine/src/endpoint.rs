@@ -4,6 +4,7 @@
 use std::collections::VecDeque;
 
 use bulkwire_link::{Link, Rank, RxBatch, Tx};
+pub use bulkwire_protocol::Event;
 use bulkwire_protocol::wire::{self, DropCounts, Filter, HEADER_LEN, Header, Kind};
 use bulkwire_protocol::{MsgId, PeerStats, Protocol, SEC, Time, Transmit};
 use bytes::Bytes;
@@ -46,49 +47,6 @@ impl EndpointConfig {
             tx_batch: 64,
             rx_rounds: 8,
             always_checksum: false,
-        }
-    }
-}
-
-/// What the engine hands to the layers above.
-#[derive(Debug)]
-pub enum Event {
-    /// A whole message, exactly once, in per-pair order.
-    Message {
-        from: Rank,
-        id: MsgId,
-        data: Vec<u8>,
-    },
-    /// A message sent with `notify` is acknowledged.
-    Sent { to: Rank, id: MsgId },
-    /// RMPP: a message waits to be accepted.
-    Announce {
-        from: Rank,
-        id: MsgId,
-        total: u64,
-        head: Vec<u8>,
-    },
-    /// A peer stayed silent past the deadline while we depended on it.
-    PeerDead { peer: Rank, silent_for: Time },
-}
-
-impl From<bulkwire_protocol::Event> for Event {
-    fn from(e: bulkwire_protocol::Event) -> Event {
-        use bulkwire_protocol::Event as P;
-        match e {
-            P::Message { from, id, data } => Event::Message { from, id, data },
-            P::Sent { to, id } => Event::Sent { to, id },
-            P::Announce {
-                from,
-                id,
-                total,
-                head,
-            } => Event::Announce {
-                from,
-                id,
-                total,
-                head,
-            },
         }
     }
 }
@@ -297,7 +255,7 @@ impl Endpoint {
     pub fn poll_event(&mut self) -> Option<Event> {
         match self.events.pop_front() {
             Some(e) => Some(e),
-            None => self.proto.poll_event().map(Into::into),
+            None => self.proto.poll_event(),
         }
     }
 
@@ -445,7 +403,7 @@ impl Endpoint {
                 self.pending.retain(|t| t.dst != peer);
                 // What the protocol delivered before the death comes before its notice.
                 while let Some(e) = self.proto.poll_event() {
-                    self.events.push_back(e.into());
+                    self.events.push_back(e);
                 }
                 self.events.push_back(Event::PeerDead {
                     peer,

@@ -845,6 +845,7 @@ mod tests {
                         d.sent[i].push(id);
                     }
                     Event::Announce { .. } => panic!("gbn never announces"),
+                    Event::PeerDead { .. } => panic!("deaths are the engine's to report"),
                 }
             }
         }

@@ -1602,6 +1602,7 @@ mod tests {
                         Event::Message { from, id, data } => self.got[r].push((from, id, data)),
                         Event::Sent { to, id } => self.sent[r].push((to, id)),
                         Event::Announce { .. } => panic!("holefill never announces"),
+                        Event::PeerDead { .. } => panic!("deaths are the engine's to report"),
                     }
                 }
             }

@@ -52,7 +52,8 @@ pub struct Transmit {
     pub payload: Bytes,
 }
 
-/// What a protocol reports to the layer above.
+/// What a protocol, and the engine that drives it, report to the layer above: the one
+/// event type of every layer from the protocols up.
 #[derive(Debug)]
 pub enum Event {
     /// A whole message from `from`, delivered exactly once and in per-pair order.
@@ -72,6 +73,9 @@ pub enum Event {
         total: u64,
         head: Vec<u8>,
     },
+    /// A peer stayed silent for `silent_for` nanoseconds, past the deadline, while we
+    /// depended on it. Liveness is the engine's: it reports this, protocols never do.
+    PeerDead { peer: Rank, silent_for: Time },
 }
 
 /// Errors a protocol reports to its caller.

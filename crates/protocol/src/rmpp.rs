@@ -1381,6 +1381,7 @@ mod tests {
                 Event::Announce { id, head, .. } => ann.push((id, head.len())),
                 Event::Message { id, data, .. } => msg.push((id, data)),
                 Event::Sent { id, .. } => sent.push(id),
+                Event::PeerDead { .. } => panic!("deaths are the engine's to report"),
             }
         }
         (ann, msg, sent)
@@ -1952,6 +1953,7 @@ mod tests {
                         let at = d.now + d.rng.random_range(0..=self.accept_delay);
                         self.pending_accept.push((at, i, id));
                     }
+                    Event::PeerDead { .. } => panic!("deaths are the engine's to report"),
                 }
             }
         }

@@ -1284,10 +1284,8 @@ impl Net {
                 Event::Announce { from, id, .. } => self.t.accept(from, id),
                 Event::Sent { .. } => {}
                 Event::PeerDead { peer, silent_for } => {
-                    return Err(BspError::Transport(bulkwire_engine::Error::PeerDead {
-                        peer,
-                        silent_for,
-                    }));
+                    let dead = bulkwire_engine::PeerDead { peer, silent_for };
+                    return Err(BspError::Transport(dead.into()));
                 }
             }
         }

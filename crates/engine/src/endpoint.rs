@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use bulkwire_link::{Link, Rank, RxBatch, Tx};
 pub use bulkwire_protocol::Event;
 use bulkwire_protocol::wire::{self, DropCounts, Filter, HEADER_LEN, Header, Kind};
-use bulkwire_protocol::{MsgId, PeerStats, Protocol, SEC, Time, Transmit};
+use bulkwire_protocol::{MsgId, PeerDead, PeerStats, Protocol, SEC, Time, Transmit};
 use bytes::Bytes;
 
 use crate::Error;
@@ -186,10 +186,10 @@ impl Endpoint {
     /// An error if `to` has been declared dead.
     fn check_alive(&self, now: Time, to: Rank) -> Result<(), Error> {
         match self.live.get(to as usize) {
-            Some(l) if l.dead => Err(Error::PeerDead {
+            Some(l) if l.dead => Err(Error::PeerDead(PeerDead {
                 peer: to,
                 silent_for: now.saturating_sub(l.last_heard),
-            }),
+            })),
             _ => Ok(()),
         }
     }
@@ -399,7 +399,10 @@ impl Endpoint {
             let silent = now.saturating_sub(silent_from);
             if silent >= self.cfg.dead_after {
                 l.dead = true;
-                self.proto.close_peer(peer);
+                self.proto.close_peer(PeerDead {
+                    peer,
+                    silent_for: silent,
+                });
                 self.pending.retain(|t| t.dst != peer);
                 // What the protocol delivered before the death comes before its notice.
                 while let Some(e) = self.proto.poll_event() {

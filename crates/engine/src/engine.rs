@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bulkwire_launch::JobState;
 use bulkwire_link::Rank;
 use bulkwire_protocol::wire::DropCounts;
-use bulkwire_protocol::{Coloured, MsgId, PeerStats, Time};
+use bulkwire_protocol::{Coloured, MsgId, PeerDead, PeerStats, Time};
 use bytes::Bytes;
 
 use crate::Error;
@@ -233,7 +233,7 @@ impl Engine {
         let r = self.next_event(timeout);
         self.expect(from, false);
         match r? {
-            Event::PeerDead { peer, silent_for } => Err(Error::PeerDead { peer, silent_for }),
+            Event::PeerDead { peer, silent_for } => Err(PeerDead { peer, silent_for }.into()),
             e => Ok(e),
         }
     }

@@ -584,10 +584,10 @@ impl Transport for TcpTransport {
             .into());
         }
         let Some(c) = self.conns[to as usize].as_mut() else {
-            return Err(Error::PeerDead {
+            return Err(Error::PeerDead(bulkwire_protocol::PeerDead {
                 peer: to,
                 silent_for: 0,
-            });
+            }));
         };
         let id = self.next_id[to as usize];
         self.next_id[to as usize] = id.wrapping_add(1);

@@ -44,7 +44,7 @@ pub mod matching;
 mod state;
 /// Single-copy reads of a peer's memory on this host (shared with the BSP layer's
 /// `bsp_direct_get`).
-pub use bulkwire_engine::vm;
+pub use bulkwire_engine::{PeerDead, vm};
 
 use std::marker::PhantomData;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
@@ -77,8 +77,8 @@ pub enum Error {
         len: u64,
         cap: usize,
     },
-    #[error("rank {peer} is dead: nothing heard from it for {:.1} s", *silent_for as f64 / 1e9)]
-    PeerDead { peer: Rank, silent_for: u64 },
+    #[error(transparent)]
+    PeerDead(PeerDead),
     /// Another process of the job failed (aborted, died, or the launcher is gone);
     /// `rank` names it when known.
     #[error("the job failed: {message}")]
@@ -108,7 +108,7 @@ impl Error {
     pub fn peer(&self) -> Option<Rank> {
         match *self {
             Error::Truncated { peer, .. } => Some(peer),
-            Error::PeerDead { peer, .. } => Some(peer),
+            Error::PeerDead(d) => Some(d.peer),
             Error::JobFailed { rank, .. } => rank,
             _ => None,
         }

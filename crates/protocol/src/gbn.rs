@@ -85,7 +85,9 @@ use bytes::Bytes;
 
 use crate::common::{Added, OutQueue, ReadySet, Reassembler, Rtt, SeqSpace, Timers};
 use crate::wire::{Header, Kind, flags};
-use crate::{Common, Event, MsgId, PeerStats, ProtoError, Protocol, Rank, Time, Transmit};
+use crate::{
+    Common, Event, MsgId, PeerDead, PeerStats, ProtoError, Protocol, Rank, Time, Transmit,
+};
 
 /// Settings of [`Gbn`]. The defaults are the paper's: 8-bit sequence numbers, a window of
 /// 8 packets, explicit ACK for every packet.
@@ -244,7 +246,8 @@ struct Peer {
     /// Total of the message being received, once its first fragment is in.
     rcv_total: u64,
     reasm: Reassembler,
-    closed: bool,
+    /// The death the engine told of ([`Protocol::close_peer`]).
+    closed: Option<PeerDead>,
     /// Something came from the peer since the retransmission timer was last armed.
     heard: bool,
     /// Timeouts in a row with nothing heard from the peer.
@@ -298,7 +301,7 @@ impl Gbn {
                 rcv_off: 0,
                 rcv_total: 0,
                 reasm: Reassembler::new(c.max_message),
-                closed: false,
+                closed: None,
                 heard: false,
                 silent_timeouts: 0,
                 ignored: 0,
@@ -564,7 +567,7 @@ impl Gbn {
     fn next_data(&mut self, now: Time, to: Rank) -> Option<Transmit> {
         self.fill(to);
         let p = &mut self.peers[to as usize];
-        if p.closed || p.cursor >= p.slots.len() {
+        if p.closed.is_some() || p.cursor >= p.slots.len() {
             return None;
         }
         let k = p.cursor;
@@ -640,7 +643,10 @@ impl Protocol for Gbn {
 
     fn handle(&mut self, now: Time, hdr: &Header, payload: &[u8]) {
         let from = hdr.src;
-        if from >= self.c.nprocs || from == self.c.rank || self.peers[from as usize].closed {
+        if from >= self.c.nprocs
+            || from == self.c.rank
+            || self.peers[from as usize].closed.is_some()
+        {
             return;
         }
         self.peers[from as usize].heard = true;
@@ -681,7 +687,7 @@ impl Protocol for Gbn {
                 out.push(t);
                 n += 1;
             }
-            if !self.peers[to as usize].closed {
+            if self.peers[to as usize].closed.is_none() {
                 self.wake(to);
             }
         }
@@ -700,7 +706,7 @@ impl Protocol for Gbn {
     fn handle_timeout(&mut self, now: Time) {
         while let Some(to) = self.timers.pop_expired(now) {
             let p = &mut self.peers[to as usize];
-            if p.closed || p.cursor == 0 {
+            if p.closed.is_some() || p.cursor == 0 {
                 continue;
             }
             p.stats.timeouts += 1;
@@ -741,9 +747,10 @@ impl Protocol for Gbn {
         }
     }
 
-    fn close_peer(&mut self, peer: Rank) {
+    fn close_peer(&mut self, dead: PeerDead) {
+        let peer = dead.peer;
         let p = &mut self.peers[peer as usize];
-        p.closed = true;
+        p.closed = Some(dead);
         p.out.clear();
         p.slots = VecDeque::new();
         p.cursor = 0;
@@ -759,6 +766,13 @@ impl Protocol for Gbn {
 
 #[cfg(test)]
 mod tests {
+    /// `peer` declared dead after 5 s of silence.
+    fn dead(peer: Rank) -> PeerDead {
+        PeerDead {
+            peer,
+            silent_for: 5 * crate::SEC,
+        }
+    }
     use super::*;
     use crate::testkit::{Duo, common, deref_duo, events, exchange, pattern, rx, rx_all, tx};
     use crate::{MS, US};
@@ -1565,13 +1579,13 @@ mod tests {
         a.send(0, 1, pattern(5 * MP, 0), true).unwrap();
         let d = tx(&mut a, 0);
         rx_all(&mut b, 0, &d[..2]);
-        a.close_peer(1);
-        b.close_peer(0);
+        a.close_peer(dead(1));
+        b.close_peer(dead(0));
         assert!(!a.outstanding(1));
         assert_eq!(a.poll_timeout(), None);
         assert_eq!(
             a.send(0, 1, Bytes::new(), false),
-            Err(ProtoError::PeerDead { peer: 1 })
+            Err(ProtoError::PeerDead(dead(1)))
         );
         assert!(tx(&mut b, 0).is_empty(), "queued ACKs dropped");
         rx_all(&mut b, 0, &d[2..]);

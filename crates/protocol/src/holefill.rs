@@ -73,7 +73,8 @@ use bytes::Bytes;
 use crate::common::{Added, OutQueue, ReadySet, Reassembler, Rtt, SeqSpace, Timers};
 use crate::wire::{Header, Kind, flags};
 use crate::{
-    Coloured, Common, Event, MS, MsgId, PeerStats, ProtoError, Protocol, Rank, Time, Transmit, US,
+    Coloured, Common, Event, MS, MsgId, PeerDead, PeerStats, ProtoError, Protocol, Rank, Time,
+    Transmit, US,
 };
 
 /// Settings of [`Holefill`]. Every field has a documented default.
@@ -376,7 +377,8 @@ struct Peer {
     prod_pending: bool,
     prod_due: bool,
     rtt: Rtt,
-    closed: bool,
+    /// The death the engine told of ([`Protocol::close_peer`]).
+    closed: Option<PeerDead>,
     stats: PeerStats,
 }
 
@@ -465,7 +467,7 @@ impl Holefill {
                 prod_pending: false,
                 prod_due: false,
                 rtt: Rtt::new(c.rto_initial, c.rto_min.max(RTO_FLOOR), c.rto_max),
-                closed: false,
+                closed: None,
                 stats: PeerStats::default(),
             })
             .collect();
@@ -519,7 +521,7 @@ impl Holefill {
     /// When `p` should prod next, if it is waiting. With a hole known, only the interval
     /// since the last prod counts: the data is certainly missing.
     fn prod_deadline(&self, p: &Peer) -> Option<Time> {
-        if !p.waiting || p.closed {
+        if !p.waiting || p.closed.is_some() {
             return None;
         }
         let iv = self.prod_interval(p);
@@ -532,7 +534,7 @@ impl Holefill {
     }
 
     fn rto_deadline(p: &Peer) -> Option<Time> {
-        (!p.inflight.is_empty() && !p.closed).then(|| p.last_activity + p.rtt.rto())
+        (!p.inflight.is_empty() && p.closed.is_none()).then(|| p.last_activity + p.rtt.rto())
     }
 
     fn next_deadline(&self, peer: Rank) -> Option<Time> {
@@ -865,7 +867,7 @@ impl Holefill {
 
     /// Sends `peer` its resends, new data and due control packets, up to a burst.
     fn serve(&mut self, peer: Rank, now: Time, out: &mut Vec<Transmit>, limit: usize) {
-        if self.peers[peer as usize].closed {
+        if self.peers[peer as usize].closed.is_some() {
             return;
         }
         let mut n = 0;
@@ -980,7 +982,7 @@ impl Holefill {
 
     /// A timer of `peer` fired.
     fn on_timer(&mut self, peer: Rank, now: Time) {
-        if self.peers[peer as usize].closed {
+        if self.peers[peer as usize].closed.is_some() {
             return;
         }
         if Self::rto_deadline(&self.peers[peer as usize]).is_some_and(|t| now >= t) {
@@ -1054,7 +1056,7 @@ impl Protocol for Holefill {
 
     fn handle(&mut self, now: Time, hdr: &Header, payload: &[u8]) {
         let from = hdr.src;
-        if self.c.check_peer(from).is_err() || self.peers[from as usize].closed {
+        if self.c.check_peer(from).is_err() || self.peers[from as usize].closed.is_some() {
             return;
         }
         self.implicit_ack(hdr.colour, now);
@@ -1169,11 +1171,12 @@ impl Protocol for Holefill {
         }
     }
 
-    fn close_peer(&mut self, peer: Rank) {
+    fn close_peer(&mut self, dead: PeerDead) {
+        let peer = dead.peer;
         let Some(p) = self.peers.get_mut(peer as usize) else {
             return;
         };
-        p.closed = true;
+        p.closed = Some(dead);
         p.out.clear();
         self.send_free += p.inflight.len() as u32;
         p.inflight.clear();
@@ -1196,7 +1199,7 @@ impl Protocol for Holefill {
     }
 
     fn expect(&mut self, now: Time, peer: Rank, waiting: bool) {
-        if self.c.check_peer(peer).is_err() || self.peers[peer as usize].closed {
+        if self.c.check_peer(peer).is_err() || self.peers[peer as usize].closed.is_some() {
             return;
         }
         let p = &mut self.peers[peer as usize];
@@ -1239,7 +1242,7 @@ impl Coloured for Holefill {
         let Some(last) = p.last_msg else {
             return;
         };
-        if p.closed {
+        if p.closed.is_some() {
             return;
         }
         if p.out.last_id() == Some(last) {
@@ -1258,6 +1261,13 @@ impl Coloured for Holefill {
 
 #[cfg(test)]
 mod tests {
+    /// `peer` declared dead after 5 s of silence.
+    fn dead(peer: Rank) -> PeerDead {
+        PeerDead {
+            peer,
+            silent_for: 5 * SEC,
+        }
+    }
     use std::collections::BTreeMap;
 
     use proptest::prelude::*;
@@ -2308,12 +2318,12 @@ mod tests {
         }
         out(&mut a, 0);
         assert!(a.outstanding(1));
-        a.close_peer(1);
+        a.close_peer(dead(1));
         assert!(!a.outstanding(1));
         assert_eq!(a.free_buffers(), free);
         assert_eq!(
             a.send(0, 1, Bytes::new(), false),
-            Err(ProtoError::PeerDead { peer: 1 })
+            Err(ProtoError::PeerDead(dead(1)))
         );
         assert!(out(&mut a, 0).is_empty());
         a.handle(SEC, &data(1, 0, 0, flags::ACK_REQ).0, b"x");

@@ -87,11 +87,26 @@ pub enum ProtoError {
     SelfSend { peer: Rank },
     #[error("message of {len} bytes exceeds the limit of {max} bytes")]
     TooLarge { len: u64, max: u64 },
-    #[error("rank {peer} was declared dead; nothing more can be sent to it")]
-    PeerDead { peer: Rank },
+    #[error(transparent)]
+    PeerDead(PeerDead),
     /// The protocol lost what it cannot get back: the job cannot go on correctly.
     #[error("{0}")]
     Unrecoverable(Box<Unrecoverable>),
+}
+
+/// A peer declared dead, and how long it had been silent when it was: the one error for
+/// it in every layer, from the protocol's refusal to send to it up to the messages of
+/// point-to-point and BSP. The engine declares deaths; a protocol learns of them through
+/// [`Protocol::close_peer`].
+#[derive(Debug, thiserror::Error, Clone, Copy, PartialEq, Eq)]
+#[error(
+    "rank {peer} is dead: nothing heard from it for {:.1} s while waiting on it",
+    *silent_for as f64 / 1e9
+)]
+pub struct PeerDead {
+    pub peer: Rank,
+    /// Nanoseconds of silence.
+    pub silent_for: Time,
 }
 
 /// What a protocol without recovery lost (boxed in [`ProtoError`], which every send
@@ -167,13 +182,14 @@ impl Common {
     /// The checks every [`Protocol::send`] makes before queueing `len` bytes for `to`, in
     /// this order: `to` may be sent to ([`Common::check_peer`]), the message is within
     /// `max_message`, and `to` has not been declared dead. `closed` tells the last (the
-    /// protocol's own per-peer state, so it is asked only once `to` is known to be valid);
-    /// a protocol that keeps no such state passes `|| false`.
+    /// protocol's own per-peer state, so it is asked only once `to` is known to be valid):
+    /// the death [`Protocol::close_peer`] told of, if any; a protocol that keeps no such
+    /// state passes `|| None`.
     pub fn check_send(
         &self,
         to: Rank,
         len: usize,
-        closed: impl FnOnce() -> bool,
+        closed: impl FnOnce() -> Option<PeerDead>,
     ) -> Result<(), ProtoError> {
         self.check_peer(to)?;
         if len as u64 > self.max_message {
@@ -182,8 +198,8 @@ impl Common {
                 max: self.max_message,
             });
         }
-        if closed() {
-            return Err(ProtoError::PeerDead { peer: to });
+        if let Some(dead) = closed() {
+            return Err(ProtoError::PeerDead(dead));
         }
         Ok(())
     }
@@ -256,8 +272,9 @@ pub trait Protocol: Send {
     /// Statistics for `peer`.
     fn peer_stats(&self, peer: Rank) -> PeerStats;
 
-    /// Forgets `peer` (declared dead): drops its queues and stops its timers.
-    fn close_peer(&mut self, peer: Rank);
+    /// Forgets `dead.peer` (declared dead): drops its queues and stops its timers; a
+    /// later send to it fails with `dead`.
+    fn close_peer(&mut self, dead: PeerDead);
 
     /// The upper layer is waiting for data from `peer` (or has stopped waiting). A
     /// protocol may use this to prod a silent sender (holefill); others ignore it.

@@ -89,7 +89,8 @@ use bytes::Bytes;
 use crate::common::{FillBuf, OutQueue, ReadySet, Rtt, Timers};
 use crate::wire::{Header, Kind, flags};
 use crate::{
-    Announcing, Common, Event, MsgId, PeerStats, ProtoError, Protocol, Rank, Time, Transmit,
+    Announcing, Common, Event, MsgId, PeerDead, PeerStats, ProtoError, Protocol, Rank, Time,
+    Transmit,
 };
 
 /// Settings of [`Rmpp`].
@@ -336,7 +337,8 @@ struct Peer {
     /// Delivered connections still waiting for their Close.
     lingering: u32,
     rtt: Rtt,
-    closed: bool,
+    /// The death the engine told of ([`Protocol::close_peer`]).
+    closed: Option<PeerDead>,
     /// Cts/Resend ignored because a pass was under way.
     ignored_requests: u64,
     /// Latest arrival of new data from this peer, for any message.
@@ -389,7 +391,7 @@ impl Rmpp {
                 next_announce: 0,
                 lingering: 0,
                 rtt: Rtt::new(c.rto_initial, c.rto_min, c.rto_max),
-                closed: false,
+                closed: None,
                 ignored_requests: 0,
                 last_data: 0,
                 last_heard: 0,
@@ -434,7 +436,7 @@ impl Rmpp {
     }
 
     fn valid_peer(&self, p: Rank) -> bool {
-        p < self.c.nprocs && p != self.c.rank && !self.peers[p as usize].closed
+        p < self.c.nprocs && p != self.c.rank && self.peers[p as usize].closed.is_none()
     }
 
     /// Timeout after `sends` transmissions without progress.
@@ -946,7 +948,8 @@ impl Rmpp {
 
     fn has_work(&self, to: Rank) -> bool {
         let p = &self.peers[to as usize];
-        !p.closed && (self.can_open(to) || p.tx.iter().any(|m| m.rts_due || !m.todo.is_empty()))
+        p.closed.is_none()
+            && (self.can_open(to) || p.tx.iter().any(|m| m.rts_due || !m.todo.is_empty()))
     }
 
     /// Opens connections for queued messages while the window allows.
@@ -1066,7 +1069,7 @@ impl Rmpp {
         // to us, in order: a request for a later one would only duplicate what is queued.
         let flowing_until = self.peers[peer as usize].last_data + self.rto(peer, 1);
         let p = &mut self.peers[peer as usize];
-        if p.closed {
+        if p.closed.is_some() {
             return;
         }
         let mut next: Option<Time> = None;
@@ -1204,7 +1207,7 @@ impl Protocol for Rmpp {
             let Some(to) = self.ready.pop() else {
                 break;
             };
-            if self.peers[to as usize].closed {
+            if self.peers[to as usize].closed.is_some() {
                 continue;
             }
             let budget = (max - n).min(self.cfg.burst);
@@ -1249,9 +1252,10 @@ impl Protocol for Rmpp {
         }
     }
 
-    fn close_peer(&mut self, peer: Rank) {
+    fn close_peer(&mut self, dead: PeerDead) {
+        let peer = dead.peer;
         let p = &mut self.peers[peer as usize];
-        p.closed = true;
+        p.closed = Some(dead);
         p.out.clear();
         p.tx = VecDeque::new();
         for c in p.rx.values() {
@@ -1344,6 +1348,13 @@ impl Announcing for Rmpp {
 
 #[cfg(test)]
 mod tests {
+    /// `peer` declared dead after 5 s of silence.
+    fn dead(peer: Rank) -> PeerDead {
+        PeerDead {
+            peer,
+            silent_for: 5 * SEC,
+        }
+    }
     use super::*;
     use crate::testkit::{Duo, common, deref_duo, events, exchange, pattern, rx, rx_all, tx};
     use crate::{MS, SEC, US};
@@ -1851,13 +1862,13 @@ mod tests {
         a.send(0, 1, pattern(300, 1), false).unwrap();
         rx_all(&mut b, 0, &tx(&mut a, 0));
         assert!(b.announced_bytes() > 0);
-        a.close_peer(1);
-        b.close_peer(0);
+        a.close_peer(dead(1));
+        b.close_peer(dead(0));
         assert_eq!(b.announced_bytes(), 0);
         assert!(!a.outstanding(1) && a.poll_timeout().is_none() || a.open_to(1) == 0);
         assert_eq!(
             a.send(0, 1, Bytes::new(), false),
-            Err(ProtoError::PeerDead { peer: 1 })
+            Err(ProtoError::PeerDead(dead(1)))
         );
         a.handle_timeout(SEC);
         assert!(tx(&mut a, SEC).is_empty());

@@ -22,8 +22,8 @@ use bytes::Bytes;
 use crate::common::{FillBuf, Fragment, OutQueue};
 use crate::wire::{Header, Kind, flags};
 use crate::{
-    Common, Event, MsgId, PeerStats, ProtoError, Protocol, Rank, Time, Transmit, Unrecoverable,
-    Unrecovering,
+    Common, Event, MsgId, PeerDead, PeerStats, ProtoError, Protocol, Rank, Time, Transmit,
+    Unrecoverable, Unrecovering,
 };
 
 struct Partial {
@@ -147,7 +147,7 @@ impl Protocol for Utopia {
         notify: bool,
     ) -> Result<MsgId, ProtoError> {
         // Utopia keeps no dead-peer state: it never refuses a peer as dead.
-        self.c.check_send(to, data.len(), || false)?;
+        self.c.check_send(to, data.len(), || None)?;
         let p = &mut self.peers[to as usize];
         if p.out.is_empty() {
             self.ready.push_back(to);
@@ -167,7 +167,7 @@ impl Protocol for Utopia {
         if !self.ready.is_empty() || data.len() > mp {
             return self.send(now, to, data, notify).map(|id| (id, None));
         }
-        self.c.check_send(to, data.len(), || false)?;
+        self.c.check_send(to, data.len(), || None)?;
         let p = &mut self.peers[to as usize];
         let id = p.out.bypass();
         p.stats.messages_sent += 1;
@@ -283,7 +283,8 @@ impl Protocol for Utopia {
         self.peers[peer as usize].stats
     }
 
-    fn close_peer(&mut self, peer: Rank) {
+    fn close_peer(&mut self, dead: PeerDead) {
+        let peer = dead.peer;
         let p = &mut self.peers[peer as usize];
         p.out.clear();
         p.partial = None;

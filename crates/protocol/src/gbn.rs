@@ -246,8 +246,9 @@ struct Peer {
     /// Total of the message being received, once its first fragment is in.
     rcv_total: u64,
     reasm: Reassembler,
-    /// The death the engine told of ([`Protocol::close_peer`]).
-    closed: Option<PeerDead>,
+    /// The death the engine told of ([`Protocol::close_peer`]), boxed so that a live
+    /// peer's state stays as small as with a flag.
+    closed: Option<Box<PeerDead>>,
     /// Something came from the peer since the retransmission timer was last armed.
     heard: bool,
     /// Timeouts in a row with nothing heard from the peer.
@@ -616,8 +617,9 @@ impl Protocol for Gbn {
         data: Bytes,
         notify: bool,
     ) -> Result<MsgId, ProtoError> {
-        self.c
-            .check_send(to, data.len(), || self.peers[to as usize].closed)?;
+        self.c.check_send(to, data.len(), || {
+            self.peers[to as usize].closed.as_deref().copied()
+        })?;
         let p = &mut self.peers[to as usize];
         p.stats.messages_sent += 1;
         let id = p.out.push(data, notify);
@@ -750,7 +752,7 @@ impl Protocol for Gbn {
     fn close_peer(&mut self, dead: PeerDead) {
         let peer = dead.peer;
         let p = &mut self.peers[peer as usize];
-        p.closed = Some(dead);
+        p.closed = Some(Box::new(dead));
         p.out.clear();
         p.slots = VecDeque::new();
         p.cursor = 0;

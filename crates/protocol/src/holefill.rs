@@ -377,8 +377,9 @@ struct Peer {
     prod_pending: bool,
     prod_due: bool,
     rtt: Rtt,
-    /// The death the engine told of ([`Protocol::close_peer`]).
-    closed: Option<PeerDead>,
+    /// The death the engine told of ([`Protocol::close_peer`]), boxed so that a live
+    /// peer's state stays as small as with a flag.
+    closed: Option<Box<PeerDead>>,
     stats: PeerStats,
 }
 
@@ -1029,8 +1030,9 @@ impl Protocol for Holefill {
         data: Bytes,
         notify: bool,
     ) -> Result<MsgId, ProtoError> {
-        self.c
-            .check_send(to, data.len(), || self.peers[to as usize].closed)?;
+        self.c.check_send(to, data.len(), || {
+            self.peers[to as usize].closed.as_deref().copied()
+        })?;
         let p = &mut self.peers[to as usize];
         p.stats.messages_sent += 1;
         let id = p.out.push(data, notify);
@@ -1176,7 +1178,7 @@ impl Protocol for Holefill {
         let Some(p) = self.peers.get_mut(peer as usize) else {
             return;
         };
-        p.closed = Some(dead);
+        p.closed = Some(Box::new(dead));
         p.out.clear();
         self.send_free += p.inflight.len() as u32;
         p.inflight.clear();

@@ -337,8 +337,9 @@ struct Peer {
     /// Delivered connections still waiting for their Close.
     lingering: u32,
     rtt: Rtt,
-    /// The death the engine told of ([`Protocol::close_peer`]).
-    closed: Option<PeerDead>,
+    /// The death the engine told of ([`Protocol::close_peer`]), boxed so that a live
+    /// peer's state stays as small as with a flag.
+    closed: Option<Box<PeerDead>>,
     /// Cts/Resend ignored because a pass was under way.
     ignored_requests: u64,
     /// Latest arrival of new data from this peer, for any message.
@@ -1138,8 +1139,9 @@ impl Protocol for Rmpp {
         data: Bytes,
         notify: bool,
     ) -> Result<MsgId, ProtoError> {
-        self.c
-            .check_send(to, data.len(), || self.peers[to as usize].closed)?;
+        self.c.check_send(to, data.len(), || {
+            self.peers[to as usize].closed.as_deref().copied()
+        })?;
         let p = &mut self.peers[to as usize];
         p.stats.messages_sent += 1;
         let id = p.out.push(data, notify);
@@ -1255,7 +1257,7 @@ impl Protocol for Rmpp {
     fn close_peer(&mut self, dead: PeerDead) {
         let peer = dead.peer;
         let p = &mut self.peers[peer as usize];
-        p.closed = Some(dead);
+        p.closed = Some(Box::new(dead));
         p.out.clear();
         p.tx = VecDeque::new();
         for c in p.rx.values() {

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use bulkwire_engine::job;
-use bulkwire_engine::{Error, Event, Transport};
+use bulkwire_engine::{Error, Event, PeerDead, Transport};
 use bulkwire_link::Rank;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -126,7 +126,7 @@ impl Inbox {
                         q[(f * 4 + k as u32) as usize].push_back(data);
                     }
                     Event::PeerDead { peer, silent_for } => {
-                        return Some(Err(Error::PeerDead { peer, silent_for }));
+                        return Some(Err(Error::PeerDead(PeerDead { peer, silent_for })));
                     }
                     Event::Announce { from, id, .. } => t.accept(from, id),
                     Event::Sent { .. } => {}

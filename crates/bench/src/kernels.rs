@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use bulkwire_engine::{Error, Event, Transport};
+use bulkwire_engine::{Error, Event, PeerDead, Transport};
 use bulkwire_link::Rank;
 use bytes::Bytes;
 
@@ -38,7 +38,7 @@ pub fn recv_msg<T: Transport>(
                     return Some(Ok(Some(data)));
                 }
                 Some(Event::PeerDead { peer, silent_for }) if peer == from => {
-                    return Some(Err(Error::PeerDead { peer, silent_for }));
+                    return Some(Err(Error::PeerDead(PeerDead { peer, silent_for })));
                 }
                 Some(Event::Announce { from: f, id, .. }) => t.accept(f, id),
                 Some(_) => continue,

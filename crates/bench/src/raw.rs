@@ -53,6 +53,8 @@ fn pause(policy: &WaitPolicy, last: Instant, idle: Duration, block: impl FnOnce(
 pub struct RawUdp<L: Link> {
     link: L,
     peer: Rank,
+    /// Largest datagram to `peer`.
+    max: usize,
     rx: RxBatch,
     policy: WaitPolicy,
     carry: usize,
@@ -62,10 +64,12 @@ pub struct RawUdp<L: Link> {
 impl<L: Link> RawUdp<L> {
     pub fn new(link: L, peer: Rank, policy: WaitPolicy) -> RawUdp<L> {
         // Sized like the engine's, so the baseline gets the same cache-friendly batches.
-        let rx = RxBatch::cache_sized(64, link.recv_slot_size().max(1));
+        let caps = link.capabilities();
+        let rx = RxBatch::cache_sized(64, caps.recv_slot.max(1));
         RawUdp {
             link,
             peer,
+            max: caps.max_to(peer).max(1),
             rx,
             policy,
             carry: 0,
@@ -76,7 +80,7 @@ impl<L: Link> RawUdp<L> {
 
 impl<L: Link> RawChannel for RawUdp<L> {
     fn send_msg(&mut self, data: &[u8]) -> io::Result<()> {
-        let max = self.link.max_datagram(self.peer).max(1);
+        let max = self.max;
         let mut chunks: Vec<&[u8]> = data.chunks(max).collect();
         if chunks.is_empty() {
             chunks.push(&[]);

@@ -71,7 +71,9 @@ pub fn alltoall(
                         Event::Message { .. } => got += 1,
                         Event::Announce { from, id, .. } => {
                             let now = c.now();
-                            c.endpoint(r).protocol().accept(now, from, id)
+                            if let Some(a) = c.endpoint(r).protocol().announcing() {
+                                a.accept(now, from, id);
+                            }
                         }
                         _ => {}
                     }

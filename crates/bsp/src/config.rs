@@ -14,7 +14,7 @@ pub enum Schedule {
     /// Everyone sends to 0, then 1, ... (the naive order, for comparison).
     Pid,
     /// Each process in its own random order, drawn afresh every superstep from its pid
-    /// and the superstep (the seed's other way of spreading the load).
+    /// and the superstep (the BSPlib paper's other way of spreading the load).
     Random,
 }
 

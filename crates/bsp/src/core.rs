@@ -1,6 +1,6 @@
 //! The state of one BSP process and what its calls do: DRMA and BSMP calls only record
 //! (puts are copied at once into the message for their destination), and `sync` does the
-//! communication of the superstep, as seed 003's messaging layer (section 3):
+//! communication of the superstep, as the BSPlib paper's messaging layer (section 3):
 //!
 //! 1. **Repackaging.** Every put, get request and send of the superstep to one destination
 //!    is already one message (cut into chunks only under a rate cap); the protocol cuts it
@@ -246,7 +246,9 @@ impl Core {
     pub fn new(mut t: Box<dyn Transport>, p: u32, cfg: Config) -> (Core, Net) {
         let pid = t.rank();
         // Colours from the first barrier on; until then nothing is freed implicitly.
-        t.set_colour(0);
+        if let Some(c) = t.coloured() {
+            c.set_colour(0);
+        }
         let core = Core {
             pid,
             p,
@@ -608,7 +610,9 @@ impl Core {
         let step = self.step;
         // This sync's barrier messages carry the colour of the barriers passed, but only a
         // process past the next barrier proves everyone has them (docs/bsp.md).
-        n.t.hold_colour(step.wrapping_add(1) as u8);
+        if let Some(c) = n.t.coloured() {
+            c.hold_colour(step.wrapping_add(1) as u8);
+        }
         self.send_small(n)?;
         let b = self.reduce(n, step, ending)?;
         let ops = self.check_summaries(&b.summaries)?;
@@ -622,7 +626,9 @@ impl Core {
         })?;
         let all_null = |k: usize| pushes.iter().all(|v| v[2 * k + 1] == 0);
         let popped = self.regs.resolve_pops(&ops, all_null, step)?;
-        n.t.set_colour(step.wrapping_add(1) as u8);
+        if let Some(c) = n.t.coloured() {
+            c.set_colour(step.wrapping_add(1) as u8);
+        }
         self.exchange(n, step, &b.incoming)?;
         self.commit_regs(n, &pushes, &popped);
         if let Some(t) = self.next_tagsize {
@@ -731,7 +737,7 @@ impl Core {
     /// - the communication matrix, transposed by index (Bruck et al.): the cell
     ///   (src, dst) travels from src to dst by the bits of `(dst - src) mod p`, one bit
     ///   per round, so each process ends with its column (who sends it how much: the
-    ///   seed's total exchange of counts) after forwarding about half of the cells it
+    ///   BSPlib paper's total exchange of counts) after forwarding about half of the cells it
     ///   holds per round, and no process ever holds the whole matrix.
     fn reduce(&mut self, n: &mut Net, step: u32, ending: bool) -> Result<Barrier, BspError> {
         let p = self.p;
@@ -1035,7 +1041,9 @@ impl Core {
     fn maybe_end_phase(n: &mut Net, x: &mut Exchange, d: usize) {
         if !x.ended[d] && x.sent[d] && x.fed[d] && (!x.owes[d] || x.got[d] == x.expect[d]) {
             x.ended[d] = true;
-            n.t.end_phase(d as u32);
+            if let Some(c) = n.t.coloured() {
+                c.end_phase(d as u32);
+            }
         }
     }
 
@@ -1334,10 +1342,8 @@ impl Net {
                 Event::Announce { from, id, .. } => self.t.accept(from, id),
                 Event::Sent { .. } => {}
                 Event::PeerDead { peer, silent_for } => {
-                    return Err(BspError::Transport(bulkwire_engine::Error::PeerDead {
-                        peer,
-                        silent_for,
-                    }));
+                    let dead = bulkwire_engine::PeerDead { peer, silent_for };
+                    return Err(BspError::Transport(dead.into()));
                 }
             }
         }

@@ -1,5 +1,5 @@
 //! BSPlib for bulkwire: supersteps, DRMA (`put`, `get`) and BSMP (`send`, `move`) over
-//! any [`bulkwire_engine::Transport`], with seed 003's superstep-aware messaging layer
+//! any [`bulkwire_engine::Transport`], with the BSPlib paper's superstep-aware messaging layer
 //! (see [`core`] and `docs/bsp.md`).
 //!
 //! - [`Bsp`]: the safe Rust API. Registered memory belongs to the `Bsp` ([`Area`]), so a

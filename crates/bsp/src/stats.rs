@@ -1,4 +1,4 @@
-//! The statistics `bsp_end` prints with `BULKWIRE_STATS=1`: seed 003's Table 5 (packets
+//! The statistics `bsp_end` prints with `BULKWIRE_STATS=1`: the BSPlib paper's Table 5 (packets
 //! received, explicit acknowledgements, drops, duplicates, implicit acknowledgements) per
 //! process and in total, with the supersteps and bytes the BSP layer moved.
 

@@ -63,7 +63,7 @@ pub(crate) fn set_last(msg: &str) {
 pub(crate) fn code_of(e: &Error) -> c_int {
     match e {
         Error::Truncated { .. } => BW_ERR_TRUNCATE,
-        Error::PeerDead { .. } => BW_ERR_PEER_DEAD,
+        Error::PeerDead(_) => BW_ERR_PEER_DEAD,
         Error::JobFailed { .. } => BW_ERR_JOB_FAILED,
         Error::InvalidRank { .. } => BW_ERR_RANK,
         Error::InvalidTag(_) => BW_ERR_TAG,

@@ -422,7 +422,7 @@ pub struct Blocks<'b> {
 }
 
 /// All exchanges posted at once, destinations in latin-square order (process i sends to
-/// i+1, i+2, ... so at any moment every destination has one sender, seed 003): best for
+/// i+1, i+2, ... so at any moment every destination has one sender, the BSPlib paper): best for
 /// small blocks, where the time is latency. Empty blocks are not sent.
 pub fn alltoall_posted(net: &Net, mut bl: Blocks<'_>) -> Result<(), Error> {
     let (me, p) = (net.me, net.p);

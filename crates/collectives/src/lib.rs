@@ -1,6 +1,6 @@
 //! Collective operations for bulkwire: barrier, broadcast, scatter, gather, allgather,
 //! alltoall, alltoallv, reduce and allreduce over a [`bulkwire_p2p::Comm`], with the
-//! "network cache" of seed 001 on one host.
+//! "network cache" of the network-cache paper on one host.
 //!
 //! - **Point-to-point algorithms**, chosen by message size and process count as MPICH and
 //!   Open MPI do: binomial trees for small broadcast, scatter, gather and reduce;

@@ -1,4 +1,4 @@
-//! Collectives through the network cache (seed 001 section 4, DESIGN.md section 5) when
+//! Collectives through the network cache (the network-cache paper, section 4) when
 //! every process of the communicator runs on this host.
 //!
 //! Each process owns one part of a shared segment ([`NetCache`]) and is its only writer.
@@ -64,6 +64,9 @@ const REDUCE_LENT: usize = 4;
 const WATCH_EVERY: Duration = Duration::from_millis(100);
 /// How often waits drive p2p (see [`Watch::check`]).
 const POKE_EVERY: Duration = Duration::from_micros(200);
+
+/// `errno` of a process that no longer exists (Linux's value on every architecture).
+const ESRCH: i32 = 3;
 
 /// One read of [`Shm::take_each`]: `out` from part `w`'s generation `g`, at `at` in its
 /// half.
@@ -434,6 +437,19 @@ impl Shm {
         // SAFETY: `out` is a buffer of `out.len()` bytes that only this call writes.
         match unsafe { vm::read(pid as i32, addr, out.as_mut_ptr(), out.len()) } {
             Ok(()) => Ok(()),
+            // ESRCH: the process has exited (a live one always has its memory), so the
+            // peer is dead, and the failure names its rank.
+            Err(e) if e.raw_os_error() == Some(ESRCH) => {
+                let err = Error::Peer {
+                    rank: w as u32,
+                    why: format!(
+                        "process {pid} has exited: its memory could not be read in a \
+                         collective ({e})"
+                    ),
+                };
+                fail_job(comm, &err);
+                Err(err)
+            }
             Err(e) => {
                 let e = io::Error::new(
                     e.kind(),

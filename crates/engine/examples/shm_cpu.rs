@@ -24,7 +24,7 @@ fn main() {
     let mut ends: Vec<Engine> = links
         .into_iter()
         .map(|l| {
-            let payload = l.max_datagram(1 - l.rank()) - HEADER_LEN;
+            let payload = l.capabilities().max_to(1 - l.rank()) - HEADER_LEN;
             let p = by_name(
                 &proto,
                 Common::new(l.rank(), 2, payload),

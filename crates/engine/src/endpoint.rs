@@ -4,8 +4,9 @@
 use std::collections::VecDeque;
 
 use bulkwire_link::{Link, Rank, RxBatch, Tx};
+pub use bulkwire_protocol::Event;
 use bulkwire_protocol::wire::{self, DropCounts, Filter, HEADER_LEN, Header, Kind};
-use bulkwire_protocol::{MsgId, PeerStats, Protocol, SEC, Time, Transmit};
+use bulkwire_protocol::{MsgId, PeerDead, PeerStats, Protocol, SEC, Time, Transmit};
 use bytes::Bytes;
 
 use crate::Error;
@@ -27,7 +28,7 @@ pub struct EndpointConfig {
     pub tx_batch: usize,
     /// Most receive batches drained per step, so transmitting is never starved.
     pub rx_rounds: usize,
-    /// CRC every datagram even on a link that cannot alter bytes ([`Link::intact`]).
+    /// CRC every datagram even on a link that cannot alter bytes ([`bulkwire_link::LinkCaps::intact`]).
     pub always_checksum: bool,
 }
 
@@ -46,49 +47,6 @@ impl EndpointConfig {
             tx_batch: 64,
             rx_rounds: 8,
             always_checksum: false,
-        }
-    }
-}
-
-/// What the engine hands to the layers above.
-#[derive(Debug)]
-pub enum Event {
-    /// A whole message, exactly once, in per-pair order.
-    Message {
-        from: Rank,
-        id: MsgId,
-        data: Vec<u8>,
-    },
-    /// A message sent with `notify` is acknowledged.
-    Sent { to: Rank, id: MsgId },
-    /// RMPP: a message waits to be accepted.
-    Announce {
-        from: Rank,
-        id: MsgId,
-        total: u64,
-        head: Vec<u8>,
-    },
-    /// A peer stayed silent past the deadline while we depended on it.
-    PeerDead { peer: Rank, silent_for: Time },
-}
-
-impl From<bulkwire_protocol::Event> for Event {
-    fn from(e: bulkwire_protocol::Event) -> Event {
-        use bulkwire_protocol::Event as P;
-        match e {
-            P::Message { from, id, data } => Event::Message { from, id, data },
-            P::Sent { to, id } => Event::Sent { to, id },
-            P::Announce {
-                from,
-                id,
-                total,
-                head,
-            } => Event::Announce {
-                from,
-                id,
-                total,
-                head,
-            },
         }
     }
 }
@@ -132,7 +90,7 @@ pub struct Endpoint {
     cfg: EndpointConfig,
     filter: Filter,
     /// Whether datagrams carry and are checked against a CRC: not on a link that never
-    /// alters bytes ([`Link::intact`]), unless the configuration insists.
+    /// alters bytes ([`bulkwire_link::LinkCaps::intact`]), unless the configuration insists.
     checksum: bool,
     rx: RxBatch,
     /// Packets taken from the protocol, encoded, that the link has not accepted yet.
@@ -151,7 +109,7 @@ pub struct Endpoint {
     next_live_check: Time,
     /// Packets went out since the last liveness check: the next one must run even if no
     /// peer was of interest then (a protocol without timers has nothing else to wake it,
-    /// and its packets may need confirming: [`Protocol::unconfirmed`]).
+    /// and its packets may need confirming: [`bulkwire_protocol::Unrecovering::unconfirmed`]).
     sent_unchecked: bool,
     drops: DropCounts,
     pings_sent: u64,
@@ -163,14 +121,15 @@ impl Endpoint {
     pub fn new(link: Box<dyn Link>, proto: Box<dyn Protocol>, cfg: EndpointConfig) -> Endpoint {
         let rank = link.rank();
         let nprocs = link.nprocs();
-        let slot = link.recv_slot_size().max(HEADER_LEN);
+        let caps = link.capabilities();
+        let slot = caps.recv_slot.max(HEADER_LEN);
         Endpoint {
             filter: Filter {
                 cookie: cfg.cookie,
                 me: rank,
                 nprocs,
             },
-            checksum: cfg.always_checksum || !link.intact(),
+            checksum: cfg.always_checksum || !caps.intact,
             rx: RxBatch::cache_sized(cfg.rx_slots, slot),
             pending: VecDeque::new(),
             scratch: Vec::new(),
@@ -227,10 +186,10 @@ impl Endpoint {
     /// An error if `to` has been declared dead.
     fn check_alive(&self, now: Time, to: Rank) -> Result<(), Error> {
         match self.live.get(to as usize) {
-            Some(l) if l.dead => Err(Error::PeerDead {
+            Some(l) if l.dead => Err(Error::PeerDead(PeerDead {
                 peer: to,
                 silent_for: now.saturating_sub(l.last_heard),
-            }),
+            })),
             _ => Ok(()),
         }
     }
@@ -296,7 +255,7 @@ impl Endpoint {
     pub fn poll_event(&mut self) -> Option<Event> {
         match self.events.pop_front() {
             Some(e) => Some(e),
-            None => self.proto.poll_event().map(Into::into),
+            None => self.proto.poll_event(),
         }
     }
 
@@ -401,7 +360,7 @@ impl Endpoint {
         }
         if self.proto.poll_timeout().is_some_and(|t| t <= now) {
             self.proto.handle_timeout(now);
-            if let Some(e) = self.proto.failure() {
+            if let Some(e) = self.proto.unrecovering().and_then(|u| u.failure()) {
                 return Err(Error::Protocol(e.clone()));
             }
         }
@@ -423,7 +382,12 @@ impl Endpoint {
             let interested = {
                 let l = &self.live[peer as usize];
                 !l.dead
-                    && (l.waiting || self.proto.outstanding(peer) || self.proto.unconfirmed(peer))
+                    && (l.waiting
+                        || self.proto.outstanding(peer)
+                        || self
+                            .proto
+                            .unrecovering()
+                            .is_some_and(|u| u.unconfirmed(peer)))
             };
             let l = &mut self.live[peer as usize];
             if !interested {
@@ -435,11 +399,14 @@ impl Endpoint {
             let silent = now.saturating_sub(silent_from);
             if silent >= self.cfg.dead_after {
                 l.dead = true;
-                self.proto.close_peer(peer);
+                self.proto.close_peer(PeerDead {
+                    peer,
+                    silent_for: silent,
+                });
                 self.pending.retain(|t| t.dst != peer);
                 // What the protocol delivered before the death comes before its notice.
                 while let Some(e) = self.proto.poll_event() {
-                    self.events.push_back(e.into());
+                    self.events.push_back(e);
                 }
                 self.events.push_back(Event::PeerDead {
                     peer,
@@ -524,13 +491,13 @@ impl Endpoint {
         }
     }
 
-    /// Puts the protocol's liveness marks ([`Protocol::liveness_marks`]) in a ping or pong
+    /// Puts the protocol's liveness marks ([`bulkwire_protocol::Unrecovering::marks`]) in a ping or pong
     /// to `hdr.dst`: `msg` packets sent to it, `ack` packets received from it, flagged by
     /// `aux`. Only when every packet the protocol made for that peer is in the link
     /// already, so that the counts never run ahead of what the peer can have received.
-    fn mark(&self, hdr: &mut Header) {
+    fn mark(&mut self, hdr: &mut Header) {
         let dst = hdr.dst;
-        if let Some((sent, received)) = self.proto.liveness_marks(dst)
+        if let Some((sent, received)) = self.proto.unrecovering().and_then(|u| u.marks(dst))
             && !self.pending.iter().any(|e| e.dst == dst)
         {
             (hdr.msg, hdr.ack, hdr.aux) = (sent, received, MARKED);
@@ -596,9 +563,10 @@ impl Sink<'_> {
 impl Sink<'_> {
     /// A ping (answered with a pong) or a pong: their liveness marks go to the protocol.
     fn liveness(&mut self, hdr: &Header) {
-        if hdr.aux == MARKED {
-            self.proto
-                .on_liveness_marks(self.now, hdr.src, hdr.msg, hdr.ack);
+        if hdr.aux == MARKED
+            && let Some(u) = self.proto.unrecovering()
+        {
+            u.on_marks(self.now, hdr.src, hdr.msg, hdr.ack);
         }
         if hdr.kind == Kind::Ping {
             let mut h = Header::new(Kind::Pong);

@@ -1,5 +1,5 @@
-//! The engine on the real clock: an [`Endpoint`] plus the wait policy of DESIGN.md
-//! section 6. Waking a blocked process costs about 25 us on the machines we target and a
+//! The engine on the real clock: an [`Endpoint`] plus its wait policy.
+//! Waking a blocked process costs about 25 us on the machines we target and a
 //! non-blocking receive about 2.5 us, so a waiting caller spins first and blocks only after
 //! a budget; when processes outnumber cores it yields the CPU while spinning, so the peer
 //! it waits for can run.
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bulkwire_launch::JobState;
 use bulkwire_link::Rank;
 use bulkwire_protocol::wire::DropCounts;
-use bulkwire_protocol::{MsgId, PeerStats, Time};
+use bulkwire_protocol::{Coloured, MsgId, PeerDead, PeerStats, Time};
 use bytes::Bytes;
 
 use crate::Error;
@@ -233,7 +233,7 @@ impl Engine {
         let r = self.next_event(timeout);
         self.expect(from, false);
         match r? {
-            Event::PeerDead { peer, silent_for } => Err(Error::PeerDead { peer, silent_for }),
+            Event::PeerDead { peer, silent_for } => Err(PeerDead { peer, silent_for }.into()),
             e => Ok(e),
         }
     }
@@ -405,30 +405,19 @@ impl Transport for Engine {
         }
     }
 
-    fn set_colour(&mut self, colour: u8) {
-        self.ep.protocol().set_colour(colour);
-    }
-
-    fn end_phase(&mut self, peer: Rank) {
-        self.ep.protocol().end_phase(peer);
+    fn coloured(&mut self) -> Option<&mut dyn Coloured> {
+        self.ep.protocol().coloured()
     }
 
     fn accept(&mut self, from: Rank, id: MsgId) {
         let now = self.now();
-        self.ep.protocol().accept(now, from, id);
+        if let Some(a) = self.ep.protocol().announcing() {
+            a.accept(now, from, id);
+        }
         // The Cts (or, for a one-packet message, the Fin) goes out at once: the sender
         // waits on it, and the caller may compute for long before stepping again. An
         // error here reappears at the next step.
         let _ = self.ep.step(now);
-    }
-
-    fn set_auto_accept(&mut self, on: bool) {
-        let now = self.now();
-        self.ep.protocol().set_auto_accept(now, on);
-    }
-
-    fn hold_colour(&mut self, hold: u8) {
-        self.ep.protocol().hold_colour(hold);
     }
 
     fn queued_bytes(&self, peer: Rank) -> u64 {

@@ -77,7 +77,7 @@ pub struct JobConfig {
     /// Keep large freed allocations in the process (default on): see [`tune_malloc`].
     pub tune_malloc: bool,
     /// CRC every datagram even on a link that cannot alter bytes (the default skips it
-    /// there: see `Link::intact`).
+    /// there: see `LinkCaps::intact`).
     pub always_checksum: bool,
 }
 
@@ -302,15 +302,16 @@ pub fn connect(ctl: &mut Control, cfg: &JobConfig) -> Result<(Engine, JobInfo), 
     } else {
         inner
     };
+    let caps = link.capabilities();
     let protocol = match &cfg.protocol {
         Some(p) => p.as_str(),
         // A reliable link (clean shared memory to every peer) needs no recovery.
-        None if link.reliable() => "utopia",
+        None if caps.reliable => "utopia",
         None => DEFAULT_PROTOCOL,
     };
     let mut common = Common::new(rank, nprocs, 1);
     common.max_payload = (0..nprocs)
-        .map(|p| link.max_datagram(p).saturating_sub(HEADER_LEN).max(1))
+        .map(|p| caps.max_to(p).saturating_sub(HEADER_LEN).max(1))
         .collect();
     let common = cfg.protocols.timers(common);
     let proto = bulkwire_protocol::by_name(protocol, common, &cfg.protocols)

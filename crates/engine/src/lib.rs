@@ -17,23 +17,24 @@ pub mod tcp;
 pub mod transport;
 pub mod vm;
 
+pub use bulkwire_protocol::{Coloured, PeerDead};
 pub use endpoint::{Endpoint, EndpointConfig, Event};
 pub use engine::{DEFAULT_SPIN, Engine, WaitPolicy, YIELD_AFTER};
 pub use tcp::{TcpConfig, TcpTransport};
 pub use transport::{Transport, WaitHandle, Waker};
 
-use bulkwire_link::Rank;
+use bulkwire_protocol::ProtoError;
 
 /// Errors the engine reports to the layers above.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error(
-        "rank {peer} is dead: nothing heard from it for {:.1} s while waiting on it",
-        *silent_for as f64 / 1e9
-    )]
-    PeerDead { peer: Rank, silent_for: u64 },
+    /// The protocol's own error, carried as it is ([`From`] puts a protocol's
+    /// [`ProtoError::PeerDead`] here too).
     #[error(transparent)]
-    Protocol(#[from] bulkwire_protocol::ProtoError),
+    PeerDead(#[from] PeerDead),
+    /// What a protocol refused, other than a dead peer.
+    #[error(transparent)]
+    Protocol(ProtoError),
     #[error("link error: {0}")]
     Io(#[from] std::io::Error),
     #[error("timed out after {0:?}")]
@@ -43,4 +44,38 @@ pub enum Error {
     JobFailed(String),
     #[error("bad configuration: {0}")]
     Config(String),
+}
+
+impl From<ProtoError> for Error {
+    /// A dead peer is one error in every layer: [`Error::PeerDead`].
+    fn from(e: ProtoError) -> Error {
+        match e {
+            ProtoError::PeerDead(d) => Error::PeerDead(d),
+            e => Error::Protocol(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dead_peer_is_one_error_that_keeps_its_silence() {
+        let d = PeerDead {
+            peer: 3,
+            silent_for: 2_500_000_000,
+        };
+        let e = Error::from(ProtoError::PeerDead(d));
+        assert!(matches!(e, Error::PeerDead(x) if x == d), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "rank 3 is dead: nothing heard from it for 2.5 s while waiting on it"
+        );
+        let other = Error::from(ProtoError::SelfSend { peer: 3 });
+        assert!(matches!(
+            other,
+            Error::Protocol(ProtoError::SelfSend { peer: 3 })
+        ));
+    }
 }

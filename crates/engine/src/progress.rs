@@ -2,7 +2,7 @@
 //!
 //! A user thread that computes for a long time still needs its process to acknowledge
 //! data, answer liveness pings, match arriving messages to posted receives and serve
-//! RMPP's clear-to-send (seed 000's overlap benchmark). [`Shared`] holds the state of an
+//! RMPP's clear-to-send (the RMPP paper's overlap benchmark). [`Shared`] holds the state of an
 //! upper layer behind a mutex; a background thread takes it over when no user thread has
 //! been inside the library for a while, and hands it back the moment one enters.
 //!

@@ -72,7 +72,7 @@ impl SimCluster {
         let nodes = (0..cfg.nodes)
             .map(|r| {
                 let link = net.link(r);
-                let common = Common::new(r, cfg.nodes, link.max_datagram(0) - HEADER_LEN);
+                let common = Common::new(r, cfg.nodes, link.capabilities().max_to(0) - HEADER_LEN);
                 Node {
                     ep: Endpoint::new(Box::new(link), make(common), ep_cfg.clone()),
                     busy_until: 0,
@@ -157,10 +157,9 @@ impl SimCluster {
     /// `rank` accepts the message `id` that `from` announced (rmpp).
     pub fn accept(&mut self, rank: Rank, from: Rank, id: MsgId) {
         let now = self.now;
-        self.nodes[rank as usize]
-            .ep
-            .protocol()
-            .accept(now, from, id);
+        if let Some(a) = self.nodes[rank as usize].ep.protocol().announcing() {
+            a.accept(now, from, id);
+        }
         self.wake(rank, now);
     }
 
@@ -277,7 +276,9 @@ impl SimCluster {
             while let Some(e) = node.ep.poll_event() {
                 match e {
                     Event::Announce { from, id, .. } if self.auto_accept => {
-                        node.ep.protocol().accept(now, from, id);
+                        if let Some(a) = node.ep.protocol().announcing() {
+                            a.accept(now, from, id);
+                        }
                         accepted = true;
                     }
                     e => node.inbox.push(e),

@@ -26,7 +26,7 @@ use std::time::Duration;
 use bulkwire_link::Rank;
 use bulkwire_link::sim::{NodeStats, SimConfig};
 use bulkwire_protocol::wire::DropCounts;
-use bulkwire_protocol::{MsgId, PeerStats, Time};
+use bulkwire_protocol::{Coloured, MsgId, PeerStats, Time};
 use bytes::Bytes;
 
 use crate::endpoint::{EndpointConfig, Event, Progress};
@@ -451,31 +451,14 @@ impl Transport for SimTransport {
         self.world().sim.expect(self.rank, peer, waiting);
     }
 
-    fn set_colour(&mut self, colour: u8) {
-        self.world()
-            .sim
-            .endpoint(self.rank)
-            .protocol()
-            .set_colour(colour);
-    }
-
-    fn end_phase(&mut self, peer: Rank) {
-        let mut w = self.world();
-        let now = w.now();
-        w.sim.endpoint(self.rank).protocol().end_phase(peer);
-        w.sim.wake_at(self.rank, now);
+    /// The protocol's colours, reached under the world's lock ([`Coloured`] for
+    /// `SimTransport`). Offered whatever the protocol, as a phase end wakes the node.
+    fn coloured(&mut self) -> Option<&mut dyn Coloured> {
+        Some(self)
     }
 
     fn accept(&mut self, from: Rank, id: MsgId) {
         self.world().sim.accept(self.rank, from, id);
-    }
-
-    fn hold_colour(&mut self, hold: u8) {
-        self.world()
-            .sim
-            .endpoint(self.rank)
-            .protocol()
-            .hold_colour(hold);
     }
 
     fn queued_bytes(&self, peer: Rank) -> u64 {
@@ -510,6 +493,31 @@ impl Transport for SimTransport {
             Some(f) => Err(Error::JobFailed(format!("simulation: {f}"))),
             None => Ok(()),
         }
+    }
+}
+
+/// The protocol's colours behind the world's lock (ignored when it has none); a phase end
+/// wakes the node, so that the scheduler steps it to send the acknowledgement request.
+impl Coloured for SimTransport {
+    fn set_colour(&mut self, colour: u8) {
+        if let Some(c) = self.world().sim.endpoint(self.rank).protocol().coloured() {
+            c.set_colour(colour);
+        }
+    }
+
+    fn hold_colour(&mut self, hold: u8) {
+        if let Some(c) = self.world().sim.endpoint(self.rank).protocol().coloured() {
+            c.hold_colour(hold);
+        }
+    }
+
+    fn end_phase(&mut self, peer: Rank) {
+        let mut w = self.world();
+        let now = w.now();
+        if let Some(c) = w.sim.endpoint(self.rank).protocol().coloured() {
+            c.end_phase(peer);
+        }
+        w.sim.wake_at(self.rank, now);
     }
 }
 

@@ -1,4 +1,4 @@
-//! The kernel-TCP baseline stack (seed 000's TCP): the same [`Transport`] the upper layers
+//! The kernel-TCP baseline stack (the RMPP paper's TCP): the same [`Transport`] the upper layers
 //! use over our protocols, implemented with one kernel TCP connection per pair of ranks.
 //!
 //! - **Connections are set up once, at start** ([`establish`]), not per message: each rank
@@ -584,10 +584,10 @@ impl Transport for TcpTransport {
             .into());
         }
         let Some(c) = self.conns[to as usize].as_mut() else {
-            return Err(Error::PeerDead {
+            return Err(Error::PeerDead(bulkwire_protocol::PeerDead {
                 peer: to,
                 silent_for: 0,
-            });
+            }));
         };
         let id = self.next_id[to as usize];
         self.next_id[to as usize] = id.wrapping_add(1);

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bulkwire_link::Rank;
 use bulkwire_protocol::wire::DropCounts;
-use bulkwire_protocol::{MsgId, PeerStats, Time};
+use bulkwire_protocol::{Coloured, MsgId, PeerStats, Time};
 use bytes::Bytes;
 
 use crate::endpoint::{Event, Progress};
@@ -78,22 +78,18 @@ pub trait Transport: Send {
     /// The caller waits (or stops waiting) for data from `peer`.
     fn expect(&mut self, peer: Rank, waiting: bool);
 
-    /// BSP hooks, see [`bulkwire_protocol::Protocol::set_colour`] and `end_phase`.
-    fn set_colour(&mut self, _colour: u8) {}
-    fn end_phase(&mut self, _peer: Rank) {}
+    /// BSP's colours and phase ends, when the protocol underneath implements them
+    /// (holefill: [`bulkwire_protocol::Protocol::coloured`]); `None` otherwise.
+    fn coloured(&mut self) -> Option<&mut dyn Coloured> {
+        None
+    }
 
     /// RMPP: accept an announced message ([`Event::Announce`]): a matching receive is
     /// posted, so its data may flow. An upper layer must accept every announced message
     /// eventually (buffering it if nothing matches yet): rmpp delivers in per-pair order,
     /// so one message never accepted holds back every later one from that peer.
+    /// Transports that never announce ignore it.
     fn accept(&mut self, _from: Rank, _id: MsgId) {}
-
-    /// RMPP: accept every message on arrival, without [`Event::Announce`], for upper
-    /// layers that post no receives (BSP, collectives). Other transports never announce.
-    fn set_auto_accept(&mut self, _on: bool) {}
-
-    /// BSP: see [`bulkwire_protocol::Protocol::hold_colour`].
-    fn hold_colour(&mut self, _hold: u8) {}
 
     /// Bytes for `peer` not handed to the network yet (0 when unknown): BSP pacing feeds
     /// one destination at a time.
@@ -243,20 +239,11 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     fn expect(&mut self, peer: Rank, waiting: bool) {
         (**self).expect(peer, waiting)
     }
-    fn set_colour(&mut self, colour: u8) {
-        (**self).set_colour(colour)
-    }
-    fn end_phase(&mut self, peer: Rank) {
-        (**self).end_phase(peer)
+    fn coloured(&mut self) -> Option<&mut dyn Coloured> {
+        (**self).coloured()
     }
     fn accept(&mut self, from: Rank, id: MsgId) {
         (**self).accept(from, id)
-    }
-    fn set_auto_accept(&mut self, on: bool) {
-        (**self).set_auto_accept(on)
-    }
-    fn hold_colour(&mut self, hold: u8) {
-        (**self).hold_colour(hold)
     }
     fn queued_bytes(&self, peer: Rank) -> u64 {
         (**self).queued_bytes(peer)

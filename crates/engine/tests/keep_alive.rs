@@ -58,7 +58,10 @@ fn ranks(protocol: &str, keep_alive: bool) -> Vec<Shared<Rank>> {
             let p = bulkwire_protocol::by_name(protocol, c, &Default::default()).unwrap();
             let ep = Endpoint::new(Box::new(l), p, EndpointConfig::with_deadline(3, DEAD_AFTER));
             let mut t = Engine::new(ep, WaitPolicy::default());
-            t.set_auto_accept(true);
+            let now = t.now();
+            if let Some(a) = t.endpoint().protocol().announcing() {
+                a.set_auto_accept(now, true);
+            }
             let waker = t.waker();
             let state = Rank {
                 t,

@@ -65,7 +65,12 @@ fn engines(protocol: &str, faults: &str, hosts: [u8; P as usize]) -> Vec<Engine>
             };
             let mut common = Common::new(r as u32, P, 1);
             common.max_payload = (0..P)
-                .map(|p| link.max_datagram(p).saturating_sub(HEADER_LEN).max(1))
+                .map(|p| {
+                    link.capabilities()
+                        .max_to(p)
+                        .saturating_sub(HEADER_LEN)
+                        .max(1)
+                })
                 .collect();
             let proto = bulkwire_protocol::by_name(protocol, common, &Default::default()).unwrap();
             let ep = Endpoint::new(link, proto, EndpointConfig::with_deadline(0xFEED, 60 * SEC));

@@ -193,7 +193,7 @@ fn rmpp_delivers_under_faults() {
     reliable("rmpp");
 }
 
-/// Seed 003's point against seed 004's protocol: acknowledging every packet costs a
+/// The BSPlib paper's point against the ParaStation2 paper's protocol: acknowledging every packet costs a
 /// control packet per data packet; piggybacking and acks only on demand cost far fewer.
 #[test]
 fn holefill_sends_far_fewer_control_packets_than_gbn() {

@@ -31,7 +31,7 @@ fn engines(protocol: &str, faults: &str) -> Vec<Engine> {
             let common = Common::new(
                 r as u32,
                 P,
-                link.max_datagram((r as u32 + 1) % P) - HEADER_LEN,
+                link.capabilities().max_to((r as u32 + 1) % P) - HEADER_LEN,
             );
             let proto = bulkwire_protocol::by_name(protocol, common, &Default::default()).unwrap();
             let ep = Endpoint::new(

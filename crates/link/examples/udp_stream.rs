@@ -42,14 +42,17 @@ fn main() {
     let table = vec![a.local_addr(), b.local_addr()];
     let mut tx = a.into_link(0, table.clone()).unwrap();
     let mut rx = b.into_link(1, table).unwrap();
-    assert!(size <= tx.max_datagram(1), "size above max_datagram");
+    assert!(
+        size <= tx.capabilities().max_to(1),
+        "size above max_datagram"
+    );
 
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = stop.clone();
     let received = Arc::new(AtomicU64::new(0));
     let received2 = received.clone();
     let receiver = std::thread::spawn(move || {
-        let mut batch = RxBatch::new(32, rx.max_datagram(0));
+        let mut batch = RxBatch::new(32, rx.capabilities().max_to(0));
         let (mut n, mut bytes) = (0u64, 0u64);
         let mut t0 = None;
         let mut idle = 0u32;

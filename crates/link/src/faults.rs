@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::{Link, Rank, RxBatch, Tx};
+use crate::{Link, LinkCaps, Rank, RxBatch, Tx};
 
 /// What to inject; see the module docs for the string form.
 #[derive(Clone, Debug, PartialEq)]
@@ -427,12 +427,15 @@ impl<L: Link> Link for Faulty<L> {
         self.inner.nprocs()
     }
 
-    fn max_datagram(&self, peer: Rank) -> usize {
-        self.inner.max_datagram(peer)
-    }
-
-    fn recv_slot_size(&self) -> usize {
-        self.inner.recv_slot_size()
+    /// The inner link's, but reliable only without faults and intact only without
+    /// corruption.
+    fn capabilities(&self) -> LinkCaps {
+        let inner = self.inner.capabilities();
+        LinkCaps {
+            reliable: !self.cfg.is_active() && inner.reliable,
+            intact: self.cfg.corrupt == 0.0 && inner.intact,
+            ..inner
+        }
     }
 
     fn send(&mut self, batch: &[Tx<'_>]) -> io::Result<usize> {
@@ -515,14 +518,6 @@ impl<L: Link> Link for Faulty<L> {
         self.inner.wait(t)
     }
 
-    fn reliable(&self) -> bool {
-        !self.cfg.is_active() && self.inner.reliable()
-    }
-
-    fn intact(&self) -> bool {
-        self.cfg.corrupt == 0.0 && self.inner.intact()
-    }
-
     /// The inner link's descriptor, unless datagrams may be held back (delay, reorder):
     /// the descriptor cannot signal their release, so callers must then sleep in
     /// [`Link::wait`], which honours it.
@@ -566,9 +561,11 @@ mod tests {
             Faulty::new(link, FaultConfig::parse(spec).unwrap())
         };
         let lossy = wrap("loss=0.5,dup=0.1,reorder=0.1,seed=1");
-        assert!(lossy.intact() && !lossy.reliable());
-        assert!(!wrap("corrupt=0.01").intact());
-        assert!(wrap("").intact() && wrap("").reliable());
+        let caps = lossy.capabilities();
+        assert!(caps.intact && !caps.reliable);
+        assert!(!wrap("corrupt=0.01").capabilities().intact);
+        let clean = wrap("").capabilities();
+        assert!(clean.intact && clean.reliable);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::io;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use crate::{Link, Rank, RxBatch, Tx};
+use crate::{Link, LinkCaps, Rank, RxBatch, Tx};
 
 struct Hub {
     queues: Mutex<Vec<VecDeque<Vec<u8>>>>,
@@ -51,8 +51,12 @@ impl Link for InprocLink {
         self.nprocs
     }
 
-    fn max_datagram(&self, _peer: Rank) -> usize {
-        self.hub.mtu
+    fn capabilities(&self) -> LinkCaps {
+        LinkCaps {
+            reliable: true,
+            intact: true,
+            ..LinkCaps::lossy(self.nprocs(), self.hub.mtu)
+        }
     }
 
     fn send(&mut self, batch: &[Tx<'_>]) -> io::Result<usize> {
@@ -115,10 +119,6 @@ impl Link for InprocLink {
             None => drop(self.hub.ready.wait_while(q, |q| q[me].is_empty()).unwrap()),
         }
         Ok(())
-    }
-
-    fn reliable(&self) -> bool {
-        true
     }
 }
 

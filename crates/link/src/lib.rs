@@ -1,4 +1,4 @@
-//! The link layer ("packet module" of seed 000): unreliable datagrams between the ranks of
+//! The link layer ("packet module" of the RMPP paper): unreliable datagrams between the ranks of
 //! a job. Every transport is one type behind the [`Link`] trait:
 //!
 //! - [`inproc`]: in-process queues, for unit tests;
@@ -50,8 +50,9 @@ pub trait Link: Send {
     /// Number of ranks reachable (the job size).
     fn nprocs(&self) -> u32;
 
-    /// Largest datagram, in bytes, that may be sent to `peer` in one piece.
-    fn max_datagram(&self, peer: Rank) -> usize;
+    /// What the link can carry and promises, for the engine to size its packets and
+    /// batches and to choose its checks. Built on each call: ask once and keep it.
+    fn capabilities(&self) -> LinkCaps;
 
     /// Sends as many of `batch` as the link accepts now, in order, and returns how many.
     /// A return smaller than `batch.len()` means the link is momentarily full (the caller
@@ -67,15 +68,6 @@ pub trait Link: Send {
     /// Spurious wake-ups are allowed.
     fn wait(&mut self, timeout: Option<Duration>) -> io::Result<()>;
 
-    /// Size of receive slots a caller should give [`Link::recv`]: the largest datagram by
-    /// default; larger where the link coalesces datagrams (UDP GRO needs 64 KiB slots).
-    fn recv_slot_size(&self) -> usize {
-        (0..self.nprocs())
-            .map(|p| self.max_datagram(p))
-            .max()
-            .unwrap_or(0)
-    }
-
     /// Hands each waiting datagram to `f` (at most `batch.slots()` of them) and returns how
     /// many. A slice is valid only during its call. By default the datagrams are received
     /// into `batch` first; a link whose datagrams already lie in memory this process can
@@ -86,24 +78,6 @@ pub trait Link: Send {
             f(batch.get(i));
         }
         Ok(n)
-    }
-
-    /// True when the link itself never loses, corrupts or reorders, and carries nothing but
-    /// this job's datagrams (in-process queues; shared memory among the job's processes,
-    /// without injected faults). Protocols still work over it; a job over such a link
-    /// runs `utopia` unless a protocol is named.
-    fn reliable(&self) -> bool {
-        false
-    }
-
-    /// True when a datagram arrives exactly as sent or not at all: the link may lose,
-    /// duplicate or reorder, but never alters bytes and carries nothing but datagrams from
-    /// this host (UDP between addresses of one host goes through the kernel's memory, never
-    /// a wire). The engine skips the CRC on such a link; the job's cookie still screens
-    /// foreign datagrams. Every process of a job must reach the same answer, so it may only
-    /// depend on job-wide facts (the address table, `BULKWIRE_FAULTS`).
-    fn intact(&self) -> bool {
-        self.reliable()
     }
 
     /// File descriptor to poll for readability, if the link has one (lets an engine
@@ -124,6 +98,48 @@ pub trait Link: Send {
     fn end_sleep(&mut self) {}
 }
 
+/// What a link can carry and what it promises ([`Link::capabilities`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinkCaps {
+    /// Largest datagram, in bytes, that may be sent to each peer in one piece, by rank
+    /// (0 for a peer the link does not reach).
+    pub max_datagram: Vec<usize>,
+    /// Size of receive slots a caller should give [`Link::recv`]: the largest datagram,
+    /// or more where the link coalesces datagrams (UDP GRO needs 64 KiB slots).
+    pub recv_slot: usize,
+    /// The link itself never loses, corrupts or reorders, and carries nothing but this
+    /// job's datagrams (in-process queues; shared memory among the job's processes,
+    /// without injected faults). Protocols still work over it; a job over such a link
+    /// runs `utopia` unless a protocol is named.
+    pub reliable: bool,
+    /// A datagram arrives exactly as sent or not at all: the link may lose, duplicate or
+    /// reorder, but never alters bytes and carries nothing but datagrams from this host
+    /// (UDP between addresses of one host goes through the kernel's memory, never a
+    /// wire). The engine skips the CRC on such a link; the job's cookie still screens
+    /// foreign datagrams. Every process of a job must reach the same answer, so it may
+    /// only depend on job-wide facts (the address table, the fault settings). True
+    /// whenever `reliable` is.
+    pub intact: bool,
+}
+
+impl LinkCaps {
+    /// A link that may lose, damage and reorder, with datagrams of up to `max` bytes to
+    /// each of `nprocs` ranks and receive slots of that size.
+    pub fn lossy(nprocs: u32, max: usize) -> LinkCaps {
+        LinkCaps {
+            max_datagram: vec![max; nprocs as usize],
+            recv_slot: max,
+            reliable: false,
+            intact: false,
+        }
+    }
+
+    /// Largest datagram to `peer` (0 for a rank the link does not reach or know).
+    pub fn max_to(&self, peer: Rank) -> usize {
+        self.max_datagram.get(peer as usize).copied().unwrap_or(0)
+    }
+}
+
 impl<L: Link + ?Sized> Link for Box<L> {
     fn rank(&self) -> Rank {
         (**self).rank()
@@ -131,11 +147,8 @@ impl<L: Link + ?Sized> Link for Box<L> {
     fn nprocs(&self) -> u32 {
         (**self).nprocs()
     }
-    fn max_datagram(&self, peer: Rank) -> usize {
-        (**self).max_datagram(peer)
-    }
-    fn recv_slot_size(&self) -> usize {
-        (**self).recv_slot_size()
+    fn capabilities(&self) -> LinkCaps {
+        (**self).capabilities()
     }
     fn send(&mut self, batch: &[Tx<'_>]) -> io::Result<usize> {
         (**self).send(batch)
@@ -148,12 +161,6 @@ impl<L: Link + ?Sized> Link for Box<L> {
     }
     fn recv_each(&mut self, batch: &mut RxBatch, f: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
         (**self).recv_each(batch, f)
-    }
-    fn reliable(&self) -> bool {
-        (**self).reliable()
-    }
-    fn intact(&self) -> bool {
-        (**self).intact()
     }
     fn poll_fd(&self) -> Option<std::os::fd::RawFd> {
         (**self).poll_fd()

@@ -1,4 +1,4 @@
-//! The "network cache" of seed 001 (DESIGN.md section 5): a segment shared by the job's
+//! The "network cache" of the network-cache paper (docs/collectives.md): a segment shared by the job's
 //! processes on this host, partitioned equally among them, for collectives.
 //!
 //! Each process owns one *part*: a data area only it writes, and words that say what is in it.

@@ -14,7 +14,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
-use crate::{Link, Rank, RxBatch, Tx, poll_readable};
+use crate::{Link, LinkCaps, Rank, RxBatch, Tx, poll_readable};
 
 /// Which link a peer is reached through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,16 +139,21 @@ impl<N: Link, F: Link> Link for RouteLink<N, F> {
         self.near.nprocs()
     }
 
-    fn max_datagram(&self, peer: Rank) -> usize {
-        match self.route(peer) {
-            Some(Route::Near) => self.near.max_datagram(peer),
-            Some(Route::Far) => self.far.max_datagram(peer),
-            None => 0,
+    fn capabilities(&self) -> LinkCaps {
+        let (near, far) = (self.near.capabilities(), self.far.capabilities());
+        let max_datagram = (0..self.nprocs())
+            .map(|p| match self.route(p) {
+                Some(Route::Near) => near.max_to(p),
+                Some(Route::Far) => far.max_to(p),
+                None => 0,
+            })
+            .collect();
+        LinkCaps {
+            max_datagram,
+            recv_slot: near.recv_slot.max(far.recv_slot),
+            reliable: near.reliable && far.reliable,
+            intact: near.intact && far.intact,
         }
-    }
-
-    fn recv_slot_size(&self) -> usize {
-        self.near.recv_slot_size().max(self.far.recv_slot_size())
     }
 
     fn send(&mut self, batch: &[Tx<'_>]) -> io::Result<usize> {
@@ -202,14 +207,6 @@ impl<N: Link, F: Link> Link for RouteLink<N, F> {
         };
         self.end_sleep();
         r
-    }
-
-    fn reliable(&self) -> bool {
-        self.near.reliable() && self.far.reliable()
-    }
-
-    fn intact(&self) -> bool {
-        self.near.intact() && self.far.intact()
     }
 
     fn poll_fd(&self) -> Option<RawFd> {

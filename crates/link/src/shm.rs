@@ -1,4 +1,4 @@
-//! Shared memory between the processes of a job on one host (seed 002's user-level path):
+//! Shared memory between the processes of a job on one host (the Southampton paper's user-level path):
 //! one single-producer/single-consumer ring per ordered pair of processes, in one segment
 //! ([`crate::segment`]), with no system call on the fast path.
 //!
@@ -84,7 +84,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 use std::time::Duration;
 
 use crate::segment::{HostGroup, LINE, Rendezvous, Segment};
-use crate::{Link, Rank, RxBatch, Tx};
+use crate::{Link, LinkCaps, Rank, RxBatch, Tx};
 
 /// Name of the link's segment (tells it apart from other segments of the job).
 const SEGMENT_NAME: &str = "shm-link";
@@ -858,16 +858,22 @@ impl Link for ShmLink {
 
     /// The configured datagram size for processes on this host; 0 for the others (this
     /// link cannot reach them).
-    fn max_datagram(&self, peer: Rank) -> usize {
-        if self.local_index(peer).is_some() {
-            self.cfg.max_datagram
-        } else {
-            0
+    fn capabilities(&self) -> LinkCaps {
+        let max = self.cfg.max_datagram;
+        LinkCaps {
+            max_datagram: (0..self.nprocs())
+                .map(|p| {
+                    if self.local_index(p).is_some() {
+                        max
+                    } else {
+                        0
+                    }
+                })
+                .collect(),
+            recv_slot: max,
+            reliable: true,
+            intact: true,
         }
-    }
-
-    fn recv_slot_size(&self) -> usize {
-        self.cfg.max_datagram
     }
 
     fn send(&mut self, batch: &[Tx<'_>]) -> io::Result<usize> {
@@ -984,10 +990,6 @@ impl Link for ShmLink {
         };
         self.end_sleep();
         r
-    }
-
-    fn reliable(&self) -> bool {
-        true
     }
 
     fn poll_fd(&self) -> Option<RawFd> {

@@ -10,7 +10,7 @@
 //!
 //! Nodes also have a CPU: receiving and sending cost virtual time, during which a node
 //! does not read its buffer, so bursts that arrive faster than it can process overflow
-//! it, as in seed 003's Table 5.
+//! it, as in the BSPlib paper's Table 5.
 //!
 //! Time does not pass by itself: a runner (`bulkwire_engine::sim`) asks for the next
 //! event time, advances the network to it and steps the nodes that are due.
@@ -24,7 +24,7 @@ use std::time::Duration;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::{Link, Rank, RxBatch, Tx};
+use crate::{Link, LinkCaps, Rank, RxBatch, Tx};
 
 /// Time in nanoseconds of virtual time.
 pub type Time = u64;
@@ -519,12 +519,11 @@ impl Link for SimLink {
         self.nprocs
     }
 
-    fn max_datagram(&self, _peer: Rank) -> usize {
-        self.mtu
-    }
-
-    fn intact(&self) -> bool {
-        self.intact
+    fn capabilities(&self) -> LinkCaps {
+        LinkCaps {
+            intact: self.intact,
+            ..LinkCaps::lossy(self.nprocs(), self.mtu)
+        }
     }
 
     fn send(&mut self, batch: &[Tx<'_>]) -> io::Result<usize> {

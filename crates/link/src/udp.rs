@@ -38,7 +38,7 @@ use std::time::Duration;
 use libc::c_int;
 use socket2::{Domain, Socket, Type};
 
-use crate::{Link, Rank, RxBatch, Tx};
+use crate::{Link, LinkCaps, Rank, RxBatch, Tx};
 
 /// `setsockopt`/cmsg: segment size of a GSO send (`linux/udp.h`).
 const UDP_SEGMENT: c_int = 103;
@@ -604,28 +604,23 @@ impl Link for UdpLink {
         self.peers.len() as u32
     }
 
-    fn max_datagram(&self, peer: Rank) -> usize {
-        self.max_dgram.get(peer as usize).copied().unwrap_or(0)
-    }
-
     /// Intact when every peer is on this host (a loopback address, or our own): the kernel
     /// then hands datagrams over in memory, as it does shared memory, and skips the UDP
-    /// checksum itself.
-    fn intact(&self) -> bool {
+    /// checksum itself. Slots big enough for any GRO-coalesced buffer while GRO is
+    /// available, so that callers who size their batches from this get its receive-side
+    /// savings.
+    fn capabilities(&self) -> LinkCaps {
         let me = self.local.ip();
-        self.peers
-            .iter()
-            .all(|p| p.ip().is_loopback() || p.ip() == me)
-    }
-
-    /// Slots big enough for any GRO-coalesced buffer while GRO is available, so that
-    /// callers who size their batches from this get its receive-side savings.
-    fn recv_slot_size(&self) -> usize {
         let largest = self.max_dgram.iter().copied().max().unwrap_or(0);
-        if self.gro_supported {
-            largest.max(self.gro_min_slot)
-        } else {
-            largest
+        LinkCaps {
+            max_datagram: self.max_dgram.clone(),
+            recv_slot: if self.gro_supported {
+                largest.max(self.gro_min_slot)
+            } else {
+                largest
+            },
+            reliable: false,
+            intact: (self.peers.iter()).all(|p| p.ip().is_loopback() || p.ip() == me),
         }
     }
 

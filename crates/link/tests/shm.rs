@@ -524,9 +524,9 @@ fn composite_routes_per_peer() {
         })
         .collect();
     let mut ls: Vec<_> = hs.into_iter().map(|h| h.join().unwrap()).collect();
-    assert_eq!(ls[0].max_datagram(1), 1024);
-    assert!(ls[0].max_datagram(2) > 1024 || ls[0].max_datagram(2) != 1024);
-    assert!(!ls[0].reliable(), "UDP in the mix");
+    assert_eq!(ls[0].capabilities().max_to(1), 1024);
+    assert!(ls[0].capabilities().max_to(2) > 1024 || ls[0].capabilities().max_to(2) != 1024);
+    assert!(!ls[0].capabilities().reliable, "UDP in the mix");
     // Rank 0 sends to 1 (shm) and 2 (udp), interleaved in one batch.
     let msgs: Vec<Vec<u8>> = (0..6u8).map(|i| vec![i; 100 + i as usize]).collect();
     let txs: Vec<Tx> = msgs
@@ -539,7 +539,7 @@ fn composite_routes_per_peer() {
         })
         .collect();
     assert_eq!(ls[0].send(&txs).unwrap(), 6);
-    let mut rx = RxBatch::new(8, ls[0].recv_slot_size());
+    let mut rx = RxBatch::new(8, ls[0].capabilities().recv_slot);
     for (r, want) in [(1usize, [0u8, 2, 4]), (2, [1, 3, 5])] {
         let mut got = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(5);

@@ -136,8 +136,8 @@ fn largest_datagrams() {
         ("[::1]", MAX_UDP_PAYLOAD_V6),
     ] {
         let mut l = job(ip, &[cfg(true, true), cfg(true, true)]);
-        assert_eq!(l[0].max_datagram(1), max, "{ip}");
-        assert_eq!(l[1].max_datagram(0), max, "{ip}");
+        assert_eq!(l[0].capabilities().max_to(1), max, "{ip}");
+        assert_eq!(l[1].capabilities().max_to(0), max, "{ip}");
         let (h, b) = datagram(7, max);
         let (h2, b2) = datagram(8, max - 1);
         let txs = [
@@ -175,10 +175,10 @@ fn mtu_override() {
         ..UdpConfig::default()
     };
     let l = job("127.0.0.1", &[c.clone(), c.clone()]);
-    assert_eq!(l[0].max_datagram(1), 1472);
+    assert_eq!(l[0].capabilities().max_to(1), 1472);
     let l = job("[::1]", &[c.clone(), c]);
-    assert_eq!(l[0].max_datagram(1), 1452);
-    assert_eq!(l[0].max_datagram(5), 0);
+    assert_eq!(l[0].capabilities().max_to(1), 1452);
+    assert_eq!(l[0].capabilities().max_to(5), 0);
 }
 
 /// A stream that exercises GSO grouping: runs of equal sizes to one peer, a shorter last
@@ -274,7 +274,7 @@ fn gro_splits_coalesced_buffers() {
         let mut l = job(ip, &[cfg(true, false), cfg(false, true), cfg(false, true)]);
         assert!(l[1].gro_active(), "loopback max_datagram fills a GRO slot");
         send_all(&mut l[0], &txs);
-        let mut rx = RxBatch::new(8, l[1].max_datagram(0));
+        let mut rx = RxBatch::new(8, l[1].capabilities().max_to(0));
         let n1 = msgs.iter().filter(|(d, _)| *d == 1).count();
         let got = recv_n(&mut l[1], &mut rx, n1);
         let want: Vec<Vec<u8>> = msgs
@@ -414,7 +414,7 @@ fn intact_only_when_every_peer_is_on_this_host() {
     let local = |peers: &dyn Fn(SocketAddr) -> Vec<SocketAddr>| {
         let b = UdpLink::bind("127.0.0.1:0".parse().unwrap(), &c).unwrap();
         let me = b.local_addr();
-        b.into_link(0, peers(me)).unwrap().intact()
+        b.into_link(0, peers(me)).unwrap().capabilities().intact
     };
     assert!(local(&|me| vec![me, "127.0.0.1:9".parse().unwrap()]));
     assert!(local(&|me| vec![me, "127.1.2.3:9".parse().unwrap()]));
@@ -424,14 +424,15 @@ fn intact_only_when_every_peer_is_on_this_host() {
     assert!(
         v6.into_link(0, vec![me6, "[::1]:9".parse().unwrap()])
             .unwrap()
-            .intact()
+            .capabilities()
+            .intact
     );
     let any = UdpLink::bind("[::]:0".parse().unwrap(), &c).unwrap();
     let me = any.local_addr();
     let l = any
         .into_link(0, vec![me, "[2001:db8::1]:9".parse().unwrap()])
         .unwrap();
-    assert!(!l.intact());
+    assert!(!l.capabilities().intact);
 }
 
 #[test]
@@ -453,8 +454,8 @@ fn dual_stack_socket_reaches_ipv4_peers() {
     ];
     let mut a = a.into_link(0, table_a).unwrap();
     let mut b = b.into_link(1, table).unwrap();
-    assert_eq!(a.max_datagram(1), MAX_UDP_PAYLOAD_V4);
-    assert_eq!(a.max_datagram(0), MAX_UDP_PAYLOAD_V4);
+    assert_eq!(a.capabilities().max_to(1), MAX_UDP_PAYLOAD_V4);
+    assert_eq!(a.capabilities().max_to(0), MAX_UDP_PAYLOAD_V4);
     let msgs: Vec<_> = (0..20).map(|i| datagram(i, 1400)).collect();
     let txs: Vec<Tx> = msgs
         .iter()
@@ -662,7 +663,7 @@ fn unreachable_peers_count_as_sent_and_lost() {
         let mut a = a.into_link(0, table.clone()).unwrap();
         let mut b = b.into_link(2, table).unwrap();
         assert_eq!(
-            a.max_datagram(1),
+            a.capabilities().max_to(1),
             1472,
             "unknown path: Ethernet MTU assumed"
         );
@@ -760,7 +761,7 @@ fn gso_too_large_for_path_is_split() {
             ..UdpConfig::default()
         };
         let mut l = job("127.0.0.1", &[c.clone(), c]);
-        assert_eq!(l[0].max_datagram(1), 8972);
+        assert_eq!(l[0].capabilities().max_to(1), 8972);
         let msgs: Vec<_> = (0..6).map(|i| datagram(i, 8000)).collect();
         let txs: Vec<Tx> = msgs
             .iter()

@@ -1,6 +1,6 @@
 //! Point-to-point messaging for bulkwire: what a user of MPI expects of `MPI_Isend`,
-//! `MPI_Irecv` and `MPI_Wait`, over any [`Transport`] (seed 000's pre-post / send / wait
-//! library, seed 004's ports).
+//! `MPI_Irecv` and `MPI_Wait`, over any [`Transport`] (the RMPP paper's pre-post / send / wait
+//! library, the ParaStation2 paper's ports).
 //!
 //! - **Matching**: receives are matched by (source, tag) with wildcards ([`Source::Any`],
 //!   [`Tag::Any`]) in MPI's order: an arriving message takes the earliest posted receive
@@ -13,7 +13,7 @@
 //!   packets), falling back to the transport if the kernel refuses.
 //! - **Progress**: the state lives in [`bulkwire_engine::progress::Shared`]: a background
 //!   thread matches, copies and acknowledges while the user computes, so a pre-posted
-//!   receive is complete when the user comes back to wait (seed 000, Fig. 4).
+//!   receive is complete when the user comes back to wait (the RMPP paper, Fig. 4).
 //! - **Errors** are per request: truncation, a dead peer (named), a failed job.
 //!
 //! ```no_run
@@ -44,7 +44,7 @@ pub mod matching;
 mod state;
 /// Single-copy reads of a peer's memory on this host (shared with the BSP layer's
 /// `bsp_direct_get`).
-pub use bulkwire_engine::vm;
+pub use bulkwire_engine::{PeerDead, vm};
 
 use std::marker::PhantomData;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
@@ -77,8 +77,8 @@ pub enum Error {
         len: u64,
         cap: usize,
     },
-    #[error("rank {peer} is dead: nothing heard from it for {:.1} s", *silent_for as f64 / 1e9)]
-    PeerDead { peer: Rank, silent_for: u64 },
+    #[error(transparent)]
+    PeerDead(PeerDead),
     /// Another process of the job failed (aborted, died, or the launcher is gone);
     /// `rank` names it when known.
     #[error("the job failed: {message}")]
@@ -108,7 +108,7 @@ impl Error {
     pub fn peer(&self) -> Option<Rank> {
         match *self {
             Error::Truncated { peer, .. } => Some(peer),
-            Error::PeerDead { peer, .. } => Some(peer),
+            Error::PeerDead(d) => Some(d.peer),
             Error::JobFailed { rank, .. } => rank,
             _ => None,
         }

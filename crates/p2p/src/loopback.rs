@@ -198,10 +198,10 @@ impl Transport for Loopback {
             return Err(EngineError::Config(format!("bad destination {to}")));
         }
         if self.ctl.lock().unwrap_or_else(|e| e.into_inner()).dead[to as usize] {
-            return Err(EngineError::PeerDead {
+            return Err(EngineError::PeerDead(crate::PeerDead {
                 peer: to,
                 silent_for: 0,
-            });
+            }));
         }
         let mut net = self.hub.net.lock().unwrap_or_else(|e| e.into_inner());
         // Ids per (sender, receiver) pair, as a protocol numbers them.

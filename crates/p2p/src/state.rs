@@ -371,11 +371,7 @@ fn send_error(e: bulkwire_engine::Error) -> Error {
     use bulkwire_engine::Error as E;
     use bulkwire_protocol::ProtoError as P;
     match e {
-        E::PeerDead { peer, silent_for } => Error::PeerDead { peer, silent_for },
-        E::Protocol(P::PeerDead { peer }) => Error::PeerDead {
-            peer,
-            silent_for: 0,
-        },
+        E::PeerDead(d) | E::Protocol(P::PeerDead(d)) => Error::PeerDead(d),
         E::JobFailed(m) => Error::JobFailed {
             rank: None,
             message: m,
@@ -1521,7 +1517,7 @@ impl State {
     }
 
     fn on_peer_dead(&mut self, peer: Rank, silent_for: Time) {
-        let err = Error::PeerDead { peer, silent_for };
+        let err = Error::PeerDead(crate::PeerDead { peer, silent_for });
         let p = &mut self.peers[peer as usize];
         if p.dead.is_some() {
             return;
@@ -1628,5 +1624,28 @@ impl Service for State {
 
     fn keep_alive_interval(&self) -> Option<Duration> {
         self.t.as_ref()?.liveness_interval()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Error, PeerDead};
+    use bulkwire_protocol::{ProtoError, SEC};
+
+    #[test]
+    fn a_dead_peer_keeps_its_rank_and_silence_in_point_to_point() {
+        let d = PeerDead {
+            peer: 2,
+            silent_for: 4 * SEC,
+        };
+        for e in [
+            bulkwire_engine::Error::PeerDead(d),
+            bulkwire_engine::Error::Protocol(ProtoError::PeerDead(d)),
+        ] {
+            let e = super::send_error(e);
+            assert!(matches!(e, Error::PeerDead(x) if x == d), "{e:?}");
+            assert_eq!(e.peer(), Some(2));
+            assert!(e.to_string().contains("rank 2") && e.to_string().contains("4.0 s"));
+        }
     }
 }

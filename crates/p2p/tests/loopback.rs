@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use bulkwire_p2p::loopback::{self, Delivery, Injector};
-use bulkwire_p2p::{ANY_SOURCE, ANY_TAG, Comm, Config, Error, SingleCopy};
+use bulkwire_p2p::{ANY_SOURCE, ANY_TAG, Comm, Config, Error, PeerDead, SingleCopy};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -179,18 +179,24 @@ fn dead_peer_fails_what_depends_on_it() {
         let mut sb = s.isend(1, 0, &big).unwrap(); // rendezvous: waits for 1's CTS
         inj[0].kill(1);
         let e = r1.wait().unwrap_err();
-        assert!(matches!(e, Error::PeerDead { peer: 1, .. }), "{e}");
+        assert!(
+            matches!(e, Error::PeerDead(PeerDead { peer: 1, .. })),
+            "{e}"
+        );
         assert!(e.to_string().contains("rank 1"), "{e}");
         assert_eq!(e.peer(), Some(1));
-        assert!(matches!(sb.wait(), Err(Error::PeerDead { peer: 1, .. })));
+        assert!(matches!(
+            sb.wait(),
+            Err(Error::PeerDead(PeerDead { peer: 1, .. }))
+        ));
         assert!(matches!(
             c0.send(1, 0, b"x"),
-            Err(Error::PeerDead { peer: 1, .. })
+            Err(Error::PeerDead(PeerDead { peer: 1, .. }))
         ));
         let mut b = [0u8; 1];
         assert!(matches!(
             c0.recv(1, 5, &mut b),
-            Err(Error::PeerDead { peer: 1, .. })
+            Err(Error::PeerDead(PeerDead { peer: 1, .. }))
         ));
         // The any-source receive is still pending, and rank 2 satisfies it.
         assert!(ra.test().is_none());

@@ -115,7 +115,7 @@ fn sixteen_mib_under_loss() {
     eprintln!("{}", out.lines("big bytes=")[0]);
 }
 
-/// Seed 000 Fig. 4: after a long computation the pre-posted receive is already complete,
+/// The RMPP paper's Fig. 4: after a long computation the pre-posted receive is already complete,
 /// for every size, by single copy and through the transport: the message was delivered
 /// while the user computed (the counters say so before the wait), by the progress thread.
 /// How small the wait then is, is the benchmark's business (`bwbench overlap`); here it

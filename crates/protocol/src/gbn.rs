@@ -1,4 +1,4 @@
-//! gbn: the ParaStation2 reliable transmission protocol (seed 004 section 3).
+//! gbn: the ParaStation2 reliable transmission protocol (the ParaStation2 paper, section 3).
 //!
 //! Every data packet is acknowledged by an explicit ACK or rejected by a NACK; each
 //! (sender, receiver) pair numbers its packets with `seq_bits`-bit sequence numbers; the
@@ -85,7 +85,9 @@ use bytes::Bytes;
 
 use crate::common::{Added, OutQueue, ReadySet, Reassembler, Rtt, SeqSpace, Timers};
 use crate::wire::{Header, Kind, flags};
-use crate::{Common, Event, MsgId, PeerStats, ProtoError, Protocol, Rank, Time, Transmit};
+use crate::{
+    Common, Event, MsgId, PeerDead, PeerStats, ProtoError, Protocol, Rank, Time, Transmit,
+};
 
 /// Settings of [`Gbn`]. The defaults are the paper's: 8-bit sequence numbers, a window of
 /// 8 packets, explicit ACK for every packet.
@@ -244,7 +246,9 @@ struct Peer {
     /// Total of the message being received, once its first fragment is in.
     rcv_total: u64,
     reasm: Reassembler,
-    closed: bool,
+    /// The death the engine told of ([`Protocol::close_peer`]), boxed so that a live
+    /// peer's state stays as small as with a flag.
+    closed: Option<Box<PeerDead>>,
     /// Something came from the peer since the retransmission timer was last armed.
     heard: bool,
     /// Timeouts in a row with nothing heard from the peer.
@@ -298,7 +302,7 @@ impl Gbn {
                 rcv_off: 0,
                 rcv_total: 0,
                 reasm: Reassembler::new(c.max_message),
-                closed: false,
+                closed: None,
                 heard: false,
                 silent_timeouts: 0,
                 ignored: 0,
@@ -564,7 +568,7 @@ impl Gbn {
     fn next_data(&mut self, now: Time, to: Rank) -> Option<Transmit> {
         self.fill(to);
         let p = &mut self.peers[to as usize];
-        if p.closed || p.cursor >= p.slots.len() {
+        if p.closed.is_some() || p.cursor >= p.slots.len() {
             return None;
         }
         let k = p.cursor;
@@ -613,8 +617,9 @@ impl Protocol for Gbn {
         data: Bytes,
         notify: bool,
     ) -> Result<MsgId, ProtoError> {
-        self.c
-            .check_send(to, data.len(), || self.peers[to as usize].closed)?;
+        self.c.check_send(to, data.len(), || {
+            self.peers[to as usize].closed.as_deref().copied()
+        })?;
         let p = &mut self.peers[to as usize];
         p.stats.messages_sent += 1;
         let id = p.out.push(data, notify);
@@ -623,9 +628,27 @@ impl Protocol for Gbn {
         Ok(id)
     }
 
+    fn clocked(&self) -> bool {
+        true
+    }
+
+    /// Every message waits in the queues until it is acknowledged.
+    fn send_now(
+        &mut self,
+        now: Time,
+        to: Rank,
+        data: Bytes,
+        notify: bool,
+    ) -> Result<(MsgId, Option<Transmit>), ProtoError> {
+        self.send(now, to, data, notify).map(|id| (id, None))
+    }
+
     fn handle(&mut self, now: Time, hdr: &Header, payload: &[u8]) {
         let from = hdr.src;
-        if from >= self.c.nprocs || from == self.c.rank || self.peers[from as usize].closed {
+        if from >= self.c.nprocs
+            || from == self.c.rank
+            || self.peers[from as usize].closed.is_some()
+        {
             return;
         }
         self.peers[from as usize].heard = true;
@@ -666,7 +689,7 @@ impl Protocol for Gbn {
                 out.push(t);
                 n += 1;
             }
-            if !self.peers[to as usize].closed {
+            if self.peers[to as usize].closed.is_none() {
                 self.wake(to);
             }
         }
@@ -685,7 +708,7 @@ impl Protocol for Gbn {
     fn handle_timeout(&mut self, now: Time) {
         while let Some(to) = self.timers.pop_expired(now) {
             let p = &mut self.peers[to as usize];
-            if p.closed || p.cursor == 0 {
+            if p.closed.is_some() || p.cursor == 0 {
                 continue;
             }
             p.stats.timeouts += 1;
@@ -726,9 +749,10 @@ impl Protocol for Gbn {
         }
     }
 
-    fn close_peer(&mut self, peer: Rank) {
+    fn close_peer(&mut self, dead: PeerDead) {
+        let peer = dead.peer;
         let p = &mut self.peers[peer as usize];
-        p.closed = true;
+        p.closed = Some(Box::new(dead));
         p.out.clear();
         p.slots = VecDeque::new();
         p.cursor = 0;
@@ -737,10 +761,20 @@ impl Protocol for Gbn {
         self.timers.clear(peer);
         self.ctl.retain(|h| h.dst != peer);
     }
+
+    /// Nothing depends on whether the upper layer waits.
+    fn expect(&mut self, _now: Time, _peer: Rank, _waiting: bool) {}
 }
 
 #[cfg(test)]
 mod tests {
+    /// `peer` declared dead after 5 s of silence.
+    fn dead(peer: Rank) -> PeerDead {
+        PeerDead {
+            peer,
+            silent_for: 5 * crate::SEC,
+        }
+    }
     use super::*;
     use crate::testkit::{Duo, common, deref_duo, events, exchange, pattern, rx, rx_all, tx};
     use crate::{MS, US};
@@ -827,6 +861,7 @@ mod tests {
                         d.sent[i].push(id);
                     }
                     Event::Announce { .. } => panic!("gbn never announces"),
+                    Event::PeerDead { .. } => panic!("deaths are the engine's to report"),
                 }
             }
         }
@@ -1546,13 +1581,13 @@ mod tests {
         a.send(0, 1, pattern(5 * MP, 0), true).unwrap();
         let d = tx(&mut a, 0);
         rx_all(&mut b, 0, &d[..2]);
-        a.close_peer(1);
-        b.close_peer(0);
+        a.close_peer(dead(1));
+        b.close_peer(dead(0));
         assert!(!a.outstanding(1));
         assert_eq!(a.poll_timeout(), None);
         assert_eq!(
             a.send(0, 1, Bytes::new(), false),
-            Err(ProtoError::PeerDead { peer: 1 })
+            Err(ProtoError::PeerDead(dead(1)))
         );
         assert!(tx(&mut b, 0).is_empty(), "queued ACKs dropped");
         rx_all(&mut b, 0, &d[2..]);

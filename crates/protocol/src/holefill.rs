@@ -1,4 +1,4 @@
-//! holefill: BSPlib's hole-filling selective retransmission (seed 003 sections 4.2-4.4).
+//! holefill: BSPlib's hole-filling selective retransmission (the BSPlib paper, sections 4.2-4.4).
 //!
 //! Every packet, data or control, carries the receive state of the reverse direction,
 //! filled in at [`Protocol::poll_transmit`] time: `ack` (next expected sequence: all below
@@ -37,8 +37,8 @@
 //! and several due in one [`Protocol::poll_transmit`] make one ack, or none when data
 //! leaves for that peer at the same time (the ack rides on it).
 //!
-//! **Colours** (BSP, [`Protocol::set_colour`]). Each sent packet remembers the colour it
-//! first left under (or the later one [`Protocol::hold_colour`] asked for). A packet from
+//! **Colours** (BSP, [`Coloured::set_colour`]). Each sent packet remembers the colour it
+//! first left under (or the later one [`Coloured::hold_colour`] asked for). A packet from
 //! any peer whose colour is ahead (modulo 256, within half the space) of the colour of
 //! some of our unacknowledged packets acknowledges them implicitly. Until `set_colour` is called nothing is freed this way, so the protocol is
 //! also correct outside BSP.
@@ -72,7 +72,10 @@ use bytes::Bytes;
 
 use crate::common::{Added, OutQueue, ReadySet, Reassembler, Rtt, SeqSpace, Timers};
 use crate::wire::{Header, Kind, flags};
-use crate::{Common, Event, MS, MsgId, PeerStats, ProtoError, Protocol, Rank, Time, Transmit, US};
+use crate::{
+    Coloured, Common, Event, MS, MsgId, PeerDead, PeerStats, ProtoError, Protocol, Rank, Time,
+    Transmit, US,
+};
 
 /// Settings of [`Holefill`]. Every field has a documented default.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -374,7 +377,9 @@ struct Peer {
     prod_pending: bool,
     prod_due: bool,
     rtt: Rtt,
-    closed: bool,
+    /// The death the engine told of ([`Protocol::close_peer`]), boxed so that a live
+    /// peer's state stays as small as with a flag.
+    closed: Option<Box<PeerDead>>,
     stats: PeerStats,
 }
 
@@ -407,7 +412,7 @@ pub struct Holefill {
     /// Peers with data waiting for a free send buffer.
     blocked: VecDeque<Rank>,
     colour: u8,
-    /// Colour recorded in packets first sent from now on (see [`Protocol::hold_colour`]).
+    /// Colour recorded in packets first sent from now on (see [`Coloured::hold_colour`]).
     hold: u8,
     colours_on: bool,
     /// Colour of the latest implicit-acknowledgement sweep.
@@ -463,7 +468,7 @@ impl Holefill {
                 prod_pending: false,
                 prod_due: false,
                 rtt: Rtt::new(c.rto_initial, c.rto_min.max(RTO_FLOOR), c.rto_max),
-                closed: false,
+                closed: None,
                 stats: PeerStats::default(),
             })
             .collect();
@@ -517,7 +522,7 @@ impl Holefill {
     /// When `p` should prod next, if it is waiting. With a hole known, only the interval
     /// since the last prod counts: the data is certainly missing.
     fn prod_deadline(&self, p: &Peer) -> Option<Time> {
-        if !p.waiting || p.closed {
+        if !p.waiting || p.closed.is_some() {
             return None;
         }
         let iv = self.prod_interval(p);
@@ -530,7 +535,7 @@ impl Holefill {
     }
 
     fn rto_deadline(p: &Peer) -> Option<Time> {
-        (!p.inflight.is_empty() && !p.closed).then(|| p.last_activity + p.rtt.rto())
+        (!p.inflight.is_empty() && p.closed.is_none()).then(|| p.last_activity + p.rtt.rto())
     }
 
     fn next_deadline(&self, peer: Rank) -> Option<Time> {
@@ -863,7 +868,7 @@ impl Holefill {
 
     /// Sends `peer` its resends, new data and due control packets, up to a burst.
     fn serve(&mut self, peer: Rank, now: Time, out: &mut Vec<Transmit>, limit: usize) {
-        if self.peers[peer as usize].closed {
+        if self.peers[peer as usize].closed.is_some() {
             return;
         }
         let mut n = 0;
@@ -978,7 +983,7 @@ impl Holefill {
 
     /// A timer of `peer` fired.
     fn on_timer(&mut self, peer: Rank, now: Time) {
-        if self.peers[peer as usize].closed {
+        if self.peers[peer as usize].closed.is_some() {
             return;
         }
         if Self::rto_deadline(&self.peers[peer as usize]).is_some_and(|t| now >= t) {
@@ -1025,8 +1030,9 @@ impl Protocol for Holefill {
         data: Bytes,
         notify: bool,
     ) -> Result<MsgId, ProtoError> {
-        self.c
-            .check_send(to, data.len(), || self.peers[to as usize].closed)?;
+        self.c.check_send(to, data.len(), || {
+            self.peers[to as usize].closed.as_deref().copied()
+        })?;
         let p = &mut self.peers[to as usize];
         p.stats.messages_sent += 1;
         let id = p.out.push(data, notify);
@@ -1035,9 +1041,24 @@ impl Protocol for Holefill {
         Ok(id)
     }
 
+    fn clocked(&self) -> bool {
+        true
+    }
+
+    /// Every message waits in the queues until it is acknowledged.
+    fn send_now(
+        &mut self,
+        now: Time,
+        to: Rank,
+        data: Bytes,
+        notify: bool,
+    ) -> Result<(MsgId, Option<Transmit>), ProtoError> {
+        self.send(now, to, data, notify).map(|id| (id, None))
+    }
+
     fn handle(&mut self, now: Time, hdr: &Header, payload: &[u8]) {
         let from = hdr.src;
-        if self.c.check_peer(from).is_err() || self.peers[from as usize].closed {
+        if self.c.check_peer(from).is_err() || self.peers[from as usize].closed.is_some() {
             return;
         }
         self.implicit_ack(hdr.colour, now);
@@ -1152,11 +1173,12 @@ impl Protocol for Holefill {
         }
     }
 
-    fn close_peer(&mut self, peer: Rank) {
+    fn close_peer(&mut self, dead: PeerDead) {
+        let peer = dead.peer;
         let Some(p) = self.peers.get_mut(peer as usize) else {
             return;
         };
-        p.closed = true;
+        p.closed = Some(Box::new(dead));
         p.out.clear();
         self.send_free += p.inflight.len() as u32;
         p.inflight.clear();
@@ -1179,7 +1201,7 @@ impl Protocol for Holefill {
     }
 
     fn expect(&mut self, now: Time, peer: Rank, waiting: bool) {
-        if self.c.check_peer(peer).is_err() || self.peers[peer as usize].closed {
+        if self.c.check_peer(peer).is_err() || self.peers[peer as usize].closed.is_some() {
             return;
         }
         let p = &mut self.peers[peer as usize];
@@ -1192,6 +1214,18 @@ impl Protocol for Holefill {
         }
     }
 
+    fn queued_bytes(&self, peer: Rank) -> u64 {
+        self.peers
+            .get(peer as usize)
+            .map_or(0, |p| p.out.pending_bytes())
+    }
+
+    fn coloured(&mut self) -> Option<&mut dyn Coloured> {
+        Some(self)
+    }
+}
+
+impl Coloured for Holefill {
     fn set_colour(&mut self, colour: u8) {
         self.colour = colour;
         self.hold = colour;
@@ -1202,12 +1236,6 @@ impl Protocol for Holefill {
         self.hold = hold;
     }
 
-    fn queued_bytes(&self, peer: Rank) -> u64 {
-        self.peers
-            .get(peer as usize)
-            .map_or(0, |p| p.out.pending_bytes())
-    }
-
     fn end_phase(&mut self, peer: Rank) {
         if self.c.check_peer(peer).is_err() {
             return;
@@ -1216,7 +1244,7 @@ impl Protocol for Holefill {
         let Some(last) = p.last_msg else {
             return;
         };
-        if p.closed {
+        if p.closed.is_some() {
             return;
         }
         if p.out.last_id() == Some(last) {
@@ -1235,6 +1263,13 @@ impl Protocol for Holefill {
 
 #[cfg(test)]
 mod tests {
+    /// `peer` declared dead after 5 s of silence.
+    fn dead(peer: Rank) -> PeerDead {
+        PeerDead {
+            peer,
+            silent_for: 5 * SEC,
+        }
+    }
     use std::collections::BTreeMap;
 
     use proptest::prelude::*;
@@ -1579,6 +1614,7 @@ mod tests {
                         Event::Message { from, id, data } => self.got[r].push((from, id, data)),
                         Event::Sent { to, id } => self.sent[r].push((to, id)),
                         Event::Announce { .. } => panic!("holefill never announces"),
+                        Event::PeerDead { .. } => panic!("deaths are the engine's to report"),
                     }
                 }
             }
@@ -2284,12 +2320,12 @@ mod tests {
         }
         out(&mut a, 0);
         assert!(a.outstanding(1));
-        a.close_peer(1);
+        a.close_peer(dead(1));
         assert!(!a.outstanding(1));
         assert_eq!(a.free_buffers(), free);
         assert_eq!(
             a.send(0, 1, Bytes::new(), false),
-            Err(ProtoError::PeerDead { peer: 1 })
+            Err(ProtoError::PeerDead(dead(1)))
         );
         assert!(out(&mut a, 0).is_empty());
         a.handle(SEC, &data(1, 0, 0, flags::ACK_REQ).0, b"x");

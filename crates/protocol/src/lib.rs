@@ -1,15 +1,15 @@
 //! bulkwire protocols: each turns unreliable datagrams into reliable, per-pair ordered
-//! message delivery, as a sans-IO state machine (DESIGN.md section 2). A protocol never
+//! message delivery, as a sans-IO state machine. A protocol never
 //! touches a socket, a thread or a clock: the engine hands it decoded packets and the
 //! current time, and takes back packets to transmit, delivered messages and its next
 //! timer deadline. That is what lets the same code run over UDP, shared memory and a
 //! simulated network of thousands of nodes, deterministically.
 //!
 //! - [`wire`]: the packet format shared by all protocols;
-//! - [`utopia`]: no recovery at all (seed 000's ceiling);
-//! - [`gbn`]: ParaStation2's ACK/NACK go-back-N (seed 004);
-//! - [`holefill`]: BSPlib's hole-filling selective retransmission (seed 003);
-//! - [`rmpp`]: Sandia's message-based protocol, one short connection per message (seed 000);
+//! - [`utopia`]: no recovery at all (the RMPP paper's ceiling);
+//! - [`gbn`]: ParaStation2's ACK/NACK go-back-N (the ParaStation2 paper);
+//! - [`holefill`]: BSPlib's hole-filling selective retransmission (the BSPlib paper);
+//! - [`rmpp`]: Sandia's message-based protocol, one short connection per message (the RMPP paper);
 //! - [`common`]: what they share: fragmenting, reassembly, round-trip estimation.
 
 #![forbid(unsafe_code)]
@@ -52,7 +52,8 @@ pub struct Transmit {
     pub payload: Bytes,
 }
 
-/// What a protocol reports to the layer above.
+/// What a protocol, and the engine that drives it, report to the layer above: the one
+/// event type of every layer from the protocols up.
 #[derive(Debug)]
 pub enum Event {
     /// A whole message from `from`, delivered exactly once and in per-pair order.
@@ -63,7 +64,7 @@ pub enum Event {
     },
     /// A message sent with `notify` has been acknowledged by its receiver.
     Sent { to: Rank, id: MsgId },
-    /// RMPP only: a message from `from` waits for the receiver to [`Protocol::accept`] it.
+    /// RMPP only: a message from `from` waits for the receiver to [`Announcing::accept`] it.
     /// `head` holds its first bytes (the upper layer's envelope). Reported in the order
     /// `from` sent them, once (again only after an accept refused for want of memory).
     Announce {
@@ -72,6 +73,9 @@ pub enum Event {
         total: u64,
         head: Vec<u8>,
     },
+    /// A peer stayed silent for `silent_for` nanoseconds, past the deadline, while we
+    /// depended on it. Liveness is the engine's: it reports this, protocols never do.
+    PeerDead { peer: Rank, silent_for: Time },
 }
 
 /// Errors a protocol reports to its caller.
@@ -83,11 +87,26 @@ pub enum ProtoError {
     SelfSend { peer: Rank },
     #[error("message of {len} bytes exceeds the limit of {max} bytes")]
     TooLarge { len: u64, max: u64 },
-    #[error("rank {peer} was declared dead; nothing more can be sent to it")]
-    PeerDead { peer: Rank },
+    #[error(transparent)]
+    PeerDead(PeerDead),
     /// The protocol lost what it cannot get back: the job cannot go on correctly.
     #[error("{0}")]
     Unrecoverable(Box<Unrecoverable>),
+}
+
+/// A peer declared dead, and how long it had been silent when it was: the one error for
+/// it in every layer, from the protocol's refusal to send to it up to the messages of
+/// point-to-point and BSP. The engine declares deaths; a protocol learns of them through
+/// [`Protocol::close_peer`].
+#[derive(Debug, thiserror::Error, Clone, Copy, PartialEq, Eq)]
+#[error(
+    "rank {peer} is dead: nothing heard from it for {:.1} s while waiting on it",
+    *silent_for as f64 / 1e9
+)]
+pub struct PeerDead {
+    pub peer: Rank,
+    /// Nanoseconds of silence.
+    pub silent_for: Time,
 }
 
 /// What a protocol without recovery lost (boxed in [`ProtoError`], which every send
@@ -163,13 +182,14 @@ impl Common {
     /// The checks every [`Protocol::send`] makes before queueing `len` bytes for `to`, in
     /// this order: `to` may be sent to ([`Common::check_peer`]), the message is within
     /// `max_message`, and `to` has not been declared dead. `closed` tells the last (the
-    /// protocol's own per-peer state, so it is asked only once `to` is known to be valid);
-    /// a protocol that keeps no such state passes `|| false`.
+    /// protocol's own per-peer state, so it is asked only once `to` is known to be valid):
+    /// the death [`Protocol::close_peer`] told of, if any; a protocol that keeps no such
+    /// state passes `|| None`.
     pub fn check_send(
         &self,
         to: Rank,
         len: usize,
-        closed: impl FnOnce() -> bool,
+        closed: impl FnOnce() -> Option<PeerDead>,
     ) -> Result<(), ProtoError> {
         self.check_peer(to)?;
         if len as u64 > self.max_message {
@@ -178,8 +198,8 @@ impl Common {
                 max: self.max_message,
             });
         }
-        if closed() {
-            return Err(ProtoError::PeerDead { peer: to });
+        if let Some(dead) = closed() {
+            return Err(ProtoError::PeerDead(dead));
         }
         Ok(())
     }
@@ -190,9 +210,21 @@ impl Common {
 /// [`Protocol::handle_timeout`] when [`Protocol::poll_timeout`] has passed,
 /// [`Protocol::poll_transmit`] to collect packets, [`Protocol::poll_event`] to collect
 /// deliveries.
+///
+/// What only some protocols do is offered through one accessor per extension:
+/// [`Protocol::coloured`] (BSP's colours and phase ends: holefill),
+/// [`Protocol::announcing`] (messages that wait to be accepted: rmpp) and
+/// [`Protocol::unrecovering`] (a protocol without recovery, checked through the
+/// engine's liveness marks: utopia).
 pub trait Protocol: Send {
     /// The protocol's name, as [`by_name`] takes it.
     fn name(&self) -> &'static str;
+
+    /// Whether [`Protocol::send`] and [`Protocol::poll_transmit`] use the time they are
+    /// given (timers, round trips). When not, the engine passes its last clock reading
+    /// instead of reading the clock for every message (~40 ns here, on the critical path
+    /// of a 0.7 us round trip over shared memory).
+    fn clocked(&self) -> bool;
 
     /// Queues `data` for `to`. With `notify`, an [`Event::Sent`] follows once the receiver
     /// has acknowledged the whole message (the caller may then reuse what `data` borrowed).
@@ -201,17 +233,16 @@ pub trait Protocol: Send {
 
     /// [`Protocol::send`], and the message's packet when it may go out at once as one
     /// packet with nothing queued before it anywhere in the protocol: the engine then
-    /// hands it to the link without a round through the queues. `None` (the default):
-    /// queued as by `send`, for [`Protocol::poll_transmit`].
+    /// hands it to the link without a round through the queues. `None`: queued as by
+    /// `send`, for [`Protocol::poll_transmit`] (what a protocol that keeps every message
+    /// until it is acknowledged always answers).
     fn send_now(
         &mut self,
         now: Time,
         to: Rank,
         data: Bytes,
         notify: bool,
-    ) -> Result<(MsgId, Option<Transmit>), ProtoError> {
-        self.send(now, to, data, notify).map(|id| (id, None))
-    }
+    ) -> Result<(MsgId, Option<Transmit>), ProtoError>;
 
     /// Takes in one verified packet (the engine has checked CRC, cookie and addressing).
     fn handle(&mut self, now: Time, hdr: &Header, payload: &[u8]);
@@ -232,78 +263,94 @@ pub trait Protocol: Send {
     /// Whether anything sent to `peer` is still unacknowledged (or queued).
     fn outstanding(&self, peer: Rank) -> bool;
 
-    /// Statistics for `peer`.
-    fn peer_stats(&self, peer: Rank) -> PeerStats;
-
-    /// Forgets `peer` (declared dead): drops its queues and stops its timers.
-    fn close_peer(&mut self, peer: Rank);
-
-    /// Whether [`Protocol::send`] and [`Protocol::poll_transmit`] use the time they are
-    /// given (timers, round trips). When not, the engine passes its last clock reading
-    /// instead of reading the clock for every message (~40 ns here, on the critical path
-    /// of a 0.7 us round trip over shared memory).
-    fn clocked(&self) -> bool {
-        true
-    }
-
-    /// The upper layer is waiting for data from `peer` (or has stopped waiting). A
-    /// protocol may use this to prod a silent sender (holefill) or to keep it alive.
-    fn expect(&mut self, _now: Time, _peer: Rank, _waiting: bool) {}
-
-    /// BSP: outgoing packets carry `colour` (the count of barriers passed, mod 256), and a
-    /// packet received with a later colour acknowledges implicitly everything sent under
-    /// earlier ones (seed 003 section 4.4). Protocols without the scheme ignore it.
-    fn set_colour(&mut self, _colour: u8) {}
-
-    /// BSP: the message most recently queued for `peer` ends this phase; its last packet
-    /// asks for an acknowledgement.
-    fn end_phase(&mut self, _peer: Rank) {}
-
-    /// RMPP: the upper layer has a receive posted for the announced message.
-    fn accept(&mut self, _now: Time, _from: Rank, _id: MsgId) {}
-
-    /// RMPP: accept every message on arrival (and whatever is announced now), for upper
-    /// layers that post no receives (BSP, collectives). Other protocols never announce.
-    fn set_auto_accept(&mut self, _now: Time, _on: bool) {}
-
-    /// BSP: packets first sent from now on are acknowledged implicitly only by a packet
-    /// whose colour is ahead of `hold`, which may be ahead of the colour they carry;
-    /// [`Protocol::set_colour`] resets it to the new colour. A BSP layer sends the messages
-    /// of a barrier before it has passed it: they carry the honest colour (barriers
-    /// passed) but must outlive the packets of the superstep before them (docs/bsp.md).
-    fn hold_colour(&mut self, _hold: u8) {}
-
     /// Bytes queued for `peer` that have not been cut into packets yet (0 when the
     /// protocol does not know). BSP pacing feeds one destination at a time with it.
     fn queued_bytes(&self, _peer: Rank) -> u64 {
         0
     }
 
+    /// Statistics for `peer`.
+    fn peer_stats(&self, peer: Rank) -> PeerStats;
+
+    /// Forgets `dead.peer` (declared dead): drops its queues and stops its timers; a
+    /// later send to it fails with `dead`.
+    fn close_peer(&mut self, dead: PeerDead);
+
+    /// The upper layer is waiting for data from `peer` (or has stopped waiting). A
+    /// protocol may use this to prod a silent sender (holefill); others ignore it.
+    fn expect(&mut self, now: Time, peer: Rank, waiting: bool);
+
+    /// BSP's colours and phase ends, for a protocol that implements them.
+    fn coloured(&mut self) -> Option<&mut dyn Coloured> {
+        None
+    }
+
+    /// Acceptance of announced messages, for a protocol that announces them
+    /// ([`Event::Announce`]).
+    fn announcing(&mut self) -> Option<&mut dyn Announcing> {
+        None
+    }
+
+    /// The liveness marks and the failure of a protocol without recovery.
+    fn unrecovering(&mut self) -> Option<&mut dyn Unrecovering> {
+        None
+    }
+}
+
+/// BSP's colouring scheme, from the BSPlib paper (Donaldson, Hill & Skillicorn, section
+/// 4.4): packets carry the count of barriers passed, and a packet received with a later
+/// colour acknowledges implicitly everything sent under earlier ones. Offered by
+/// [`Protocol::coloured`].
+pub trait Coloured {
+    /// Outgoing packets carry `colour` (the count of barriers passed, mod 256); also
+    /// resets the hold ([`Coloured::hold_colour`]) to it.
+    fn set_colour(&mut self, colour: u8);
+
+    /// Packets first sent from now on are acknowledged implicitly only by a packet whose
+    /// colour is ahead of `hold`, which may be ahead of the colour they carry. A BSP layer
+    /// sends the messages of a barrier before it has passed it: they carry the honest
+    /// colour (barriers passed) but must outlive the packets of the superstep before them
+    /// (docs/bsp.md).
+    fn hold_colour(&mut self, hold: u8);
+
+    /// The message most recently queued for `peer` ends this phase; its last packet asks
+    /// for an acknowledgement.
+    fn end_phase(&mut self, peer: Rank);
+}
+
+/// A protocol whose messages wait for the receiver ([`Event::Announce`]) before their data
+/// flows (rmpp). Offered by [`Protocol::announcing`].
+pub trait Announcing {
+    /// The upper layer has a receive posted for the announced message `id` from `from`.
+    fn accept(&mut self, now: Time, from: Rank, id: MsgId);
+
+    /// Accept every message on arrival (and whatever is announced now), for upper layers
+    /// that post no receives (BSP, collectives).
+    fn set_auto_accept(&mut self, now: Time, on: bool);
+}
+
+/// A protocol without recovery (utopia): it cannot confirm by itself that its packets
+/// arrived, so the engine pings a silent peer it sent to and carries the protocol's
+/// counts of packets (its liveness marks) in pings and pongs; a loss they reveal is a
+/// failure the engine then reports on every step. Offered by [`Protocol::unrecovering`].
+pub trait Unrecovering {
+    /// How many packets the protocol has sent to `peer` and received from it (`None` for
+    /// a rank not in the job).
+    fn marks(&self, peer: Rank) -> Option<(u32, u32)>;
+
+    /// `peer`'s [`Unrecovering::marks`] arrived: it had sent `sent` packets to us and
+    /// received `received` from us when it wrote them (it writes them only once every
+    /// packet before is on the wire, and the link keeps a pair's order).
+    fn on_marks(&mut self, now: Time, peer: Rank, sent: u32, received: u32);
+
+    /// Whether packets sent to `peer` are not yet known to have arrived: the engine then
+    /// pings `peer` when it falls silent, as it does for a peer it waits on.
+    fn unconfirmed(&self, peer: Rank) -> bool;
+
     /// What the protocol could not recover from, once it happened: the engine then fails
     /// every step with it. A protocol that fails makes [`Protocol::poll_timeout`] due at
     /// once, which is when the engine asks (so the question costs nothing per packet).
-    fn failure(&self) -> Option<&ProtoError> {
-        None
-    }
-
-    /// For a protocol without recovery (utopia): how many packets it has sent to `peer`
-    /// and received from it. The engine puts them in its liveness pings and pongs, so
-    /// that a receiver learns of packets that never came even when nothing follows them.
-    fn liveness_marks(&self, _peer: Rank) -> Option<(u32, u32)> {
-        None
-    }
-
-    /// `peer`'s [`Protocol::liveness_marks`] arrived: it had sent `sent` packets to us and
-    /// received `received` from us when it wrote them (it writes them only once every
-    /// packet before is on the wire, and the link keeps a pair's order).
-    fn on_liveness_marks(&mut self, _now: Time, _peer: Rank, _sent: u32, _received: u32) {}
-
-    /// Whether packets sent to `peer` are not yet known to have arrived, for a protocol
-    /// that learns it only from [`Protocol::on_liveness_marks`]: the engine then pings
-    /// `peer` when it falls silent, as it does for a peer it waits on.
-    fn unconfirmed(&self, _peer: Rank) -> bool {
-        false
-    }
+    fn failure(&self) -> Option<&ProtoError>;
 }
 
 /// The settings of every protocol of a job, one struct each ([`by_name`] uses the one it

@@ -1,4 +1,4 @@
-//! rmpp: Sandia's Reliable Message Passing Protocol (seed 000; Riesen's thesis).
+//! rmpp: Sandia's Reliable Message Passing Protocol (the RMPP paper; Riesen's thesis).
 //!
 //! Message-based: every message opens its own short connection, and the receiver's upper
 //! layer decides when data may flow, so data only ever flows into a posted receive buffer
@@ -11,7 +11,7 @@
 //!  sender                                         receiver
 //!  Rts(id, total, head) ───────────────────────▶  new: Event::Announce{head}
 //!                                                 ... upper layer posts a receive:
-//!                                                 Protocol::accept(from, id)
+//!                                                 Announcing::accept(from, id)
 //!                      ◀───────────────────────  Cts(id)
 //!  Data ... Data(ACK_REQ on the last) ─────────▶  holes? Resend(ranges)
 //!                      ◀───────────────────────  or, complete: Fin(id), deliver in order
@@ -21,15 +21,15 @@
 //! - **Rts** carries the message's first packet of bytes (the upper layer's envelope:
 //!   tag, communicator...) and its total length; the receiver keeps that head, reports
 //!   it in [`Event::Announce`] and answers nothing until the upper layer calls
-//!   [`Protocol::accept`]. A receiver without posted receives (BSP, collectives) sets
-//!   [`RmppConfig::auto_accept`] (or calls [`Protocol::set_auto_accept`]): every Rts is
+//!   [`Announcing::accept`]. A receiver without posted receives (BSP, collectives) sets
+//!   [`RmppConfig::auto_accept`] (or calls [`Announcing::set_auto_accept`]): every Rts is
 //!   then accepted on arrival and no Announce is reported.
 //! - **Single-packet messages** (0 bytes up to one packet) travel whole in the Rts. On
 //!   accept they are complete: the receiver delivers at once and answers `Fin`, so the
 //!   data pays one one-way trip and no handshake; `Fin` and `Close` only tear down (they
 //!   free the sender's buffer and the receiver's record) and are off the critical path.
 //!   A longer message pays Rts -> Cts -> data: 1.5 round trips before its tail arrives,
-//!   the per-message setup seed 000's Table 1 shows.
+//!   the per-message setup the RMPP paper's Table 1 shows.
 //! - **Cts** is sent on accept; the sender then streams every remaining byte, the last
 //!   packet asking for an answer (`ACK_REQ`).
 //! - **Resend** lists missing byte ranges: the first one in the header (`offset..total`),
@@ -88,7 +88,10 @@ use bytes::Bytes;
 
 use crate::common::{FillBuf, OutQueue, ReadySet, Rtt, Timers};
 use crate::wire::{Header, Kind, flags};
-use crate::{Common, Event, MsgId, PeerStats, ProtoError, Protocol, Rank, Time, Transmit};
+use crate::{
+    Announcing, Common, Event, MsgId, PeerDead, PeerStats, ProtoError, Protocol, Rank, Time,
+    Transmit,
+};
 
 /// Settings of [`Rmpp`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -295,7 +298,7 @@ struct TxMsg {
 }
 
 enum RxState {
-    /// Rts arrived; waiting for [`Protocol::accept`].
+    /// Rts arrived; waiting for [`Announcing::accept`].
     Announced { head: Vec<u8> },
     /// Accepted, Cts sent, data arriving into the posted buffer.
     Receiving {
@@ -334,7 +337,9 @@ struct Peer {
     /// Delivered connections still waiting for their Close.
     lingering: u32,
     rtt: Rtt,
-    closed: bool,
+    /// The death the engine told of ([`Protocol::close_peer`]), boxed so that a live
+    /// peer's state stays as small as with a flag.
+    closed: Option<Box<PeerDead>>,
     /// Cts/Resend ignored because a pass was under way.
     ignored_requests: u64,
     /// Latest arrival of new data from this peer, for any message.
@@ -387,7 +392,7 @@ impl Rmpp {
                 next_announce: 0,
                 lingering: 0,
                 rtt: Rtt::new(c.rto_initial, c.rto_min, c.rto_max),
-                closed: false,
+                closed: None,
                 ignored_requests: 0,
                 last_data: 0,
                 last_heard: 0,
@@ -432,7 +437,7 @@ impl Rmpp {
     }
 
     fn valid_peer(&self, p: Rank) -> bool {
-        p < self.c.nprocs && p != self.c.rank && !self.peers[p as usize].closed
+        p < self.c.nprocs && p != self.c.rank && self.peers[p as usize].closed.is_none()
     }
 
     /// Timeout after `sends` transmissions without progress.
@@ -944,7 +949,8 @@ impl Rmpp {
 
     fn has_work(&self, to: Rank) -> bool {
         let p = &self.peers[to as usize];
-        !p.closed && (self.can_open(to) || p.tx.iter().any(|m| m.rts_due || !m.todo.is_empty()))
+        p.closed.is_none()
+            && (self.can_open(to) || p.tx.iter().any(|m| m.rts_due || !m.todo.is_empty()))
     }
 
     /// Opens connections for queued messages while the window allows.
@@ -1064,7 +1070,7 @@ impl Rmpp {
         // to us, in order: a request for a later one would only duplicate what is queued.
         let flowing_until = self.peers[peer as usize].last_data + self.rto(peer, 1);
         let p = &mut self.peers[peer as usize];
-        if p.closed {
+        if p.closed.is_some() {
             return;
         }
         let mut next: Option<Time> = None;
@@ -1133,8 +1139,9 @@ impl Protocol for Rmpp {
         data: Bytes,
         notify: bool,
     ) -> Result<MsgId, ProtoError> {
-        self.c
-            .check_send(to, data.len(), || self.peers[to as usize].closed)?;
+        self.c.check_send(to, data.len(), || {
+            self.peers[to as usize].closed.as_deref().copied()
+        })?;
         let p = &mut self.peers[to as usize];
         p.stats.messages_sent += 1;
         let id = p.out.push(data, notify);
@@ -1142,6 +1149,21 @@ impl Protocol for Rmpp {
             self.ready.insert(to);
         }
         Ok(id)
+    }
+
+    fn clocked(&self) -> bool {
+        true
+    }
+
+    /// Every message waits in the queues until it is acknowledged.
+    fn send_now(
+        &mut self,
+        now: Time,
+        to: Rank,
+        data: Bytes,
+        notify: bool,
+    ) -> Result<(MsgId, Option<Transmit>), ProtoError> {
+        self.send(now, to, data, notify).map(|id| (id, None))
     }
 
     fn handle(&mut self, now: Time, hdr: &Header, payload: &[u8]) {
@@ -1187,7 +1209,7 @@ impl Protocol for Rmpp {
             let Some(to) = self.ready.pop() else {
                 break;
             };
-            if self.peers[to as usize].closed {
+            if self.peers[to as usize].closed.is_some() {
                 continue;
             }
             let budget = (max - n).min(self.cfg.burst);
@@ -1232,9 +1254,10 @@ impl Protocol for Rmpp {
         }
     }
 
-    fn close_peer(&mut self, peer: Rank) {
+    fn close_peer(&mut self, dead: PeerDead) {
+        let peer = dead.peer;
         let p = &mut self.peers[peer as usize];
-        p.closed = true;
+        p.closed = Some(Box::new(dead));
         p.out.clear();
         p.tx = VecDeque::new();
         for c in p.rx.values() {
@@ -1249,6 +1272,15 @@ impl Protocol for Rmpp {
         self.ctl.retain(|t| t.hdr.dst != peer);
     }
 
+    /// Nothing depends on whether the upper layer waits.
+    fn expect(&mut self, _now: Time, _peer: Rank, _waiting: bool) {}
+
+    fn announcing(&mut self) -> Option<&mut dyn Announcing> {
+        Some(self)
+    }
+}
+
+impl Announcing for Rmpp {
     fn accept(&mut self, now: Time, from: Rank, id: MsgId) {
         if !self.valid_peer(from) {
             return;
@@ -1318,6 +1350,13 @@ impl Protocol for Rmpp {
 
 #[cfg(test)]
 mod tests {
+    /// `peer` declared dead after 5 s of silence.
+    fn dead(peer: Rank) -> PeerDead {
+        PeerDead {
+            peer,
+            silent_for: 5 * SEC,
+        }
+    }
     use super::*;
     use crate::testkit::{Duo, common, deref_duo, events, exchange, pattern, rx, rx_all, tx};
     use crate::{MS, SEC, US};
@@ -1355,6 +1394,7 @@ mod tests {
                 Event::Announce { id, head, .. } => ann.push((id, head.len())),
                 Event::Message { id, data, .. } => msg.push((id, data)),
                 Event::Sent { id, .. } => sent.push(id),
+                Event::PeerDead { .. } => panic!("deaths are the engine's to report"),
             }
         }
         (ann, msg, sent)
@@ -1824,13 +1864,13 @@ mod tests {
         a.send(0, 1, pattern(300, 1), false).unwrap();
         rx_all(&mut b, 0, &tx(&mut a, 0));
         assert!(b.announced_bytes() > 0);
-        a.close_peer(1);
-        b.close_peer(0);
+        a.close_peer(dead(1));
+        b.close_peer(dead(0));
         assert_eq!(b.announced_bytes(), 0);
         assert!(!a.outstanding(1) && a.poll_timeout().is_none() || a.open_to(1) == 0);
         assert_eq!(
             a.send(0, 1, Bytes::new(), false),
-            Err(ProtoError::PeerDead { peer: 1 })
+            Err(ProtoError::PeerDead(dead(1)))
         );
         a.handle_timeout(SEC);
         assert!(tx(&mut a, SEC).is_empty());
@@ -1926,6 +1966,7 @@ mod tests {
                         let at = d.now + d.rng.random_range(0..=self.accept_delay);
                         self.pending_accept.push((at, i, id));
                     }
+                    Event::PeerDead { .. } => panic!("deaths are the engine's to report"),
                 }
             }
         }

@@ -1,4 +1,4 @@
-//! Per-peer packet statistics, as in seed 003's Table 5 and more.
+//! Per-peer packet statistics, as in the BSPlib paper's Table 5 and more.
 
 use std::ops::AddAssign;
 
@@ -88,7 +88,7 @@ impl AddAssign<&PeerStats> for PeerStats {
     }
 }
 
-/// Totals over peers, with the percentages of seed 003's Table 5.
+/// Totals over peers, with the percentages of the BSPlib paper's Table 5.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
     pub total: PeerStats,

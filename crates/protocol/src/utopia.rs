@@ -1,4 +1,4 @@
-//! Utopia (seed 000): sends and trusts. No acknowledgement, no retransmission: the
+//! Utopia (the RMPP paper): sends and trusts. No acknowledgement, no retransmission: the
 //! ceiling for every other protocol's bandwidth and latency, and the floor for its
 //! reliability.
 //!
@@ -6,12 +6,12 @@
 //! kernel that drops UDP datagrams, injected faults) fails with a message instead of
 //! waiting forever. Each pair numbers its packets (`seq`, 32 bits); a packet that is not
 //! the next one means packets were lost (ahead), or duplicated or reordered (behind), and
-//! utopia fails ([`Protocol::failure`]) naming the peer and the sequence numbers. Packets
+//! utopia fails ([`Unrecovering::failure`]) naming the peer and the sequence numbers. Packets
 //! lost at the end of the traffic have no successor to reveal them: the engine's liveness
 //! pings and pongs carry each side's counts of packets sent and received
-//! ([`Protocol::liveness_marks`]), so the receiver compares what the sender says it sent
+//! ([`Unrecovering::marks`]), so the receiver compares what the sender says it sent
 //! with what arrived, and a sender whose packets are not yet confirmed pings its silent
-//! peer ([`Protocol::unconfirmed`]) as it would a peer it waits on. A loss is thus found
+//! peer ([`Unrecovering::unconfirmed`]) as it would a peer it waits on. A loss is thus found
 //! at the next packet, or at the latest about one ping interval after the traffic stops.
 //! None of this touches the fast path beyond a counter on each side.
 
@@ -22,7 +22,8 @@ use bytes::Bytes;
 use crate::common::{FillBuf, Fragment, OutQueue};
 use crate::wire::{Header, Kind, flags};
 use crate::{
-    Common, Event, MsgId, PeerStats, ProtoError, Protocol, Rank, Time, Transmit, Unrecoverable,
+    Common, Event, MsgId, PeerDead, PeerStats, ProtoError, Protocol, Rank, Time, Transmit,
+    Unrecoverable, Unrecovering,
 };
 
 struct Partial {
@@ -146,7 +147,7 @@ impl Protocol for Utopia {
         notify: bool,
     ) -> Result<MsgId, ProtoError> {
         // Utopia keeps no dead-peer state: it never refuses a peer as dead.
-        self.c.check_send(to, data.len(), || false)?;
+        self.c.check_send(to, data.len(), || None)?;
         let p = &mut self.peers[to as usize];
         if p.out.is_empty() {
             self.ready.push_back(to);
@@ -166,7 +167,7 @@ impl Protocol for Utopia {
         if !self.ready.is_empty() || data.len() > mp {
             return self.send(now, to, data, notify).map(|id| (id, None));
         }
-        self.c.check_send(to, data.len(), || false)?;
+        self.c.check_send(to, data.len(), || None)?;
         let p = &mut self.peers[to as usize];
         let id = p.out.bypass();
         p.stats.messages_sent += 1;
@@ -282,7 +283,8 @@ impl Protocol for Utopia {
         self.peers[peer as usize].stats
     }
 
-    fn close_peer(&mut self, peer: Rank) {
+    fn close_peer(&mut self, dead: PeerDead) {
+        let peer = dead.peer;
         let p = &mut self.peers[peer as usize];
         p.out.clear();
         p.partial = None;
@@ -290,15 +292,23 @@ impl Protocol for Utopia {
         self.ready.retain(|&r| r != peer);
     }
 
+    fn expect(&mut self, _now: Time, _peer: Rank, _waiting: bool) {}
+
+    fn unrecovering(&mut self) -> Option<&mut dyn Unrecovering> {
+        Some(self)
+    }
+}
+
+impl Unrecovering for Utopia {
     fn failure(&self) -> Option<&ProtoError> {
         self.failed.as_ref()
     }
 
-    fn liveness_marks(&self, peer: Rank) -> Option<(u32, u32)> {
+    fn marks(&self, peer: Rank) -> Option<(u32, u32)> {
         self.peers.get(peer as usize).map(|p| (p.sent, p.received))
     }
 
-    fn on_liveness_marks(&mut self, _now: Time, peer: Rank, sent: u32, received: u32) {
+    fn on_marks(&mut self, _now: Time, peer: Rank, sent: u32, received: u32) {
         let Some(p) = self.peers.get_mut(peer as usize) else {
             return;
         };
@@ -411,8 +421,8 @@ mod tests {
         assert_eq!(messages(&mut b), 4);
         assert!(b.failure().is_none());
         assert_eq!(b.poll_timeout(), None, "no timer while all is well");
-        assert_eq!(a.liveness_marks(1), Some((6, 0)));
-        assert_eq!(b.liveness_marks(0), Some((0, 6)));
+        assert_eq!(a.marks(1), Some((6, 0)));
+        assert_eq!(b.marks(0), Some((0, 6)));
     }
 
     /// A gap in the sequence is a loss utopia cannot repair: it fails, naming the peer,
@@ -470,12 +480,12 @@ mod tests {
         deliver(&mut a, &mut b, &[1]);
         assert!(a.unconfirmed(1) && !b.unconfirmed(0));
         // b's marks (nothing sent, one received) do not confirm a's two packets.
-        let (bs, br) = b.liveness_marks(0).unwrap();
-        a.on_liveness_marks(0, 1, bs, br);
+        let (bs, br) = b.marks(0).unwrap();
+        a.on_marks(0, 1, bs, br);
         assert!(a.unconfirmed(1) && a.failure().is_none());
         // a's marks tell b of the packet that never came.
-        let (s, r) = a.liveness_marks(1).unwrap();
-        b.on_liveness_marks(0, 0, s, r);
+        let (s, r) = a.marks(1).unwrap();
+        b.on_marks(0, 0, s, r);
         let m = b.failure().expect("the lost tail is detected").to_string();
         assert!(
             m.contains("rank 0 sent 2 packets and 1 arrived: packets 1 to 1 were lost"),
@@ -486,10 +496,10 @@ mod tests {
         let (mut a, mut b) = pair();
         a.send(0, 1, Bytes::from_static(b"x"), false).unwrap();
         deliver(&mut a, &mut b, &[]);
-        b.on_liveness_marks(0, 0, 0, 0);
+        b.on_marks(0, 0, 0, 0);
         assert!(b.failure().is_none());
-        let (bs, br) = b.liveness_marks(0).unwrap();
-        a.on_liveness_marks(0, 1, bs, br);
+        let (bs, br) = b.marks(0).unwrap();
+        a.on_marks(0, 1, bs, br);
         assert!(!a.unconfirmed(1));
     }
 

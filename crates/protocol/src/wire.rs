@@ -1,5 +1,5 @@
 //! The bulkwire wire format: one fixed 64-byte header shared by every protocol,
-//! followed by the payload. See DESIGN.md section 3 and seed 003 section 4.3.
+//! followed by the payload. See docs/protocols.md and the BSPlib paper, section 4.3.
 //!
 //! ```text
 //!  0 magic u16 "BW"   2 version u8   3 kind u8   4 flags u8   5 colour u8   6 credit u16
@@ -73,7 +73,7 @@ impl Kind {
 
 /// Header flag bits.
 pub mod flags {
-    /// The receiver should acknowledge this packet explicitly (seed 003 section 4.4).
+    /// The receiver should acknowledge this packet explicitly (the BSPlib paper, section 4.4).
     pub const ACK_REQ: u8 = 1 << 0;
     /// Last packet of a phase (superstep) to this peer.
     pub const LAST_OF_PHASE: u8 = 1 << 1;
@@ -92,7 +92,7 @@ pub mod flags {
 pub struct Header {
     pub kind: Kind,
     pub flags: u8,
-    /// Superstep colour (seed 003 section 4.4: alternating colours mark barriers).
+    /// Superstep colour (the BSPlib paper, section 4.4: alternating colours mark barriers).
     pub colour: u8,
     /// Protocol-specific credit (e.g. free receive buffers advertised).
     pub credit: u16,

@@ -311,7 +311,9 @@ impl Bsp {
         }
         for q in (0..self.p).filter(|&q| q != r) {
             send(sim, r, q, tagged(COUNT, s, r, to_each[q as usize], 0))?;
-            sim.endpoint(r).protocol().end_phase(q);
+            if let Some(c) = sim.endpoint(r).protocol().coloured() {
+                c.end_phase(q);
+            }
             sim.expect(r, q, true);
         }
         self.advance(sim, r)
@@ -340,7 +342,9 @@ impl Bsp {
                         return Ok(());
                     }
                     me.round = Some(0);
-                    sim.endpoint(r).protocol().hold_colour((s + 1) as u8);
+                    if let Some(c) = sim.endpoint(r).protocol().coloured() {
+                        c.hold_colour((s + 1) as u8);
+                    }
                     send(sim, r, (r + 1) % p, tagged(TOKEN, s, 0, r, 0))?;
                 }
                 Some(k) => {
@@ -355,7 +359,9 @@ impl Bsp {
                     }
                     me.round = None;
                     me.step += 1;
-                    sim.endpoint(r).protocol().set_colour((s + 1) as u8);
+                    if let Some(c) = sim.endpoint(r).protocol().coloured() {
+                        c.set_colour((s + 1) as u8);
+                    }
                     if me.step == self.steps {
                         me.done = true;
                         for q in (0..p).filter(|&q| q != r) {

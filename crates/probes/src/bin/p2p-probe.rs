@@ -4,7 +4,7 @@
 //! ```text
 //! p2p-probe [-n N] mix MSGS MAXSIZE        all-to-all traffic with wildcards; order and data checked
 //! p2p-probe [-n N] big MIB                 MIB MiB from 1 to 0 and back, checked, timed
-//! p2p-probe [-n N] overlap COMPUTE_MS SIZE..   seed 000 Fig. 4: pre-post, compute, wait
+//! p2p-probe [-n N] overlap COMPUTE_MS SIZE..   the RMPP paper's Fig. 4: pre-post, compute, wait
 //! p2p-probe [-n N] pingpong SIZE ITERS     half round trip, rank 0 <-> 1
 //! p2p-probe [-n N] bw SIZE ITERS [WINDOW]  OSU-style bandwidth, rank 0 -> 1
 //! p2p-probe [-n N] die                     rank 1 is killed while rank 0 waits on it
@@ -258,7 +258,7 @@ fn compute(ms: u64) -> u64 {
     x
 }
 
-/// Seed 000 Fig. 4: rank 0 pre-posts a receive, tells rank 1 to send, computes for a long
+/// The RMPP paper's Fig. 4: rank 0 pre-posts a receive, tells rank 1 to send, computes for a long
 /// time, then waits; the wait is what remains. Reference: the same receive waited for at
 /// once (the message's transfer time).
 fn overlap(c: &Comm, args: &[String]) -> Result<(), Error> {

@@ -9,12 +9,12 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+mod common;
 
 use bulkwire_launch::testing::{self, Out, Testbed};
 
-const BSPCC: &str = env!("CARGO_BIN_EXE_bspcc");
 const BSPRUN: &str = env!("CARGO_BIN_EXE_bsprun");
 const RSH: &str = env!("CARGO_BIN_EXE_netns-rsh");
 const LIMIT: Duration = Duration::from_secs(90);
@@ -37,28 +37,7 @@ fn bed(mtu: u32) -> Option<Testbed> {
 
 /// Compiles `tests/c/NAME.c` once per run.
 fn program(name: &str) -> PathBuf {
-    static BUILT: Mutex<Vec<(String, PathBuf)>> = Mutex::new(Vec::new());
-    let mut g = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, p)) = g.iter().find(|(n, _)| n == name) {
-        return p.clone();
-    }
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
-    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cluster-{name}"));
-    let o = Command::new(BSPCC)
-        .args(["-O2", "-I"])
-        .arg(&dir)
-        .arg(dir.join(format!("{name}.c")))
-        .arg("-o")
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "bspcc {name}.c: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    g.push((name.into(), out.clone()));
-    out
+    common::bspcc_program("cluster", name)
 }
 
 /// `bsprun` in the bed's first namespace with ranks on both hosts (`per_host` each, the

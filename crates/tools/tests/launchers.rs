@@ -8,12 +8,12 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
 use std::time::Duration;
+
+mod common;
 
 use bulkwire_launch::testing::{self, Out};
 
-const BSPCC: &str = env!("CARGO_BIN_EXE_bspcc");
 const LIMIT: Duration = Duration::from_secs(60);
 
 fn which(cmd: &str) -> Option<PathBuf> {
@@ -26,28 +26,7 @@ fn which(cmd: &str) -> Option<PathBuf> {
 
 /// Compiles `tests/c/NAME.c` once per run.
 fn program(name: &str) -> PathBuf {
-    static BUILT: Mutex<Vec<(String, PathBuf)>> = Mutex::new(Vec::new());
-    let mut g = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, p)) = g.iter().find(|(n, _)| n == name) {
-        return p.clone();
-    }
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
-    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("launchers-{name}"));
-    let o = Command::new(BSPCC)
-        .args(["-O2", "-I"])
-        .arg(&dir)
-        .arg(dir.join(format!("{name}.c")))
-        .arg("-o")
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "bspcc {name}.c: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    g.push((name.into(), out.clone()));
-    out
+    common::bspcc_program("launchers", name)
 }
 
 /// Open MPI's mpirun with `np` processes of `prog args`, the test's mark passed on.

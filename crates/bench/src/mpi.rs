@@ -166,28 +166,9 @@ impl Mpi {
             sizes,
         } = job;
         let (np, net) = (*np, *net);
-        let mut cmd = self.command(np, net, timeout, &self.harness);
-        cmd.arg(kind)
-            .arg(warmup.to_string())
-            .arg(iters.to_string())
-            .arg(format!("{extra}"));
-        cmd.args(sizes.iter().map(|s| s.to_string()));
-        let out = cmd.output().map_err(|e| format!("mpirun: {e}"))?;
-        let text = String::from_utf8_lossy(&out.stdout);
-        let points: Vec<MpiPoint> = text.lines().filter_map(parse).collect();
-        if !out.status.success() || points.len() != sizes.len() {
-            return Err(format!(
-                "mpirun {kind} over {} failed ({}): {}",
-                net.label(),
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-                    .lines()
-                    .take(3)
-                    .collect::<Vec<_>>()
-                    .join(" / ")
-            ));
-        }
-        Ok(points)
+        let cmd = self.command(np, net, timeout, &self.harness);
+        let args = (kind.as_str(), *warmup, *iters, *extra, sizes.as_slice());
+        harness_points(cmd, args, &format!("over {}", net.label()))
     }
 }
 
@@ -252,28 +233,39 @@ impl Mpi {
             .args(["--mca", "oob_tcp_if_include", &a.subnet])
             .args(["--mca", "btl_tcp_disable_family", "6"]);
         cmd.arg("-np").arg(np.to_string()).arg(&self.harness);
-        cmd.arg(kind)
-            .arg(warmup.to_string())
-            .arg(iters.to_string())
-            .arg(format!("{extra}"));
-        cmd.args(sizes.iter().map(|s| s.to_string()));
-        let out = cmd.output().map_err(|e| format!("mpirun: {e}"))?;
-        let text = String::from_utf8_lossy(&out.stdout);
-        let points: Vec<MpiPoint> = text.lines().filter_map(parse).collect();
-        if !out.status.success() || points.len() != sizes.len() {
-            return Err(format!(
-                "mpirun {kind} across hosts failed ({}): {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-                    .lines()
-                    .filter(|l| !l.trim().is_empty() && !l.starts_with("---"))
-                    .take(3)
-                    .collect::<Vec<_>>()
-                    .join(" / ")
-            ));
-        }
-        Ok(points)
+        harness_points(cmd, (kind, warmup, iters, extra, sizes), "across hosts")
     }
+}
+
+/// Runs the harness by `cmd` (mpirun up to the program's name) with its arguments (kind,
+/// warm-up, iterations, extra, sizes): a summary per size, or why not, with the first
+/// lines mpirun wrote (`place` says where it ran).
+fn harness_points(
+    mut cmd: Command,
+    (kind, warmup, iters, extra, sizes): (&str, usize, usize, f64, &[usize]),
+    place: &str,
+) -> Result<Vec<MpiPoint>, String> {
+    cmd.arg(kind)
+        .arg(warmup.to_string())
+        .arg(iters.to_string())
+        .arg(format!("{extra}"));
+    cmd.args(sizes.iter().map(|s| s.to_string()));
+    let out = cmd.output().map_err(|e| format!("mpirun: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let points: Vec<MpiPoint> = text.lines().filter_map(parse).collect();
+    if !out.status.success() || points.len() != sizes.len() {
+        return Err(format!(
+            "mpirun {kind} {place} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .filter(|l| !l.trim().is_empty() && !l.starts_with("---"))
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" / ")
+        ));
+    }
+    Ok(points)
 }
 
 fn parse(line: &str) -> Option<MpiPoint> {

@@ -18,3 +18,26 @@ pub fn settings() -> bulkwire_config::Settings {
         std::process::exit(1)
     })
 }
+
+/// Prints one line of the probe's output at once (the tests read it as it comes).
+pub fn say(line: String) {
+    let mut o = std::io::stdout().lock();
+    let _ = o.write_all(format!("{line}\n").as_bytes());
+    let _ = o.flush();
+}
+
+/// Ends the probe with exit code 2 and `msg`, after the probe's name.
+pub fn die(msg: impl std::fmt::Display) -> ! {
+    let arg0 = std::env::args().next().unwrap_or_default();
+    let name = std::path::Path::new(&arg0)
+        .file_name()
+        .map_or_else(|| arg0.clone(), |n| n.to_string_lossy().into_owned());
+    eprintln!("{name}: {msg}");
+    std::process::exit(2)
+}
+
+/// Argument `a` as a number, or the end of the probe saying that `what` was expected.
+pub fn num<T: std::str::FromStr>(a: Option<&String>, what: &str) -> T {
+    a.and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| die(format!("expected {what}")))
+}

@@ -15,29 +15,13 @@
 #[path = "../../../collectives/tests/suite/mod.rs"]
 mod suite;
 
-use std::io::Write;
 use std::process::exit;
 use std::time::{Duration, Instant};
 
 use bulkwire_collectives::{Coll, Op};
 use bulkwire_launch::testing;
 use bulkwire_p2p::Comm;
-
-fn say(line: String) {
-    let mut o = std::io::stdout().lock();
-    let _ = o.write_all(format!("{line}\n").as_bytes());
-    let _ = o.flush();
-}
-
-fn die(msg: impl std::fmt::Display) -> ! {
-    eprintln!("coll-probe: {msg}");
-    exit(2)
-}
-
-fn num<T: std::str::FromStr>(a: Option<&String>, what: &str) -> T {
-    a.and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| die(format!("expected {what}")))
-}
+use bulkwire_probes::{die, num, say};
 
 fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();

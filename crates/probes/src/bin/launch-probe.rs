@@ -26,23 +26,12 @@ use bulkwire_launch::bind::CpuSet;
 use bulkwire_launch::{
     Card, Control, LaunchOpts, Placement, Server, ServerConfig, launch, self_spawn,
 };
-use bulkwire_probes::settings;
+use bulkwire_probes::{die, say, settings};
 
 fn now_ns() -> u128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos())
-}
-
-fn say(line: String) {
-    let mut o = std::io::stdout().lock();
-    let _ = o.write_all(format!("{line}\n").as_bytes());
-    let _ = o.flush();
-}
-
-fn die(msg: impl std::fmt::Display) -> ! {
-    eprintln!("launch-probe: {msg}");
-    exit(2)
 }
 
 fn ms(v: Option<&String>) -> Option<Duration> {

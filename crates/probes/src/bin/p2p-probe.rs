@@ -16,28 +16,12 @@
 //!
 //! Results are `key=value` lines on stdout, from rank 0 unless noted.
 
-use std::io::Write;
 use std::process::exit;
 use std::time::{Duration, Instant};
 
 use bulkwire_launch::testing;
 use bulkwire_p2p::{ANY_SOURCE, ANY_TAG, Comm, Error};
-
-fn say(line: String) {
-    let mut o = std::io::stdout().lock();
-    let _ = o.write_all(format!("{line}\n").as_bytes());
-    let _ = o.flush();
-}
-
-fn die(msg: impl std::fmt::Display) -> ! {
-    eprintln!("p2p-probe: {msg}");
-    exit(2)
-}
-
-fn num<T: std::str::FromStr>(a: Option<&String>, what: &str) -> T {
-    a.and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| die(format!("expected {what}")))
-}
+use bulkwire_probes::{die, num, say};
 
 /// Body of message `seq` from `src`: recognisable, so any misdelivery shows.
 fn body(n: usize, src: u32, seq: u32) -> Vec<u8> {

@@ -133,6 +133,16 @@ impl Bsp {
         Bsp::wrap(Runtime::over(t, p, cfg), false)
     }
 
+    /// [`Bsp::over`], synchronising through `board` ([`Runtime::over_on_board`]).
+    pub fn over_on_board(
+        t: Box<dyn Transport>,
+        p: u32,
+        cfg: Config,
+        board: crate::board::Board,
+    ) -> Bsp {
+        Bsp::wrap(Runtime::over_on_board(t, p, cfg, board), false)
+    }
+
     fn wrap(rt: Runtime, launched: bool) -> Bsp {
         Bsp {
             rt,

@@ -37,6 +37,9 @@ pub struct Config {
     pub profile: Option<PathBuf>,
     /// The progress thread's interval; `None`: no thread (progress only inside calls).
     pub progress: Option<Duration>,
+    /// Synchronise through the sync board ([`crate::board`]) when every process shares
+    /// this host over shared memory; default on.
+    pub board: bool,
     /// How the job's transport is built (by `bsp_begin`; unused over a given transport).
     pub job: JobConfig,
 }
@@ -53,6 +56,7 @@ impl Default for Config {
             stats: false,
             profile: None,
             progress: Some(bulkwire_engine::progress::DEFAULT_INTERVAL),
+            board: true,
             job: JobConfig::default(),
         }
     }

@@ -30,6 +30,7 @@ use bulkwire_protocol::Time;
 use bytes::Bytes;
 
 use crate::BspError;
+use crate::board::Board;
 use crate::bsmp::Queue;
 use crate::config::{Config, Schedule};
 use crate::direct::InPlace;
@@ -219,6 +220,8 @@ pub struct Core {
     pub counters: Counters,
     /// The last superstep's exchange state, reused by the next.
     spare: Option<Exchange>,
+    /// The sync board, when every process shares this host over shared memory.
+    board: Option<Board>,
 }
 
 /// The transport side of one BSP process: what the progress thread may drive while the
@@ -262,6 +265,7 @@ impl Core {
             queue: Queue::default(),
             counters: Counters::default(),
             spare: None,
+            board: None,
         };
         let net = Net {
             t,
@@ -274,6 +278,18 @@ impl Core {
             in_place: vec![InPlace::default(); p as usize],
         };
         (core, net)
+    }
+
+    /// Synchronises through `board` from now on (see [`crate::board`]); its processes
+    /// must be this computation's.
+    pub fn set_board(&mut self, board: Board) {
+        debug_assert_eq!(board.nprocs(), self.p as usize);
+        self.board = Some(board);
+    }
+
+    /// Whether supersteps synchronise through the sync board.
+    pub fn on_board(&self) -> bool {
+        self.board.is_some()
     }
 
     pub fn pid(&self) -> u32 {
@@ -613,24 +629,48 @@ impl Core {
         if let Some(c) = n.t.coloured() {
             c.hold_colour(step.wrapping_add(1) as u8);
         }
-        self.send_small(n)?;
-        let b = self.reduce(n, step, ending)?;
-        let ops = self.check_summaries(&b.summaries)?;
-        let k = self.regs.pushed_slots().count();
-        // Each push brings its size and address from every process.
-        let pushes = b.pushes.finish(2 * k).ok_or_else(|| {
-            BspError::Protocol(format!(
-                "the barrier of superstep {step} did not bring every process's {k} \
-                 registration sizes and addresses"
-            ))
-        })?;
-        let all_null = |k: usize| pushes.iter().all(|v| v[2 * k + 1] == 0);
-        let popped = self.regs.resolve_pops(&ops, all_null, step)?;
-        if let Some(c) = n.t.coloured() {
-            c.set_colour(step.wrapping_add(1) as u8);
+        let complex = ending || !self.regs.ops().is_empty() || self.next_tagsize.is_some();
+        let pass = match self.board.take() {
+            Some(mut b) => {
+                let r = self.board_barrier(n, &mut b, complex);
+                self.board = Some(b);
+                Some(r?)
+            }
+            None => {
+                self.send_small(n)?;
+                None
+            }
+        };
+        match pass {
+            // Nobody registered, popped, set a tag size or ended: the board's barrier was
+            // the whole barrier.
+            Some(pass) if !pass.complex => {
+                if let Some(c) = n.t.coloured() {
+                    c.set_colour(step.wrapping_add(1) as u8);
+                }
+                self.exchange(n, step, &pass.incoming, pass.msgs)?;
+            }
+            pass => {
+                let msgs = pass.map(|p| p.msgs).unwrap_or_default();
+                let b = self.reduce(n, step, ending)?;
+                let ops = self.check_summaries(&b.summaries)?;
+                let k = self.regs.pushed_slots().count();
+                // Each push brings its size and address from every process.
+                let pushes = b.pushes.finish(2 * k).ok_or_else(|| {
+                    BspError::Protocol(format!(
+                        "the barrier of superstep {step} did not bring every process's {k} \
+                         registration sizes and addresses"
+                    ))
+                })?;
+                let all_null = |k: usize| pushes.iter().all(|v| v[2 * k + 1] == 0);
+                let popped = self.regs.resolve_pops(&ops, all_null, step)?;
+                if let Some(c) = n.t.coloured() {
+                    c.set_colour(step.wrapping_add(1) as u8);
+                }
+                self.exchange(n, step, &b.incoming, msgs)?;
+                self.commit_regs(n, &pushes, &popped);
+            }
         }
-        self.exchange(n, step, &b.incoming)?;
-        self.commit_regs(n, &pushes, &popped);
         if let Some(t) = self.next_tagsize {
             self.tagsize = t;
         }
@@ -640,6 +680,79 @@ impl Core {
         self.counters.supersteps += 1;
         // Direct gets of the new superstep that came while this one ended.
         n.serve_pending_direct()
+    }
+
+    /// The barrier on the sync board: posts each small message whole in the board (the
+    /// destination copies it out after the barrier, so it never enters the transport),
+    /// sends the other small ones before the barrier as [`Core::send_small`] does, posts
+    /// the bytes every destination gets over the transport, arrives and waits for
+    /// everyone. `complex` asks everyone to run the barrier over messages as well.
+    fn board_barrier(
+        &mut self,
+        n: &mut Net,
+        b: &mut Board,
+        complex: bool,
+    ) -> Result<BoardPass, BspError> {
+        let me = self.pid as usize;
+        b.begin();
+        // Under a rate cap or a chunk size every byte goes the paced, cut way.
+        if self.cfg.rate.is_none() && self.cfg.chunk.is_none() {
+            for (d, o) in self.out.iter_mut().enumerate() {
+                if d == me || o.buf.is_empty() || o.len() > SMALL_MAX || o.len() > b.room() {
+                    continue;
+                }
+                let mut msg = Recorded {
+                    buf: std::mem::take(&mut o.buf),
+                    holes: std::mem::take(&mut o.holes),
+                    chunks: std::mem::take(&mut o.chunks),
+                }
+                .build();
+                o.hole_bytes = 0;
+                let posted = b.post_message(d, &msg, !o.gets.is_empty());
+                debug_assert!(posted, "room was checked");
+                self.counters.bytes_out += msg.len() as u64;
+                self.counters.messages_out += 1;
+                // The next superstep's records go into the same memory.
+                msg.clear();
+                o.buf = msg;
+            }
+        }
+        self.send_small(n)?;
+        for (d, o) in self.out.iter().enumerate() {
+            if d != me && o.total() > 0 {
+                b.post_net(d, o.total(), !o.gets.is_empty());
+            }
+        }
+        let asleep: Vec<usize> = b.arrive(complex).collect();
+        for j in asleep {
+            n.t.send(j as u32, Bytes::from_static(&wire::WAKE_MSG), false)?;
+        }
+        n.await_board(b)?;
+        let mut pass = BoardPass {
+            complex: b.any_complex(),
+            incoming: Vec::new(),
+            msgs: Vec::new(),
+        };
+        for s in (0..self.p as usize).filter(|&s| s != me) {
+            let e = b.entry(s);
+            if e.net > 0 {
+                pass.incoming.push(Cell {
+                    src: s as u32,
+                    dst: self.pid,
+                    bytes: e.net,
+                    gets: e.net_gets,
+                });
+            }
+            if let Some(at) = e.msg {
+                let m = b.read_message(s, at).ok_or_else(|| {
+                    BspError::Protocol(format!(
+                        "pid {s} posted a message outside its part of the sync board"
+                    ))
+                })?;
+                pass.msgs.push((s as u32, m, e.msg_gets));
+            }
+        }
+        Ok(pass)
     }
 
     /// Hands every small message to the transport before the barrier, so that it travels
@@ -855,10 +968,20 @@ impl Core {
     }
 
     /// The data phase of the superstep: send by schedule, serve gets, receive, write.
-    fn exchange(&mut self, n: &mut Net, step: u32, incoming: &[Cell]) -> Result<(), BspError> {
+    fn exchange(
+        &mut self,
+        n: &mut Net,
+        step: u32,
+        incoming: &[Cell],
+        board: Vec<(u32, Vec<u8>, bool)>,
+    ) -> Result<(), BspError> {
         let p = self.p as usize;
         let me = self.pid as usize;
-        if incoming.is_empty() && self.out.iter().all(|o| o.total() == 0) {
+        if incoming.is_empty()
+            && board.is_empty()
+            && self.get_order.is_empty()
+            && self.out.iter().all(|o| o.total() == 0)
+        {
             // Nothing to send, nothing to receive: the barrier was our whole superstep.
             self.queue = Queue::default();
             self.get_order.clear();
@@ -877,6 +1000,9 @@ impl Core {
             x.expect[s] = c.bytes;
             x.owes[s] = c.gets;
             x.senders_left += 1;
+        }
+        for (s, _, gets) in &board {
+            x.owes[*s as usize] |= *gets;
         }
         let mut bufs = Vec::with_capacity(p);
         for d in 0..p {
@@ -897,7 +1023,13 @@ impl Core {
         if let Some(own) = bufs[me].take() {
             let own = own.build();
             self.counters.bytes_local += own.len() as u64;
-            self.on_data(n, &mut x, me as u32, own)?;
+            self.on_data(n, &mut x, me as u32, own, false)?;
+        }
+        // Messages read out of the sync board: here already, outside the transport's count.
+        for (s, m, _) in board {
+            self.counters.bytes_in += m.len() as u64;
+            self.counters.messages_in += 1;
+            self.on_data(n, &mut x, s, m, false)?;
         }
         if x.reply_left[me] > 0 {
             return Err(BspError::Protocol(
@@ -965,7 +1097,7 @@ impl Core {
             self.counters.bytes_in += m.len() as u64;
             self.counters.messages_in += 1;
             if kind == wire::DATA {
-                self.on_data(n, x, from, m)?;
+                self.on_data(n, x, from, m, true)?;
             } else {
                 self.on_reply(n, x, from, m)?;
             }
@@ -1048,16 +1180,18 @@ impl Core {
     }
 
     /// A DATA chunk from `from`: serve its gets now, keep it to write its puts later.
+    /// `net`: it came over the transport, and counts toward what the barrier announced.
     fn on_data(
         &mut self,
         n: &mut Net,
         x: &mut Exchange,
         from: u32,
         m: Vec<u8>,
+        net: bool,
     ) -> Result<(), BspError> {
         let s = from as usize;
         let me = self.pid as usize;
-        if s != me {
+        if s != me && net {
             x.got[s] += m.len() as u64;
             if x.got[s] > x.expect[s] {
                 return Err(BspError::Protocol(format!(
@@ -1107,7 +1241,7 @@ impl Core {
         if !written {
             x.data.push((from, m));
         }
-        if s != me && x.got[s] == x.expect[s] {
+        if s != me && net && x.got[s] == x.expect[s] {
             x.senders_left -= 1;
             self.update_waiting(n, x, s);
             Self::maybe_end_phase(n, x, s);
@@ -1319,6 +1453,15 @@ impl Net {
         let mut any = false;
         while let Some(e) = self.t.poll_event() {
             match e {
+                Event::Message { from, data, .. } if data.first() == Some(&wire::WAKE) => {
+                    // A wake from the sync board: it has done its work by arriving.
+                    if from >= self.p {
+                        return Err(BspError::Protocol(format!(
+                            "rank {from}, outside the computation, sent a wake"
+                        )));
+                    }
+                    any = true;
+                }
                 Event::Message { from, data, .. } => {
                     let head = wire::head(&data).filter(|&(k, s)| {
                         (wire::REDUCE..=wire::DREPLY).contains(&k)
@@ -1391,6 +1534,72 @@ impl Net {
         }
     }
 
+    /// Waits until every process has arrived at the sync board's barrier. Spins on the
+    /// board, driving the transport between rounds of polls (messages of the superstep
+    /// may arrive meanwhile, and a failure or a silent peer must end the wait), then
+    /// sleeps in the transport once the spin budget is spent, saying so on the board: the
+    /// last process to arrive sends a wake.
+    pub(crate) fn await_board(&mut self, b: &Board) -> Result<(), BspError> {
+        let Some(mut missing) = b.missing_from(0) else {
+            return Ok(());
+        };
+        let policy = self.t.policy();
+        let spin = policy.spin.as_nanos() as Time;
+        // With more processes than cores, the one we wait for may need this core: one
+        // poll per turn, then the transport, then a yield.
+        let polls = if policy.yield_cpu { 1 } else { 64 };
+        let first = missing as u32;
+        for j in (first..self.p).filter(|&j| j != b.me() as u32) {
+            self.t.expect(j, true);
+        }
+        let mut idle_since = self.t.begin_wait();
+        let r = loop {
+            let mut done = false;
+            for _ in 0..polls {
+                match b.missing_from(missing) {
+                    None => {
+                        done = true;
+                        break;
+                    }
+                    Some(j) => missing = j,
+                }
+                std::hint::spin_loop();
+            }
+            if done {
+                break Ok(());
+            }
+            if let Err(e) = self.t.check().map_err(BspError::from).and_then(|()| {
+                self.t.step()?;
+                self.drain_events()
+            }) {
+                break Err(e);
+            }
+            let now = self.t.recent_now();
+            let idle = now.saturating_sub(idle_since);
+            if idle < spin || self.t.has_unsent() {
+                if policy.yields(Duration::from_nanos(idle)) {
+                    std::thread::yield_now();
+                }
+                continue;
+            }
+            b.set_asleep(true);
+            if b.missing_from(missing).is_none() {
+                b.set_asleep(false);
+                break Ok(());
+            }
+            let slept = self.t.block(Some(BOARD_NAP));
+            b.set_asleep(false);
+            if let Err(e) = slept {
+                break Err(e.into());
+            }
+            idle_since = self.t.now();
+        };
+        for j in (first..self.p).filter(|&j| j != b.me() as u32) {
+            self.t.expect(j, false);
+        }
+        r
+    }
+
     /// Takes the first inbox message `want` accepts.
     pub(crate) fn take(
         &mut self,
@@ -1418,6 +1627,10 @@ impl Net {
         })
     }
 }
+
+/// Longest sleep in the transport while waiting at the sync board: a safety net, since
+/// the last process to arrive wakes the sleepers.
+const BOARD_NAP: Duration = Duration::from_millis(20);
 
 /// Messages from this size on may be written as they arrive (`Core::apply_early`):
 /// holding a superstep's big messages until the last arrives doubles its memory.
@@ -1495,6 +1708,16 @@ impl Owners {
         }
         free
     }
+}
+
+/// What the sync board's barrier gives each process.
+struct BoardPass {
+    /// Someone needs the barrier over messages too.
+    complex: bool,
+    /// Who sends us how much over the transport.
+    incoming: Vec<Cell>,
+    /// Messages read out of the board: sender, bytes, whether they hold get requests.
+    msgs: Vec<(u32, Vec<u8>, bool)>,
 }
 
 /// What the barrier gives each process.

@@ -14,6 +14,7 @@
 
 mod api;
 pub mod bench;
+pub mod board;
 mod bsmp;
 mod config;
 pub mod core;

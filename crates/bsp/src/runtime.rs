@@ -10,10 +10,12 @@ use std::time::{Duration, Instant};
 use bulkwire_engine::Transport;
 use bulkwire_engine::job;
 use bulkwire_engine::progress::Shared;
+use bulkwire_link::HostGroup;
 use bulkwire_launch::{
     Control, Failure, JobState, LaunchConfig, LaunchError, self_spawn, spawn_job,
 };
 
+use crate::board::{self, Board};
 use crate::config::Config;
 use crate::core::{Core, Net};
 use crate::lock::UserLock;
@@ -27,6 +29,43 @@ static IN_JOB: AtomicBool = AtomicBool::new(false);
 /// How long a process that learnt of a failure may take to stop on its own (it normally
 /// does at its next call) before the watchdog ends it.
 const WATCHDOG: Duration = Duration::from_secs(2);
+
+/// The sync board of a job whose `p` processes are all of its ranks and share this host
+/// over shared memory (`crate::board`), if every process's settings allow it. Collective
+/// over the job: every rank reaches it with the same `info` and `p`, so all take part in
+/// the same rendezvous rounds or none does. A board that cannot be made (no memfd, a
+/// process that cannot map it) leaves the job on the transport's barrier; a failure of
+/// the job is an error.
+fn open_board(
+    ctl: &mut Control,
+    info: &job::JobInfo,
+    p: u32,
+    wanted: bool,
+) -> Result<Option<Board>, BspError> {
+    let usable = info.links == "shm"
+        && ctl.nprocs() == p
+        && (2..=board::MAX_PROCS).contains(&(p as usize))
+        && info.local.iter().all(|&l| l);
+    if !usable {
+        return Ok(None);
+    }
+    let all = ctl.allgather(&[u8::from(wanted)])?;
+    if !all.iter().all(|b| b[..] == [1]) {
+        return Ok(None);
+    }
+    let group = HostGroup::new(ctl.rank(), &info.local)
+        .map_err(|e| BspError::Protocol(format!("the sync board's group: {e}")))?;
+    let mut rv = job::ControlRendezvous::new(ctl);
+    match Board::create(&group, &mut rv) {
+        Ok(b) => Ok(Some(b)),
+        Err(_) => match rv.failed {
+            Some(f) => Err(BspError::Protocol(format!(
+                "the job failed while making the sync board: {f}"
+            ))),
+            None => Ok(None),
+        },
+    }
+}
 
 /// One process of a BSP computation.
 pub struct Runtime {
@@ -101,6 +140,7 @@ impl Runtime {
         let p = p0.min(ctl.nprocs());
         // Any stack: a protocol over a link, or kernel TCP (`BULKWIRE_PROTOCOL=tcp`).
         let (engine, info) = job::connect_transport(&mut ctl, &cfg.job)?;
+        let board = open_board(&mut ctl, &info, p, cfg.board)?;
         let state = ctl.state();
         if ctl.rank() >= p {
             // Not in the computation: take part in the final exchange of bsp_end, leave.
@@ -128,7 +168,7 @@ impl Runtime {
                 });
         });
         IN_JOB.store(true, Ordering::SeqCst);
-        let mut rt = Runtime::build(engine, p, cfg);
+        let mut rt = Runtime::build(engine, p, cfg, board);
         if let Some(prof) = &rt.profile {
             lock(prof).create().map_err(BspError::Misuse)?;
         }
@@ -142,13 +182,22 @@ impl Runtime {
     /// other launchers): no launcher, so `end` cannot wait for the others and `abort`
     /// only ends this process.
     pub fn over(t: Box<dyn Transport>, p: u32, cfg: Config) -> Runtime {
-        Runtime::build(t, p, cfg)
+        Runtime::build(t, p, cfg, None)
     }
 
-    fn build(t: Box<dyn Transport>, p: u32, cfg: Config) -> Runtime {
+    /// [`Runtime::over`], synchronising through `board` (made by the caller for the same
+    /// `p` processes, e.g. threads of one test with a thread rendezvous).
+    pub fn over_on_board(t: Box<dyn Transport>, p: u32, cfg: Config, board: Board) -> Runtime {
+        Runtime::build(t, p, cfg, Some(board))
+    }
+
+    fn build(t: Box<dyn Transport>, p: u32, cfg: Config, board: Option<Board>) -> Runtime {
         let waker = t.waker();
         let protocol = t.protocol_name();
-        let (core, net) = Core::new(t, p, cfg.clone());
+        let (mut core, net) = Core::new(t, p, cfg.clone());
+        if let Some(b) = board {
+            core.set_board(b);
+        }
         let pid = core.pid();
         let start = Instant::now();
         let profile = cfg

@@ -21,6 +21,9 @@ pub const DATA: u8 = 2;
 pub const REPLY: u8 = 3;
 pub const DGET: u8 = 4;
 pub const DREPLY: u8 = 5;
+/// Wakes a process asleep at the sync board; no step, no body.
+pub const WAKE: u8 = 6;
+pub const WAKE_MSG: [u8; 1] = [WAKE];
 
 /// `DREPLY` status: the bytes follow; the request named no live registration or fell
 /// outside it.

@@ -4,9 +4,10 @@
 
 use std::sync::Arc;
 
+use bulkwire_bsp::board::Board;
 use bulkwire_bsp::{Bsp, BspError, Config, Schedule};
 use bulkwire_engine::{Endpoint, EndpointConfig, Engine, WaitPolicy};
-use bulkwire_link::{FaultConfig, Faulty, Link, inproc};
+use bulkwire_link::{FaultConfig, Faulty, HostGroup, Link, inproc, thread_rendezvous};
 use bulkwire_protocol::{Common, wire::HEADER_LEN};
 
 /// Runs `f` as `p` processes over `protocol`, with `faults` on every link, and returns
@@ -30,9 +31,37 @@ fn spawn<R: Send + 'static>(
     end: bool,
     f: impl Fn(&mut Bsp) -> R + Send + Sync + 'static,
 ) -> Vec<R> {
+    spawn_with(p, protocol, faults, cfg, end, false, f)
+}
+
+/// Like [`run`], the processes synchronising through a sync board, as processes that share
+/// a host over shared memory do.
+fn on_board<R: Send + 'static>(
+    p: u32,
+    protocol: &str,
+    faults: &str,
+    f: impl Fn(&mut Bsp) -> R + Send + Sync + 'static,
+) -> Vec<R> {
+    spawn_with(p, protocol, faults, Config::default(), true, true, f)
+}
+
+fn spawn_with<R: Send + 'static>(
+    p: u32,
+    protocol: &str,
+    faults: &str,
+    cfg: Config,
+    end: bool,
+    board: bool,
+    f: impl Fn(&mut Bsp) -> R + Send + Sync + 'static,
+) -> Vec<R> {
     let mtu = 9000;
     let f = Arc::new(f);
     let links = inproc::network(p, mtu, 4096);
+    let local = vec![true; p as usize];
+    let mut rvs: Vec<Option<_>> = thread_rendezvous(p as usize)
+        .into_iter()
+        .map(|rv| board.then_some(rv))
+        .collect();
     let handles: Vec<_> = links
         .into_iter()
         .map(|l| {
@@ -52,8 +81,17 @@ fn spawn<R: Send + 'static>(
             );
             let f = f.clone();
             let cfg = cfg.clone();
+            let rv = rvs[rank as usize].take();
+            let local = local.clone();
             std::thread::spawn(move || {
-                let mut bsp = Bsp::over(Box::new(engine), p, cfg);
+                let mut bsp = match rv {
+                    Some(mut rv) => {
+                        let group = HostGroup::new(rank, &local).unwrap();
+                        let b = Board::create(&group, &mut rv).unwrap();
+                        Bsp::over_on_board(Box::new(engine), p, cfg, b)
+                    }
+                    None => Bsp::over(Box::new(engine), p, cfg),
+                };
                 let r = f(&mut bsp);
                 if end {
                     bsp.end().unwrap();
@@ -72,6 +110,18 @@ fn holefill<R: Send + 'static>(
     run(p, "holefill", "", Config::default(), f)
 }
 
+/// Runs `f` over holefill with barrier messages, then over utopia on the sync board:
+/// what a program computes must not depend on how its processes synchronise.
+fn both(p: u32, f: impl Fn(&mut Bsp) + Send + Sync + 'static) {
+    let f = Arc::new(f);
+    let g = f.clone();
+    holefill(p, move |bsp| g(bsp));
+    // A board is for two processes and more: one alone has nobody to meet.
+    if p > 1 {
+        on_board(p, "utopia", "", move |bsp| f(bsp));
+    }
+}
+
 /// Processes that end in an error: no `bsp_end`.
 fn failing<R: Send + 'static>(p: u32, f: impl Fn(&mut Bsp) -> R + Send + Sync + 'static) -> Vec<R> {
     spawn(p, "holefill", "", Config::default(), false, f)
@@ -80,7 +130,7 @@ fn failing<R: Send + 'static>(p: u32, f: impl Fn(&mut Bsp) -> R + Send + Sync + 
 #[test]
 fn puts_land_after_the_sync_and_gets_read_before_puts_write() {
     for p in [1, 2, 3, 5] {
-        holefill(p, |bsp| {
+        both(p, |bsp| {
             let (p, s) = (bsp.nprocs(), bsp.pid());
             let x = bsp.push_reg(vec![s as u64 * 100]);
             let got = bsp.push_reg(vec![0u64; 1]);
@@ -105,7 +155,7 @@ fn puts_land_after_the_sync_and_gets_read_before_puts_write() {
 
 #[test]
 fn put_copies_its_source_at_once_and_hpput_reads_it_at_the_sync() {
-    holefill(3, |bsp| {
+    both(3, |bsp| {
         let (p, s) = (bsp.nprocs(), bsp.pid());
         let dst = bsp.push_reg(vec![0u32; 2 * p as usize]);
         let src = bsp.push_reg(vec![0u32; 1]);
@@ -126,7 +176,7 @@ fn put_copies_its_source_at_once_and_hpput_reads_it_at_the_sync() {
 
 #[test]
 fn registrations_shadow_pop_and_empty_areas_work() {
-    holefill(4, |bsp| {
+    both(4, |bsp| {
         let (p, s) = (bsp.nprocs(), bsp.pid());
         let a = bsp.push_reg(vec![0i32; 4]);
         // An empty area on all but pid 0, registered as the same logical area.
@@ -167,7 +217,7 @@ fn registrations_shadow_pop_and_empty_areas_work() {
 
 #[test]
 fn bsmp_messages_arrive_in_the_next_superstep_with_the_tag_size_of_the_sender() {
-    holefill(3, |bsp| {
+    both(3, |bsp| {
         let (p, s) = (bsp.nprocs(), bsp.pid());
         assert_eq!(bsp.set_tagsize(4), 0, "the initial tag size is 0");
         assert_eq!(bsp.tagsize(), 0, "not before the sync");
@@ -406,6 +456,51 @@ fn random_programs_match_the_model() {
 }
 
 #[test]
+fn random_programs_match_the_model_on_the_sync_board() {
+    for p in [2, 3, 5] {
+        on_board(p, "utopia", "", move |bsp| random_program(bsp, 40, p == 2));
+    }
+    // Lost packets concern only what the board does not carry.
+    on_board(3, "holefill", "loss=0.05,seed=9", |bsp| {
+        random_program(bsp, 20, false)
+    });
+}
+
+#[test]
+fn the_sync_board_carries_small_supersteps_and_the_transport_the_rest() {
+    let r = on_board(2, "utopia", "", |bsp| {
+        let (p, s) = (bsp.nprocs(), bsp.pid());
+        let small = bsp.push_reg(vec![0u64; 4]);
+        let big = bsp.push_reg(vec![0u8; 1 << 20]);
+        bsp.sync().unwrap();
+        let sent = |bsp: &Bsp| {
+            bsp.runtime()
+                .with_transport(|t| t.peer_stats(1 - s).messages_sent)
+                .unwrap()
+        };
+        let before = sent(bsp);
+        for k in 0..100u64 {
+            bsp.put(1 - s, &[k + u64::from(s)], &small, 0).unwrap();
+            bsp.sync().unwrap();
+            assert_eq!(bsp.area(&small)[0], k + u64::from(1 - s));
+        }
+        let small_msgs = sent(bsp) - before;
+        let data = vec![s as u8 + 1; 1 << 20];
+        bsp.put(1 - s, &data, &big, 0).unwrap();
+        bsp.sync().unwrap();
+        assert!(bsp.area(&big).iter().all(|&b| b == (1 - s) as u8 + 1));
+        let big_msgs = sent(bsp) - before - small_msgs;
+        assert_eq!(p, 2);
+        (bsp.runtime().with(|c| c.on_board()), small_msgs, big_msgs)
+    });
+    for (board, small, big) in r {
+        assert!(board);
+        assert_eq!(small, 0, "a superstep of one word sends no transport message");
+        assert!(big >= 1, "1 MiB goes through the transport");
+    }
+}
+
+#[test]
 fn random_programs_match_the_model_under_loss_with_every_protocol() {
     for proto in ["holefill", "gbn"] {
         run(3, proto, "loss=0.05,seed=3", Config::default(), |bsp| {
@@ -446,7 +541,7 @@ fn a_superstep_costs_one_message_each_way_at_two_processes() {
 
 #[test]
 fn hp_sends_and_many_small_puts_at_eight_processes() {
-    holefill(8, move |bsp| {
+    both(8, move |bsp| {
         let (p, s) = (bsp.nprocs(), bsp.pid());
         bsp.set_tagsize(4);
         let words = bsp.push_reg(vec![0u32; 1000 * p as usize]);
@@ -531,7 +626,7 @@ fn overlapping_gets_from_several_processes_land_in_call_order() {
 
 #[test]
 fn a_popped_registration_serves_its_superstep() {
-    holefill(3, |bsp| {
+    both(3, |bsp| {
         let (p, s) = (bsp.nprocs(), bsp.pid());
         let a = bsp.push_reg(vec![s; p as usize]);
         let got = bsp.push_reg(vec![0u32; 1]);
@@ -554,7 +649,7 @@ fn leaked(words: &[u64]) -> usize {
 
 #[test]
 fn a_pop_of_null_pops_what_the_others_pop() {
-    holefill(3, |bsp| {
+    both(3, |bsp| {
         let (p, s) = (bsp.nprocs(), bsp.pid());
         // Pid 0 holds the data in two areas; the others register NULL twice.
         let (first, second) = if s == 0 {
@@ -648,7 +743,7 @@ fn pops_of_null_everywhere_take_the_newest_registration_of_null_everywhere() {
 
 #[test]
 fn zero_byte_transfers_are_no_ops_before_any_check() {
-    holefill(2, |bsp| {
+    both(2, |bsp| {
         let a = bsp.push_reg(vec![0u8; 4]);
         bsp.sync().unwrap();
         bsp.runtime().with(|c| {
@@ -667,7 +762,7 @@ fn zero_byte_transfers_are_no_ops_before_any_check() {
 
 #[test]
 fn tag_size_calls_chain_within_a_superstep() {
-    holefill(2, |bsp| {
+    both(2, |bsp| {
         assert_eq!(bsp.set_tagsize(8), 0);
         assert_eq!(
             bsp.set_tagsize(2),
@@ -690,7 +785,7 @@ fn tag_size_calls_chain_within_a_superstep() {
 #[test]
 fn direct_get_reads_at_once_even_from_a_process_that_computes() {
     for p in [2u32, 4] {
-        holefill(p, |bsp| {
+        both(p, |bsp| {
             let (p, s) = (bsp.nprocs(), bsp.pid());
             let a = bsp.push_reg(vec![s as u64; 8]);
             bsp.sync().unwrap();
@@ -724,7 +819,7 @@ fn direct_get_reads_at_once_even_from_a_process_that_computes() {
 fn a_put_wins_over_a_get_result_it_overlaps() {
     // As BSPonMPI writes them: the superstep's get results first, then its puts.
     for p in [1u32, 3] {
-        holefill(p, |bsp| {
+        both(p, |bsp| {
             let (p, s) = (bsp.nprocs(), bsp.pid());
             let src = bsp.push_reg((0..8u64).map(|i| 100 * s as u64 + i).collect());
             let x = bsp.push_reg(vec![0u64; 8]);
@@ -749,7 +844,7 @@ fn a_put_wins_over_a_get_result_it_overlaps() {
 fn messages_come_from_the_highest_pid_first_each_in_the_order_sent() {
     // The standard gives no order; BSPonMPI and MulticoreBSP for C both give this one, and
     // programs written for them rely on it.
-    holefill(4, |bsp| {
+    both(4, |bsp| {
         let (p, s) = (bsp.nprocs(), bsp.pid());
         for k in 0..3u8 {
             bsp.send(0, &[], &[s as u8, k]).unwrap();

@@ -354,6 +354,7 @@ fn bsp_config(
     if let Some(rate) = l.get(&BSP_RATE, |v| decimal(v, 1, u64::MAX))? {
         c = c.with_rate(rate);
     }
+    c.board = l.get(&BSP_BOARD, flag)?.unwrap_or(true);
     c.stats = l.get(&STATS, flag)?.unwrap_or(false);
     c.profile = l.raw(&PROFILE).map(std::path::PathBuf::from);
     Ok(c)

@@ -247,6 +247,10 @@ vars! {
         "a size from 1 byte to 1G (suffixes K, M, G: powers of 1024)",
         "one message per destination; 64K with BULKWIRE_BSP_RATE",
         "Most bytes per transport message of a superstep's data for one destination.";
+    BSP_BOARD: Bsp, "BULKWIRE_BSP_BOARD",
+        "on or off (also 1/0, true/false, yes/no)",
+        "on",
+        "When every process of the computation shares this host over shared memory, bsp_sync meets the others on a shared board (the barrier, who sends whom how much, and each small message) instead of sending barrier messages through the transport. off keeps everything in the transport.";
     STATS: Bsp, "BULKWIRE_STATS",
         "on or off (also 1/0, true/false, yes/no)",
         "off",

@@ -1,52 +1,49 @@
-//! The lock of a process's user side ([`crate::core::Core`]). Only the program's calls
-//! take it, one at a time in a BSPlib program, so it is never contended in practice, and
-//! `bsp_put` takes it once per call: an uncontended `std::sync::Mutex` costs two atomic
-//! read-modify-writes (lock, and the unlock that checks for sleepers), about as much as
-//! recording a put. This lock takes one to acquire and a plain store to release; a
-//! second thread that finds it held yields until it is free.
+//! The user side of a process ([`crate::core::Core`]) as one thread's: a BSP process is a
+//! single thread of control (the BSPlib standard's, and every toolset's), so its calls
+//! need no lock, only a guard against reentry. `bsp_put` reaches it once per call, and an
+//! atomic read-modify-write there cost as much as recording the put; a plain flag costs a
+//! load and a store.
+//!
+//! The type is `Send` but not `Sync`: the Rust API's [`crate::Bsp`] can move to another
+//! thread but never be shared, and the C ABI, whose runtime is a global, lets only the
+//! thread that called `bsp_begin` reach it.
 
-use std::cell::UnsafeCell;
+use std::cell::{Cell, UnsafeCell};
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, Ordering};
 
-pub struct UserLock<T> {
-    held: AtomicBool,
+pub struct UserSide<T> {
+    held: Cell<bool>,
     value: UnsafeCell<T>,
 }
 
-// SAFETY: the value is reached only through a `Guard`, and `held` admits one guard at a
-// time, so moving the lock or sharing it between threads only needs `T: Send`, as for
-// `std::sync::Mutex`.
-unsafe impl<T: Send> Sync for UserLock<T> {}
-
-impl<T> UserLock<T> {
-    pub fn new(value: T) -> UserLock<T> {
-        UserLock {
-            held: AtomicBool::new(false),
+impl<T> UserSide<T> {
+    pub fn new(value: T) -> UserSide<T> {
+        UserSide {
+            held: Cell::new(false),
             value: UnsafeCell::new(value),
         }
     }
 
+    /// The value, until the guard is dropped. Panics on reentry (a call made from inside
+    /// another, which no BSPlib call does).
     #[inline]
     pub fn lock(&self) -> Guard<'_, T> {
-        while self.held.swap(true, Ordering::Acquire) {
-            self.wait();
+        if self.held.replace(true) {
+            reentered();
         }
-        Guard { lock: self }
-    }
-
-    #[cold]
-    fn wait(&self) {
-        while self.held.load(Ordering::Relaxed) {
-            std::thread::yield_now();
-        }
+        Guard { side: self }
     }
 }
 
-/// Access to the value while the lock is held; dropping it (a panic included) releases
-/// the lock, as the runtime's other locks recover from poisoning.
+#[cold]
+#[inline(never)]
+fn reentered() -> ! {
+    panic!("a BSPlib call was made while another was in progress on the same process")
+}
+
+/// Access to the value; dropping it (a panic included) gives the value back.
 pub struct Guard<'a, T> {
-    lock: &'a UserLock<T>,
+    side: &'a UserSide<T>,
 }
 
 impl<T> Deref for Guard<'_, T> {
@@ -54,23 +51,24 @@ impl<T> Deref for Guard<'_, T> {
 
     #[inline]
     fn deref(&self) -> &T {
-        // SAFETY: this guard is the only one (`held`), so no `&mut` to the value exists.
-        unsafe { &*self.lock.value.get() }
+        // SAFETY: `held` admits one guard at a time and the type is not `Sync`, so this
+        // guard is the only access to the value.
+        unsafe { &*self.side.value.get() }
     }
 }
 
 impl<T> DerefMut for Guard<'_, T> {
     #[inline]
     fn deref_mut(&mut self) -> &mut T {
-        // SAFETY: this guard is the only one, and it is borrowed mutably here.
-        unsafe { &mut *self.lock.value.get() }
+        // SAFETY: as in `deref`; the guard is borrowed mutably here.
+        unsafe { &mut *self.side.value.get() }
     }
 }
 
 impl<T> Drop for Guard<'_, T> {
     #[inline]
     fn drop(&mut self) {
-        self.lock.held.store(false, Ordering::Release);
+        self.side.held.set(false);
     }
 }
 
@@ -79,34 +77,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn threads_take_turns() {
-        let lock = UserLock::new(0u64);
-        std::thread::scope(|s| {
-            for _ in 0..4 {
-                s.spawn(|| {
-                    for _ in 0..10_000 {
-                        // A read, a yield and a write: lost updates if two held it at once.
-                        let mut g = lock.lock();
-                        let v = *g;
-                        if v.is_multiple_of(1000) {
-                            std::thread::yield_now();
-                        }
-                        *g = v + 1;
-                    }
-                });
-            }
-        });
-        assert_eq!(*lock.lock(), 40_000);
+    fn reentry_is_refused_and_a_panic_gives_the_value_back() {
+        let side = UserSide::new(1);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _g = side.lock();
+            let _h = side.lock();
+        }));
+        assert!(r.is_err());
+        *side.lock() += 1;
+        assert_eq!(*side.lock(), 2);
     }
 
     #[test]
-    fn a_panic_releases_the_lock() {
-        let lock = UserLock::new(1);
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let _g = lock.lock();
-            panic!("inside");
-        }));
-        assert!(r.is_err());
-        assert_eq!(*lock.lock(), 1);
+    fn it_moves_between_threads() {
+        let side = UserSide::new(vec![1u8]);
+        let side = std::thread::spawn(move || {
+            side.lock().push(2);
+            side
+        })
+        .join()
+        .unwrap();
+        assert_eq!(*side.lock(), [1, 2]);
     }
 }

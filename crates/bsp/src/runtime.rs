@@ -18,7 +18,7 @@ use bulkwire_launch::{
 use crate::board::{self, Board};
 use crate::config::Config;
 use crate::core::{Core, Net};
-use crate::lock::UserLock;
+use crate::lock::UserSide;
 use crate::profile::Profiler;
 use crate::{BspError, stats};
 
@@ -69,8 +69,8 @@ fn open_board(
 
 /// One process of a BSP computation.
 pub struct Runtime {
-    /// The user side: only user calls take it (cheap, uncontended).
-    core: UserLock<Core>,
+    /// The user side: one thread's (see `crate::lock`), so a call takes no lock.
+    core: UserSide<Core>,
     /// The transport side, shared with the progress thread; gone after `finish`.
     shared: Mutex<Option<Shared<Net>>>,
     /// The job's control connection (none over a given transport, or after `finish`).
@@ -205,7 +205,7 @@ impl Runtime {
             .as_ref()
             .map(|base| Mutex::new(Profiler::new(base, &core, &net, start)));
         Runtime {
-            core: UserLock::new(core),
+            core: UserSide::new(core),
             shared: Mutex::new(Some(Shared::new(net, waker, cfg.progress))),
             ctl: Mutex::new(None),
             ended: AtomicBool::new(false),

@@ -6,10 +6,11 @@
 //! program did not hand over. (`bsp_abort` and its variants are in `csrc/bsp_abort.c`:
 //! they are variadic.)
 
+use std::cell::Cell;
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::io::Write;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use bulkwire_bsp::bench::{BenchConfig, measure};
 use bulkwire_bsp::{BspError, Runtime};
@@ -17,20 +18,58 @@ use bulkwire_bsp::{BspError, Runtime};
 use crate::spmd;
 
 /// The process's runtime of the current (or last) SPMD section. It is leaked, never
-/// freed: `bsp_end` empties it and marks it ended, so a call from another thread at any
-/// moment finds either a live runtime or an ended one, never freed memory, and the hot
-/// path is one atomic load. A later section's `bsp_begin` installs a new one.
+/// freed: `bsp_end` empties it and marks it ended, so a call at any moment finds either a
+/// live runtime or an ended one, never freed memory, and the hot path is two plain loads.
+/// A later section's `bsp_begin` installs a new one.
 static RT: AtomicPtr<Runtime> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The thread that called `bsp_begin` (its [`thread_token`]): a BSP process is one thread
+/// of control, and the runtime's user side is that thread's alone (it takes no lock).
+static OWNER: AtomicU64 = AtomicU64::new(0);
 
 /// Serialises `bsp_begin` (two threads beginning at once).
 static BEGIN: Mutex<()> = Mutex::new(());
 
-/// The runtime if the computation is running.
+/// A number of this thread's, never 0 and never another thread's.
 #[inline]
-pub(crate) fn current() -> Option<&'static Runtime> {
-    // SAFETY: a non-null pointer came from Box::into_raw and is never freed.
-    let rt = unsafe { RT.load(Ordering::Acquire).as_ref()? };
+fn thread_token() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static TOKEN: Cell<u64> = const { Cell::new(0) };
+    }
+    TOKEN.with(|t| {
+        if t.get() == 0 {
+            t.set(NEXT.fetch_add(1, Ordering::Relaxed));
+        }
+        t.get()
+    })
+}
+
+/// The runtime if the computation is running, for a call (`call`) from the thread that
+/// began it; a call from another thread ends the process, naming the call.
+#[inline]
+pub(crate) fn current(call: &str) -> Option<&'static Runtime> {
+    let ptr = RT.load(Ordering::Acquire);
+    if ptr.is_null() {
+        return None;
+    }
+    if OWNER.load(Ordering::Relaxed) != thread_token() {
+        other_thread(call);
+    }
+    // SAFETY: a non-null pointer came from Box::into_raw and is never freed; only the
+    // owning thread gets here, so the runtime, which is not `Sync`, is never shared.
+    let rt = unsafe { &*ptr };
     (!rt.ended()).then_some(rt)
+}
+
+#[cold]
+fn other_thread(call: &str) -> ! {
+    let _ = writeln!(
+        std::io::stderr(),
+        "{call}: called from a thread other than the one that called bsp_begin (a BSP \
+         process is one thread of control: make every BSPlib call from that thread)"
+    );
+    std::process::exit(1)
 }
 
 /// Ends the process for a call made outside `bsp_begin` ... `bsp_end`.
@@ -46,7 +85,7 @@ pub(crate) fn outside(call: &str) -> ! {
 /// Runs `f` on the runtime; an error ends the job (see [`Runtime::fail`]).
 #[inline]
 pub(crate) fn with<R>(call: &str, f: impl FnOnce(&Runtime) -> Result<R, BspError>) -> R {
-    let Some(rt) = current() else { outside(call) };
+    let Some(rt) = current(call) else { outside(call) };
     match f(rt) {
         Ok(r) => r,
         Err(e) => rt.fail(call, e),
@@ -125,7 +164,7 @@ pub(crate) fn begin(call: &str, maxprocs: Option<u32>, shown: &dyn std::fmt::Dis
     };
     let _g = BEGIN.lock().unwrap_or_else(|e| e.into_inner());
     let later = !RT.load(Ordering::Acquire).is_null();
-    if later && current().is_some() {
+    if later && current(call).is_some() {
         with(call, |_| misuse::<()>(format!("{call}: called twice")));
     }
     let (launch, cfg) = (&settings.launch, settings.bsp.clone());
@@ -142,7 +181,10 @@ pub(crate) fn begin(call: &str, maxprocs: Option<u32>, shown: &dyn std::fmt::Dis
         Runtime::begin(p, launch, cfg)
     };
     match started {
-        Ok(rt) => RT.store(Box::into_raw(Box::new(rt)), Ordering::Release),
+        Ok(rt) => {
+            OWNER.store(thread_token(), Ordering::Relaxed);
+            RT.store(Box::into_raw(Box::new(rt)), Ordering::Release)
+        }
         // Another process failed while this one joined: the launcher has said why.
         Err(BspError::JobFailed { exit_code, .. }) => std::process::exit(exit_code.max(1)),
         Err(BspError::Launch(bulkwire_launch::LaunchError::JobFailed(f))) => {
@@ -159,7 +201,7 @@ pub extern "C" fn bsp_begin(maxprocs: c_int) {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn bsp_end() {
-    let Some(rt) = current() else {
+    let Some(rt) = current("bsp_end") else {
         outside("bsp_end")
     };
     if let Err(e) = rt.end_sync() {
@@ -213,7 +255,7 @@ pub unsafe extern "C" fn bulkwire_bsp_abort_message(msg: *const c_char) -> ! {
         // SAFETY: the C shim passes a NUL-terminated buffer.
         unsafe { CStr::from_ptr(msg) }.to_string_lossy()
     };
-    match current() {
+    match current("bsp_abort") {
         Some(rt) => rt.abort(&text),
         None => bulkwire_bsp::abort_job(None, 0, &text),
     }
@@ -222,7 +264,7 @@ pub unsafe extern "C" fn bulkwire_bsp_abort_message(msg: *const c_char) -> ! {
 /// `bsp_nprocs`: the computation's processes; outside it, how many a computation begun
 /// now would have.
 pub(crate) fn nprocs(call: &str) -> u32 {
-    match current() {
+    match current(call) {
         Some(rt) => rt.nprocs(),
         None => {
             spmd::divert(call);
@@ -238,7 +280,7 @@ pub extern "C" fn bsp_nprocs() -> c_int {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn bsp_pid() -> c_int {
-    match current() {
+    match current("bsp_pid") {
         Some(rt) => rt.pid() as c_int,
         None => outside("bsp_pid"),
     }
@@ -246,7 +288,7 @@ pub extern "C" fn bsp_pid() -> c_int {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn bsp_time() -> f64 {
-    match current() {
+    match current("bsp_time") {
         Some(rt) => rt.time(),
         None => outside("bsp_time"),
     }

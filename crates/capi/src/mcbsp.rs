@@ -48,7 +48,7 @@ pub unsafe extern "C" fn mcbsp_init(
 
 #[unsafe(no_mangle)]
 pub extern "C" fn mcbsp_nprocs() -> c_uint {
-    if current().is_none() {
+    if current("bsp_nprocs").is_none() {
         crate::spmd::divert("bsp_nprocs");
         // SAFETY: a plain getter in the C shim.
         let max = unsafe { bulkwire_mcbsp_max_threads() };
@@ -61,7 +61,7 @@ pub extern "C" fn mcbsp_nprocs() -> c_uint {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn mcbsp_pid() -> c_uint {
-    match current() {
+    match current("bsp_pid") {
         Some(rt) => rt.pid(),
         None => outside("bsp_pid"),
     }

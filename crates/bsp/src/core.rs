@@ -91,6 +91,23 @@ impl Outbox {
         self.len() as u64 + self.sent
     }
 
+    /// The superstep's message, if any, leaving the outbox empty for the next one (with
+    /// the memory of a message that went elsewhere, the sync board, kept for reuse).
+    fn take_recorded(&mut self) -> Option<Recorded> {
+        let rec = (!self.buf.is_empty()).then(|| Recorded {
+            buf: std::mem::take(&mut self.buf),
+            holes: std::mem::take(&mut self.holes),
+            chunks: std::mem::take(&mut self.chunks),
+        });
+        self.chunks.clear();
+        self.holes.clear();
+        self.weight = 0;
+        self.get_bytes = 0;
+        self.hole_bytes = 0;
+        self.sent = 0;
+        rec
+    }
+
     /// Leaves room for `n` bytes read from `src` when the message is built.
     fn hole(&mut self, src: usize, n: usize) {
         self.holes.push((self.len(), src, n));
@@ -370,7 +387,41 @@ impl Core {
 
     /// `bsp_put`: copies `src` now; it is written into `pid`'s area registered as `dst`,
     /// at `offset`, at the end of the superstep.
+    #[inline]
     pub fn put(
+        &mut self,
+        call: &str,
+        pid: u32,
+        src: &[u8],
+        dst: usize,
+        offset: usize,
+    ) -> Result<(), BspError> {
+        let n = src.len();
+        // The common case, kept short: a registration just used, in bounds, one record.
+        // Everything else, errors included, takes the checks of `put_checked`.
+        if let Some(slot) = self.regs.last_slot(dst)
+            && pid < self.p
+            && (pid == self.pid || self.cfg.chunk.is_none())
+            && let Some(reg) = self.regs.get(slot)
+            && n > 0
+            && (offset as u64).checked_add(n as u64).is_some_and(|end| end <= reg.sizes[pid as usize])
+        {
+            let step = self.step;
+            let o = &mut self.out[pid as usize];
+            let rec = 1
+                + wire::var_len(slot as u64)
+                + wire::var_len(offset as u64)
+                + wire::var_len(n as u64);
+            o.reserve(step, None, rec + n, 0, 0);
+            wire::put_rec_head(&mut o.buf, wire::REC_PUT, slot as u64, offset as u64, n as u64);
+            wire::append(&mut o.buf, src);
+            return Ok(());
+        }
+        self.put_checked(call, pid, src, dst, offset)
+    }
+
+    #[inline(never)]
+    fn put_checked(
         &mut self,
         call: &str,
         pid: u32,
@@ -386,26 +437,9 @@ impl Core {
         self.check_pid(call, pid)?;
         let slot = self.slot(call, dst)?;
         self.check_bounds(call, pid, slot, dst, offset, src.len())?;
-        if self.chunk_limit(pid).is_some() {
-            self.put_record(pid, slot, offset, src.len(), false, |o, range| {
-                wire::append(&mut o.buf, &src[range]);
-            });
-            return Ok(());
-        }
-        // One record, whatever its size: the common case, kept short.
-        let (step, n) = (self.step, src.len());
-        let o = &mut self.out[pid as usize];
-        let rec =
-            1 + wire::var_len(slot as u64) + wire::var_len(offset as u64) + wire::var_len(n as u64);
-        o.reserve(step, None, rec + n, 0, 0);
-        wire::put_rec_head(
-            &mut o.buf,
-            wire::REC_PUT,
-            slot as u64,
-            offset as u64,
-            n as u64,
-        );
-        wire::append(&mut o.buf, src);
+        self.put_record(pid, slot, offset, src.len(), false, |o, range| {
+            wire::append(&mut o.buf, &src[range]);
+        });
         Ok(())
     }
 
@@ -1006,18 +1040,14 @@ impl Core {
         }
         let mut bufs = Vec::with_capacity(p);
         for d in 0..p {
-            let o = std::mem::take(&mut self.out[d]);
+            let o = &mut self.out[d];
             x.sent[d] = o.sent > 0;
             x.reply_left[d] = o.get_bytes;
             if o.get_bytes > 0 && d != me {
                 x.replies_left += 1;
             }
-            x.gets.push(o.gets);
-            bufs.push((!o.buf.is_empty()).then_some(Recorded {
-                buf: o.buf,
-                holes: o.holes,
-                chunks: o.chunks,
-            }));
+            x.gets.push(std::mem::take(&mut o.gets));
+            bufs.push(o.take_recorded());
         }
         // Our own data is local: its gets are served first, like anyone's.
         if let Some(own) = bufs[me].take() {
@@ -1380,7 +1410,27 @@ impl Core {
         for (from, m) in data.drain(..) {
             let mut has_send = false;
             let mut r = wire::Reader::at(&m, wire::HEAD);
-            while let Some(rec) = wire::next_rec(&mut r) {
+            // The registration the last small put wrote into: (slot, address, size).
+            let mut reg = (u32::MAX, 0usize, 0usize);
+            let unowned = x.owners.is_empty();
+            loop {
+                // Small puts (a word or a few) are most records: decoded at once, written
+                // into the registration the previous one used without looking it up.
+                if unowned && let Some((slot, offset, data)) = wire::small_put(&m, r.pos()) {
+                    if slot != reg.0 {
+                        let a = self.local_range("bsp_put", from, slot, 0, 0)?;
+                        reg = (slot, a, self.regs.get(slot).map_or(0, |g| g.size));
+                    }
+                    if offset + data.len() > reg.2 {
+                        self.local_range("bsp_put", from, slot, offset, data.len())?;
+                    }
+                    r.skip_to(data.end);
+                    write(&m[data], reg.1 + offset);
+                    continue;
+                }
+                let Some(rec) = wire::next_rec(&mut r) else {
+                    break;
+                };
                 match rec.map_err(|()| {
                     BspError::Protocol(format!("pid {from} sent a malformed data record"))
                 })? {

@@ -109,6 +109,14 @@ impl Regs {
         Unregistered::Unknown
     }
 
+    /// The slot of `addr` if it is the address `lookup` found last: the fast path of a
+    /// put, which checks nothing else.
+    #[inline]
+    pub fn last_slot(&self, addr: usize) -> Option<u32> {
+        self.last.get().filter(|l| l.0 == addr).map(|l| l.1)
+    }
+
+    #[inline]
     pub fn get(&self, slot: u32) -> Option<&Reg> {
         self.slots.get(slot as usize)?.as_ref()
     }

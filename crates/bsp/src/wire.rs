@@ -145,6 +145,18 @@ impl<'a> Reader<'a> {
         self.pos >= self.buf.len()
     }
 
+    /// Where the next read starts.
+    #[inline]
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+
+    /// Moves to `pos` (a position a decoder of this buffer returned).
+    #[inline]
+    pub fn skip_to(&mut self, pos: usize) {
+        self.pos = pos;
+    }
+
     #[inline]
     pub fn u8(&mut self) -> Option<u8> {
         let b = *self.buf.get(self.pos)?;
@@ -222,6 +234,33 @@ pub enum Rec {
         tag: std::ops::Range<usize>,
         payload: std::ops::Range<usize>,
     },
+}
+
+/// The small put record at `pos`, decoded from one 8-byte load: slot under 128, offset
+/// under 16 KiB, length under 128 (bspbench's words, and most small puts). Returns the
+/// slot, the offset and the data's range; `None` for any other record, or one that runs
+/// past the buffer (the general reader takes those).
+#[inline]
+pub fn small_put(buf: &[u8], pos: usize) -> Option<(u32, usize, std::ops::Range<usize>)> {
+    let w = u64::from_le_bytes(buf.get(pos..pos.checked_add(8)?)?.try_into().ok()?);
+    let byte = |i: usize| (w >> (8 * i)) as u8;
+    if byte(0) != REC_PUT || byte(1) >= 0x80 {
+        return None;
+    }
+    let (offset, at) = if byte(2) < 0x80 {
+        (byte(2) as usize, 3)
+    } else if byte(3) < 0x80 {
+        ((byte(2) & 0x7f) as usize | (byte(3) as usize) << 7, 4)
+    } else {
+        return None;
+    };
+    let len = byte(at);
+    if len >= 0x80 {
+        return None;
+    }
+    let start = pos + at + 1;
+    let end = start + len as usize;
+    (end <= buf.len()).then_some((byte(1) as u32, offset, start..end))
 }
 
 /// Reads the next record of a chunk; `None` at the end, `Some(Err(()))` if malformed.
@@ -600,6 +639,60 @@ mod tests {
                     assert_eq!([r.var(), r.var(), r.var()], [Some(a), Some(b), Some(c)]);
                     assert!(r.is_empty());
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn the_small_put_decoder_agrees_with_the_general_reader() {
+        let mut checked = 0;
+        for slot in [0u64, 5, 127, 128, 300] {
+            for off in [0u64, 1, 127, 128, 16383, 16384, 1 << 30] {
+                for len in [0usize, 1, 8, 127, 128] {
+                    let mut m = vec![0u8; 3];
+                    put_rec_head(&mut m, REC_PUT, slot, off, len as u64);
+                    m.extend((0..len).map(|i| i as u8));
+                    for tail in [0usize, 9] {
+                        let mut m = m.clone();
+                        m.extend(std::iter::repeat_n(0xee, tail));
+                        let general = read_rec(&mut Reader::at(&m, 3));
+                        match small_put(&m, 3) {
+                            Some((s, o, d)) => {
+                                checked += 1;
+                                assert!(slot < 128 && off < 16384 && len < 128);
+                                assert_eq!(
+                                    general,
+                                    Some(Rec::Put {
+                                        slot: s,
+                                        offset: o,
+                                        data: d
+                                    })
+                                );
+                            }
+                            // Too short for the 8-byte load, or not small.
+                            None => assert!(
+                                m.len() < 11 || slot >= 128 || off >= 16384 || len >= 128
+                            ),
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 20);
+        // Random bytes: whatever it decodes, the general reader decodes the same.
+        let mut z = 0x1234_5678_9abc_def0u64;
+        for _ in 0..20_000 {
+            z ^= z << 13;
+            z ^= z >> 7;
+            z ^= z << 17;
+            let n = (z % 24) as usize;
+            let mut m: Vec<u8> = (0..n).map(|i| (z >> (i % 8 * 8)) as u8).collect();
+            if let Some(b) = m.first_mut() {
+                *b = REC_PUT;
+            }
+            if let Some((s, o, d)) = small_put(&m, 0) {
+                let general = read_rec(&mut Reader::at(&m, 0));
+                assert_eq!(general, Some(Rec::Put { slot: s, offset: o, data: d }));
             }
         }
     }

@@ -245,19 +245,27 @@ impl Board {
 
     /// Past the barrier: a copy of the message `src` posted at `(at, len)` of its area,
     /// or None if that lies outside the area.
-    pub fn read_message(&self, src: usize, (at, len): (usize, usize)) -> Option<Vec<u8>> {
-        if src >= self.p || at.checked_add(len)? > AREA {
-            return None;
+    pub fn read_message(&self, src: usize, at: (usize, usize)) -> Option<Vec<u8>> {
+        let mut v = Vec::new();
+        self.read_message_into(src, at, &mut v).then_some(v)
+    }
+
+    /// [`Board::read_message`] into `v` (its memory reused); false if outside the area.
+    pub fn read_message_into(&self, src: usize, (at, len): (usize, usize), v: &mut Vec<u8>) -> bool {
+        if src >= self.p || at.checked_add(len).is_none_or(|end| end > AREA) {
+            return false;
         }
         let base = self.half(src, self.epoch - 1) + self.head + at;
-        let mut v = Vec::with_capacity(len);
+        v.clear();
+        v.reserve(len);
         // SAFETY: in `src`'s area of the half just passed (checked above), which `src`
-        // does not write again before this process arrives at the next barrier.
+        // does not write again before this process arrives at the next barrier; `v` has
+        // room for `len` bytes.
         unsafe {
             std::ptr::copy_nonoverlapping(self.seg.data().add(base), v.as_mut_ptr(), len);
             v.set_len(len);
         }
-        Some(v)
+        true
     }
 }
 

@@ -216,6 +216,8 @@ struct Exchange {
     hp_src: Option<(usize, usize)>,
     /// Who wrote which bytes early.
     owners: Owners,
+    /// Memory of small messages already written, for the next superstep's board reads.
+    pool: Vec<Vec<u8>>,
 }
 
 /// The user side of one BSP process: registrations, the superstep's outgoing data and the
@@ -778,11 +780,16 @@ impl Core {
                 });
             }
             if let Some(at) = e.msg {
-                let m = b.read_message(s, at).ok_or_else(|| {
-                    BspError::Protocol(format!(
+                let mut m = self
+                    .spare
+                    .as_mut()
+                    .and_then(|x| x.pool.pop())
+                    .unwrap_or_default();
+                if !b.read_message_into(s, at, &mut m) {
+                    return Err(BspError::Protocol(format!(
                         "pid {s} posted a message outside its part of the sync board"
-                    ))
-                })?;
+                    )));
+                }
                 pass.msgs.push((s as u32, m, e.msg_gets));
             }
         }
@@ -1021,6 +1028,13 @@ impl Core {
             self.get_order.clear();
             return Ok(());
         }
+        if incoming.is_empty()
+            && self.get_order.is_empty()
+            && board.iter().all(|b| !b.2)
+            && self.out.iter().enumerate().all(|(d, o)| d == me || o.total() == 0)
+        {
+            return self.apply_board(step, board);
+        }
         let mut x = self.spare.take().unwrap_or_default();
         x.reset(step, p, std::mem::take(&mut self.get_order));
         for c in incoming {
@@ -1103,6 +1117,33 @@ impl Core {
         self.queue = std::mem::take(&mut x.queue);
         self.spare = Some(x);
         Ok(())
+    }
+
+    /// A superstep whose only data are puts and sends read out of the sync board, and
+    /// this process's own: nothing to wait for, no get to serve, so they are written at
+    /// once, in pid order as always.
+    fn apply_board(&mut self, step: u32, board: Vec<(u32, Vec<u8>, bool)>) -> Result<(), BspError> {
+        let me = self.pid as usize;
+        let mut x = self.spare.take().unwrap_or_default();
+        x.reset_for_apply(step, self.p as usize);
+        for (d, o) in self.out.iter_mut().enumerate() {
+            if let Some(rec) = o.take_recorded()
+                && d == me
+            {
+                let own = rec.build();
+                self.counters.bytes_local += own.len() as u64;
+                x.data.push((self.pid, own));
+            }
+        }
+        for (s, m, _) in board {
+            self.counters.bytes_in += m.len() as u64;
+            self.counters.messages_in += 1;
+            x.data.push((s, m));
+        }
+        let r = self.apply(&mut x);
+        self.queue = std::mem::take(&mut x.queue);
+        self.spare = Some(x);
+        r
     }
 
     fn update_waiting(&self, n: &mut Net, x: &mut Exchange, s: usize) {
@@ -1456,6 +1497,8 @@ impl Core {
             }
             if has_send {
                 with_sends.push((from, m));
+            } else if m.capacity() <= POOLED_MAX && x.pool.len() < self.p as usize {
+                x.pool.push(m);
             }
         }
         // The emptied vector serves the next superstep.
@@ -1549,15 +1592,23 @@ impl Net {
         &mut self,
         mut poll: impl FnMut(&mut Net) -> Result<Poll, BspError>,
     ) -> Result<(), BspError> {
+        // Done at once (a superstep whose data is all here) costs no clock read.
+        let mut first = match poll(self)? {
+            Poll::Done => return Ok(()),
+            Poll::Wait(d) => Some(d),
+        };
         let policy = self.t.policy();
         let spin = policy.spin.as_nanos() as Time;
         // The clock as the transport last read it: a read per spin would cost about as
         // much as the spin (the transport reads it often enough for timers).
         let mut idle_since = self.t.begin_wait();
         loop {
-            let deadline = match poll(self)? {
-                Poll::Done => return Ok(()),
-                Poll::Wait(d) => d,
+            let deadline = match first.take() {
+                Some(d) => d,
+                None => match poll(self)? {
+                    Poll::Done => return Ok(()),
+                    Poll::Wait(d) => d,
+                },
             };
             self.t.check()?;
             let prog = self.t.step()?;
@@ -1677,6 +1728,9 @@ impl Net {
         })
     }
 }
+
+/// Largest message memory kept for reuse (`Exchange::pool`): what the sync board carries.
+const POOLED_MAX: usize = crate::board::AREA;
 
 /// Longest sleep in the transport while waiting at the sync board: a safety net, since
 /// the last process to arrive wakes the sleepers.
@@ -2023,6 +2077,19 @@ impl Exchange {
         self.early = false;
         self.hp_src = None;
         self.owners = Owners::default();
+    }
+
+    /// [`Exchange::reset`] for a superstep that only writes what is here.
+    fn reset_for_apply(&mut self, step: u32, p: usize) {
+        self.step = step;
+        self.owes.clear();
+        self.owes.resize(p, false);
+        self.data.clear();
+        self.queue = Queue::default();
+        self.applied = false;
+        if !self.owners.is_empty() {
+            self.owners = Owners::default();
+        }
     }
 
     fn queue_buf(&self, at: usize) -> &[u8] {

@@ -2,6 +2,7 @@
 //! connection, and what `bsp_begin`, `bsp_end` and `bsp_abort` do with them. The C ABI
 //! keeps one `Runtime` per process; the safe Rust API ([`crate::Bsp`]) wraps one.
 
+use std::cell::RefCell;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -72,7 +73,7 @@ pub struct Runtime {
     /// The user side: one thread's (see `crate::lock`), so a call takes no lock.
     core: UserSide<Core>,
     /// The transport side, shared with the progress thread; gone after `finish`.
-    shared: Mutex<Option<Shared<Net>>>,
+    shared: RefCell<Option<Shared<Net>>>,
     /// The job's control connection (none over a given transport, or after `finish`).
     ctl: Mutex<Option<Control>>,
     /// `bsp_end` has begun: calls from now on are outside the computation.
@@ -206,7 +207,7 @@ impl Runtime {
             .map(|base| Mutex::new(Profiler::new(base, &core, &net, start)));
         Runtime {
             core: UserSide::new(core),
-            shared: Mutex::new(Some(Shared::new(net, waker, cfg.progress))),
+            shared: RefCell::new(Some(Shared::new(net, waker, cfg.progress))),
             ctl: Mutex::new(None),
             ended: AtomicBool::new(false),
             job: None,
@@ -242,7 +243,7 @@ impl Runtime {
     /// Runs `f` on the transport, as a user call (the progress thread steps aside);
     /// `None` after `bsp_end`.
     pub fn with_transport<R>(&self, f: impl FnOnce(&mut dyn Transport) -> R) -> Option<R> {
-        let g = lock(&self.shared);
+        let g = self.shared.borrow();
         g.as_ref().map(|sh| sh.with(|n| f(n.transport_mut())))
     }
 
@@ -270,7 +271,7 @@ impl Runtime {
             unsafe { std::ptr::copy(g.addr as usize as *const u8, dst, n) };
             return Ok(());
         }
-        let guard = lock(&self.shared);
+        let guard = self.shared.borrow();
         let Some(sh) = guard.as_ref() else {
             return Err(BspError::Misuse(format!("{call}: called after bsp_end")));
         };
@@ -287,7 +288,7 @@ impl Runtime {
 
     fn sync_ending(&self, ending: bool) -> Result<(), BspError> {
         let mut core = self.core.lock();
-        let g = lock(&self.shared);
+        let g = self.shared.borrow();
         let Some(sh) = g.as_ref() else {
             return Err(BspError::Misuse("bsp_sync: called after bsp_end".into()));
         };
@@ -321,7 +322,7 @@ impl Runtime {
     /// decides what happens next (the C ABI exits all processes but pid 0).
     pub fn finish(&self) -> Result<(), BspError> {
         self.ended.store(true, Ordering::SeqCst);
-        let Some(shared) = lock(&self.shared).take() else {
+        let Some(shared) = self.shared.borrow_mut().take() else {
             return Err(BspError::Misuse("bsp_end: called twice".into()));
         };
         let blob = if self.cfg.stats {

@@ -12,7 +12,8 @@
 //! # Layout (per process `i`, a part of `stride` bytes)
 //!
 //! ```text
-//! +0          asleep: i is blocked in its transport, wake it       (written by i)
+//! +0          asleep: i sleeps on this word (a futex), wake it        (set by i, cleared by
+//!             whoever wakes it)
 //! +LINE       half 0, then half 1 (superstep parity), each:
 //!               the barrier this half was posted for, flags, then the row: two words
 //!               per destination (transport bytes | gets << 63, message offset |
@@ -37,7 +38,8 @@
 //! copy; a lying peer can make us read its own garbage, never memory outside its part.
 
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
 
 use bulkwire_link::segment::{HostGroup, LINE, Rendezvous, Segment};
 
@@ -99,9 +101,7 @@ impl Board {
         if group.nprocs as usize != p || !(2..=MAX_PROCS).contains(&p) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!(
-                    "the sync board needs every process on one host, 2 to {MAX_PROCS} of them"
-                ),
+                format!("the sync board needs every process on one host, 2 to {MAX_PROCS} of them"),
             ));
         }
         let head = (ROW + 16 * p).next_multiple_of(LINE);
@@ -132,12 +132,6 @@ impl Board {
         AREA - self.used
     }
 
-    fn word(&self, part: usize, off: usize) -> &AtomicU64 {
-        self.seg
-            .u64_at(part * self.stride + off)
-            .expect("board offsets lie inside the segment")
-    }
-
     /// Start of process `part`'s half for the barrier that follows `epoch` arrivals.
     fn half(&self, part: usize, epoch: u64) -> usize {
         part * self.stride + OFF_HALVES + (epoch % 2) as usize * (self.head + AREA)
@@ -151,7 +145,9 @@ impl Board {
 
     fn row_word(&self, part: usize, epoch: u64, dst: usize, k: usize) -> &AtomicU64 {
         let off = self.half(part, epoch) + ROW + 16 * dst + 8 * k;
-        self.seg.u64_at(off).expect("row words lie inside the segment")
+        self.seg
+            .u64_at(off)
+            .expect("row words lie inside the segment")
     }
 
     /// Starts posting this superstep's row: everything empty, no message.
@@ -194,8 +190,8 @@ impl Board {
 
     /// Publishes the row and arrives at the barrier; `complex` asks every process to
     /// run the barrier over messages as well (registrations, tag sizes, `bsp_end`).
-    /// Returns the processes that are asleep in their transport, to be woken.
-    pub fn arrive(&mut self, complex: bool) -> impl Iterator<Item = usize> + '_ {
+    /// Wakes the processes asleep at the barrier.
+    pub fn arrive(&mut self, complex: bool) {
         self.half_word(self.me, self.epoch, 1)
             .store(if complex { COMPLEX } else { 0 }, Ordering::Relaxed);
         // SeqCst, with the sleeper's SeqCst store of `asleep` and load of our arrival: one
@@ -203,10 +199,20 @@ impl Board {
         self.half_word(self.me, self.epoch, 0)
             .store(self.epoch + 1, Ordering::SeqCst);
         self.epoch += 1;
-        let me = self.me;
-        (0..self.p)
-            .filter(move |&j| j != me)
-            .filter(|&j| self.word(j, OFF_ASLEEP).load(Ordering::SeqCst) != 0)
+        for j in (0..self.p).filter(|&j| j != self.me) {
+            let w = self.asleep(j);
+            // Cleared before the wake: a sleeper that has not entered the kernel yet then
+            // finds the word changed and returns at once.
+            if w.load(Ordering::SeqCst) != 0 && w.swap(0, Ordering::SeqCst) != 0 {
+                futex_wake(w);
+            }
+        }
+    }
+
+    fn asleep(&self, part: usize) -> &AtomicU32 {
+        self.seg
+            .u32_at(part * self.stride + OFF_ASLEEP)
+            .expect("the asleep word lies inside the segment")
     }
 
     /// The lowest process from `from` on that has not reached the barrier this process
@@ -216,11 +222,35 @@ impl Board {
         (from..self.p).find(|&j| self.half_word(j, e, 0).load(Ordering::Acquire) < self.epoch)
     }
 
-    /// Says this process is about to block in its transport (true) or no longer is; a
-    /// process that arrives then sends it a message to wake it.
+    /// Says this process is about to sleep (true; then check [`Board::missing_from`]
+    /// once more before [`Board::sleep`]) or no longer sleeps.
     pub fn set_asleep(&self, asleep: bool) {
-        self.word(self.me, OFF_ASLEEP)
-            .store(u64::from(asleep), Ordering::SeqCst);
+        self.asleep(self.me)
+            .store(u32::from(asleep), Ordering::SeqCst);
+    }
+
+    /// Sleeps at most `timeout`, or until a process that arrives wakes this one (or has
+    /// already: the word was cleared).
+    pub fn sleep(&self, timeout: Duration) {
+        let w = self.asleep(self.me);
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: FUTEX_WAIT on a 4-byte aligned word of a shared mapping that lives as
+        // long as `self`, with a valid timespec; it only reads the word. Not the private
+        // variant: the wakers are other processes.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                w.as_ptr(),
+                libc::FUTEX_WAIT,
+                1u32,
+                &ts as *const libc::timespec,
+                std::ptr::null::<u32>(),
+                0u32,
+            )
+        };
     }
 
     /// Past the barrier: whether any process asked for the barrier over messages.
@@ -251,7 +281,12 @@ impl Board {
     }
 
     /// [`Board::read_message`] into `v` (its memory reused); false if outside the area.
-    pub fn read_message_into(&self, src: usize, (at, len): (usize, usize), v: &mut Vec<u8>) -> bool {
+    pub fn read_message_into(
+        &self,
+        src: usize,
+        (at, len): (usize, usize),
+        v: &mut Vec<u8>,
+    ) -> bool {
         if src >= self.p || at.checked_add(len).is_none_or(|end| end > AREA) {
             return false;
         }
@@ -267,6 +302,13 @@ impl Board {
         }
         true
     }
+}
+
+/// Wakes one process sleeping on `w` (see [`Board::sleep`]).
+fn futex_wake(w: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE on a 4-byte aligned word of a shared mapping; it touches no
+    // memory.
+    unsafe { libc::syscall(libc::SYS_futex, w.as_ptr(), libc::FUTEX_WAKE, 1u32) };
 }
 
 #[cfg(test)]
@@ -306,7 +348,7 @@ mod tests {
                             }
                             b.post_net(d, step * 10 + me as u64, d == 0);
                         }
-                        let _ = b.arrive(step % 5 == me as u64).count();
+                        b.arrive(step % 5 == me as u64);
                         while b.missing_from(0).is_some() {
                             std::hint::spin_loop();
                         }

@@ -241,6 +241,8 @@ pub struct Core {
     spare: Option<Exchange>,
     /// The sync board, when every process shares this host over shared memory.
     board: Option<Board>,
+    /// A large message sent before this superstep's barrier (see `send_small`).
+    early_large: Option<u32>,
 }
 
 /// The transport side of one BSP process: what the progress thread may drive while the
@@ -285,6 +287,7 @@ impl Core {
             counters: Counters::default(),
             spare: None,
             board: None,
+            early_large: None,
         };
         let net = Net {
             t,
@@ -406,7 +409,9 @@ impl Core {
             && (pid == self.pid || self.cfg.chunk.is_none())
             && let Some(reg) = self.regs.get(slot)
             && n > 0
-            && (offset as u64).checked_add(n as u64).is_some_and(|end| end <= reg.sizes[pid as usize])
+            && (offset as u64)
+                .checked_add(n as u64)
+                .is_some_and(|end| end <= reg.sizes[pid as usize])
         {
             let step = self.step;
             let o = &mut self.out[pid as usize];
@@ -415,7 +420,13 @@ impl Core {
                 + wire::var_len(offset as u64)
                 + wire::var_len(n as u64);
             o.reserve(step, None, rec + n, 0, 0);
-            wire::put_rec_head(&mut o.buf, wire::REC_PUT, slot as u64, offset as u64, n as u64);
+            wire::put_rec_head(
+                &mut o.buf,
+                wire::REC_PUT,
+                slot as u64,
+                offset as u64,
+                n as u64,
+            );
             wire::append(&mut o.buf, src);
             return Ok(());
         }
@@ -673,7 +684,7 @@ impl Core {
                 Some(r?)
             }
             None => {
-                self.send_small(n)?;
+                self.early_large = self.send_small(n)?;
                 None
             }
         };
@@ -707,6 +718,7 @@ impl Core {
                 self.commit_regs(n, &pushes, &popped);
             }
         }
+        self.early_large = None;
         if let Some(t) = self.next_tagsize {
             self.tagsize = t;
         }
@@ -753,16 +765,13 @@ impl Core {
                 o.buf = msg;
             }
         }
-        self.send_small(n)?;
+        self.early_large = self.send_small(n)?;
         for (d, o) in self.out.iter().enumerate() {
             if d != me && o.total() > 0 {
                 b.post_net(d, o.total(), !o.gets.is_empty());
             }
         }
-        let asleep: Vec<usize> = b.arrive(complex).collect();
-        for j in asleep {
-            n.t.send(j as u32, Bytes::from_static(&wire::WAKE_MSG), false)?;
-        }
+        b.arrive(complex);
         n.await_board(b)?;
         let mut pass = BoardPass {
             complex: b.any_complex(),
@@ -798,19 +807,27 @@ impl Core {
 
     /// Hands every small message to the transport before the barrier, so that it travels
     /// while the barrier runs instead of after it: a superstep that carries a few words
-    /// then costs about what an empty one does. Destination scheduling is for the large
-    /// messages, which still wait for the barrier; so do all under a rate cap or a chunk
-    /// size, which space and cut what they send. The receiver keeps a message of the next
-    /// superstep until it gets there, and reads it only after its own barrier, so gets
-    /// still read before any put is written.
-    fn send_small(&mut self, n: &mut Net) -> Result<(), BspError> {
+    /// then costs about what an empty one does. Of the large messages, the one of the
+    /// schedule's first step (to `pid + 1` in the latin square, where every destination
+    /// has one sender) leaves too, so that the barrier and the first step overlap; the
+    /// others wait for the barrier and their step. Under a rate cap or a chunk size, which
+    /// space and cut what they send, everything waits. The receiver keeps a message of the
+    /// next superstep until it gets there, and reads it only after its own barrier, so gets
+    /// still read before any put is written. Returns the destination of a large message
+    /// sent, which must leave the transport before the schedule's next step is fed.
+    fn send_small(&mut self, n: &mut Net) -> Result<Option<u32>, BspError> {
         if self.cfg.rate.is_some() || self.cfg.chunk.is_some() {
-            return Ok(());
+            return Ok(None);
         }
         let me = self.pid as usize;
+        let first = (self.cfg.schedule == Schedule::Latin).then(|| (me + 1) % self.p as usize);
+        let mut large = None;
         for (d, o) in self.out.iter_mut().enumerate() {
-            if d == me || o.buf.is_empty() || o.len() > SMALL_MAX {
+            if d == me || o.buf.is_empty() || (o.len() > SMALL_MAX && Some(d) != first) {
                 continue;
+            }
+            if o.len() > SMALL_MAX {
+                large = Some(d as u32);
             }
             let msg = Recorded {
                 buf: std::mem::take(&mut o.buf),
@@ -824,7 +841,7 @@ impl Core {
             self.counters.messages_out += 1;
             n.t.send(d as u32, Bytes::from(msg), false)?;
         }
-        Ok(())
+        Ok(large)
     }
 
     /// Makes the superstep's registration calls effective, every process's sizes and
@@ -1031,12 +1048,18 @@ impl Core {
         if incoming.is_empty()
             && self.get_order.is_empty()
             && board.iter().all(|b| !b.2)
-            && self.out.iter().enumerate().all(|(d, o)| d == me || o.total() == 0)
+            && self
+                .out
+                .iter()
+                .enumerate()
+                .all(|(d, o)| d == me || o.total() == 0)
         {
             return self.apply_board(step, board);
         }
         let mut x = self.spare.take().unwrap_or_default();
         x.reset(step, p, std::mem::take(&mut self.get_order));
+        // The schedule's first step left before the barrier: the next waits for it.
+        x.draining = self.early_large.take();
         for c in incoming {
             let s = c.src as usize;
             if x.expect[s] > 0 || c.bytes == 0 {
@@ -1546,15 +1569,6 @@ impl Net {
         let mut any = false;
         while let Some(e) = self.t.poll_event() {
             match e {
-                Event::Message { from, data, .. } if data.first() == Some(&wire::WAKE) => {
-                    // A wake from the sync board: it has done its work by arriving.
-                    if from >= self.p {
-                        return Err(BspError::Protocol(format!(
-                            "rank {from}, outside the computation, sent a wake"
-                        )));
-                    }
-                    any = true;
-                }
                 Event::Message { from, data, .. } => {
                     let head = wire::head(&data).filter(|&(k, s)| {
                         (wire::REDUCE..=wire::DREPLY).contains(&k)
@@ -1637,9 +1651,12 @@ impl Net {
 
     /// Waits until every process has arrived at the sync board's barrier. Spins on the
     /// board, driving the transport between rounds of polls (messages of the superstep
-    /// may arrive meanwhile, and a failure or a silent peer must end the wait), then
-    /// sleeps in the transport once the spin budget is spent, saying so on the board: the
-    /// last process to arrive sends a wake.
+    /// may arrive meanwhile, a failure or a silent peer must end the wait, and what we sent
+    /// may need resending), then, once the spin budget is spent, sleeps on the board in
+    /// slices of `BOARD_NAP`, driving the transport between them; the last process to
+    /// arrive wakes it. (A wake sent as a transport message would break holefill's rule
+    /// that a process past the next barrier proves its peers hold everything sent before:
+    /// nobody waits for a wake, so a lost one would be freed without being resent.)
     pub(crate) fn await_board(&mut self, b: &Board) -> Result<(), BspError> {
         let Some(mut missing) = b.missing_from(0) else {
             return Ok(());
@@ -1688,11 +1705,8 @@ impl Net {
                 b.set_asleep(false);
                 break Ok(());
             }
-            let slept = self.t.block(Some(BOARD_NAP));
+            b.sleep(BOARD_NAP);
             b.set_asleep(false);
-            if let Err(e) = slept {
-                break Err(e.into());
-            }
             idle_since = self.t.now();
         };
         for j in (first..self.p).filter(|&j| j != b.me() as u32) {
@@ -1732,9 +1746,9 @@ impl Net {
 /// Largest message memory kept for reuse (`Exchange::pool`): what the sync board carries.
 const POOLED_MAX: usize = crate::board::AREA;
 
-/// Longest sleep in the transport while waiting at the sync board: a safety net, since
-/// the last process to arrive wakes the sleepers.
-const BOARD_NAP: Duration = Duration::from_millis(20);
+/// Longest sleep on the sync board between turns of the transport: how late a process
+/// asleep at the barrier answers its transport (resends, acknowledgements, direct gets).
+const BOARD_NAP: Duration = Duration::from_millis(1);
 
 /// Messages from this size on may be written as they arrive (`Core::apply_early`):
 /// holding a superstep's big messages until the last arrives doubles its memory.

@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 use bulkwire_engine::Transport;
 use bulkwire_engine::job;
 use bulkwire_engine::progress::Shared;
-use bulkwire_link::HostGroup;
 use bulkwire_launch::{
     Control, Failure, JobState, LaunchConfig, LaunchError, self_spawn, spawn_job,
 };
+use bulkwire_link::HostGroup;
 
 use crate::board::{self, Board};
 use crate::config::Config;

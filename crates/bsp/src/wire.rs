@@ -21,9 +21,6 @@ pub const DATA: u8 = 2;
 pub const REPLY: u8 = 3;
 pub const DGET: u8 = 4;
 pub const DREPLY: u8 = 5;
-/// Wakes a process asleep at the sync board; no step, no body.
-pub const WAKE: u8 = 6;
-pub const WAKE_MSG: [u8; 1] = [WAKE];
 
 /// `DREPLY` status: the bytes follow; the request named no live registration or fell
 /// outside it.
@@ -670,9 +667,9 @@ mod tests {
                                 );
                             }
                             // Too short for the 8-byte load, or not small.
-                            None => assert!(
-                                m.len() < 11 || slot >= 128 || off >= 16384 || len >= 128
-                            ),
+                            None => {
+                                assert!(m.len() < 11 || slot >= 128 || off >= 16384 || len >= 128)
+                            }
                         }
                     }
                 }
@@ -692,7 +689,14 @@ mod tests {
             }
             if let Some((s, o, d)) = small_put(&m, 0) {
                 let general = read_rec(&mut Reader::at(&m, 0));
-                assert_eq!(general, Some(Rec::Put { slot: s, offset: o, data: d }));
+                assert_eq!(
+                    general,
+                    Some(Rec::Put {
+                        slot: s,
+                        offset: o,
+                        data: d
+                    })
+                );
             }
         }
     }

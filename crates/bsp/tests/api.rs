@@ -31,7 +31,7 @@ fn spawn<R: Send + 'static>(
     end: bool,
     f: impl Fn(&mut Bsp) -> R + Send + Sync + 'static,
 ) -> Vec<R> {
-    spawn_with(p, protocol, faults, cfg, end, false, f)
+    spawn_with(p, protocol, faults, cfg, end, None, f)
 }
 
 /// Like [`run`], the processes synchronising through a sync board, as processes that share
@@ -42,7 +42,8 @@ fn on_board<R: Send + 'static>(
     faults: &str,
     f: impl Fn(&mut Bsp) -> R + Send + Sync + 'static,
 ) -> Vec<R> {
-    spawn_with(p, protocol, faults, Config::default(), true, true, f)
+    let spin = WaitPolicy::for_host(p as usize).spin;
+    spawn_with(p, protocol, faults, Config::default(), true, Some(spin), f)
 }
 
 fn spawn_with<R: Send + 'static>(
@@ -51,9 +52,10 @@ fn spawn_with<R: Send + 'static>(
     faults: &str,
     cfg: Config,
     end: bool,
-    board: bool,
+    board_spin: Option<std::time::Duration>,
     f: impl Fn(&mut Bsp) -> R + Send + Sync + 'static,
 ) -> Vec<R> {
+    let board = board_spin.is_some();
     let mtu = 9000;
     let f = Arc::new(f);
     let links = inproc::network(p, mtu, 4096);
@@ -75,10 +77,11 @@ fn spawn_with<R: Send + 'static>(
             };
             let common = Common::new(rank, p, mtu - HEADER_LEN);
             let proto = bulkwire_protocol::by_name(protocol, common, &Default::default()).unwrap();
-            let engine = Engine::new(
-                Endpoint::new(link, proto, EndpointConfig::new(42)),
-                WaitPolicy::for_host(p as usize),
-            );
+            let mut policy = WaitPolicy::for_host(p as usize);
+            if let Some(spin) = board_spin {
+                policy.spin = spin;
+            }
+            let engine = Engine::new(Endpoint::new(link, proto, EndpointConfig::new(42)), policy);
             let f = f.clone();
             let cfg = cfg.clone();
             let rv = rvs[rank as usize].take();
@@ -467,6 +470,24 @@ fn random_programs_match_the_model_on_the_sync_board() {
 }
 
 #[test]
+fn processes_asleep_at_the_sync_board_still_answer_their_transport() {
+    // No spin: every wait at the board sleeps at once. Get replies lost on the way must
+    // still be resent by processes that have gone on to sleep at the next barrier.
+    for seed in [3, 8] {
+        let faults = format!("loss=0.05,seed={seed}");
+        spawn_with(
+            4,
+            "holefill",
+            &faults,
+            Config::default(),
+            true,
+            Some(std::time::Duration::ZERO),
+            |bsp| random_program(bsp, 40, false),
+        );
+    }
+}
+
+#[test]
 fn the_sync_board_carries_small_supersteps_and_the_transport_the_rest() {
     let r = on_board(2, "utopia", "", |bsp| {
         let (p, s) = (bsp.nprocs(), bsp.pid());
@@ -495,7 +516,10 @@ fn the_sync_board_carries_small_supersteps_and_the_transport_the_rest() {
     });
     for (board, small, big) in r {
         assert!(board);
-        assert_eq!(small, 0, "a superstep of one word sends no transport message");
+        assert_eq!(
+            small, 0,
+            "a superstep of one word sends no transport message"
+        );
         assert!(big >= 1, "1 MiB goes through the transport");
     }
 }

@@ -85,7 +85,9 @@ pub(crate) fn outside(call: &str) -> ! {
 /// Runs `f` on the runtime; an error ends the job (see [`Runtime::fail`]).
 #[inline]
 pub(crate) fn with<R>(call: &str, f: impl FnOnce(&Runtime) -> Result<R, BspError>) -> R {
-    let Some(rt) = current(call) else { outside(call) };
+    let Some(rt) = current(call) else {
+        outside(call)
+    };
     match f(rt) {
         Ok(r) => r,
         Err(e) => rt.fail(call, e),

@@ -9,7 +9,9 @@
 //!    collective calls) is spread by dissemination: in round r a process sends everything it
 //!    knows to `pid + 2^r` and learns from `pid - 2^r`, so after ceil(log2 p) rounds every
 //!    process holds every row. That is the OR-reduction of the destination rows, and it is
-//!    the barrier.
+//!    the barrier. When every process shares one host, the rows meet on the sync board
+//!    ([`crate::board`]) instead, and the rounds run only in supersteps that register,
+//!    set a tag size or end.
 //! 3. **Total exchange** is folded into it: the rows carry sizes, so each process knows
 //!    what it will receive from whom before anything is sent.
 //! 4. **Destination scheduling and pacing.** Messages go out in latin-square order, one
@@ -221,8 +223,8 @@ struct Exchange {
 }
 
 /// The user side of one BSP process: registrations, the superstep's outgoing data and the
-/// message queue. Only user calls touch it, so recording a put costs no more than an
-/// uncontended lock; the transport side ([`Net`]) is shared with the progress thread.
+/// message queue. Only the process's own thread touches it (`crate::lock`), so recording
+/// a put takes no lock; the transport side ([`Net`]) is shared with the progress thread.
 pub struct Core {
     pid: u32,
     p: u32,

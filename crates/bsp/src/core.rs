@@ -417,11 +417,9 @@ impl Core {
         {
             let step = self.step;
             let o = &mut self.out[pid as usize];
-            let rec = 1
-                + wire::var_len(slot as u64)
-                + wire::var_len(offset as u64)
-                + wire::var_len(n as u64);
-            o.reserve(step, None, rec + n, 0, 0);
+            // Room for the longest head: without a chunk limit the record's exact size
+            // matters to nobody, and computing it costs three varint lengths per put.
+            o.reserve(step, None, wire::MAX_REC_HEAD + n, 0, 0);
             wire::put_rec_head(
                 &mut o.buf,
                 wire::REC_PUT,

@@ -45,6 +45,9 @@ pub fn put_var(buf: &mut Vec<u8>, mut v: u64) {
     buf.push(v as u8);
 }
 
+/// The longest head of a record: its kind and three 64-bit varints.
+pub const MAX_REC_HEAD: usize = 1 + 3 * 10;
+
 /// Appends the head of a record: its kind and three varints. A small put's head fits 8
 /// bytes: it is assembled in a register and stored at once (written byte by byte it
 /// costs a capacity check per byte).

@@ -232,7 +232,9 @@ impl Testbed {
     /// Makes the pair; `Err` says why (not root, no `ip`), and what was made is removed.
     pub fn new(mtu: u32) -> Result<Testbed, String> {
         static N: AtomicU32 = AtomicU32::new(0);
-        let id = std::process::id() % 10_000 * 10 + N.fetch_add(1, Ordering::SeqCst) % 10;
+        // Room for a hundred beds per process: with ten, the eleventh test bed of one test
+        // binary took the first one's names, and the first one's drop killed its processes.
+        let id = std::process::id() % 1000 * 100 + N.fetch_add(1, Ordering::SeqCst) % 100;
         // 10.236.0.0/14 by pid and count: test beds of concurrent runs get apart subnets
         // (netns-rsh finds a host by its address among every namespace of the machine).
         let net = format!("10.{}.{}", 236 + id / 256 % 4, id % 256);

@@ -275,7 +275,8 @@ impl Board {
 
     /// Past the barrier: a copy of the message `src` posted at `(at, len)` of its area,
     /// or None if that lies outside the area.
-    pub fn read_message(&self, src: usize, at: (usize, usize)) -> Option<Vec<u8>> {
+    #[cfg(test)]
+    fn read_message(&self, src: usize, at: (usize, usize)) -> Option<Vec<u8>> {
         let mut v = Vec::new();
         self.read_message_into(src, at, &mut v).then_some(v)
     }

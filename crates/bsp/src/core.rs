@@ -93,14 +93,26 @@ impl Outbox {
         self.len() as u64 + self.sent
     }
 
-    /// The superstep's message, if any, leaving the outbox empty for the next one (with
-    /// the memory of a message that went elsewhere, the sync board, kept for reuse).
-    fn take_recorded(&mut self) -> Option<Recorded> {
-        let rec = (!self.buf.is_empty()).then(|| Recorded {
+    /// The recorded message as it stands (holes unfilled), its records taken out.
+    fn take_records(&mut self) -> Recorded {
+        self.hole_bytes = 0;
+        Recorded {
             buf: std::mem::take(&mut self.buf),
             holes: std::mem::take(&mut self.holes),
             chunks: std::mem::take(&mut self.chunks),
-        });
+        }
+    }
+
+    /// The message, built, to leave before the exchange (the transport, the sync board);
+    /// its gets and the bytes they ask for stay, to match the replies.
+    fn take_message(&mut self) -> Vec<u8> {
+        self.take_records().build()
+    }
+
+    /// The superstep's message, if any, leaving the outbox empty for the next one (with
+    /// the memory of a message that went elsewhere, the sync board, kept for reuse).
+    fn take_recorded(&mut self) -> Option<Recorded> {
+        let rec = (!self.buf.is_empty()).then(|| self.take_records());
         self.chunks.clear();
         self.holes.clear();
         self.weight = 0;
@@ -749,13 +761,7 @@ impl Core {
                 if d == me || o.buf.is_empty() || o.len() > SMALL_MAX || o.len() > b.room() {
                     continue;
                 }
-                let mut msg = Recorded {
-                    buf: std::mem::take(&mut o.buf),
-                    holes: std::mem::take(&mut o.holes),
-                    chunks: std::mem::take(&mut o.chunks),
-                }
-                .build();
-                o.hole_bytes = 0;
+                let mut msg = o.take_message();
                 let posted = b.post_message(d, &msg, !o.gets.is_empty());
                 debug_assert!(posted, "room was checked");
                 self.counters.bytes_out += msg.len() as u64;
@@ -829,13 +835,7 @@ impl Core {
             if o.len() > SMALL_MAX {
                 large = Some(d as u32);
             }
-            let msg = Recorded {
-                buf: std::mem::take(&mut o.buf),
-                holes: std::mem::take(&mut o.holes),
-                chunks: std::mem::take(&mut o.chunks),
-            }
-            .build();
-            o.hole_bytes = 0;
+            let msg = o.take_message();
             o.sent = msg.len() as u64;
             self.counters.bytes_out += o.sent;
             self.counters.messages_out += 1;

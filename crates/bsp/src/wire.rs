@@ -643,6 +643,10 @@ mod tests {
         }
     }
 
+    fn as_rec((slot, offset, data): (u32, usize, std::ops::Range<usize>)) -> Rec {
+        Rec::Put { slot, offset, data }
+    }
+
     #[test]
     fn the_small_put_decoder_agrees_with_the_general_reader() {
         let mut checked = 0;
@@ -657,17 +661,10 @@ mod tests {
                         m.extend(std::iter::repeat_n(0xee, tail));
                         let general = read_rec(&mut Reader::at(&m, 3));
                         match small_put(&m, 3) {
-                            Some((s, o, d)) => {
+                            Some(small) => {
                                 checked += 1;
                                 assert!(slot < 128 && off < 16384 && len < 128);
-                                assert_eq!(
-                                    general,
-                                    Some(Rec::Put {
-                                        slot: s,
-                                        offset: o,
-                                        data: d
-                                    })
-                                );
+                                assert_eq!(general, Some(as_rec(small)));
                             }
                             // Too short for the 8-byte load, or not small.
                             None => {
@@ -690,16 +687,8 @@ mod tests {
             if let Some(b) = m.first_mut() {
                 *b = REC_PUT;
             }
-            if let Some((s, o, d)) = small_put(&m, 0) {
-                let general = read_rec(&mut Reader::at(&m, 0));
-                assert_eq!(
-                    general,
-                    Some(Rec::Put {
-                        slot: s,
-                        offset: o,
-                        data: d
-                    })
-                );
+            if let Some(small) = small_put(&m, 0) {
+                assert_eq!(read_rec(&mut Reader::at(&m, 0)), Some(as_rec(small)));
             }
         }
     }

@@ -16,7 +16,9 @@
 //! generations later, which usually has long happened. Data larger than a half goes in
 //! chunks, one generation each, so writing chunk k+1 overlaps the reading of chunk k.
 //!
-//! Scatter, gather and alltoall blocks from `direct` bytes go by single copy: the
+//! When asked for (`direct`, off by default: the cache was faster on every size measured,
+//! `docs/collectives.md`), scatter, gather and alltoall blocks from `direct` bytes go by
+//! single copy: the
 //! generation holds only the address of the writer's own buffer ([`Shm::lend`]), readers
 //! copy their blocks out of it with `process_vm_readv`, and the writer returns once they
 //! have completed the generation. One copy instead of two, as vader's CMA path. Broadcast

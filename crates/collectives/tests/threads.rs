@@ -20,6 +20,7 @@ fn p2p_config(eager: usize) -> P2pConfig {
         eager,
         eager_local: eager,
         single_copy: SingleCopy::Off,
+        split: usize::MAX,
         progress: Some(Duration::from_millis(1)),
         job: Default::default(),
     }

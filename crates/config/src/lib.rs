@@ -315,12 +315,22 @@ fn p2p_config(
             .or_else(|| flag(v).map(|on| if on { SingleCopy::On } else { SingleCopy::Off }))
         })?
         .unwrap_or(d.single_copy);
+    let split = l
+        .get(&SPLIT_COPY, |v| {
+            if v == "off" {
+                Some(usize::MAX)
+            } else {
+                size(v, 0, u64::MAX).map(|b| b.min(usize::MAX as u64) as usize)
+            }
+        })?
+        .unwrap_or(d.split);
     Ok(bulkwire_p2p::Config {
         eager: both.map_or(d.eager, |b| b as usize),
         eager_local: limit(&EAGER_LOCAL)?
             .or(both)
             .map_or(d.eager_local, |b| b as usize),
         single_copy,
+        split,
         progress,
         job,
     })

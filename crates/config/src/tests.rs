@@ -362,12 +362,17 @@ fn collectives() {
         ("BULKWIRE_COLL", "p2p"),
         ("BULKWIRE_COLL_PART", "256k"),
         ("BULKWIRE_COLL_ALG", "large"),
-        ("BULKWIRE_COLL_DIRECT", "off"),
+        ("BULKWIRE_COLL_DIRECT", "16K"),
     ])
     .unwrap();
     assert_eq!((s.coll.mode, s.coll.family), (Mode::P2p, Family::Large));
     assert_eq!(s.coll.part_bytes, 256 << 10);
-    assert_eq!(s.coll.thresholds.netcache_direct, usize::MAX);
+    assert_eq!(s.coll.thresholds.netcache_direct, 16 << 10);
+    let off = settings(&[("BULKWIRE_COLL_DIRECT", "off")]).unwrap();
+    assert_eq!(off.coll.thresholds.netcache_direct, usize::MAX);
+    // Single copy is asked for; the cache's two copies are the default.
+    let default = settings(&[]).unwrap();
+    assert_eq!(default.coll.thresholds.netcache_direct, usize::MAX);
     assert!(error(&[("BULKWIRE_COLL", "bogus")]).contains("auto, netcache or p2p"));
 }
 

@@ -235,6 +235,10 @@ vars! {
         "on or off (refuse: offered, every read refused, for tests)",
         "on",
         "Read large messages straight from the sender's buffer on one host (process_vm_readv). off also turns the collectives' single copy off.";
+    SPLIT_COPY: P2p, "BULKWIRE_SPLIT_COPY",
+        "a size in bytes (suffixes K, M, G) or off",
+        "64K",
+        "Single-copy messages from this size are copied half by each side: the receiver reads the first half, the sender writes the second into the receiver's buffer (process_vm_writev), at the same time.";
     BSP_SCHEDULE: Bsp, "BULKWIRE_BSP_SCHEDULE",
         "latin, pid or random",
         "latin",
@@ -273,8 +277,8 @@ vars! {
         "Force the point-to-point algorithms for small or for large messages.";
     COLL_DIRECT: Collectives, "BULKWIRE_COLL_DIRECT",
         "a size in bytes (suffixes K, M, G) or off",
-        "16K",
-        "Network cache: scatter, gather and alltoall blocks from this size are read out of the writer's buffer (single copy); so are broadcast and allgather with one reader per buffer (p = 2), and reductions whose slice per process is 4 times this size.";
+        "off",
+        "Network cache: scatter, gather and alltoall blocks from this size are read out of the writer's buffer (single copy, process_vm_readv) instead of going through the cache; so are broadcast and allgather with one reader per buffer (p = 2), and reductions whose slice per process is 4 times this size. Off by default: the cache's two copies, pipelined on two cores, were faster at every size measured.";
     BIND: Launch, "BULKWIRE_BIND",
         "share or none",
         "share",

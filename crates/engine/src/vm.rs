@@ -107,20 +107,57 @@ pub fn is_refusal(e: &io::Error) -> bool {
 /// # Safety
 /// `dst` must be valid for writes of `len` bytes and not otherwise accessed meanwhile.
 pub unsafe fn read(pid: i32, remote: u64, dst: *mut u8, len: usize) -> io::Result<()> {
+    // SAFETY: forwarded contract; the kernel writes only into `dst`.
+    unsafe { transfer(libc::process_vm_readv, pid, remote, dst, len) }
+}
+
+/// Copies `len` bytes from `src` to `remote` in process `pid` (the split copy: the
+/// sender writes part of a message into the receiver's buffer while the receiver reads
+/// the rest). The kernel allows it on the same terms as [`read`].
+///
+/// # Safety
+/// `src` must be valid for reads of `len` bytes.
+pub unsafe fn write(pid: i32, remote: u64, src: *const u8, len: usize) -> io::Result<()> {
+    // SAFETY: forwarded contract; the kernel only reads `src`.
+    unsafe { transfer(libc::process_vm_writev, pid, remote, src.cast_mut(), len) }
+}
+
+/// `process_vm_readv` and `process_vm_writev` have one signature.
+type VmCall = unsafe extern "C" fn(
+    libc::pid_t,
+    *const libc::iovec,
+    libc::c_ulong,
+    *const libc::iovec,
+    libc::c_ulong,
+    libc::c_ulong,
+) -> isize;
+
+/// `len` bytes between `local` here and `remote` in process `pid`, in the direction of
+/// `call`, resumed after partial transfers and interruptions.
+///
+/// # Safety
+/// `local` must be valid for `len` bytes in the direction `call` uses it.
+unsafe fn transfer(
+    call: VmCall,
+    pid: i32,
+    remote: u64,
+    local: *mut u8,
+    len: usize,
+) -> io::Result<()> {
     let mut done = 0usize;
     while done < len {
-        let local = libc::iovec {
+        let here = libc::iovec {
             // SAFETY: done < len, so the offset stays inside the caller's buffer.
-            iov_base: unsafe { dst.add(done) }.cast(),
+            iov_base: unsafe { local.add(done) }.cast(),
             iov_len: len - done,
         };
         let far = libc::iovec {
             iov_base: (remote.wrapping_add(done as u64)) as usize as *mut libc::c_void,
             iov_len: len - done,
         };
-        // SAFETY: one local iovec inside the caller's buffer (writable by contract) and one
+        // SAFETY: one local iovec inside the caller's buffer (usable by contract) and one
         // remote iovec, which the kernel checks against the target's address space.
-        let n = unsafe { libc::process_vm_readv(pid, &local, 1, &far, 1, 0) };
+        let n = unsafe { call(pid, &here, 1, &far, 1, 0) };
         if n < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {
@@ -163,9 +200,24 @@ mod tests {
         }
         .unwrap();
         assert_eq!(src, dst);
+        let mut back = vec![0u8; src.len()];
+        // SAFETY: src is readable for its length; back is this process's own buffer.
+        unsafe {
+            write(
+                me.pid as i32,
+                back.as_mut_ptr() as u64,
+                src.as_ptr(),
+                src.len(),
+            )
+        }
+        .unwrap();
+        assert_eq!(src, back);
         // A bad address is an error, not a crash.
         // SAFETY: as above.
         let e = unsafe { read(me.pid as i32, 8, dst.as_mut_ptr(), 16) }.unwrap_err();
+        assert!(!is_refusal(&e), "{e}");
+        // SAFETY: as above.
+        let e = unsafe { write(me.pid as i32, 8, src.as_ptr(), 16) }.unwrap_err();
         assert!(!is_refusal(&e), "{e}");
     }
 }

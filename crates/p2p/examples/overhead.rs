@@ -41,6 +41,7 @@ fn main() {
         eager: 32 << 10,
         eager_local: 32 << 10,
         single_copy: SingleCopy::Off,
+        split: usize::MAX,
         progress: None,
         job: Default::default(),
     };

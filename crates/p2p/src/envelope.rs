@@ -8,6 +8,8 @@
 //! | `CTS` | 24 | clear to send: the sender's request, the receiver's request |
 //! | `FIN` | 16 | the receiver is done with a rendezvous (read it in place, or refused it) |
 //! | `DATA` | 24 | the next message from this peer is the raw body for a receive |
+//! | `SPLIT` | 32 | split copy: the receiver reads the body up to `at` in place; the sender writes the rest to the receiver's buffer at `addr` |
+//! | `WROTE` | 16 | split copy: the sender has written its part (flag `F_FAILED`: it could not) |
 //!
 //! Common first 8 bytes: kind, flags, version, zero, tag (i32). Integers are little-endian.
 //! Decoding is total: any byte string gives an envelope or a reason, never a panic.
@@ -21,9 +23,13 @@ pub const RTS: u8 = 2;
 pub const CTS: u8 = 3;
 pub const FIN: u8 = 4;
 pub const DATA: u8 = 5;
+pub const SPLIT: u8 = 6;
+pub const WROTE: u8 = 7;
 
 /// RTS: the sender's buffer may be read in place (`addr` is meaningful).
 pub const F_READABLE: u8 = 1;
+/// WROTE: the sender could not write its part; the receiver copies it.
+pub const F_FAILED: u8 = 1;
 
 /// Bytes before an eager message's payload.
 pub const EAGER_HDR: usize = 8;
@@ -31,6 +37,8 @@ pub const RTS_LEN: usize = 32;
 pub const CTS_LEN: usize = 24;
 pub const FIN_LEN: usize = 16;
 pub const DATA_LEN: usize = 24;
+pub const SPLIT_LEN: usize = 32;
+pub const WROTE_LEN: usize = 16;
 /// The longest fixed envelope: an RMPP announcement's head must hold this much (or the
 /// whole message) for p2p to match on it.
 pub const MAX_ENVELOPE: usize = RTS_LEN;
@@ -59,6 +67,18 @@ pub enum Envelope {
     Data {
         rreq: u64,
         len: u64,
+    },
+    /// The receiver of the rendezvous `sreq` reads its first `at` bytes; the sender is to
+    /// write the rest to `addr + at` in the receiver's memory.
+    Split {
+        sreq: u64,
+        addr: u64,
+        at: u64,
+    },
+    /// The sender of `sreq` is done writing its part of a split copy (`ok`: it did).
+    Wrote {
+        sreq: u64,
+        ok: bool,
     },
 }
 
@@ -176,6 +196,27 @@ pub fn decode(b: &[u8]) -> Result<Envelope, Bad> {
                 len: u64_at(b, 16),
             })
         }
+        SPLIT => {
+            exact(SPLIT_LEN)?;
+            if flags != 0 || tag != 0 {
+                return Err(Bad::Reserved);
+            }
+            Ok(Envelope::Split {
+                sreq: u64_at(b, 8),
+                addr: u64_at(b, 16),
+                at: u64_at(b, 24),
+            })
+        }
+        WROTE => {
+            exact(WROTE_LEN)?;
+            if flags & !F_FAILED != 0 || tag != 0 {
+                return Err(Bad::Reserved);
+            }
+            Ok(Envelope::Wrote {
+                sreq: u64_at(b, 8),
+                ok: flags & F_FAILED == 0,
+            })
+        }
         _ => Err(Bad::Kind),
     }
 }
@@ -228,6 +269,16 @@ pub fn control(e: &Envelope) -> Bytes {
             b.put_u64_le(rreq);
             b.put_u64_le(len);
         }
+        Envelope::Split { sreq, addr, at } => {
+            head(&mut b, SPLIT, 0, 0);
+            b.put_u64_le(sreq);
+            b.put_u64_le(addr);
+            b.put_u64_le(at);
+        }
+        Envelope::Wrote { sreq, ok } => {
+            head(&mut b, WROTE, if ok { 0 } else { F_FAILED }, 0);
+            b.put_u64_le(sreq);
+        }
     }
     b.freeze()
 }
@@ -268,6 +319,13 @@ mod tests {
             Envelope::Cts { sreq: 3, rreq: 4 },
             Envelope::Fin { sreq: 5 },
             Envelope::Data { rreq: 6, len: 77 },
+            Envelope::Split {
+                sreq: 8,
+                addr: 0x7fff_0000_2000,
+                at: 1 << 19,
+            },
+            Envelope::Wrote { sreq: 9, ok: true },
+            Envelope::Wrote { sreq: 9, ok: false },
         ];
         for e in all {
             assert_eq!(decode(&control(&e)), Ok(e));

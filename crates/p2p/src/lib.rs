@@ -207,6 +207,9 @@ pub struct Config {
     /// The same toward peers whose buffers are read in place (single copy).
     pub eager_local: usize,
     pub single_copy: SingleCopy,
+    /// Single-copy messages of at least this many bytes are split between the two
+    /// processes: each copies half ([`DEFAULT_SPLIT`]; `usize::MAX`: never).
+    pub split: usize,
     /// The progress thread's interval; `None`: no thread (progress only inside calls).
     pub progress: Option<Duration>,
     /// How the job's transport is built.
@@ -221,6 +224,7 @@ impl Default for Config {
             eager: DEFAULT_EAGER,
             eager_local: DEFAULT_EAGER_LOCAL,
             single_copy: SingleCopy::On,
+            split: DEFAULT_SPLIT,
             progress: Some(bulkwire_engine::progress::DEFAULT_INTERVAL),
             job: JobConfig::default(),
         }
@@ -236,6 +240,10 @@ pub const DEFAULT_EAGER: usize = 64 << 10;
 /// rendezvous beats an eager message's two copies (docs/p2p.md).
 pub const DEFAULT_EAGER_LOCAL: usize = 16 << 10;
 
+/// Default size from which a single-copy message is split between sender and receiver
+/// (docs/p2p.md has the measurements).
+pub const DEFAULT_SPLIT: usize = 64 << 10;
+
 impl Config {
     fn settings(&self) -> Settings {
         Settings {
@@ -243,6 +251,7 @@ impl Config {
             eager_local: self.eager_local,
             single_copy: self.single_copy != SingleCopy::Off,
             refuse_reads: self.single_copy == SingleCopy::Refuse,
+            split: self.split,
         }
     }
 }

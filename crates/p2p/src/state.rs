@@ -100,6 +100,8 @@ enum SendPhase {
     Data,
     /// A send to self of rendezvous size, waiting in the unexpected queue.
     Local,
+    /// Split copy: this process wrote its part; the receiver reads the rest, then FIN.
+    Split,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,6 +115,16 @@ enum RecvPhase {
     Data {
         from: Rank,
         len: u64,
+    },
+    /// Split copy: sent SPLIT and read the body up to `at` out of the sender's buffer at
+    /// `addr` (`read_ok`: the read worked); waiting for WROTE.
+    Split {
+        from: Rank,
+        sreq: u64,
+        len: u64,
+        addr: u64,
+        at: u64,
+        read_ok: bool,
     },
 }
 
@@ -279,6 +291,8 @@ pub struct Stats {
     pub unexpected: u64,
     pub single_copy: u64,
     pub single_copy_bytes: u64,
+    /// Of the single-copy receives, those split with the sender (each copied a part).
+    pub split_copy: u64,
     /// Rendezvous receives that fell back to the transport after a refused read.
     pub single_copy_refused: u64,
     pub truncated: u64,
@@ -296,6 +310,10 @@ pub struct Settings {
     pub single_copy: bool,
     /// Test knob: pretend every single-copy read is refused (exercises the fallback).
     pub refuse_reads: bool,
+    /// Single-copy bodies of at least this many bytes are split: the receiver reads the
+    /// first half, the sender writes the second into the receiver's buffer, both at once
+    /// (`usize::MAX`: never).
+    pub split: usize,
 }
 
 /// Sends whose bodies the transport has let go of, with a count that makes "none" one
@@ -355,6 +373,8 @@ pub struct State {
     unexp: Unexpected<Unexp>,
     peers: Vec<Peer>,
     bindings: HashMap<(Rank, MsgId), Binding>,
+    /// Receives in a split copy, by sender and the sender's request.
+    splits: HashMap<(Rank, u64), ReqId>,
     released: Arc<Released>,
     scratch: Vec<ReqId>,
     /// Set once the job failed or the transport broke: every request fails with it.
@@ -421,6 +441,7 @@ impl State {
             unexp: Unexpected::new(n),
             peers,
             bindings: HashMap::new(),
+            splits: HashMap::new(),
             released: Arc::new(Released::default()),
             scratch: Vec::new(),
             failed: None,
@@ -818,7 +839,12 @@ impl State {
             self.stats.bad += 1;
             return;
         };
-        if *phase != SendPhase::Rts || r.peer != from || r.done.is_some() {
+        // After a split copy the receiver asks for the body through the transport when a
+        // part could not be copied in place.
+        if !matches!(*phase, SendPhase::Rts | SendPhase::Split)
+            || r.peer != from
+            || r.done.is_some()
+        {
             self.stats.bad += 1;
             return;
         }
@@ -859,7 +885,7 @@ impl State {
                 && matches!(
                     r.kind,
                     Kind::Send {
-                        phase: SendPhase::Rts,
+                        phase: SendPhase::Rts | SendPhase::Split,
                         ..
                     }
                 )
@@ -1121,6 +1147,11 @@ impl State {
         }
         let len = len as usize;
         if let (Some(a), Some(p)) = (addr, self.peers[from as usize].vm) {
+            if len >= self.set.split
+                && let Some(dst) = self.split_target(rid, len)
+            {
+                return self.start_split(rid, from, len, sreq, (p.pid as i32, a), dst);
+            }
             match self.read_in_place(rid, p.pid as i32, a, len) {
                 Ok(()) => {
                     self.stats.single_copy += 1;
@@ -1155,6 +1186,260 @@ impl State {
             },
         );
         self.set_interest(rid, Some(from));
+    }
+
+    /// Where a receive's `len`-byte body is copied in place: the caller's buffer, or a
+    /// vector of `len` bytes' capacity made now for a receive into a vector of its own
+    /// (its length is set once both parts are in, [`State::split_done`]).
+    fn split_target(&mut self, rid: ReqId, len: usize) -> Option<Mem> {
+        let r = self.reqs.get_mut(rid)?;
+        match r.kind {
+            Kind::Recv {
+                buf: RecvBuf::Ptr { ptr, .. },
+                ..
+            } => Some(ptr),
+            Kind::Recv {
+                buf: RecvBuf::Alloc { .. },
+                ..
+            } => {
+                let mut v: Vec<u8> = Vec::with_capacity(len);
+                let p = Mem(v.as_mut_ptr());
+                r.keep = Keep::Vec(v);
+                Some(p)
+            }
+            Kind::Send { .. } => None,
+        }
+    }
+
+    /// The place [`State::split_target`] gave, for a receive in a split copy.
+    fn split_dst(&mut self, rid: ReqId) -> Option<Mem> {
+        match self.reqs.get_mut(rid)? {
+            Req {
+                kind:
+                    Kind::Recv {
+                        buf: RecvBuf::Ptr { ptr, .. },
+                        ..
+                    },
+                ..
+            } => Some(*ptr),
+            Req {
+                keep: Keep::Vec(v), ..
+            } => Some(Mem(v.as_mut_ptr())),
+            _ => None,
+        }
+    }
+
+    /// Both parts of a split copy are in: a receive into a vector of its own gets its
+    /// length.
+    fn split_done(&mut self, rid: ReqId, len: usize) {
+        if let Some(Req {
+            kind:
+                Kind::Recv {
+                    buf: RecvBuf::Alloc { .. },
+                    ..
+                },
+            keep: Keep::Vec(v),
+            ..
+        }) = self.reqs.get_mut(rid)
+        {
+            // SAFETY: the vector was made with capacity len (split_target), and both
+            // parts of the copy, which together are its first len bytes, are written.
+            unsafe { v.set_len(len) };
+        }
+    }
+
+    /// Split copy, the receiver's side: asks the sender to write the body's second half
+    /// into `dst` and reads the first half itself, so that the two halves are copied on
+    /// two cores at once. `process_vm_readv` pins every page it copies, which makes one
+    /// copy by one process slower than two processes copying half each. The receive
+    /// completes when the sender's WROTE arrives (`on_wrote`).
+    fn start_split(
+        &mut self,
+        rid: ReqId,
+        from: Rank,
+        len: usize,
+        sreq: u64,
+        (pid, addr): (i32, u64),
+        dst: Mem,
+    ) {
+        // Half, on a page boundary, so that neither side pins a page the other copies.
+        let at = (len / 2) & !4095;
+        let split = Envelope::Split {
+            sreq,
+            addr: dst.0 as u64,
+            at: at as u64,
+        };
+        if let Err(e) = self.send_ctl(from, split) {
+            return self.complete(rid, Err(e));
+        }
+        // SAFETY: the receive is incomplete and at <= len <= its capacity.
+        let read = unsafe { self.read_part(pid, addr, dst.0, at) };
+        if let Err(e) = &read
+            && vm::is_refusal(e)
+        {
+            self.peers[from as usize].vm = None;
+        }
+        self.set_recv_phase(
+            rid,
+            RecvPhase::Split {
+                from,
+                sreq,
+                len: len as u64,
+                addr,
+                at: at as u64,
+                read_ok: read.is_ok(),
+            },
+        );
+        self.splits.insert((from, sreq), rid);
+        self.set_interest(rid, Some(from));
+    }
+
+    /// `len` bytes at `addr` in process `pid` to `dst` (refused when the test knob says
+    /// so).
+    ///
+    /// # Safety
+    /// As [`vm::read`].
+    unsafe fn read_part(
+        &self,
+        pid: i32,
+        addr: u64,
+        dst: *mut u8,
+        len: usize,
+    ) -> std::io::Result<()> {
+        if self.set.refuse_reads {
+            return Err(std::io::Error::from_raw_os_error(libc::EPERM));
+        }
+        // SAFETY: forwarded contract.
+        unsafe { vm::read(pid, addr, dst, len) }
+    }
+
+    /// Split copy, the sender's side: writes the body from `at` on into the receiver's
+    /// buffer at `addr`, then says whether it could. The receiver is still reading the
+    /// first part, so the send completes at its FIN, as any single-copy send.
+    fn on_split(&mut self, from: Rank, sreq: u64, addr: u64, at: u64) {
+        let vm = self.peers[from as usize].vm;
+        let Some(Req {
+            kind: Kind::Send {
+                ptr, len, phase, ..
+            },
+            peer,
+            done: None,
+            ..
+        }) = self.reqs.get_mut(sreq)
+        else {
+            self.stats.bad += 1;
+            return;
+        };
+        if *phase != SendPhase::Rts || *peer != from || at > *len as u64 {
+            self.stats.bad += 1;
+            return;
+        }
+        *phase = SendPhase::Split;
+        let (ptr, len, at) = (*ptr, *len, at as usize);
+        // The address is the receiver's word: the kernel checks it in the receiver's
+        // memory, so a wrong one can only fail this write, never touch ours.
+        let ok = match vm {
+            Some(p) if !self.set.refuse_reads => {
+                // SAFETY: the send is incomplete, so its buffer is valid for len bytes,
+                // and at <= len.
+                let r = unsafe {
+                    vm::write(
+                        p.pid as i32,
+                        addr.wrapping_add(at as u64),
+                        ptr.0.add(at),
+                        len - at,
+                    )
+                };
+                if let Err(e) = &r
+                    && vm::is_refusal(e)
+                {
+                    self.peers[from as usize].vm = None;
+                }
+                r.is_ok()
+            }
+            _ => false,
+        };
+        if let Err(e) = self.send_ctl(from, Envelope::Wrote { sreq, ok }) {
+            self.complete(sreq, Err(e));
+        }
+    }
+
+    /// Split copy, the receiver's side, at the sender's WROTE: the receive completes if
+    /// both parts arrived in place (this process copies the sender's part if the sender
+    /// could not); otherwise the whole body comes through the transport (CTS).
+    fn on_wrote(&mut self, from: Rank, sreq: u64, wrote: bool) {
+        let Some(rid) = self.splits.remove(&(from, sreq)) else {
+            self.stats.bad += 1;
+            return;
+        };
+        let dst = self.split_dst(rid);
+        let Some(Req {
+            kind:
+                Kind::Recv {
+                    phase:
+                        RecvPhase::Split {
+                            len,
+                            addr,
+                            at,
+                            read_ok,
+                            ..
+                        },
+                    ..
+                },
+            tag,
+            done: None,
+            ..
+        }) = self.reqs.get(rid)
+        else {
+            self.stats.bad += 1;
+            return;
+        };
+        let (len, addr, at, tag) = (*len as usize, *addr, *at as usize, *tag);
+        let mut ok = *read_ok && dst.is_some();
+        if ok && !wrote {
+            ok = match (self.peers[from as usize].vm, dst) {
+                // SAFETY: the receive is incomplete and at <= len <= its capacity.
+                (Some(p), Some(d)) => unsafe {
+                    self.read_part(
+                        p.pid as i32,
+                        addr.wrapping_add(at as u64),
+                        d.0.add(at),
+                        len - at,
+                    )
+                }
+                .is_ok(),
+                _ => false,
+            };
+        }
+        if !ok {
+            self.stats.single_copy_refused += 1;
+            if let Err(e) = self.send_ctl(from, Envelope::Cts { sreq, rreq: rid }) {
+                return self.complete(rid, Err(e));
+            }
+            return self.set_recv_phase(
+                rid,
+                RecvPhase::Data {
+                    from,
+                    len: len as u64,
+                },
+            );
+        }
+        self.stats.single_copy += 1;
+        self.stats.single_copy_bytes += len as u64;
+        if wrote {
+            self.stats.split_copy += 1;
+        }
+        self.stats.received += 1;
+        self.split_done(rid, len);
+        let _ = self.send_ctl(from, Envelope::Fin { sreq });
+        self.complete(
+            rid,
+            Ok(Status {
+                source: from,
+                tag,
+                len,
+            }),
+        );
     }
 
     /// Copies `len` bytes at `addr` in process `pid` into the receive's buffer.
@@ -1438,6 +1723,8 @@ impl State {
             },
             Envelope::Cts { sreq, rreq } => self.on_cts(from, sreq, rreq),
             Envelope::Fin { sreq } => self.on_fin(from, sreq),
+            Envelope::Split { sreq, addr, at } => self.on_split(from, sreq, addr, at),
+            Envelope::Wrote { sreq, ok } => self.on_wrote(from, sreq, ok),
             Envelope::Data { rreq, len } => {
                 let ok = self.reqs.get(rreq).is_some_and(|r| {
                     r.done.is_none()
@@ -1528,6 +1815,7 @@ impl State {
         p.deferring = false;
         p.held.clear();
         self.bindings.retain(|k, _| k.0 != peer);
+        self.splits.retain(|k, _| k.0 != peer);
         for rid in self.posted.drain_source(peer) {
             self.complete(rid, Err(err.clone()));
         }
@@ -1540,7 +1828,7 @@ impl State {
             }
             let fail = match &mut r.kind {
                 Kind::Send { phase, error, .. } if r.peer == peer => match phase {
-                    SendPhase::Rts => true,
+                    SendPhase::Rts | SendPhase::Split => true,
                     // Completes when the transport lets go of the body (close_peer
                     // dropped it already, normally).
                     SendPhase::Data => {
@@ -1550,7 +1838,10 @@ impl State {
                     SendPhase::Local => false,
                 },
                 Kind::Recv {
-                    phase: RecvPhase::Eager { from } | RecvPhase::Data { from, .. },
+                    phase:
+                        RecvPhase::Eager { from }
+                        | RecvPhase::Data { from, .. }
+                        | RecvPhase::Split { from, .. },
                     ..
                 } => *from == peer,
                 _ => false,

@@ -15,6 +15,7 @@ fn config(eager: usize, progress: bool) -> Config {
         eager,
         eager_local: eager,
         single_copy: SingleCopy::Off,
+        split: usize::MAX,
         progress: progress.then(|| Duration::from_millis(1)),
         job: Default::default(),
     }

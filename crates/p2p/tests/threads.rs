@@ -19,6 +19,7 @@ fn config(eager: usize) -> Config {
         eager,
         eager_local: eager,
         single_copy: SingleCopy::Off,
+        split: usize::MAX,
         progress: Some(Duration::from_millis(1)),
         job: Default::default(),
     }

@@ -53,7 +53,10 @@ fn single_copies(out: &Out) -> usize {
 fn network_cache_every_p() {
     for n in 1..=8 {
         let out = suite(n, SIZES, &[], true);
-        // 70000-byte blocks are past the default single-copy threshold.
+        // Single copy is off unless asked for.
+        assert_eq!(single_copies(&out), 0, "p={n}: {out:#?}");
+        // 70000-byte blocks are past a 16 KiB threshold.
+        let out = suite(n, SIZES, &[("BULKWIRE_COLL_DIRECT", "16K")], true);
         assert_eq!(single_copies(&out) > 0, n > 1, "p={n}: {out:#?}");
     }
     // The suite roots scatter and gather at 0, p/2 and p-1: 2 roots at p = 2, 3 at p = 5.
@@ -242,7 +245,11 @@ fn stopped_peer_ends_collectives_after_dead_after() {
 /// its pid and the size, and the job ends with no process left behind.
 #[test]
 fn refused_single_copy_fails_the_collective_naming_the_part() {
-    let out = probe(&["-n", "3", "revoke"], &[], LIMIT);
+    let out = probe(
+        &["-n", "3", "revoke"],
+        &[("BULKWIRE_COLL_DIRECT", "16K")],
+        LIMIT,
+    );
     assert_ne!(out.code, Some(0), "{out:#?}");
     let lines = out.lines("revoked ");
     assert_eq!(lines.len(), 3, "{out:#?}");

@@ -83,23 +83,28 @@ fn all_to_all_under_five_percent_loss_holefill_and_gbn() {
     }
 }
 
+/// 64 MiB each way (into the receiver's buffer, and back into a vector of its own): by
+/// single copy split between the two processes (the default), by single copy that the
+/// receiver does alone, and through the transport; the data are checked each time.
 #[test]
 fn sixty_four_mib_by_single_copy_and_through_the_transport() {
-    for sc in ["on", "off"] {
+    for (sc, split) in [("on", "64K"), ("on", "off"), ("off", "64K")] {
         let out = probe(
             &["-n", "2", "big", "64"],
-            &[("BULKWIRE_SINGLE_COPY", sc)],
+            &[("BULKWIRE_SINGLE_COPY", sc), ("BULKWIRE_SPLIT_COPY", split)],
             LIMIT,
         );
         ok(&out);
         let l = out.lines("big bytes=")[0];
         assert_eq!(field::<u64>(l, "bytes"), 64 << 20);
-        assert_eq!(
-            field::<u64>(l, "single_copy"),
-            if sc == "on" { 1 } else { 0 },
-            "{l}"
-        );
-        assert_eq!(out.lines("big rank=1 echo_ok").len(), 1, "{out:#?}");
+        let single = if sc == "on" { 1 } else { 0 };
+        let halves = if sc == "on" && split != "off" { 1 } else { 0 };
+        assert_eq!(field::<u64>(l, "single_copy"), single, "{l}");
+        assert_eq!(field::<u64>(l, "split"), halves, "{l}");
+        let echo = out.lines("big rank=1 echo_ok");
+        assert_eq!(echo.len(), 1, "{out:#?}");
+        assert_eq!(field::<u64>(echo[0], "single_copy"), single, "{out:#?}");
+        assert_eq!(field::<u64>(echo[0], "split"), halves, "{out:#?}");
         eprintln!("{l}");
     }
 }
@@ -208,6 +213,25 @@ fn refused_single_copy_falls_back_to_the_transport() {
     );
     ok(&out);
     assert!(field::<u64>(out.lines("big bytes=")[0], "refused") >= 1);
+}
+
+/// A split copy whose sender may no longer write into the receiver: the receiver, which
+/// may still read the sender, copies the sender's half itself (into its own buffer and
+/// into a vector), and the sender stops offering to write.
+#[test]
+fn refused_split_write_leaves_the_copy_to_the_receiver() {
+    let out = probe(
+        &["-n", "2", "refusewrite"],
+        &[("BULKWIRE_PROGRESS_US", "0")],
+        LIMIT,
+    );
+    ok(&out);
+    let l = out.lines("refusewrite single_copy")[0];
+    assert_eq!(field::<u64>(l, "single_copy"), 2, "{l}");
+    assert_eq!(field::<u64>(l, "split"), 0, "{l}");
+    assert_eq!(field::<u64>(l, "refused"), 0, "{l}");
+    let l = out.lines("refusewrite rank=1")[0];
+    assert!(l.contains("peers_after=[]"), "{l}");
 }
 
 /// Launched as `bsprun -n 4` launches (the launcher library behind it): the processes

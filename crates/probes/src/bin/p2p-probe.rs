@@ -10,6 +10,7 @@
 //! p2p-probe [-n N] die                     rank 1 is killed while rank 0 waits on it
 //! p2p-probe [-n N] stop                    rank 1 stops (SIGSTOP) while rank 0 waits on it
 //! p2p-probe [-n N] refuse                  the kernel refuses single copy mid-job: fallback
+//! p2p-probe [-n N] refusewrite             the same for the sender's half of a split copy
 //! p2p-probe [-n N] rawpingpong SIZE ITERS  the same ping-pong on the bare transport (no p2p)
 //! p2p-probe [-n N] rawbw SIZE ITERS [WINDOW]  the same bandwidth on the bare transport
 //! ```
@@ -67,6 +68,7 @@ fn main() {
         Some("die") => die_case(&comm),
         Some("stop") => stop_case(&comm),
         Some("refuse") => refuse(&comm),
+        Some("refusewrite") => refuse_write(&comm),
         _ => die("usage: p2p-probe [-n N] mix|big|overlap|pingpong|bw|die|stop|refuse ..."),
     };
     if let Err(e) = r {
@@ -204,10 +206,11 @@ fn big(c: &Comm, mib: usize) -> Result<(), Error> {
             c.send(1, 2, &buf)?;
             let st = c.stats();
             say(format!(
-                "big bytes={n} recv_secs={:.4} send_secs={:.4} single_copy={} refused={}",
+                "big bytes={n} recv_secs={:.4} send_secs={:.4} single_copy={} split={} refused={}",
                 t1.as_secs_f64(),
                 t2.elapsed().as_secs_f64(),
                 st.single_copy,
+                st.split_copy,
                 st.single_copy_refused
             ));
         }
@@ -218,9 +221,10 @@ fn big(c: &Comm, mib: usize) -> Result<(), Error> {
             if st.len != n || back != data {
                 return Err(Error::Transport("big: echo differs".into()));
             }
+            let st = c.stats();
             say(format!(
-                "big rank=1 echo_ok single_copy={}",
-                c.stats().single_copy
+                "big rank=1 echo_ok single_copy={} split={}",
+                st.single_copy, st.split_copy
             ));
         }
         _ => {}
@@ -485,6 +489,44 @@ fn refuse(c: &Comm) -> Result<(), Error> {
             let mut g = [0u8; 5];
             c.recv(0, 0, &mut g)?;
             c.send(0, 1, &body(n, 1, 7))?;
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// A split copy whose sender may no longer write into the receiver (the receiver becomes
+/// non-dumpable, the sender loses CAP_SYS_PTRACE) while the receiver may still read the
+/// sender: the receiver copies the sender's half itself. Rank 0 receives into its own
+/// buffer, then into a vector.
+fn refuse_write(c: &Comm) -> Result<(), Error> {
+    let n = 1 << 20;
+    match c.rank() {
+        0 => {
+            testing::make_undumpable();
+            c.send(1, 0, b"ready")?;
+            let mut buf = vec![0u8; n];
+            let st = c.recv(1, 1, &mut buf)?;
+            let (v, st2) = c.recv_vec(1, 2, n)?;
+            if st.len != n || buf != body(n, 1, 7) || st2.len != n || v != body(n, 1, 8) {
+                return Err(Error::Transport("refusewrite: data differ".into()));
+            }
+            let s = c.stats();
+            say(format!(
+                "refusewrite single_copy={} split={} refused={}",
+                s.single_copy, s.split_copy, s.single_copy_refused
+            ));
+        }
+        1 => {
+            testing::drop_ptrace_capability();
+            let mut g = [0u8; 5];
+            c.recv(0, 0, &mut g)?;
+            c.send(0, 1, &body(n, 1, 7))?;
+            c.send(0, 2, &body(n, 1, 8))?;
+            say(format!(
+                "refusewrite rank=1 peers_after={:?}",
+                c.single_copy_peers()
+            ));
         }
         _ => {}
     }

@@ -696,7 +696,8 @@ impl Core {
                 Some(r?)
             }
             None => {
-                self.early_large = self.send_small(n)?;
+                // The barrier's first message follows at once and takes these along.
+                self.early_large = self.send_small(n, true)?;
                 None
             }
         };
@@ -771,7 +772,7 @@ impl Core {
                 o.buf = msg;
             }
         }
-        self.early_large = self.send_small(n)?;
+        self.early_large = self.send_small(n, false)?;
         for (d, o) in self.out.iter().enumerate() {
             if d != me && o.total() > 0 {
                 b.post_net(d, o.total(), !o.gets.is_empty());
@@ -821,7 +822,13 @@ impl Core {
     /// next superstep until it gets there, and reads it only after its own barrier, so gets
     /// still read before any put is written. Returns the destination of a large message
     /// sent, which must leave the transport before the schedule's next step is fed.
-    fn send_small(&mut self, n: &mut Net) -> Result<Option<u32>, BspError> {
+    ///
+    /// Each message is the last of the superstep to its destination unless gets of that
+    /// destination need replies, so its ack is asked for now: its last packet carries the
+    /// request, where asking after the barrier takes a packet of its own. With `batch`
+    /// the messages wait for the caller's next send, which hands them to the link in the
+    /// same system call.
+    fn send_small(&mut self, n: &mut Net, batch: bool) -> Result<Option<u32>, BspError> {
         if self.cfg.rate.is_some() || self.cfg.chunk.is_some() {
             return Ok(None);
         }
@@ -839,7 +846,14 @@ impl Core {
             o.sent = msg.len() as u64;
             self.counters.bytes_out += o.sent;
             self.counters.messages_out += 1;
-            n.t.send(d as u32, Bytes::from(msg), false)?;
+            if batch {
+                n.t.send_later(d as u32, Bytes::from(msg), false)?;
+            } else {
+                n.t.send(d as u32, Bytes::from(msg), false)?;
+            }
+            if let Some(c) = n.t.coloured() {
+                c.end_phase(d as u32);
+            }
         }
         Ok(large)
     }
@@ -1074,6 +1088,11 @@ impl Core {
         }
         for (s, _, gets) in &board {
             x.owes[*s as usize] |= *gets;
+        }
+        // What left before the barrier asked for its ack then (`send_small`); only replies
+        // to a destination's gets would need another request.
+        for d in 0..p {
+            x.ended[d] = self.out[d].sent > 0 && !x.owes[d];
         }
         let mut bufs = Vec::with_capacity(p);
         for d in 0..p {

@@ -563,6 +563,43 @@ fn a_superstep_costs_one_message_each_way_at_two_processes() {
     }
 }
 
+/// A superstep with data at p = 2: the message goes before the barrier and asks for its
+/// ack on its own last packet, so each process sends the message, its barrier message and
+/// one ack (for the peer's message), and no separate request for an ack (which would make
+/// it two control packets per superstep). A timer on a loaded machine may add a few.
+#[test]
+fn a_superstep_with_data_asks_for_its_ack_on_the_data_at_two_processes() {
+    for size in [8usize, 64 << 10] {
+        let r = holefill(2, move |bsp| {
+            let s = bsp.pid();
+            let area = bsp.push_reg(vec![0u8; size]);
+            bsp.sync().unwrap();
+            let rt = bsp.runtime();
+            let stats =
+                |rt: &bulkwire_bsp::Runtime| rt.with_transport(|t| t.peer_stats(1 - s)).unwrap();
+            let before = stats(rt);
+            for k in 0..100u8 {
+                let data = vec![k ^ s as u8; size];
+                bsp.put(1 - s, &data, &area, 0).unwrap();
+                bsp.sync().unwrap();
+                assert!(bsp.area(&area).iter().all(|&b| b == k ^ (1 - s) as u8));
+            }
+            let after = stats(bsp.runtime());
+            (
+                after.messages_sent - before.messages_sent,
+                after.control_sent - before.control_sent,
+            )
+        });
+        for (msgs, control) in r {
+            assert_eq!(msgs, 200, "size {size}: the data and the barrier message");
+            assert!(
+                control <= 130,
+                "size {size}: {control} control packets in 100 supersteps"
+            );
+        }
+    }
+}
+
 #[test]
 fn hp_sends_and_many_small_puts_at_eight_processes() {
     both(8, move |bsp| {

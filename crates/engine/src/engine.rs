@@ -207,6 +207,16 @@ impl Engine {
         now
     }
 
+    /// The time a send is stamped with: the clock for a protocol that reads it on sends,
+    /// the last reading otherwise.
+    fn send_clock(&self) -> Time {
+        if self.clocked {
+            self.now()
+        } else {
+            self.last_now
+        }
+    }
+
     /// Withdraws the announcement of a sleep without the state (see `announced`).
     #[inline]
     fn withdraw(&mut self) {
@@ -258,13 +268,15 @@ impl Transport for Engine {
     }
 
     fn send(&mut self, to: Rank, data: Bytes, notify: bool) -> Result<MsgId, Error> {
-        let now = if self.clocked {
-            self.now()
-        } else {
-            self.last_now
-        };
+        let now = self.send_clock();
         // Push it out at once: the caller may compute for a long time before coming back.
         self.ep.send_push(now, to, data, notify)
+    }
+
+    fn send_later(&mut self, to: Rank, data: Bytes, notify: bool) -> Result<MsgId, Error> {
+        let now = self.send_clock();
+        // Queued in the protocol: the next push or step transmits it with the rest.
+        self.ep.send(now, to, data, notify)
     }
 
     fn step(&mut self) -> Result<Progress, Error> {

@@ -38,6 +38,13 @@ pub trait Transport: Send {
     /// Queues `data` for `to`; with `notify`, an [`Event::Sent`] follows its acknowledgement.
     fn send(&mut self, to: Rank, data: Bytes, notify: bool) -> Result<MsgId, Error>;
 
+    /// As [`Transport::send`], but the message may wait for the next `send` or `step`,
+    /// which then hands it to the link together with what that one sends (one system call
+    /// where the link batches). For a caller that sends again at once.
+    fn send_later(&mut self, to: Rank, data: Bytes, notify: bool) -> Result<MsgId, Error> {
+        self.send(to, data, notify)
+    }
+
     /// Does what can be done now without waiting.
     fn step(&mut self) -> Result<Progress, Error>;
 
@@ -211,6 +218,9 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     }
     fn send(&mut self, to: Rank, data: Bytes, notify: bool) -> Result<MsgId, Error> {
         (**self).send(to, data, notify)
+    }
+    fn send_later(&mut self, to: Rank, data: Bytes, notify: bool) -> Result<MsgId, Error> {
+        (**self).send_later(to, data, notify)
     }
     fn step(&mut self) -> Result<Progress, Error> {
         (**self).step()

@@ -210,6 +210,12 @@ struct Exchange {
     /// Destinations in schedule order, and the next one to feed.
     order: Vec<u32>,
     next: usize,
+    /// In the latin square, the step our own sending has reached (that of the destination
+    /// fed last): a sender whose step toward us is further ahead than [`LOOKAHEAD`] is not
+    /// waited on yet, so the protocol does not prod it for data it is not due to send.
+    /// `None`: every sender is waited on (another schedule, few processes, or all our data
+    /// handed over).
+    turn: Option<usize>,
     /// The destination being fed: its data and the next chunk.
     cur: Option<(u32, Bytes, Vec<usize>, usize)>,
     /// A destination whose data must leave the transport before the next is fed.
@@ -1122,6 +1128,9 @@ impl Core {
                 "a get from this process was not answered by itself".into(),
             ));
         }
+        if self.cfg.schedule == Schedule::Latin && p > LOOKAHEAD + 1 {
+            x.turn = Some(usize::from(x.draining.is_some()));
+        }
         for s in 0..p {
             self.update_waiting(n, &mut x, s);
         }
@@ -1189,7 +1198,12 @@ impl Core {
     }
 
     fn update_waiting(&self, n: &mut Net, x: &mut Exchange, s: usize) {
-        let w = s != self.pid as usize && (x.got[s] < x.expect[s] || x.reply_left[s] > 0);
+        let (me, p) = (self.pid as usize, self.p as usize);
+        let due = match x.turn {
+            None => true,
+            Some(t) => x.got[s] > 0 || (me + p - s) % p <= t + LOOKAHEAD,
+        };
+        let w = s != me && (x.reply_left[s] > 0 || (x.got[s] < x.expect[s] && due));
         if w != x.waiting[s] {
             x.waiting[s] = w;
             n.t.expect(s as u32, w);
@@ -1224,6 +1238,13 @@ impl Core {
         }
         let deadline = self.feed(n, x, outgoing)?;
         let fed_all = x.next >= x.order.len() && x.cur.is_none();
+        if fed_all && x.turn.is_some() {
+            // All our data is handed over: whoever still owes us some is due.
+            x.turn = None;
+            for s in 0..self.p as usize {
+                self.update_waiting(n, x, s);
+            }
+        }
         if fed_all && x.applied {
             return Ok(Poll::Done);
         }
@@ -1250,6 +1271,7 @@ impl Core {
                     return Ok(None);
                 };
                 x.next += 1;
+                self.advance_turn(n, x, d as usize);
                 let mut rec = outgoing[d as usize].take().expect("scheduled once");
                 let chunks = std::mem::take(&mut rec.chunks);
                 x.cur = Some((d, Bytes::from(rec.build()), chunks, 0));
@@ -1279,6 +1301,23 @@ impl Core {
                 x.draining = Some(d);
                 Self::maybe_end_phase(n, x, d as usize);
             }
+        }
+    }
+
+    /// Our sending has reached destination `d`: the senders whose step toward us is now
+    /// within [`LOOKAHEAD`] of ours are waited on.
+    fn advance_turn(&self, n: &mut Net, x: &mut Exchange, d: usize) {
+        let Some(t) = x.turn else {
+            return;
+        };
+        let (me, p) = (self.pid as usize, self.p as usize);
+        let now = (d + p - me) % p;
+        if now <= t {
+            return;
+        }
+        x.turn = Some(now);
+        for step in (t + LOOKAHEAD + 1)..=(now + LOOKAHEAD).min(p - 1) {
+            self.update_waiting(n, x, (me + p - step) % p);
         }
     }
 
@@ -1776,6 +1815,11 @@ const EARLY_MIN: usize = 8 << 10;
 /// Bytes a destination's message starts with.
 const FIRST_CAPACITY: usize = 512;
 
+/// In the latin square, how many steps ahead of our own sending a sender is already
+/// waited on (see `Exchange::turn`): processes drift apart by a step or two, and a
+/// sender waited on too late only loses the protocol's prods, never its data.
+const LOOKAHEAD: usize = 2;
+
 /// Largest message sent before the barrier (see `Core::send_small`): below the size that
 /// is written early, so nothing written early ever skips the schedule.
 const SMALL_MAX: usize = EARLY_MIN - 1;
@@ -2099,6 +2143,7 @@ impl Exchange {
         self.applied = false;
         self.order.clear();
         self.next = 0;
+        self.turn = None;
         self.cur = None;
         self.draining = None;
         self.next_send_at = 0;

@@ -1095,15 +1095,13 @@ impl Core {
         for (s, _, gets) in &board {
             x.owes[*s as usize] |= *gets;
         }
-        // What left before the barrier asked for its ack then (`send_small`); only replies
-        // to a destination's gets would need another request.
-        for d in 0..p {
-            x.ended[d] = self.out[d].sent > 0 && !x.owes[d];
-        }
         let mut bufs = Vec::with_capacity(p);
         for d in 0..p {
             let o = &mut self.out[d];
             x.sent[d] = o.sent > 0;
+            // What left before the barrier asked for its ack then (`send_small`); only
+            // replies to a destination's gets would need another request.
+            x.ended[d] = x.sent[d] && !x.owes[d];
             x.reply_left[d] = o.get_bytes;
             if o.get_bytes > 0 && d != me {
                 x.replies_left += 1;

@@ -18,10 +18,9 @@
 //!
 //! When asked for (`direct`, off by default: the cache was faster on every size measured,
 //! `docs/collectives.md`), scatter, gather and alltoall blocks from `direct` bytes go by
-//! single copy: the
-//! generation holds only the address of the writer's own buffer ([`Shm::lend`]), readers
-//! copy their blocks out of it with `process_vm_readv`, and the writer returns once they
-//! have completed the generation. One copy instead of two, as vader's CMA path. Broadcast
+//! single copy: the generation holds only the address of the writer's own buffer
+//! ([`Shm::lend`]), readers copy their blocks out of it with `process_vm_readv`, and the
+//! writer returns once they have completed the generation. One copy instead of two, as vader's CMA path. Broadcast
 //! and allgather do the same where each buffer has one reader (p = 2), and reductions
 //! with slices of `4 * direct` bytes read their slices out of the lent buffers and lend
 //! the reduced slices ([`Shm::reduce_lent`]).

@@ -294,6 +294,15 @@ fn protocol_configs(l: &Lookup) -> Result<ProtocolConfigs, ConfigError> {
     })
 }
 
+/// A threshold in bytes, or `off` for one never reached.
+fn size_or_off(v: &str) -> Option<usize> {
+    if v == "off" {
+        Some(usize::MAX)
+    } else {
+        size(v, 0, u64::MAX).map(|b| b.min(usize::MAX as u64) as usize)
+    }
+}
+
 fn p2p_config(
     l: &Lookup,
     job: JobConfig,
@@ -315,15 +324,7 @@ fn p2p_config(
             .or_else(|| flag(v).map(|on| if on { SingleCopy::On } else { SingleCopy::Off }))
         })?
         .unwrap_or(d.single_copy);
-    let split = l
-        .get(&SPLIT_COPY, |v| {
-            if v == "off" {
-                Some(usize::MAX)
-            } else {
-                size(v, 0, u64::MAX).map(|b| b.min(usize::MAX as u64) as usize)
-            }
-        })?
-        .unwrap_or(d.split);
+    let split = l.get(&SPLIT_COPY, size_or_off)?.unwrap_or(d.split);
     Ok(bulkwire_p2p::Config {
         eager: both.map_or(d.eager, |b| b as usize),
         eager_local: limit(&EAGER_LOCAL)?
@@ -402,13 +403,7 @@ fn coll_config(l: &Lookup, job: &JobConfig) -> Result<bulkwire_collectives::Conf
     })? {
         c.family = f;
     }
-    if let Some(t) = l.get(&COLL_DIRECT, |v| {
-        if v == "off" {
-            Some(usize::MAX)
-        } else {
-            size(v, 0, u64::MAX).map(|b| b.min(usize::MAX as u64) as usize)
-        }
-    })? {
+    if let Some(t) = l.get(&COLL_DIRECT, size_or_off)? {
         c.thresholds.netcache_direct = t;
     }
     Ok(c)

@@ -1148,7 +1148,7 @@ impl State {
         let len = len as usize;
         if let (Some(a), Some(p)) = (addr, self.peers[from as usize].vm) {
             if len >= self.set.split
-                && let Some(dst) = self.split_target(rid, len)
+                && let Some(dst) = self.in_place_target(rid, len)
             {
                 return self.start_split(rid, from, len, sreq, (p.pid as i32, a), dst);
             }
@@ -1190,8 +1190,8 @@ impl State {
 
     /// Where a receive's `len`-byte body is copied in place: the caller's buffer, or a
     /// vector of `len` bytes' capacity made now for a receive into a vector of its own
-    /// (its length is set once both parts are in, [`State::split_done`]).
-    fn split_target(&mut self, rid: ReqId, len: usize) -> Option<Mem> {
+    /// (its length is set once the body is in, [`State::in_place_done`]).
+    fn in_place_target(&mut self, rid: ReqId, len: usize) -> Option<Mem> {
         let r = self.reqs.get_mut(rid)?;
         match r.kind {
             Kind::Recv {
@@ -1211,8 +1211,8 @@ impl State {
         }
     }
 
-    /// The place [`State::split_target`] gave, for a receive in a split copy.
-    fn split_dst(&mut self, rid: ReqId) -> Option<Mem> {
+    /// The place [`State::in_place_target`] gave, for a receive in a split copy.
+    fn in_place_dst(&mut self, rid: ReqId) -> Option<Mem> {
         match self.reqs.get_mut(rid)? {
             Req {
                 kind:
@@ -1229,9 +1229,9 @@ impl State {
         }
     }
 
-    /// Both parts of a split copy are in: a receive into a vector of its own gets its
+    /// The body copied in place is whole: a receive into a vector of its own gets its
     /// length.
-    fn split_done(&mut self, rid: ReqId, len: usize) {
+    fn in_place_done(&mut self, rid: ReqId, len: usize) {
         if let Some(Req {
             kind:
                 Kind::Recv {
@@ -1242,8 +1242,8 @@ impl State {
             ..
         }) = self.reqs.get_mut(rid)
         {
-            // SAFETY: the vector was made with capacity len (split_target), and both
-            // parts of the copy, which together are its first len bytes, are written.
+            // SAFETY: the vector was made with capacity len (in_place_target), and its
+            // first len bytes are written (both parts of a split copy, or one read).
             unsafe { v.set_len(len) };
         }
     }
@@ -1372,7 +1372,7 @@ impl State {
             self.stats.bad += 1;
             return;
         };
-        let dst = self.split_dst(rid);
+        let dst = self.in_place_dst(rid);
         let Some(Req {
             kind:
                 Kind::Recv {
@@ -1430,7 +1430,7 @@ impl State {
             self.stats.split_copy += 1;
         }
         self.stats.received += 1;
-        self.split_done(rid, len);
+        self.in_place_done(rid, len);
         let _ = self.send_ctl(from, Envelope::Fin { sreq });
         self.complete(
             rid,
@@ -1450,30 +1450,14 @@ impl State {
         addr: u64,
         len: usize,
     ) -> std::io::Result<()> {
-        if self.set.refuse_reads {
-            return Err(std::io::Error::from_raw_os_error(libc::EPERM));
-        }
-        let Some(r) = self.reqs.get_mut(rid) else {
+        let Some(dst) = self.in_place_target(rid, len) else {
             return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
         };
-        let Kind::Recv { buf, .. } = &r.kind else {
-            return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
-        };
-        match *buf {
-            // SAFETY: the receive is incomplete and len <= cap (checked by the caller).
-            RecvBuf::Ptr { ptr, .. } => unsafe { vm::read(pid, addr, ptr.0, len) },
-            RecvBuf::Alloc { .. } => {
-                let mut v: Vec<u8> = Vec::with_capacity(len);
-                // SAFETY: v has capacity for len bytes; they are initialised by the read
-                // before set_len, and only then.
-                unsafe {
-                    vm::read(pid, addr, v.as_mut_ptr(), len)?;
-                    v.set_len(len);
-                }
-                r.keep = Keep::Vec(v);
-                Ok(())
-            }
-        }
+        // SAFETY: the receive is incomplete and len <= its capacity (checked by the
+        // caller).
+        unsafe { self.read_part(pid, addr, dst.0, len) }?;
+        self.in_place_done(rid, len);
+        Ok(())
     }
 
     /// A receive matched this process's own rendezvous-size send.

@@ -23,6 +23,9 @@ pub struct BspSpec {
     pub warmup: usize,
     /// Bytes per pair of a total exchange by `bsp_put`, also timed; 0 leaves it out.
     pub exchange: usize,
+    /// The exchange by `bsp_get` instead.
+    #[serde(default)]
+    pub by_get: bool,
 }
 
 /// The fitted parameters, microseconds, and every (h, superstep time) measured.
@@ -86,6 +89,7 @@ pub fn worker_main(args: &[OsString]) -> Result<(), String> {
         batches: w.spec.batches,
         warmup: w.spec.warmup,
         exchange: w.spec.exchange,
+        by_get: w.spec.by_get,
     };
     let r = measure(bsp.runtime(), &cfg).map_err(|e| e.to_string())?;
     if bsp.pid() == 0 {

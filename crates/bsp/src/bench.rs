@@ -25,6 +25,8 @@ pub struct BenchConfig {
     /// Bytes per pair of a total exchange done with one `bsp_put` per destination, timed
     /// like an h-relation; 0 leaves it out.
     pub exchange: usize,
+    /// The total exchange by one `bsp_get` per source instead.
+    pub by_get: bool,
 }
 
 impl Default for BenchConfig {
@@ -36,6 +38,7 @@ impl Default for BenchConfig {
             batches: 5,
             warmup: 10,
             exchange: 0,
+            by_get: false,
         }
     }
 }
@@ -148,7 +151,8 @@ fn time(
 }
 
 /// A superstep in which every process puts `cfg.exchange` bytes to every other, one put
-/// per destination, to the block of the destination's area that belongs to the sender.
+/// per destination, to the block of the destination's area that belongs to the sender;
+/// with `cfg.by_get`, every process gets each other's block of its own area instead.
 fn total_exchange(rt: &Runtime, cfg: &BenchConfig) -> Result<f64, BspError> {
     let (p, s, n) = (rt.nprocs() as usize, rt.pid() as usize, cfg.exchange);
     let dest = vec![0u8; n * p];
@@ -159,7 +163,12 @@ fn total_exchange(rt: &Runtime, cfg: &BenchConfig) -> Result<f64, BspError> {
     let t = time(cfg, || {
         for k in 1..p {
             let to = ((s + k) % p) as u32;
-            rt.with(|c| c.put("bsp_put", to, &src, addr, s * n))?;
+            if cfg.by_get {
+                let to = to as usize;
+                rt.with(|c| c.get("bsp_get", to as u32, addr, to * n, addr + to * n, n))?;
+            } else {
+                rt.with(|c| c.put("bsp_put", to, &src, addr, s * n))?;
+            }
         }
         rt.sync()
     })?;

@@ -40,9 +40,18 @@ pub struct Config {
     /// Synchronise through the sync board ([`crate::board`]) when every process shares
     /// this host over shared memory; default on.
     pub board: bool,
+    /// A message of puts of at least this many bytes to a process of the same host,
+    /// whose data goes over shared memory, is read by its destination straight out of
+    /// the sender's memory (`process_vm_readv`) instead of through the transport; puts
+    /// of `bsp_hpput` are then read from their source, one copy in all. `usize::MAX`:
+    /// never.
+    pub lend: usize,
     /// How the job's transport is built (by `bsp_begin`; unused over a given transport).
     pub job: JobConfig,
 }
+
+/// Default of [`Config::lend`].
+pub const DEFAULT_LEND: usize = 8 << 20;
 
 /// The chunk a rate cap implies when none is set: small enough for pacing to act on.
 pub const PACED_CHUNK: usize = 64 << 10;
@@ -57,6 +66,7 @@ impl Default for Config {
             profile: None,
             progress: Some(bulkwire_engine::progress::DEFAULT_INTERVAL),
             board: true,
+            lend: DEFAULT_LEND,
             job: JobConfig::default(),
         }
     }

@@ -27,6 +27,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use bulkwire_engine::progress::Service;
+use bulkwire_engine::vm::{self, Published};
 use bulkwire_engine::{Event, Transport};
 use bulkwire_protocol::Time;
 use bytes::Bytes;
@@ -38,7 +39,7 @@ use crate::config::{Config, Schedule};
 use crate::direct::InPlace;
 use crate::error::misuse;
 use crate::regs::{Regs, Unregistered};
-use crate::wire::{self, Cell, Rec, RegOp, Summary};
+use crate::wire::{self, Cell, LentPut, Rec, RegOp, Summary};
 
 /// What one destination gets this superstep.
 #[derive(Default)]
@@ -60,6 +61,8 @@ struct Outbox {
     /// Bytes of the message already handed to the transport, before the barrier (see
     /// `Core::send_small`); `buf` is then empty.
     sent: u64,
+    /// A get or a send is recorded: the message is not lent (see `Core::lend`).
+    mixed: bool,
 }
 
 impl Outbox {
@@ -100,6 +103,7 @@ impl Outbox {
             buf: std::mem::take(&mut self.buf),
             holes: std::mem::take(&mut self.holes),
             chunks: std::mem::take(&mut self.chunks),
+            mixed: self.mixed,
         }
     }
 
@@ -119,6 +123,7 @@ impl Outbox {
         self.get_bytes = 0;
         self.hole_bytes = 0;
         self.sent = 0;
+        self.mixed = false;
         rec
     }
 
@@ -134,9 +139,59 @@ struct Recorded {
     buf: Vec<u8>,
     holes: Vec<(usize, usize, usize)>,
     chunks: Vec<usize>,
+    mixed: bool,
 }
 
 impl Recorded {
+    /// Bytes of the message, holes included.
+    fn len(&self) -> usize {
+        self.buf.len() + self.holes.iter().map(|h| h.2).sum::<usize>()
+    }
+
+    /// The puts of the message, each with the address of its bytes here (in `buf`, or an
+    /// hpput's source), for the destination to read in place; `None` if the message is
+    /// not worth lending: it holds a get or a send, or its puts average under
+    /// [`LEND_PIECE`] bytes (reading many small pieces costs more than copying them
+    /// through the transport).
+    fn lent_puts(&self) -> Option<Vec<LentPut>> {
+        if self.mixed || self.chunks != [0] {
+            return None;
+        }
+        let most = self.len() / LEND_PIECE;
+        let mut puts = Vec::new();
+        let mut r = wire::Reader::at(&self.buf, wire::HEAD);
+        let mut holes = self.holes.iter().peekable();
+        // Hole bytes before the reader's position: a put's place in the message is its
+        // place in `buf` plus these.
+        let mut shift = 0;
+        while !r.is_empty() {
+            if puts.len() >= most || r.u8()? != wire::REC_PUT {
+                return None;
+            }
+            let slot = u32::try_from(r.var()?).ok()?;
+            let offset = r.size()?;
+            let len = r.size()?;
+            let addr = match holes.peek() {
+                Some(&&(at, src, n)) if at == r.pos() + shift => {
+                    holes.next();
+                    if n != len {
+                        return None;
+                    }
+                    shift += len;
+                    src as u64
+                }
+                _ => self.buf.as_ptr() as u64 + r.take(len)?.start as u64,
+            };
+            puts.push(LentPut {
+                slot,
+                offset,
+                len,
+                addr,
+            });
+        }
+        holes.next().is_none().then_some(puts)
+    }
+
     /// The message with its holes filled from their sources.
     fn build(self) -> Vec<u8> {
         if self.holes.is_empty() {
@@ -177,6 +232,11 @@ pub struct Counters {
     /// DATA and REPLY messages handed to the transport / received.
     pub messages_out: u64,
     pub messages_in: u64,
+    /// Bytes of messages of puts lent to processes of this host and read there in place
+    /// (also counted in `bytes_out`).
+    pub bytes_lent: u64,
+    /// Bytes of get values lent the same way (`Core::lend_reply`; also in `bytes_out`).
+    pub get_bytes_lent: u64,
 }
 
 /// What a wait loop's poll says.
@@ -238,6 +298,11 @@ struct Exchange {
     owners: Owners,
     /// Memory of small messages already written, for the next superstep's board reads.
     pool: Vec<Vec<u8>>,
+    /// The get values lent to each requester (ranges of our areas, in request order)
+    /// until it answers (`Core::lend_reply`), and how many: nothing of ours is written
+    /// before they are read.
+    reply_lent: Vec<Option<Vec<(usize, usize)>>>,
+    replies_lent: usize,
 }
 
 /// The user side of one BSP process: registrations, the superstep's outgoing data and the
@@ -263,6 +328,10 @@ pub struct Core {
     board: Option<Board>,
     /// A large message sent before this superstep's barrier (see `send_small`).
     early_large: Option<u32>,
+    /// Messages lent to each destination this superstep, kept until it has read them
+    /// (see `Core::lend`), and how many.
+    lent: Vec<Option<Recorded>>,
+    lent_left: usize,
 }
 
 /// The transport side of one BSP process: what the progress thread may drive while the
@@ -282,6 +351,9 @@ pub struct Net {
     pub(crate) pending_direct: Vec<(u32, Vec<u8>)>,
     /// Per peer: whether its memory can be read in place.
     pub(crate) in_place: Vec<InPlace>,
+    /// Per peer: it shares this host and our data to it goes over shared memory, so our
+    /// large messages of puts may be lent to it (`Core::lend`).
+    pub(crate) lend_to: Vec<bool>,
 }
 
 impl Core {
@@ -308,6 +380,8 @@ impl Core {
             spare: None,
             board: None,
             early_large: None,
+            lent: (0..p).map(|_| None).collect(),
+            lent_left: 0,
         };
         let net = Net {
             t,
@@ -318,6 +392,7 @@ impl Core {
             local: Vec::new(),
             pending_direct: Vec::new(),
             in_place: vec![InPlace::default(); p as usize],
+            lend_to: vec![false; p as usize],
         };
         (core, net)
     }
@@ -551,6 +626,7 @@ impl Core {
         let limit = self.chunk_limit(pid);
         let step = self.step;
         let o = &mut self.out[pid as usize];
+        o.mixed = true;
         let piece = limit.unwrap_or(usize::MAX).max(1);
         let mut done = 0;
         loop {
@@ -635,6 +711,7 @@ impl Core {
         let limit = self.chunk_limit(pid);
         let step = self.step;
         let o = &mut self.out[pid as usize];
+        o.mixed = true;
         let rec = 1 + wire::var_len(tag.len() as u64) + tag.len() + wire::var_len(n as u64) + n;
         o.reserve(step, limit, rec, 0, if held { n } else { 0 });
         o.buf.push(wire::REC_SEND);
@@ -841,27 +918,80 @@ impl Core {
         let me = self.pid as usize;
         let first = (self.cfg.schedule == Schedule::Latin).then(|| (me + 1) % self.p as usize);
         let mut large = None;
-        for (d, o) in self.out.iter_mut().enumerate() {
-            if d == me || o.buf.is_empty() || (o.len() > SMALL_MAX && Some(d) != first) {
+        for d in 0..self.p as usize {
+            let o = &mut self.out[d];
+            let len = o.len();
+            if d == me || o.buf.is_empty() || (len > SMALL_MAX && Some(d) != first) {
                 continue;
             }
-            if o.len() > SMALL_MAX {
+            if len > SMALL_MAX {
                 large = Some(d as u32);
             }
-            let msg = o.take_message();
-            o.sent = msg.len() as u64;
-            self.counters.bytes_out += o.sent;
-            self.counters.messages_out += 1;
-            if batch {
-                n.t.send_later(d as u32, Bytes::from(msg), false)?;
+            o.sent = len as u64;
+            let rec = o.take_records();
+            let rec = if len > SMALL_MAX {
+                self.lend(n, d, rec, batch)?
             } else {
-                n.t.send(d as u32, Bytes::from(msg), false)?;
+                Some(rec)
+            };
+            if let Some(rec) = rec {
+                let msg = rec.build();
+                self.counters.bytes_out += msg.len() as u64;
+                self.counters.messages_out += 1;
+                if batch {
+                    n.t.send_later(d as u32, Bytes::from(msg), false)?;
+                } else {
+                    n.t.send(d as u32, Bytes::from(msg), false)?;
+                }
             }
             if let Some(c) = n.t.coloured() {
                 c.end_phase(d as u32);
             }
         }
         Ok(large)
+    }
+
+    /// Lends `rec`, this superstep's message to `d`, when `d` may read it in place: `d`
+    /// shares this host and our data to it goes over shared memory, the message is of
+    /// [`Config::lend`] bytes or more and holds only puts of [`LEND_PIECE`] bytes on
+    /// average, and nothing paces or cuts it. A small `LEND` message then tells `d` where
+    /// each put's bytes lie here (in the message, or at an hpput's source), and `d` copies
+    /// them with `process_vm_readv`, straight into its areas when it may write them as
+    /// they arrive: one copy where the transport takes three (into its ring, out of it,
+    /// into place). The message stays here, unmoved, until `d` answers `LENT` (see
+    /// `on_lent`); the superstep does not end before. Gives `rec` back if not lent; with
+    /// `later` the `LEND` waits for the next send, as in `send_small`.
+    fn lend(
+        &mut self,
+        n: &mut Net,
+        d: usize,
+        rec: Recorded,
+        later: bool,
+    ) -> Result<Option<Recorded>, BspError> {
+        let len = rec.len();
+        if d == self.pid as usize
+            || !n.lend_to[d]
+            || len < self.cfg.lend
+            || self.cfg.rate.is_some()
+            || self.cfg.chunk.is_some()
+        {
+            return Ok(Some(rec));
+        }
+        let Some(puts) = rec.lent_puts() else {
+            return Ok(Some(rec));
+        };
+        let who = Published::mine().to_bytes();
+        let msg = Bytes::from(wire::lend_msg(self.step, &who, len as u64, &puts));
+        if later {
+            n.t.send_later(d as u32, msg, false)?;
+        } else {
+            n.t.send(d as u32, msg, false)?;
+        }
+        self.counters.bytes_out += len as u64;
+        self.counters.messages_out += 1;
+        self.lent[d] = Some(rec);
+        self.lent_left += 1;
+        Ok(None)
     }
 
     /// Makes the superstep's registration calls effective, every process's sizes and
@@ -1136,8 +1266,10 @@ impl Core {
         // Get results land before puts (a put wins over a result it overlaps), so puts
         // wait while we read others' memory too.
         x.early = !x.owes.iter().any(|&g| g) && x.get_order.is_empty();
+        // Lent messages count: their hpputs are read while the destination reads them.
         x.hp_src = outgoing
             .iter()
+            .chain(&self.lent)
             .flatten()
             .filter_map(Recorded::sources)
             .reduce(|(a, b), (c, d)| (a.min(c), b.max(d)));
@@ -1201,7 +1333,11 @@ impl Core {
             None => true,
             Some(t) => x.got[s] > 0 || (me + p - s) % p <= t + LOOKAHEAD,
         };
-        let w = s != me && (x.reply_left[s] > 0 || (x.got[s] < x.expect[s] && due));
+        let w = s != me
+            && (x.reply_left[s] > 0
+                || (x.got[s] < x.expect[s] && due)
+                || self.lent[s].is_some()
+                || x.reply_lent[s].is_some());
         if w != x.waiting[s] {
             x.waiting[s] = w;
             n.t.expect(s as u32, w);
@@ -1215,9 +1351,28 @@ impl Core {
         outgoing: &mut [Option<Recorded>],
     ) -> Result<Poll, BspError> {
         let step = x.step;
-        while let Some((from, m)) =
-            n.take(|_, k, s| s == step && (k == wire::DATA || k == wire::REPLY))
-        {
+        while let Some((from, m)) = n.take(|_, k, s| {
+            s == step
+                && matches!(
+                    k,
+                    wire::DATA | wire::REPLY | wire::LEND | wire::LENT | wire::LEND_REPLY
+                )
+        }) {
+            match m[0] {
+                wire::LEND => {
+                    self.on_lend(n, x, from, m)?;
+                    continue;
+                }
+                wire::LENT => {
+                    self.on_lent(n, x, from, m)?;
+                    continue;
+                }
+                wire::LEND_REPLY => {
+                    self.on_lend_reply(n, x, from, m)?;
+                    continue;
+                }
+                _ => {}
+            }
             let kind = m[0];
             self.counters.bytes_in += m.len() as u64;
             self.counters.messages_in += 1;
@@ -1227,7 +1382,15 @@ impl Core {
                 self.on_reply(n, x, from, m)?;
             }
         }
-        if x.senders_left == 0 && x.replies_left == 0 && !x.applied {
+        // A lent hpput is read from its source, which our puts must not overwrite before;
+        // lent get values must be read before anything of ours is written.
+        let hp_lent = x.hp_src.is_some() && self.lent_left > 0;
+        if x.senders_left == 0
+            && x.replies_left == 0
+            && !x.applied
+            && !hp_lent
+            && x.replies_lent == 0
+        {
             // Every get has been served and every put is here: get results land first,
             // then puts (as BSPonMPI writes them: a put wins over a get result it
             // overlaps).
@@ -1243,7 +1406,7 @@ impl Core {
                 self.update_waiting(n, x, s);
             }
         }
-        if fed_all && x.applied {
+        if fed_all && x.applied && self.lent_left == 0 {
             return Ok(Poll::Done);
         }
         Ok(Poll::Wait(deadline))
@@ -1270,7 +1433,15 @@ impl Core {
                 };
                 x.next += 1;
                 self.advance_turn(n, x, d as usize);
-                let mut rec = outgoing[d as usize].take().expect("scheduled once");
+                let rec = outgoing[d as usize].take().expect("scheduled once");
+                let Some(mut rec) = self.lend(n, d as usize, rec, false)? else {
+                    let d = d as usize;
+                    (x.sent[d], x.fed[d]) = (true, true);
+                    x.draining = Some(d as u32);
+                    self.update_waiting(n, x, d);
+                    Self::maybe_end_phase(n, x, d);
+                    continue;
+                };
                 let chunks = std::mem::take(&mut rec.chunks);
                 x.cur = Some((d, Bytes::from(rec.build()), chunks, 0));
             }
@@ -1342,13 +1513,7 @@ impl Core {
         let s = from as usize;
         let me = self.pid as usize;
         if s != me && net {
-            x.got[s] += m.len() as u64;
-            if x.got[s] > x.expect[s] {
-                return Err(BspError::Protocol(format!(
-                    "pid {from} sent more data than it announced ({} > {} bytes)",
-                    x.got[s], x.expect[s]
-                )));
-            }
+            Self::count_in(x, from, m.len())?;
         }
         // Only a message the barrier announced with get requests is read now; the others
         // are read once, when their puts are written.
@@ -1357,25 +1522,19 @@ impl Core {
         } else {
             x.owes[s]
         };
-        let mut reply: Option<Vec<u8>> = None;
+        let mut gets = Vec::new();
         let mut r = wire::Reader::at(&m, if has_gets { wire::HEAD } else { m.len() });
         while let Some(rec) = wire::next_rec(&mut r) {
             let rec = rec.map_err(|()| {
                 BspError::Protocol(format!("pid {from} sent a malformed data record"))
             })?;
             if let Rec::Get { slot, offset, len } = rec {
-                let src = self.local_range("bsp_get", from, slot, offset, len)?;
-                let out = reply.get_or_insert_with(|| {
-                    let mut v = Vec::with_capacity(wire::HEAD + len);
-                    wire::put_head(&mut v, wire::REPLY, x.step);
-                    v
-                });
-                // SAFETY: `local_range` checked the range against the registered area,
-                // which the program keeps valid while registered.
-                out.extend_from_slice(unsafe { std::slice::from_raw_parts(src as *const u8, len) });
+                gets.push((self.local_range("bsp_get", from, slot, offset, len)?, len));
             }
         }
-        if let Some(rep) = reply {
+        let lent = !gets.is_empty() && s != me && self.lend_reply(n, x, from, &gets)?;
+        if !gets.is_empty() && !lent {
+            let rep = reply_msg(x.step, &gets);
             if s == me {
                 self.counters.bytes_local += (rep.len() - wire::HEAD) as u64;
                 self.on_reply(n, x, from, rep)?;
@@ -1391,12 +1550,327 @@ impl Core {
         if !written {
             x.data.push((from, m));
         }
-        if s != me && net && x.got[s] == x.expect[s] {
+        if s != me && net {
+            self.maybe_all_in(n, x, s);
+        }
+        Ok(())
+    }
+
+    /// `len` bytes of data from `from` have arrived: more than the barrier announced is
+    /// an error.
+    fn count_in(x: &mut Exchange, from: u32, len: usize) -> Result<(), BspError> {
+        let s = from as usize;
+        x.got[s] += len as u64;
+        if x.got[s] > x.expect[s] {
+            return Err(BspError::Protocol(format!(
+                "pid {from} sent more data than it announced ({} > {} bytes)",
+                x.got[s], x.expect[s]
+            )));
+        }
+        Ok(())
+    }
+
+    /// After data from `s`: once all it announced is here, it is waited on no more.
+    fn maybe_all_in(&self, n: &mut Net, x: &mut Exchange, s: usize) {
+        if x.got[s] == x.expect[s] {
             x.senders_left -= 1;
             self.update_waiting(n, x, s);
             Self::maybe_end_phase(n, x, s);
         }
+    }
+
+    /// A `LEND` from `from` (see [`Core::lend`]): its puts are read out of the sender's
+    /// memory, into place when they may be written as they arrive (as `apply_early`
+    /// writes a DATA message), else into a DATA message kept for the end, like one that
+    /// came through the transport. The sender is told they have been read; if this
+    /// process may not read its memory, that it must send the DATA message instead.
+    fn on_lend(
+        &mut self,
+        n: &mut Net,
+        x: &mut Exchange,
+        from: u32,
+        m: Vec<u8>,
+    ) -> Result<(), BspError> {
+        let s = from as usize;
+        let malformed = || BspError::Protocol(format!("pid {from} sent a malformed lend message"));
+        let (who, total, puts) = wire::parse_lend(&m).ok_or_else(malformed)?;
+        let len = puts
+            .iter()
+            .try_fold(wire::HEAD, |a, p| a.checked_add(p.record_len()?))
+            .filter(|&l| l as u64 == total && s != self.pid as usize)
+            .ok_or_else(malformed)?;
+        let answer = |n: &mut Net, x: &mut Exchange, status| -> Result<(), BspError> {
+            n.t.send(
+                from,
+                Bytes::from(wire::lent_msg(x.step, wire::LENT_PUTS, status)),
+                false,
+            )?;
+            x.sent[s] = true;
+            Ok(())
+        };
+        let Some(os) = n.readable(s, &who) else {
+            return answer(n, x, wire::LENT_REFUSED);
+        };
+        let dsts = puts
+            .iter()
+            .map(|p| self.local_range("bsp_put", from, p.slot, p.offset, p.len))
+            .collect::<Result<Vec<_>, _>>()?;
+        let on_hp_src = dsts
+            .iter()
+            .zip(&puts)
+            .any(|(&d, p)| x.hp_src.is_some_and(|(lo, hi)| d < hi && lo < d + p.len));
+        let failed = |e: std::io::Error| {
+            BspError::Protocol(format!(
+                "pid {from} lent {len} bytes of puts that cannot be read from it: {e}"
+            ))
+        };
+        let kept = if x.early && !on_hp_src {
+            // Counted first: nothing is written beyond what the barrier announced.
+            Self::count_in(x, from, len)?;
+            let mut pieces = Vec::with_capacity(puts.len());
+            for (&dst, p) in dsts.iter().zip(&puts) {
+                // Bytes a higher pid wrote early keep its value.
+                for (a, b) in x.owners.claim(dst, dst + p.len, from, true) {
+                    pieces.push((p.addr.wrapping_add((a - dst) as u64), a as *mut u8, b - a));
+                }
+            }
+            // SAFETY: every destination lies in a registered area (`local_range`), which
+            // the program keeps valid while registered and does not touch during the sync.
+            match unsafe { vm::read_many(os, &pieces) } {
+                Ok(()) => None,
+                Err(e) if vm::is_refusal(&e) => {
+                    // What was written is the sender's and is written again by its DATA,
+                    // which is counted when it comes.
+                    x.got[s] -= len as u64;
+                    n.in_place[s] = InPlace::No;
+                    return answer(n, x, wire::LENT_REFUSED);
+                }
+                Err(e) => return Err(failed(e)),
+            }
+        } else {
+            // The message as it would have come: each record's head, then its bytes, read
+            // into place; the heads are written into the spare capacity as well, and
+            // the whole counts as the message's once read.
+            let mut data = Vec::with_capacity(len);
+            wire::put_head(&mut data, wire::DATA, x.step);
+            let mut at = wire::HEAD;
+            let base = data.as_mut_ptr();
+            let mut head = Vec::with_capacity(wire::MAX_REC_HEAD);
+            let mut pieces = Vec::with_capacity(puts.len());
+            for p in &puts {
+                head.clear();
+                let (slot, offset) = (p.slot as u64, p.offset as u64);
+                wire::put_rec_head(&mut head, wire::REC_PUT, slot, offset, p.len as u64);
+                if at + head.len() + p.len > len {
+                    return Err(malformed());
+                }
+                // SAFETY: the capacity is `len`, and the head and the piece lie below it
+                // (checked above), in the order of the message.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(head.as_ptr(), base.add(at), head.len());
+                    pieces.push((p.addr, base.add(at + head.len()), p.len));
+                }
+                at += head.len() + p.len;
+            }
+            // SAFETY: as above.
+            match unsafe { vm::read_many(os, &pieces) } {
+                // SAFETY: heads and bytes now fill the message up to `len` (= `at`).
+                Ok(()) => unsafe {
+                    data.set_len(at);
+                    Some(data)
+                },
+                Err(e) if vm::is_refusal(&e) => {
+                    n.in_place[s] = InPlace::No;
+                    return answer(n, x, wire::LENT_REFUSED);
+                }
+                Err(e) => return Err(failed(e)),
+            }
+        };
+        answer(n, x, wire::LENT_OK)?;
+        self.counters.bytes_in += len as u64;
+        self.counters.messages_in += 1;
+        match kept {
+            Some(data) => self.on_data(n, x, from, data, true),
+            None => {
+                self.maybe_all_in(n, x, s);
+                Ok(())
+            }
+        }
+    }
+
+    /// `LENT` from `to`: the message lent to it has been read (its memory serves our next
+    /// message to `to`), or it cannot be read in place and goes through the transport.
+    fn on_lent(
+        &mut self,
+        n: &mut Net,
+        x: &mut Exchange,
+        to: u32,
+        m: Vec<u8>,
+    ) -> Result<(), BspError> {
+        let d = to as usize;
+        let unsent =
+            || BspError::Protocol(format!("pid {to} answered a lend message it was not sent"));
+        let malformed = || {
+            BspError::Protocol(format!(
+                "pid {to} sent a malformed answer to a lend message"
+            ))
+        };
+        if m.get(wire::HEAD) == Some(&wire::LENT_REPLY) {
+            let gets = x
+                .reply_lent
+                .get_mut(d)
+                .and_then(Option::take)
+                .ok_or_else(unsent)?;
+            x.replies_lent -= 1;
+            match m.get(wire::HEAD + 1..) {
+                Some([wire::LENT_OK]) => {
+                    self.counters.get_bytes_lent += gets.iter().map(|g| g.1 as u64).sum::<u64>();
+                }
+                Some([wire::LENT_REFUSED]) => {
+                    // Nothing of ours has been written since: the values are as they were.
+                    n.lend_to[d] = false;
+                    self.counters.messages_out += 1;
+                    n.t.send(to, Bytes::from(reply_msg(x.step, &gets)), false)?;
+                }
+                _ => return Err(malformed()),
+            }
+            self.update_waiting(n, x, d);
+            return Ok(());
+        }
+        if m.get(wire::HEAD) != Some(&wire::LENT_PUTS) {
+            return Err(malformed());
+        }
+        let rec = self
+            .lent
+            .get_mut(d)
+            .and_then(Option::take)
+            .ok_or_else(unsent)?;
+        self.lent_left -= 1;
+        match m.get(wire::HEAD + 1..) {
+            Some([wire::LENT_OK]) => {
+                self.counters.bytes_lent += rec.len() as u64;
+                let o = &mut self.out[d];
+                if o.buf.capacity() == 0 && rec.buf.capacity() <= LEND_KEEP_MAX {
+                    let mut b = rec.buf;
+                    b.clear();
+                    o.buf = b;
+                }
+            }
+            Some([wire::LENT_REFUSED]) => {
+                n.lend_to[d] = false;
+                self.counters.messages_out += 1;
+                n.t.send(to, Bytes::from(rec.build()), false)?;
+                if let Some(c) = n.t.coloured() {
+                    c.end_phase(to);
+                }
+            }
+            _ => return Err(malformed()),
+        }
+        self.update_waiting(n, x, d);
         Ok(())
+    }
+
+    /// Lends the values of `from`'s get requests (`gets`: ranges of our areas, in request
+    /// order) when it may read them in place, as [`Core::lend`] lends puts: it is on this
+    /// host over shared memory, they come to [`Config::lend`] bytes or more, of
+    /// [`LEND_PIECE`] on average, and nothing paces or cuts them. A `LEND_REPLY` names
+    /// where each value lies; `from` reads them as it gets the message (see
+    /// `on_lend_reply`), and nothing of ours is written (get results or puts) before it
+    /// answers. False if not lent: the caller sends the values.
+    fn lend_reply(
+        &mut self,
+        n: &mut Net,
+        x: &mut Exchange,
+        from: u32,
+        gets: &[(usize, usize)],
+    ) -> Result<bool, BspError> {
+        let s = from as usize;
+        let total: usize = gets.iter().map(|g| g.1).sum();
+        if !n.lend_to[s]
+            || total < self.cfg.lend
+            || gets.len() > total / LEND_PIECE
+            || self.cfg.rate.is_some()
+            || self.cfg.chunk.is_some()
+            || x.reply_lent[s].is_some()
+        {
+            return Ok(false);
+        }
+        let who = Published::mine().to_bytes();
+        let values: Vec<(u64, usize)> = gets.iter().map(|&(a, l)| (a as u64, l)).collect();
+        let msg = wire::lend_reply_msg(x.step, &who, &values);
+        n.t.send(from, Bytes::from(msg), false)?;
+        x.sent[s] = true;
+        self.counters.bytes_out += (wire::HEAD + total) as u64;
+        self.counters.messages_out += 1;
+        x.reply_lent[s] = Some(gets.to_vec());
+        x.replies_lent += 1;
+        self.update_waiting(n, x, s);
+        Ok(true)
+    }
+
+    /// A `LEND_REPLY` from `from`: the values of our gets, read out of its memory into a
+    /// REPLY message of our own, taken as if it had come through the transport (the
+    /// values land with the others, in the order of the gets). The server is told they
+    /// have been read, or that it must send them.
+    fn on_lend_reply(
+        &mut self,
+        n: &mut Net,
+        x: &mut Exchange,
+        from: u32,
+        m: Vec<u8>,
+    ) -> Result<(), BspError> {
+        let s = from as usize;
+        let malformed =
+            || BspError::Protocol(format!("pid {from} sent a malformed lent get reply"));
+        let (who, values) = wire::parse_lend_reply(&m).ok_or_else(malformed)?;
+        // The values of our requests to `from`, all of them, in order.
+        let asked = x.gets.get(s).map_or(&[][..], Vec::as_slice);
+        if s == self.pid as usize
+            || values.len() != asked.len()
+            || values.iter().zip(asked).any(|(v, a)| v.1 != a.1)
+            || x.reply_left[s] != asked.iter().map(|a| a.1 as u64).sum::<u64>()
+        {
+            return Err(malformed());
+        }
+        let answer = |n: &mut Net, x: &mut Exchange, status| -> Result<(), BspError> {
+            let msg = wire::lent_msg(x.step, wire::LENT_REPLY, status);
+            n.t.send(from, Bytes::from(msg), false)?;
+            x.sent[s] = true;
+            Ok(())
+        };
+        let Some(os) = n.readable(s, &who) else {
+            return answer(n, x, wire::LENT_REFUSED);
+        };
+        let total: usize = values.iter().map(|v| v.1).sum();
+        let mut reply = Vec::with_capacity(wire::HEAD + total);
+        wire::put_head(&mut reply, wire::REPLY, x.step);
+        // The values go into the spare capacity, which counts as the reply's once read.
+        let mut at = reply.spare_capacity_mut().as_mut_ptr().cast::<u8>();
+        let mut pieces = Vec::with_capacity(values.len());
+        for &(addr, len) in &values {
+            pieces.push((addr, at, len));
+            // SAFETY: the pieces are consecutive and end at the capacity reserved.
+            at = unsafe { at.add(len) };
+        }
+        // SAFETY: every piece lies in the spare capacity of `reply`, not resized meanwhile.
+        match unsafe { vm::read_many(os, &pieces) } {
+            // SAFETY: the read wrote every byte up to the length set.
+            Ok(()) => unsafe { reply.set_len(wire::HEAD + total) },
+            Err(e) if vm::is_refusal(&e) => {
+                n.in_place[s] = InPlace::No;
+                return answer(n, x, wire::LENT_REFUSED);
+            }
+            Err(e) => {
+                return Err(BspError::Protocol(format!(
+                    "pid {from} lent {total} bytes of get values that cannot be read from \
+                     it: {e}"
+                )));
+            }
+        }
+        answer(n, x, wire::LENT_OK)?;
+        self.counters.bytes_in += reply.len() as u64;
+        self.counters.messages_in += 1;
+        self.on_reply(n, x, from, reply)
     }
 
     /// The address of `[offset, offset + len)` of our area in `slot`, checked.
@@ -1627,7 +2101,7 @@ impl Net {
             match e {
                 Event::Message { from, data, .. } => {
                     let head = wire::head(&data).filter(|&(k, s)| {
-                        (wire::REDUCE..=wire::DREPLY).contains(&k)
+                        (wire::REDUCE..=wire::LEND_REPLY).contains(&k)
                             && (s == self.step || s == self.step.wrapping_add(1))
                     });
                     let Some((kind, step)) = head.filter(|_| from < self.p) else {
@@ -1810,6 +2284,14 @@ const BOARD_NAP: Duration = Duration::from_millis(1);
 /// holding a superstep's big messages until the last arrives doubles its memory.
 const EARLY_MIN: usize = 8 << 10;
 
+/// Least average bytes per put of a message that is lent (`Recorded::lent_puts`).
+const LEND_PIECE: usize = 4 << 10;
+
+/// Largest lent message whose memory is kept for the next message to its destination.
+/// Above 32 MiB glibc maps every allocation afresh: a 64 MiB message not kept costs 16384
+/// page faults and as many pages zeroed per superstep, more than its copy.
+const LEND_KEEP_MAX: usize = 256 << 20;
+
 /// Bytes a destination's message starts with.
 const FIRST_CAPACITY: usize = 512;
 
@@ -1821,6 +2303,19 @@ const LOOKAHEAD: usize = 2;
 /// Largest message sent before the barrier (see `Core::send_small`): below the size that
 /// is written early, so nothing written early ever skips the schedule.
 const SMALL_MAX: usize = EARLY_MIN - 1;
+
+/// The REPLY to get requests: the values of `gets` (ranges of our areas, checked by
+/// `local_range`), in request order.
+fn reply_msg(step: u32, gets: &[(usize, usize)]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(wire::HEAD + gets.iter().map(|g| g.1).sum::<usize>());
+    wire::put_head(&mut v, wire::REPLY, step);
+    for &(src, len) in gets {
+        // SAFETY: `local_range` checked the range against the registered area, which the
+        // program keeps valid while registered.
+        v.extend_from_slice(unsafe { std::slice::from_raw_parts(src as *const u8, len) });
+    }
+    v
+}
 
 /// Copies a put's bytes to where it goes.
 #[inline]
@@ -2153,6 +2648,8 @@ impl Exchange {
         self.early = false;
         self.hp_src = None;
         self.owners = Owners::default();
+        fill(&mut self.reply_lent, p, None);
+        self.replies_lent = 0;
     }
 
     /// [`Exchange::reset`] for a superstep that only writes what is here.
@@ -2379,11 +2876,79 @@ mod tests {
             buf: o.buf,
             holes: o.holes,
             chunks: vec![0],
+            mixed: false,
         };
         assert_eq!(
             r.sources(),
             Some((src.as_ptr() as usize, src.as_ptr() as usize + 4))
         );
         assert_eq!(r.build(), b"abHOLEcdOL");
+    }
+
+    /// A put of `n` bytes of `data` (inline) or from `hole` (an hpput) into `o`.
+    fn record_put(o: &mut Outbox, slot: u64, offset: u64, data: &[u8], hole: Option<usize>) {
+        let n = data.len();
+        o.reserve(
+            1,
+            None,
+            wire::MAX_REC_HEAD + n,
+            0,
+            if hole.is_some() { n } else { 0 },
+        );
+        wire::put_rec_head(&mut o.buf, wire::REC_PUT, slot, offset, n as u64);
+        match hole {
+            Some(src) => o.hole(src, n),
+            None => o.buf.extend_from_slice(data),
+        }
+    }
+
+    #[test]
+    fn lent_messages_name_each_puts_bytes_where_they_lie() {
+        let a = vec![1u8; 5000];
+        let b = vec![2u8; 9000];
+        let c = vec![3u8; 7000];
+        let mut o = Outbox::default();
+        record_put(&mut o, 0, 10, &a, None);
+        record_put(&mut o, 2, 300, &b, Some(b.as_ptr() as usize));
+        record_put(&mut o, 1, 0, &c, None);
+        let r = o.take_records();
+        let puts = r.lent_puts().expect("only large puts");
+        let whole = Recorded {
+            buf: r.buf.clone(),
+            holes: r.holes.clone(),
+            chunks: r.chunks.clone(),
+            mixed: false,
+        }
+        .build();
+        assert_eq!(
+            wire::HEAD + puts.iter().map(|p| p.record_len().unwrap()).sum::<usize>(),
+            whole.len()
+        );
+        let at = |p: &LentPut| {
+            // SAFETY: each address is a live buffer of this test, `len` bytes long.
+            unsafe { std::slice::from_raw_parts(p.addr as *const u8, p.len) }.to_vec()
+        };
+        let want = [(0, 10, &a), (2, 300, &b), (1, 0, &c)];
+        assert_eq!(puts.len(), 3);
+        for (p, (slot, offset, data)) in puts.iter().zip(want) {
+            assert_eq!((p.slot, p.offset), (slot, offset));
+            assert_eq!(at(p), data[..]);
+        }
+        assert_eq!(
+            puts[1].addr,
+            b.as_ptr() as u64,
+            "an hpput is read from its source"
+        );
+        // Small puts on average, or a get or send beside the puts: not lent.
+        let mut o = Outbox::default();
+        record_put(&mut o, 0, 0, &a, None);
+        for i in 0..8 {
+            record_put(&mut o, 0, i, &[0u8; 8], None);
+        }
+        assert!(o.take_records().lent_puts().is_none());
+        let mut o = Outbox::default();
+        record_put(&mut o, 0, 0, &b, None);
+        o.mixed = true;
+        assert!(o.take_records().lent_puts().is_none());
     }
 }

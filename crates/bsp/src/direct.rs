@@ -71,6 +71,23 @@ impl Core {
 }
 
 impl Net {
+    /// The process id to read `peer`'s memory with, if this process may: `who` is what
+    /// the peer published, checked the first time (its token read where it says), as a
+    /// direct get's reply is.
+    pub(crate) fn readable(&mut self, peer: usize, who: &Published) -> Option<i32> {
+        if self.in_place[peer] == InPlace::Unknown {
+            self.in_place[peer] = if who.verify() {
+                InPlace::Pid(who.pid as i32)
+            } else {
+                InPlace::No
+            };
+        }
+        match self.in_place[peer] {
+            InPlace::Pid(os) if os as u32 == who.pid => Some(os),
+            _ => None,
+        }
+    }
+
     /// Reads `g.len` bytes of `g` into `dst` now: in place if the server is on this host,
     /// else by a round trip.
     ///

@@ -169,7 +169,15 @@ impl Runtime {
                 });
         });
         IN_JOB.store(true, Ordering::SeqCst);
+        // Our data to a process of this host goes over shared memory unless the links
+        // are UDP or TCP for all: then its large messages of puts may be lent to it.
+        let lend_to: Vec<bool> = (0..p as usize)
+            .map(|d| d != ctl.rank() as usize && info.local[d] && info.links.starts_with("shm"))
+            .collect();
         let mut rt = Runtime::build(engine, p, cfg, board);
+        if let Some(sh) = rt.shared.get_mut() {
+            sh.with(|n| n.lend_to = lend_to);
+        }
         if let Some(prof) = &rt.profile {
             lock(prof).create().map_err(BspError::Misuse)?;
         }

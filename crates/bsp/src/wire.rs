@@ -12,15 +12,36 @@
 //! - `DGET` (kind, step, slot, offset, len): a `bsp_direct_get` to be answered at once,
 //!   whatever the server is doing; `DREPLY` (kind, step, status, server's
 //!   [`Published`](bulkwire_engine::vm::Published), bytes) answers it.
+//! - `LEND` (kind, step, sender's `Published`, length of the DATA message it stands for,
+//!   then per put: slot, offset, length, address in the sender): a message of large puts
+//!   to a process of the same host, left in the sender's memory for the receiver to read
+//!   in place (see `Core::lend`); `LENT` (kind, step, what, status) says it has been
+//!   read, or that the receiver cannot read it and wants the DATA message instead.
+//! - `LEND_REPLY` (kind, step, server's `Published`, then per get request: address in the
+//!   server, length): the answer to large get requests from a process of the same host,
+//!   which reads the values in place (see `Core::lend_reply`) and answers `LENT` too.
 //!
 //! Integers are LEB128 varints. Decoding is total: malformed input gives `None`, never a
 //! panic, and the caller turns it into an error naming the sender.
+
+use bulkwire_engine::vm::Published;
 
 pub const REDUCE: u8 = 1;
 pub const DATA: u8 = 2;
 pub const REPLY: u8 = 3;
 pub const DGET: u8 = 4;
 pub const DREPLY: u8 = 5;
+pub const LEND: u8 = 6;
+pub const LENT: u8 = 7;
+pub const LEND_REPLY: u8 = 8;
+
+/// What a `LENT` answers: a `LEND` (puts) or a `LEND_REPLY` (get values).
+pub const LENT_PUTS: u8 = 0;
+pub const LENT_REPLY: u8 = 1;
+
+/// `LENT` status: read; cannot be read in place (send the DATA or REPLY message).
+pub const LENT_OK: u8 = 0;
+pub const LENT_REFUSED: u8 = 1;
 
 /// `DREPLY` status: the bytes follow; the request named no live registration or fell
 /// outside it.
@@ -303,6 +324,91 @@ fn read_rec(r: &mut Reader<'_>) -> Option<Rec> {
     }
 }
 
+/// One put of a `LEND` message: where it goes in the receiver, where its bytes lie in
+/// the sender.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LentPut {
+    pub slot: u32,
+    pub offset: usize,
+    pub len: usize,
+    pub addr: u64,
+}
+
+impl LentPut {
+    /// Bytes of this put as a record of a DATA message; `None` past `usize`.
+    pub fn record_len(&self) -> Option<usize> {
+        let head =
+            1 + var_len(self.slot as u64) + var_len(self.offset as u64) + var_len(self.len as u64);
+        self.len.checked_add(head)
+    }
+}
+
+/// A `LEND` message: the sender's published identity, the length of the DATA message it
+/// stands for and the puts.
+pub fn lend_msg(step: u32, who: &[u8; Published::LEN], total: u64, puts: &[LentPut]) -> Vec<u8> {
+    let mut m = Vec::with_capacity(HEAD + Published::LEN + 10 + puts.len() * 16);
+    put_head(&mut m, LEND, step);
+    m.extend_from_slice(who);
+    put_var(&mut m, total);
+    for p in puts {
+        put_var(&mut m, p.slot as u64);
+        put_var(&mut m, p.offset as u64);
+        put_var(&mut m, p.len as u64);
+        put_var(&mut m, p.addr);
+    }
+    m
+}
+
+/// Decodes a `LEND` message; `None` if malformed.
+pub fn parse_lend(m: &[u8]) -> Option<(Published, u64, Vec<LentPut>)> {
+    let mut r = Reader::at(m, HEAD);
+    let who = Published::from_bytes(r.bytes(Published::LEN)?)?;
+    let total = r.var()?;
+    let mut puts = Vec::new();
+    while !r.is_empty() {
+        puts.push(LentPut {
+            slot: u32::try_from(r.var()?).ok()?,
+            offset: r.size()?,
+            len: r.size()?,
+            addr: r.var()?,
+        });
+    }
+    Some((who, total, puts))
+}
+
+/// A `LENT` message: what it answers, and how.
+pub fn lent_msg(step: u32, what: u8, status: u8) -> Vec<u8> {
+    let mut m = Vec::with_capacity(HEAD + 2);
+    put_head(&mut m, LENT, step);
+    m.push(what);
+    m.push(status);
+    m
+}
+
+/// A `LEND_REPLY` message: the server's published identity and, per get request in
+/// order, where its value lies in the server and its length.
+pub fn lend_reply_msg(step: u32, who: &[u8; Published::LEN], values: &[(u64, usize)]) -> Vec<u8> {
+    let mut m = Vec::with_capacity(HEAD + Published::LEN + values.len() * 12);
+    put_head(&mut m, LEND_REPLY, step);
+    m.extend_from_slice(who);
+    for &(addr, len) in values {
+        put_var(&mut m, addr);
+        put_var(&mut m, len as u64);
+    }
+    m
+}
+
+/// Decodes a `LEND_REPLY` message; `None` if malformed.
+pub fn parse_lend_reply(m: &[u8]) -> Option<(Published, Vec<(u64, usize)>)> {
+    let mut r = Reader::at(m, HEAD);
+    let who = Published::from_bytes(r.bytes(Published::LEN)?)?;
+    let mut values = Vec::new();
+    while !r.is_empty() {
+        values.push((r.var()?, r.size()?));
+    }
+    Some((who, values))
+}
+
 /// A registration operation as every process reports it to the others.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RegOp {
@@ -565,10 +671,65 @@ mod tests {
                 .collect();
             let _ = Summary::decode(&bytes);
             let _ = parse_reduce(&bytes, 8);
+            let _ = parse_lend(&bytes);
+            let _ = parse_lend_reply(&bytes);
             let _ = head(&bytes);
             let mut r = Reader::new(&bytes);
             while let Some(Ok(_)) = next_rec(&mut r) {}
         }
+    }
+
+    #[test]
+    fn lend_messages_carry_the_lender_and_its_puts() {
+        let who = Published {
+            pid: 4242,
+            token_addr: 0x7fff_0000_1000,
+            token: 0x1234_5678_9abc_def1,
+        };
+        let puts = [
+            LentPut {
+                slot: 3,
+                offset: 1 << 20,
+                len: 300_000,
+                addr: 0x5555_0000_0010,
+            },
+            LentPut {
+                slot: 0,
+                offset: 0,
+                len: 1,
+                addr: u64::MAX,
+            },
+        ];
+        let total = HEAD + puts.iter().map(|p| p.record_len().unwrap()).sum::<usize>();
+        // A put's record: kind, three varints (slot, offset, length), the bytes.
+        assert_eq!(
+            total,
+            HEAD + (1 + 1 + 3 + 3 + 300_000) + (1 + 1 + 1 + 1 + 1)
+        );
+        let m = lend_msg(9, &who.to_bytes(), total as u64, &puts);
+        assert_eq!(head(&m), Some((LEND, 9)));
+        assert_eq!(parse_lend(&m), Some((who, total as u64, puts.to_vec())));
+        assert!(parse_lend(&m[..m.len() - 1]).is_none(), "a put cut short");
+        assert!(
+            parse_lend(&m[..HEAD + 10]).is_none(),
+            "the lender cut short"
+        );
+        let none = lend_msg(9, &who.to_bytes(), 5, &[]);
+        assert_eq!(parse_lend(&none), Some((who, 5, vec![])));
+        let huge = LentPut {
+            len: usize::MAX,
+            ..puts[1]
+        };
+        assert_eq!(huge.record_len(), None);
+        assert_eq!(
+            lent_msg(9, LENT_REPLY, LENT_REFUSED),
+            vec![LENT, 9, 0, 0, 0, LENT_REPLY, LENT_REFUSED]
+        );
+        let values = [(0x7f00_0000_0000u64, 1 << 20), (1, 0)];
+        let m = lend_reply_msg(3, &who.to_bytes(), &values);
+        assert_eq!(head(&m), Some((LEND_REPLY, 3)));
+        assert_eq!(parse_lend_reply(&m), Some((who, values.to_vec())));
+        assert!(parse_lend_reply(&m[..m.len() - 1]).is_none());
     }
 
     #[test]

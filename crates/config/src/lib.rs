@@ -366,6 +366,7 @@ fn bsp_config(
         c = c.with_rate(rate);
     }
     c.board = l.get(&BSP_BOARD, flag)?.unwrap_or(true);
+    c.lend = l.get(&BSP_LEND, size_or_off)?.unwrap_or(c.lend);
     c.stats = l.get(&STATS, flag)?.unwrap_or(false);
     c.profile = l.raw(&PROFILE).map(std::path::PathBuf::from);
     Ok(c)

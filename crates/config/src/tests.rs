@@ -347,10 +347,18 @@ fn bsp() {
     assert_eq!(s.bsp.profile, Some("/tmp/cg.prof".into()));
     let s = settings(&[("BULKWIRE_BSP_CHUNK", "1M"), ("BULKWIRE_BSP_RATE", "1G")]).unwrap();
     assert_eq!(s.bsp.chunk, Some(1 << 20));
+    // Messages of puts are lent from 8 MiB unless set otherwise.
+    assert_eq!(settings(&[]).unwrap().bsp.lend, 8 << 20);
+    assert_eq!(bulkwire_bsp::Config::default().lend, 8 << 20);
+    let s = settings(&[("BULKWIRE_BSP_LEND", "256k")]).unwrap();
+    assert_eq!(s.bsp.lend, 256 << 10);
+    let s = settings(&[("BULKWIRE_BSP_LEND", "off")]).unwrap();
+    assert_eq!(s.bsp.lend, usize::MAX);
     for bad in [
         ("BULKWIRE_BSP_SCHEDULE", "shuffle"),
         ("BULKWIRE_BSP_RATE", "fast"),
         ("BULKWIRE_BSP_CHUNK", "0"),
+        ("BULKWIRE_BSP_LEND", "sometimes"),
     ] {
         assert!(error(&[bad]).contains(bad.0), "{bad:?}");
     }

@@ -255,6 +255,10 @@ vars! {
         "on or off (also 1/0, true/false, yes/no)",
         "on",
         "When every process of the computation shares this host over shared memory, bsp_sync meets the others on a shared board (the barrier, who sends whom how much, and each small message) instead of sending barrier messages through the transport. off keeps everything in the transport.";
+    BSP_LEND: Bsp, "BULKWIRE_BSP_LEND",
+        "a size in bytes (suffixes K, M, G) or off",
+        "8M",
+        "A superstep's puts to a process of the same host, over shared memory, are read by that process straight out of the sender's memory (process_vm_readv) when they come to this many bytes and average 4 KiB or more per put (bsp_hpput data is then read from its source); the values of get requests likewise. off sends everything through the transport.";
     STATS: Bsp, "BULKWIRE_STATS",
         "on or off (also 1/0, true/false, yes/no)",
         "off",

@@ -102,6 +102,78 @@ pub fn is_refusal(e: &io::Error) -> bool {
     )
 }
 
+/// Copies pieces of process `pid`'s memory, each `(remote, dst, len)`, with as few
+/// system calls as the kernel's vector limit allows (1024 pieces per call): a BSP message
+/// of puts read in place is one call, not one per put.
+///
+/// # Safety
+/// Every `dst` must be valid for writes of its `len` bytes and not otherwise accessed
+/// meanwhile.
+pub unsafe fn read_many(pid: i32, pieces: &[(u64, *mut u8, usize)]) -> io::Result<()> {
+    // IOV_MAX on Linux.
+    const BATCH: usize = 1024;
+    // The next piece to move and how much of it has moved.
+    let (mut i, mut done) = (0usize, 0usize);
+    let mut here = Vec::with_capacity(pieces.len().min(BATCH));
+    let mut far = Vec::with_capacity(pieces.len().min(BATCH));
+    loop {
+        while i < pieces.len() && pieces[i].2 == done {
+            (i, done) = (i + 1, 0);
+        }
+        if i == pieces.len() {
+            return Ok(());
+        }
+        here.clear();
+        far.clear();
+        for (k, &(remote, dst, len)) in pieces[i..].iter().take(BATCH).enumerate() {
+            let skip = if k == 0 { done } else { 0 };
+            here.push(libc::iovec {
+                // SAFETY: `skip` is within the piece the caller handed over.
+                iov_base: unsafe { dst.add(skip) }.cast(),
+                iov_len: len - skip,
+            });
+            far.push(libc::iovec {
+                iov_base: remote.wrapping_add(skip as u64) as usize as *mut libc::c_void,
+                iov_len: len - skip,
+            });
+        }
+        // SAFETY: the local vectors are the caller's writable buffers; the kernel checks
+        // the remote ones against the target's address space.
+        let n = unsafe {
+            libc::process_vm_readv(
+                pid,
+                here.as_ptr(),
+                here.len() as libc::c_ulong,
+                far.as_ptr(),
+                far.len() as libc::c_ulong,
+                0,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(io::Error::from_raw_os_error(libc::EFAULT));
+        }
+        // A short count stops inside one piece: go on from there.
+        let mut left = n as usize;
+        while left > 0 {
+            let rest = pieces[i].2 - done;
+            if left < rest {
+                done += left;
+                left = 0;
+            } else {
+                left -= rest;
+                (i, done) = (i + 1, 0);
+            }
+        }
+    }
+}
+
 /// Copies `len` bytes at `remote` in process `pid` to `dst`.
 ///
 /// # Safety
@@ -218,6 +290,37 @@ mod tests {
         assert!(!is_refusal(&e), "{e}");
         // SAFETY: as above.
         let e = unsafe { write(me.pid as i32, 8, src.as_ptr(), 16) }.unwrap_err();
+        assert!(!is_refusal(&e), "{e}");
+    }
+
+    #[test]
+    fn reads_many_pieces_past_the_vector_limit() {
+        let pid = std::process::id() as i32;
+        let src: Vec<u8> = (0..300_000u32).map(|i| (i * 13 + i / 251) as u8).collect();
+        let mut dst = vec![0u8; src.len()];
+        // 3000 pieces of varied lengths (empty ones too), read in reverse order of their
+        // place in `dst`, so that a piece moved to the wrong place shows.
+        let mut pieces = Vec::new();
+        let (mut at, mut k) = (0usize, 0usize);
+        while at < src.len() {
+            let len = ((k * 37) % 200).min(src.len() - at);
+            pieces.push((src.as_ptr() as u64 + at as u64, at, len));
+            at += len;
+            k += 1;
+        }
+        assert!(pieces.len() > 2048);
+        let base = dst.as_mut_ptr();
+        // SAFETY: each piece is a distinct range of `dst`, written only by the call.
+        let list: Vec<_> = pieces
+            .iter()
+            .rev()
+            .map(|&(r, at, len)| (r, unsafe { base.add(at) }, len))
+            .collect();
+        // SAFETY: as above.
+        unsafe { read_many(pid, &list) }.unwrap();
+        assert_eq!(src, dst);
+        // SAFETY: as above; a bad remote address is an error.
+        let e = unsafe { read_many(pid, &[(8, base, 16)]) }.unwrap_err();
         assert!(!is_refusal(&e), "{e}");
     }
 }

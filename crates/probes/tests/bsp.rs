@@ -6,13 +6,18 @@ use std::process::Command;
 const PROBE: &str = env!("CARGO_BIN_EXE_bsp-probe");
 
 fn probe(args: &[&str]) -> (Option<i32>, String, String) {
+    probe_with(args, &[])
+}
+
+/// The probe with these settings and no others of the caller's.
+fn probe_with(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
     let mut c = Command::new(PROBE);
     for (k, _) in std::env::vars() {
         if k.starts_with("BULKWIRE_") {
             c.env_remove(k);
         }
     }
-    let o = c.args(args).output().unwrap();
+    let o = c.args(args).envs(env.iter().copied()).output().unwrap();
     (
         o.status.code(),
         String::from_utf8_lossy(&o.stdout).into_owned(),
@@ -53,4 +58,57 @@ fn abort_stops_every_process() {
     assert_eq!(code, Some(1));
     assert!(err.contains("rank 1 aborted: the probe gives up"), "{err}");
     assert_eq!(err.matches("aborted").count(), 1, "{err}");
+}
+
+/// Messages of large puts lent to the destination, which reads them in place with
+/// `process_vm_readv`: plain puts, hpputs, puts of several processes onto one range,
+/// puts beside a large get (its values lent as well, read before the put that overwrites
+/// them), a put onto an hpput's source (see `bsp-probe lend`). Every process checks every
+/// superstep's result; lending off gives the same results and lends nothing; when the
+/// kernel refuses to read, from the first superstep or from the fifth (after the lender
+/// was verified), the data goes through the transport and arrives all the same.
+#[test]
+fn large_puts_and_gets_are_read_in_place_and_through_the_transport_when_refused() {
+    // Per pid: bytes of puts lent, bytes of get values lent.
+    let lent = |p: &str, more: &[&str], lend: &str| -> Vec<(u64, u64)> {
+        let mut args = vec![p, "lend", "16", "300000"];
+        args.extend_from_slice(more);
+        // Reads happen on the thread that calls bsp_sync either way; without the progress
+        // thread, dropping the capability in the main thread covers every thread.
+        let env = [("BULKWIRE_BSP_LEND", lend), ("BULKWIRE_PROGRESS_US", "0")];
+        let (code, out, err) = probe_with(&args, &env);
+        assert_eq!(code, Some(0), "{args:?} {err}");
+        let mut by_pid: Vec<(u64, u64, u64)> = out
+            .lines()
+            .filter(|l| l.starts_with("lend ok"))
+            .map(|l| {
+                let field = |k: &str| -> u64 {
+                    let v = l.split(' ').find_map(|w| w.strip_prefix(k)).unwrap();
+                    v.parse().unwrap()
+                };
+                (field("pid="), field("lent="), field("lent_gets="))
+            })
+            .collect();
+        by_pid.sort();
+        assert_eq!(by_pid.len(), p.parse::<usize>().unwrap(), "{out}");
+        by_pid.into_iter().map(|(_, l, g)| (l, g)).collect()
+    };
+    for p in ["2", "3"] {
+        let all = lent(p, &[], "64K");
+        let np = p.parse::<u64>().unwrap();
+        // Every superstep lends each destination a message of 150 KB or more; each pid
+        // serves one get of 300000 bytes in each of the four supersteps of kind 2.
+        for &(puts, gets) in &all {
+            assert!(puts >= 16 * 150_000, "{all:?}");
+            assert!(puts <= 16 * (np - 1) * 460_000, "{all:?}");
+            assert_eq!(gets, 4 * 300_000, "{all:?}");
+        }
+        assert!(lent(p, &[], "off").iter().all(|&l| l == (0, 0)));
+        assert!(lent(p, &["0"], "64K").iter().all(|&l| l == (0, 0)));
+        // Refused from superstep 4 on: the first four (one of each kind) were lent.
+        let first = lent(p, &["4"], "64K");
+        for (f, a) in first.iter().zip(&all) {
+            assert_eq!((f.0 * 4, f.1 * 4), *a, "{first:?} {all:?}");
+        }
+    }
 }

@@ -106,6 +106,7 @@ fn params(s: &Suite) -> Params {
             warmup: s.pick(1, 5, 5),
             // Not measured here.
             exchange: 0,
+            by_get: false,
         },
         timeout: Duration::from_secs(s.pick(120, 120, 600)),
     }
@@ -895,6 +896,7 @@ mod tests {
                 batches: 1,
                 warmup: 1,
                 exchange: 0,
+                by_get: false,
             },
             timeout: Duration::from_secs(1),
         };

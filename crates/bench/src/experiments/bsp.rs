@@ -5,7 +5,9 @@
 //! no process waits for a core) are checked in alternating rounds: each stack against MPI
 //! over the matching transport (shared memory against Open MPI's shared memory,
 //! holefill/UDP against TCP), and the empty superstep over UDP against raw UDP's half
-//! round trip.
+//! round trip. Large total exchanges (1 MiB and up per pair) over shared memory are held
+//! against `MPI_Alltoall` over Open MPI's shared memory in alternating rounds as well,
+//! without a target.
 
 use super::latency::{first_median, rounds_of};
 use super::{Experiment, pair};
@@ -43,6 +45,8 @@ pub enum Tag {
         net: MpiNet,
         p: u32,
     },
+    /// Large total exchanges at p = 2 over shared memory against MPI's, alternating.
+    Large,
 }
 
 /// The BSPlib paper's stack over UDP and what one host gets by default, each with the
@@ -56,6 +60,25 @@ fn stacks() -> [(Transport, MpiNet); 2] {
 
 /// Bytes per pair of the total exchange.
 const EXCHANGE: usize = 64 << 10;
+
+/// Bytes moved per timed batch of a large exchange, whatever its size, so that each
+/// batch lasts long enough (tens of milliseconds) to be a steady figure.
+const LARGE_BATCH: usize = 256 << 20;
+
+/// The sizes per pair of the large total exchanges.
+fn large_sizes(s: &Suite) -> Vec<usize> {
+    s.pick(
+        vec![1 << 20, 16 << 20],
+        vec![1 << 20, 4 << 20, 16 << 20],
+        vec![1 << 20, 4 << 20, 16 << 20, 64 << 20],
+    )
+}
+
+/// (warmup, supersteps per batch, batches) of a large exchange of `size` bytes per pair.
+fn large_timing(size: usize) -> (usize, usize, usize) {
+    let iters = (LARGE_BATCH / size).clamp(4, 1000);
+    (iters.div_ceil(2), iters, 3)
+}
 
 struct Params {
     spec: BspSpec,
@@ -76,6 +99,7 @@ fn params(s: &Suite) -> Params {
             batches: s.pick(2, 3, 5),
             warmup: s.pick(2, 5, 10),
             exchange: EXCHANGE,
+            by_get: false,
         },
         procs: s.pick(vec![2], vec![2, 4], vec![2, 4]),
         warmup,
@@ -87,6 +111,7 @@ fn params(s: &Suite) -> Params {
             batches: 5,
             warmup: s.pick(5, 50, 100),
             exchange: 0,
+            by_get: false,
         },
     }
 }
@@ -172,6 +197,10 @@ impl Experiment for Bsp {
 
     fn report(&self, s: &Suite, done: &[Done<Tag>]) -> Section {
         let p = params(s);
+        let large = done
+            .iter()
+            .find(|d| matches!(d.tag, Tag::Large))
+            .map(|d| large_table(s, d));
         let mut sec = Section::new(
             "bsp",
             "BSP parameters: g, l, the empty superstep and a total exchange",
@@ -208,6 +237,11 @@ impl Experiment for Bsp {
         }
         let barriers = mpi_rows(&mut sec, &mut t, s, done, &p.procs);
         sec.tables = vec![t];
+        match large {
+            Some(Ok(t)) => sec.tables.push(t),
+            Some(Err(e)) => sec.skipped.push(format!("large total exchanges: {e}")),
+            None => {}
+        }
         let empty = |label: &str| {
             sec.bsp
                 .iter()
@@ -256,6 +290,48 @@ fn plan_mpi(plan: &mut Plan<Tag>, s: &Suite, p: &Params, name: &str) {
             cand,
         );
     }
+    let sizes = large_sizes(s);
+    let base = sizes
+        .iter()
+        .map(|&size| {
+            let (warmup, iters, batches) = large_timing(size);
+            Job::Mpi(MpiJob {
+                kind: "alltoall-loop".into(),
+                np: 2,
+                net: MpiNet::Shm,
+                warmup,
+                iters,
+                extra: batches as f64,
+                sizes: vec![size],
+            })
+        })
+        .collect();
+    let cand = sizes
+        .iter()
+        .map(|&size| {
+            let (warmup, iters, batches) = large_timing(size);
+            Job::Bsp {
+                p: 2,
+                over: Transport::shm(Protocol::Utopia),
+                spec: BspSpec {
+                    hmax: 0,
+                    hstep: 1,
+                    iters,
+                    batches,
+                    warmup,
+                    exchange: size,
+                    by_get: false,
+                },
+            }
+        })
+        .collect();
+    plan.alternate(
+        format!("BSP large total exchanges at p=2 (utopia/shm) vs {name} over shm"),
+        Tag::Large,
+        s.target_rounds(),
+        base,
+        cand,
+    );
     for net in [MpiNet::Shm, MpiNet::Tcp] {
         for &n in &p.procs {
             let label = format!("{name} {} p={n}", net.label());
@@ -373,6 +449,56 @@ fn check_vs_mpi(sec: &mut Section, d: &Done<Tag>, over: Transport, net: MpiNet) 
         pick(|f| f.exchange, false),
         |w, r| Target::of_rounds(w, r, target, in_us, |q| q <= limit),
     );
+}
+
+/// The large total exchanges, size by size: each side's median over the rounds and the
+/// ratio's median and range.
+fn large_table(s: &Suite, d: &Done<Tag>) -> Result<Table, String> {
+    let rounds = d.rounds()?;
+    let mut t = Table::new(
+        "Large total exchanges at p = 2 over shared memory",
+        &[
+            "bytes per pair",
+            "bulkwire BSP, utopia/shm (us)",
+            "MPI_Alltoall, shm (us)",
+            "ratio",
+            "BSP GB/s per process",
+        ],
+        "One bsp_put per destination and superstep, against MPI_Alltoall over Open MPI's \
+         shared memory, in alternating rounds (each a job per size and side; a figure is \
+         the median of 3 batch means). From BULKWIRE_BSP_LEND bytes (8 MiB) the \
+         destination reads the puts straight out of the sender's memory (process_vm_readv); \
+         below, they go through the shared-memory ring. GB/s: bytes received per \
+         process over the superstep's time.",
+    );
+    for (i, size) in large_sizes(s).into_iter().enumerate() {
+        let r = Rounds::collect(rounds.iter().map(|(b, c)| {
+            let mpi = b.get(i).and_then(first_median);
+            let bsp = match c.get(i) {
+                Some(Outcome::Bsp(r)) if r.exchange_us > 0.0 => Some(r.exchange_us * 1e-6),
+                _ => None,
+            };
+            (mpi, bsp)
+        }));
+        let Some((mpi, bsp)) = r.medians() else {
+            t.rows.push(vec![
+                size.to_string(),
+                "-".into(),
+                "-".into(),
+                r.describe(),
+                "-".into(),
+            ]);
+            continue;
+        };
+        t.rows.push(vec![
+            size.to_string(),
+            format!("{:.1}", bsp * 1e6),
+            format!("{:.1}", mpi * 1e6),
+            format!("{:.2}x ({})", r.ratio().unwrap_or(f64::NAN), r.describe()),
+            format!("{:.2}", size as f64 / bsp / 1e9),
+        ]);
+    }
+    Ok(t)
 }
 
 fn table(p: &Params) -> Table {

@@ -173,6 +173,7 @@ fn params(s: &Suite) -> Params {
             warmup: s.pick(5, 50, 100),
             // Not measured here.
             exchange: 0,
+            by_get: false,
         },
         coll: s.pick((10, 50), (200, 2000), (500, 5000)),
         target_lat: s.pick((20, 200), (1000, 10_000), (2000, 20_000)),

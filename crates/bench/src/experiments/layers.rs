@@ -111,6 +111,7 @@ fn params(s: &Suite) -> Params {
             batches: s.pick(2, 3, 5),
             warmup: s.pick(2, 5, 10),
             exchange: 0,
+            by_get: false,
         },
         target: s.pick((1, 2), (3, 5), (5, 9)),
     }

@@ -162,12 +162,11 @@ fn total_exchange(rt: &Runtime, cfg: &BenchConfig) -> Result<f64, BspError> {
     rt.sync()?;
     let t = time(cfg, || {
         for k in 1..p {
-            let to = ((s + k) % p) as u32;
+            let to = (s + k) % p;
             if cfg.by_get {
-                let to = to as usize;
                 rt.with(|c| c.get("bsp_get", to as u32, addr, to * n, addr + to * n, n))?;
             } else {
-                rt.with(|c| c.put("bsp_put", to, &src, addr, s * n))?;
+                rt.with(|c| c.put("bsp_put", to as u32, &src, addr, s * n))?;
             }
         }
         rt.sync()

@@ -352,7 +352,8 @@ pub struct Net {
     /// Per peer: whether its memory can be read in place.
     pub(crate) in_place: Vec<InPlace>,
     /// Per peer: it shares this host and our data to it goes over shared memory, so our
-    /// large messages of puts may be lent to it (`Core::lend`).
+    /// large messages of puts and get values may be lent to it (`Core::lend`,
+    /// `Core::lend_reply`).
     pub(crate) lend_to: Vec<bool>,
 }
 
@@ -1599,14 +1600,8 @@ impl Core {
             .try_fold(wire::HEAD, |a, p| a.checked_add(p.record_len()?))
             .filter(|&l| l as u64 == total && s != self.pid as usize)
             .ok_or_else(malformed)?;
-        let answer = |n: &mut Net, x: &mut Exchange, status| -> Result<(), BspError> {
-            n.t.send(
-                from,
-                Bytes::from(wire::lent_msg(x.step, wire::LENT_PUTS, status)),
-                false,
-            )?;
-            x.sent[s] = true;
-            Ok(())
+        let answer = |n: &mut Net, x: &mut Exchange, status| {
+            answer_lend(n, x, from, wire::LENT_PUTS, status)
         };
         let Some(os) = n.readable(s, &who) else {
             return answer(n, x, wire::LENT_REFUSED);
@@ -1832,11 +1827,8 @@ impl Core {
         {
             return Err(malformed());
         }
-        let answer = |n: &mut Net, x: &mut Exchange, status| -> Result<(), BspError> {
-            let msg = wire::lent_msg(x.step, wire::LENT_REPLY, status);
-            n.t.send(from, Bytes::from(msg), false)?;
-            x.sent[s] = true;
-            Ok(())
+        let answer = |n: &mut Net, x: &mut Exchange, status| {
+            answer_lend(n, x, from, wire::LENT_REPLY, status)
         };
         let Some(os) = n.readable(s, &who) else {
             return answer(n, x, wire::LENT_REFUSED);
@@ -2303,6 +2295,19 @@ const LOOKAHEAD: usize = 2;
 /// Largest message sent before the barrier (see `Core::send_small`): below the size that
 /// is written early, so nothing written early ever skips the schedule.
 const SMALL_MAX: usize = EARLY_MIN - 1;
+
+/// Answers what `to` lent us (`what`: puts or get values) with `status`.
+fn answer_lend(
+    n: &mut Net,
+    x: &mut Exchange,
+    to: u32,
+    what: u8,
+    status: u8,
+) -> Result<(), BspError> {
+    n.t.send(to, Bytes::from(wire::lent_msg(x.step, what, status)), false)?;
+    x.sent[to as usize] = true;
+    Ok(())
+}
 
 /// The REPLY to get requests: the values of `gets` (ranges of our areas, checked by
 /// `local_range`), in request order.

@@ -170,7 +170,7 @@ impl Runtime {
         });
         IN_JOB.store(true, Ordering::SeqCst);
         // Our data to a process of this host goes over shared memory unless the links
-        // are UDP or TCP for all: then its large messages of puts may be lent to it.
+        // are UDP or TCP for all: then large puts and get values may be lent to it.
         let lend_to: Vec<bool> = (0..p as usize)
             .map(|d| d != ctl.rank() as usize && info.local[d] && info.links.starts_with("shm"))
             .collect();

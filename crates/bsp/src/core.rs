@@ -27,7 +27,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use bulkwire_engine::progress::Service;
-use bulkwire_engine::vm::{self, Published};
+use bulkwire_engine::vm::Published;
 use bulkwire_engine::{Event, Transport};
 use bulkwire_protocol::Time;
 use bytes::Bytes;
@@ -1631,13 +1631,12 @@ impl Core {
             }
             // SAFETY: every destination lies in a registered area (`local_range`), which
             // the program keeps valid while registered and does not touch during the sync.
-            match unsafe { vm::read_many(os, &pieces) } {
-                Ok(()) => None,
-                Err(e) if vm::is_refusal(&e) => {
+            match unsafe { n.read_from(s, os, &pieces) } {
+                Ok(true) => None,
+                Ok(false) => {
                     // What was written is the sender's and is written again by its DATA,
                     // which is counted when it comes.
                     x.got[s] -= len as u64;
-                    n.in_place[s] = InPlace::No;
                     return answer(n, x, wire::LENT_REFUSED);
                 }
                 Err(e) => return Err(failed(e)),
@@ -1668,16 +1667,13 @@ impl Core {
                 at += head.len() + p.len;
             }
             // SAFETY: as above.
-            match unsafe { vm::read_many(os, &pieces) } {
+            match unsafe { n.read_from(s, os, &pieces) } {
                 // SAFETY: heads and bytes now fill the message up to `len` (= `at`).
-                Ok(()) => unsafe {
+                Ok(true) => unsafe {
                     data.set_len(at);
                     Some(data)
                 },
-                Err(e) if vm::is_refusal(&e) => {
-                    n.in_place[s] = InPlace::No;
-                    return answer(n, x, wire::LENT_REFUSED);
-                }
+                Ok(false) => return answer(n, x, wire::LENT_REFUSED),
                 Err(e) => return Err(failed(e)),
             }
         };
@@ -1845,13 +1841,10 @@ impl Core {
             at = unsafe { at.add(len) };
         }
         // SAFETY: every piece lies in the spare capacity of `reply`, not resized meanwhile.
-        match unsafe { vm::read_many(os, &pieces) } {
+        match unsafe { n.read_from(s, os, &pieces) } {
             // SAFETY: the read wrote every byte up to the length set.
-            Ok(()) => unsafe { reply.set_len(wire::HEAD + total) },
-            Err(e) if vm::is_refusal(&e) => {
-                n.in_place[s] = InPlace::No;
-                return answer(n, x, wire::LENT_REFUSED);
-            }
+            Ok(true) => unsafe { reply.set_len(wire::HEAD + total) },
+            Ok(false) => return answer(n, x, wire::LENT_REFUSED),
             Err(e) => {
                 return Err(BspError::Protocol(format!(
                     "pid {from} lent {total} bytes of get values that cannot be read from \

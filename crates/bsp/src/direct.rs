@@ -88,6 +88,29 @@ impl Net {
         }
     }
 
+    /// Reads `pieces` (`(remote, dst, len)`) of `peer`'s memory, process `os` (from
+    /// [`Net::readable`]). `Ok(false)` if the kernel refuses: `peer` is not read in place
+    /// again. Any other error is a bad address.
+    ///
+    /// # Safety
+    /// Every `dst` must be valid for writes of its `len` bytes.
+    pub(crate) unsafe fn read_from(
+        &mut self,
+        peer: usize,
+        os: i32,
+        pieces: &[(u64, *mut u8, usize)],
+    ) -> std::io::Result<bool> {
+        // SAFETY: forwarded contract.
+        match unsafe { vm::read_many(os, pieces) } {
+            Ok(()) => Ok(true),
+            Err(e) if vm::is_refusal(&e) => {
+                self.in_place[peer] = InPlace::No;
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Reads `g.len` bytes of `g` into `dst` now: in place if the server is on this host,
     /// else by a round trip.
     ///
@@ -101,14 +124,12 @@ impl Net {
     ) -> Result<(), BspError> {
         let peer = g.pid as usize;
         if let InPlace::Pid(os) = self.in_place[peer] {
+            // Refused (from now on) or a bad address: the long way, where the server says
+            // what is wrong.
             // SAFETY: the caller hands over `dst` for `g.len` bytes; the kernel checks the
             // remote range against the server's address space.
-            match unsafe { vm::read(os, g.addr, dst, g.len) } {
-                Ok(()) => return Ok(()),
-                // Refused from now on; a bad address goes the long way, where the server
-                // says what is wrong.
-                Err(e) if vm::is_refusal(&e) => self.in_place[peer] = InPlace::No,
-                Err(_) => {}
+            if let Ok(true) = unsafe { self.read_from(peer, os, &[(g.addr, dst, g.len)]) } {
+                return Ok(());
             }
         }
         let reply = self.round_trip(g)?;

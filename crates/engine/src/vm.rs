@@ -110,6 +110,53 @@ pub fn is_refusal(e: &io::Error) -> bool {
 /// Every `dst` must be valid for writes of its `len` bytes and not otherwise accessed
 /// meanwhile.
 pub unsafe fn read_many(pid: i32, pieces: &[(u64, *mut u8, usize)]) -> io::Result<()> {
+    // SAFETY: forwarded contract; the kernel writes only into the `dst`s.
+    unsafe { transfer(libc::process_vm_readv, pid, pieces) }
+}
+
+/// Copies `len` bytes at `remote` in process `pid` to `dst`.
+///
+/// # Safety
+/// `dst` must be valid for writes of `len` bytes and not otherwise accessed meanwhile.
+pub unsafe fn read(pid: i32, remote: u64, dst: *mut u8, len: usize) -> io::Result<()> {
+    // SAFETY: forwarded contract; the kernel writes only into `dst`.
+    unsafe { transfer(libc::process_vm_readv, pid, &[(remote, dst, len)]) }
+}
+
+/// Copies `len` bytes from `src` to `remote` in process `pid` (the split copy: the
+/// sender writes part of a message into the receiver's buffer while the receiver reads
+/// the rest). The kernel allows it on the same terms as [`read`].
+///
+/// # Safety
+/// `src` must be valid for reads of `len` bytes.
+pub unsafe fn write(pid: i32, remote: u64, src: *const u8, len: usize) -> io::Result<()> {
+    // SAFETY: forwarded contract; the kernel only reads `src`.
+    unsafe {
+        transfer(
+            libc::process_vm_writev,
+            pid,
+            &[(remote, src.cast_mut(), len)],
+        )
+    }
+}
+
+/// `process_vm_readv` and `process_vm_writev` have one signature.
+type VmCall = unsafe extern "C" fn(
+    libc::pid_t,
+    *const libc::iovec,
+    libc::c_ulong,
+    *const libc::iovec,
+    libc::c_ulong,
+    libc::c_ulong,
+) -> isize;
+
+/// Pieces `(remote, local, len)` between here and process `pid`, in the direction of
+/// `call`, up to the kernel's vector limit per call, resumed after partial transfers
+/// (inside a piece) and interruptions.
+///
+/// # Safety
+/// Every `local` must be valid for its `len` bytes in the direction `call` uses it.
+unsafe fn transfer(call: VmCall, pid: i32, pieces: &[(u64, *mut u8, usize)]) -> io::Result<()> {
     // IOV_MAX on Linux.
     const BATCH: usize = 1024;
     // The next piece to move and how much of it has moved.
@@ -125,11 +172,11 @@ pub unsafe fn read_many(pid: i32, pieces: &[(u64, *mut u8, usize)]) -> io::Resul
         }
         here.clear();
         far.clear();
-        for (k, &(remote, dst, len)) in pieces[i..].iter().take(BATCH).enumerate() {
+        for (k, &(remote, local, len)) in pieces[i..].iter().take(BATCH).enumerate() {
             let skip = if k == 0 { done } else { 0 };
             here.push(libc::iovec {
                 // SAFETY: `skip` is within the piece the caller handed over.
-                iov_base: unsafe { dst.add(skip) }.cast(),
+                iov_base: unsafe { local.add(skip) }.cast(),
                 iov_len: len - skip,
             });
             far.push(libc::iovec {
@@ -137,10 +184,10 @@ pub unsafe fn read_many(pid: i32, pieces: &[(u64, *mut u8, usize)]) -> io::Resul
                 iov_len: len - skip,
             });
         }
-        // SAFETY: the local vectors are the caller's writable buffers; the kernel checks
-        // the remote ones against the target's address space.
+        // SAFETY: the local vectors lie in the caller's buffers (usable by contract); the
+        // kernel checks the remote ones against the target's address space.
         let n = unsafe {
-            libc::process_vm_readv(
+            call(
                 pid,
                 here.as_ptr(),
                 here.len() as libc::c_ulong,
@@ -172,77 +219,6 @@ pub unsafe fn read_many(pid: i32, pieces: &[(u64, *mut u8, usize)]) -> io::Resul
             }
         }
     }
-}
-
-/// Copies `len` bytes at `remote` in process `pid` to `dst`.
-///
-/// # Safety
-/// `dst` must be valid for writes of `len` bytes and not otherwise accessed meanwhile.
-pub unsafe fn read(pid: i32, remote: u64, dst: *mut u8, len: usize) -> io::Result<()> {
-    // SAFETY: forwarded contract; the kernel writes only into `dst`.
-    unsafe { transfer(libc::process_vm_readv, pid, remote, dst, len) }
-}
-
-/// Copies `len` bytes from `src` to `remote` in process `pid` (the split copy: the
-/// sender writes part of a message into the receiver's buffer while the receiver reads
-/// the rest). The kernel allows it on the same terms as [`read`].
-///
-/// # Safety
-/// `src` must be valid for reads of `len` bytes.
-pub unsafe fn write(pid: i32, remote: u64, src: *const u8, len: usize) -> io::Result<()> {
-    // SAFETY: forwarded contract; the kernel only reads `src`.
-    unsafe { transfer(libc::process_vm_writev, pid, remote, src.cast_mut(), len) }
-}
-
-/// `process_vm_readv` and `process_vm_writev` have one signature.
-type VmCall = unsafe extern "C" fn(
-    libc::pid_t,
-    *const libc::iovec,
-    libc::c_ulong,
-    *const libc::iovec,
-    libc::c_ulong,
-    libc::c_ulong,
-) -> isize;
-
-/// `len` bytes between `local` here and `remote` in process `pid`, in the direction of
-/// `call`, resumed after partial transfers and interruptions.
-///
-/// # Safety
-/// `local` must be valid for `len` bytes in the direction `call` uses it.
-unsafe fn transfer(
-    call: VmCall,
-    pid: i32,
-    remote: u64,
-    local: *mut u8,
-    len: usize,
-) -> io::Result<()> {
-    let mut done = 0usize;
-    while done < len {
-        let here = libc::iovec {
-            // SAFETY: done < len, so the offset stays inside the caller's buffer.
-            iov_base: unsafe { local.add(done) }.cast(),
-            iov_len: len - done,
-        };
-        let far = libc::iovec {
-            iov_base: (remote.wrapping_add(done as u64)) as usize as *mut libc::c_void,
-            iov_len: len - done,
-        };
-        // SAFETY: one local iovec inside the caller's buffer (usable by contract) and one
-        // remote iovec, which the kernel checks against the target's address space.
-        let n = unsafe { call(pid, &here, 1, &far, 1, 0) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if n == 0 {
-            return Err(io::Error::from_raw_os_error(libc::EFAULT));
-        }
-        done += n as usize;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! its result as JSON to a file the parent reads back.
 
 use std::ffi::OsString;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -52,6 +53,17 @@ pub fn run<S: Serialize, R: DeserializeOwned>(
         SERIAL.fetch_add(1, Ordering::Relaxed)
     ));
     let json = serde_json::to_string(spec).map_err(|e| e.to_string())?;
+    // The names in the shared temporary directory are predictable: create both files here,
+    // exclusively (a link or file another user planted fails the job instead of receiving
+    // the workers' writes), for the workers to write into.
+    for p in [out.clone(), errors_of(&out)] {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&p)
+            .map_err(|e| format!("{}: {e}", p.display()))?;
+    }
     let args: Vec<OsString> = vec![job.mode.into(), json.into(), out.clone().into()];
     let opts = LaunchOpts {
         timeout: Some(job.timeout),
@@ -137,9 +149,11 @@ fn errors_of(out: &Path) -> PathBuf {
 pub fn record_failure(args: &[OsString], e: &str) {
     let [_, out] = args else { return };
     let line = format!("{}\n", e.replace('\n', " "));
+    // Never through a link: the file is one `run` created in the shared temporary
+    // directory.
     let _ = std::fs::OpenOptions::new()
-        .create(true)
         .append(true)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(errors_of(Path::new(out)))
         .and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
 }
@@ -173,7 +187,7 @@ impl<S: DeserializeOwned> Worker<S> {
     /// Writes the result (call on rank 0 only).
     pub fn write<R: Serialize>(&self, result: &R) -> Result<(), String> {
         let json = serde_json::to_vec_pretty(result).map_err(|e| e.to_string())?;
-        std::fs::write(&self.out, json).map_err(|e| e.to_string())
+        bulkwire_launch::files::write_private(&self.out, json).map_err(|e| e.to_string())
     }
 }
 

@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use bulkwire_launch::files::write_private;
 use serde::Serialize;
 
 use crate::section::{Baseline, Finding, Section};
@@ -231,12 +232,14 @@ impl Report {
     /// Writes `report.md`, `results.json` and the charts into `dir`.
     pub fn write(&self, dir: &Path) -> std::io::Result<()> {
         std::fs::create_dir_all(dir)?;
-        std::fs::write(dir.join("report.md"), self.markdown())?;
+        // Through no link another user planted at a file's name (see
+        // `bulkwire_launch::files`).
+        write_private(&dir.join("report.md"), self.markdown())?;
         let json = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
-        std::fs::write(dir.join("results.json"), json)?;
+        write_private(&dir.join("results.json"), json)?;
         for sec in &self.sections {
             for c in &sec.charts {
-                std::fs::write(dir.join(&c.file), crate::chart::svg(c))?;
+                write_private(&dir.join(&c.file), crate::chart::svg(c))?;
             }
         }
         Ok(())

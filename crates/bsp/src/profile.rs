@@ -335,12 +335,10 @@ impl Profiler {
 
     /// Creates the file now, so that a path that cannot be written is found at start.
     pub fn create(&mut self) -> Result<(), String> {
-        let f = std::fs::File::create(&self.path).map_err(|e| {
-            format!(
-                "cannot create the profile file {} (BULKWIRE_PROFILE): {e}",
-                self.path.display()
-            )
-        })?;
+        // Never through a link or into another user's file: profiles go to paths a user
+        // names, often in shared directories, and jobs may run as root.
+        let f = bulkwire_launch::files::create_private(&self.path)
+            .map_err(|e| format!("cannot create the profile file (BULKWIRE_PROFILE): {e}"))?;
         self.file = Some(f);
         Ok(())
     }

@@ -41,6 +41,7 @@ pub mod bind;
 pub mod bootstrap;
 mod control;
 mod env;
+pub mod files;
 mod host;
 pub mod hosts;
 mod launch;

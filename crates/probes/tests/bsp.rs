@@ -112,3 +112,47 @@ fn large_puts_and_gets_are_read_in_place_and_through_the_transport_when_refused(
         }
     }
 }
+
+/// A profile file planted as a symbolic link (as another user could in a shared
+/// directory) is not written through: the job stops at `bsp_begin` naming the path, and
+/// the link's target is untouched. Files that are written are the user's alone (0600).
+#[test]
+fn a_profile_path_that_is_a_link_is_refused_and_its_target_untouched() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("bsp-profile-link-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let base = dir.join("run.prof");
+    let target = dir.join("precious");
+    std::fs::write(&target, b"root-only data").unwrap();
+    let link = dir.join("run.prof.1");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let t0 = std::time::Instant::now();
+    let (code, _, err) = probe_with(
+        &["2", "sum"],
+        &[("BULKWIRE_PROFILE", base.to_str().unwrap())],
+    );
+    assert_ne!(code, Some(0), "{err}");
+    assert!(
+        err.contains("cannot create the profile file")
+            && err.contains(link.to_str().unwrap())
+            && err.contains("symbolic link"),
+        "{err}"
+    );
+    assert!(t0.elapsed() < std::time::Duration::from_secs(30));
+    assert_eq!(std::fs::read(&target).unwrap(), b"root-only data");
+    // Without the link the same job profiles, into files only their owner may read.
+    std::fs::remove_file(&link).unwrap();
+    let (code, _, err) = probe_with(
+        &["2", "sum"],
+        &[("BULKWIRE_PROFILE", base.to_str().unwrap())],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    for pid in 0..2 {
+        let m = std::fs::metadata(dir.join(format!("run.prof.{pid}"))).unwrap();
+        assert!(m.len() > 0);
+        assert_eq!(m.mode() & 0o777, 0o600);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -344,7 +344,14 @@ fn header_dir() -> Result<PathBuf, String> {
         .into_iter()
         .chain(std::iter::once(tmp.join(&name)))
     {
-        match write_headers(&dir) {
+        // The name under the shared temporary directory is predictable: another user
+        // could create it first and put their own headers in it, so it must be ours alone.
+        let guarded = if dir.starts_with(&tmp) {
+            bulkwire_launch::files::private_dir(&tmp)
+        } else {
+            Ok(())
+        };
+        match guarded.and_then(|()| write_headers(&dir)) {
             Ok(()) => return Ok(dir),
             Err(e) => tried.push(format!("{}: {e}", dir.display())),
         }

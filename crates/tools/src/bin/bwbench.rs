@@ -142,7 +142,7 @@ fn profile(m: &clap::ArgMatches) -> ExitCode {
         s.into()
     });
     print!("{}", w.markdown);
-    if let Err(e) = std::fs::write(&svg, w.svg) {
+    if let Err(e) = bulkwire_launch::files::write_private(&svg, w.svg) {
         eprintln!("bwbench profile: cannot write {}: {e}", svg.display());
         return ExitCode::FAILURE;
     }
@@ -269,7 +269,15 @@ fn main() -> ExitCode {
             .collect(),
         Some(name) => experiments::find(name).into_iter().collect(),
     };
-    let work = std::env::temp_dir().join(format!("bwbench-{}", std::process::id()));
+    // Programs are built and run from here: a fresh private directory, not a name another
+    // user of /tmp could have made first.
+    let work = match bulkwire_launch::files::fresh_dir(&std::env::temp_dir(), "bwbench-") {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("bwbench: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let level = match (args.smoke, args.quick) {
         (true, _) => Level::Smoke,
         (false, true) => Level::Quick,

@@ -202,7 +202,9 @@ fn shm_sizes(l: &Lookup) -> Result<ShmSizes, ConfigError> {
         )
         .filter(|r| r.is_power_of_two())
     })?;
-    let dgram = l.get(&SHM_DGRAM, |v| size(v, 64, 1 << 28))?;
+    let dgram = l.get(&SHM_DGRAM, |v| {
+        size(v, bulkwire_link::shm::MIN_DATAGRAM as u64, 1 << 28)
+    })?;
     let sizes = ShmSizes {
         ring_bytes: ring.map(|r| r as usize),
         max_datagram: dgram.map(|d| d as usize),

@@ -209,6 +209,20 @@ fn shared_memory() {
     assert!(e.contains("BULKWIRE_SHM_RING, BULKWIRE_SHM_DGRAM"), "{e}");
 }
 
+/// The smallest datagram accepted carries a packet (header and one byte; the probe test
+/// `the_smallest_shared_memory_datagram_accepted_works` runs BSP over it); one that
+/// could carry none is refused at start, naming the variable, the value and the bound.
+#[test]
+fn the_smallest_shared_memory_datagram_holds_a_packet() {
+    let s = settings(&[("BULKWIRE_SHM_DGRAM", "65")]).unwrap();
+    assert_eq!(s.job().shm.resolve(2).unwrap().max_datagram, 65);
+    let e = error(&[("BULKWIRE_SHM_DGRAM", "64")]);
+    assert!(
+        e.contains("BULKWIRE_SHM_DGRAM=\"64\"") && e.contains("from 65 bytes"),
+        "{e}"
+    );
+}
+
 #[test]
 fn protocols() {
     let s = settings(&[

@@ -128,7 +128,7 @@ vars! {
         "1M, smaller with many processes per host (all rings within 256 MiB, at least 64K each)",
         "Bytes of each shared-memory ring (one per ordered pair of processes of a host). Every process of a host must agree.";
     SHM_DGRAM: Shm, "BULKWIRE_SHM_DGRAM",
-        "a size from 64 bytes to a quarter of the ring (suffixes K, M, G)",
+        "a size from 65 bytes (the 64-byte packet header and one byte of data) to a quarter of the ring (suffixes K, M, G)",
         "64K or a quarter of the ring",
         "Largest datagram on the shared-memory link.";
     GBN_WINDOW: Gbn, "BULKWIRE_GBN_WINDOW",

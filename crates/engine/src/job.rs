@@ -50,6 +50,10 @@ impl LinkKind {
     }
 }
 
+// The smallest shared-memory datagram the configuration accepts must carry a packet: the
+// header and at least one byte (see `bulkwire_link::shm::MIN_DATAGRAM`).
+const _: () = assert!(bulkwire_link::shm::MIN_DATAGRAM > HEADER_LEN);
+
 /// The protocol when the configuration names none and the link is not a clean
 /// shared-memory one.
 pub const DEFAULT_PROTOCOL: &str = "holefill";

@@ -106,6 +106,11 @@ fn record_bytes(len: usize) -> u64 {
 }
 /// Smallest and largest ring.
 pub const MIN_RING: usize = 4096;
+/// Smallest datagram: a packet is the protocols' 64-byte header and at least one byte of
+/// data (every message, barriers and other control messages included, is cut into
+/// packets of what a datagram leaves after the header, so one byte is enough; a smaller
+/// datagram could carry no packet at all).
+pub const MIN_DATAGRAM: usize = 65;
 pub const MAX_RING: usize = 1 << 30;
 
 /// Sizes of a [`ShmLink`]. Every process of a host must use the same (checked at creation).
@@ -136,7 +141,8 @@ impl ShmConfig {
         }
     }
 
-    /// Checks the sizes: ring a power of two in [4 KiB, 1 GiB], datagram in [64 B, ring/4].
+    /// Checks the sizes: ring a power of two in [4 KiB, 1 GiB], datagram in
+    /// [[`MIN_DATAGRAM`], ring/4].
     pub fn validate(&self) -> io::Result<()> {
         let bad = |m: String| Err(io::Error::new(io::ErrorKind::InvalidInput, m));
         if !self.ring_bytes.is_power_of_two() || !(MIN_RING..=MAX_RING).contains(&self.ring_bytes) {
@@ -145,9 +151,10 @@ impl ShmConfig {
                 self.ring_bytes
             ));
         }
-        if self.max_datagram < 64 || self.max_datagram > self.ring_bytes / 4 {
+        if self.max_datagram < MIN_DATAGRAM || self.max_datagram > self.ring_bytes / 4 {
             return bad(format!(
-                "shared-memory datagram of {} bytes: must be from 64 to a quarter of the ring ({})",
+                "shared-memory datagram of {} bytes: must be from {MIN_DATAGRAM} to a quarter \
+                 of the ring ({})",
                 self.max_datagram,
                 self.ring_bytes / 4
             ));

@@ -156,3 +156,27 @@ fn a_profile_path_that_is_a_link_is_refused_and_its_target_untouched() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The smallest shared-memory datagram the configuration accepts works: supersteps of
+/// puts, with the barriers in the transport and on the shared board, under every protocol
+/// (one byte of data per packet).
+#[test]
+fn the_smallest_shared_memory_datagram_accepted_works() {
+    for protocol in ["utopia", "holefill", "gbn", "rmpp"] {
+        for board in ["on", "off"] {
+            let env = [
+                ("BULKWIRE_SHM_DGRAM", "65"),
+                ("BULKWIRE_TRANSPORT", "shm"),
+                ("BULKWIRE_PROTOCOL", protocol),
+                ("BULKWIRE_BSP_BOARD", board),
+            ];
+            let (code, out, err) = probe_with(&["3", "steps", "3"], &env);
+            assert_eq!(code, Some(0), "{protocol} board={board}: {err}");
+            assert_eq!(out.matches("steps ok").count(), 3, "{out}");
+        }
+    }
+    // One byte less is refused at start, naming the variable.
+    let (code, _, err) = probe_with(&["2", "sum"], &[("BULKWIRE_SHM_DGRAM", "64")]);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("BULKWIRE_SHM_DGRAM=\"64\""), "{err}");
+}

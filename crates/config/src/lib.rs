@@ -162,10 +162,12 @@ fn job_config(l: &Lookup) -> Result<JobConfig, ConfigError> {
         .get(&SPIN_US, |v| int(v, 0, 10_000_000))?
         .map_or(d.spin, Duration::from_micros);
     let tune_malloc = l.get(&MALLOC_TUNE, flag)?.unwrap_or(d.tune_malloc);
+    let protocols = protocol_configs(l)?;
+    let agree = must_agree(link, protocol.as_deref(), always_checksum, &protocols);
     Ok(JobConfig {
         link,
         protocol,
-        protocols: protocol_configs(l)?,
+        protocols,
         faults,
         udp: udp_config(l)?,
         shm: shm_sizes(l)?,
@@ -173,7 +175,39 @@ fn job_config(l: &Lookup) -> Result<JobConfig, ConfigError> {
         spin,
         tune_malloc,
         always_checksum,
+        agree,
     })
+}
+
+/// The settings that change what goes on the wire, which every process of a job must
+/// share (compared when the job forms: see `JobConfig::agree`). Those of one protocol
+/// count only when it may be in use. The others are one process's own business (windows,
+/// timers and eager limits are the sender's; the receiver takes what comes), or are
+/// agreed where they are used (shared-memory sizes when the segments are made, the BSP
+/// sync board, the collectives' settings).
+fn must_agree(
+    link: LinkKind,
+    protocol: Option<&str>,
+    always_checksum: bool,
+    p: &ProtocolConfigs,
+) -> Vec<(&'static str, String)> {
+    let mut v = vec![
+        (TRANSPORT.name, link.name().to_string()),
+        (PROTOCOL.name, protocol.unwrap_or("the default").to_string()),
+        (
+            CHECKSUM.name,
+            if always_checksum { "always" } else { "auto" }.to_string(),
+        ),
+    ];
+    // Sequence numbers wrap at 2^bits: both ends must count alike.
+    match protocol {
+        Some("gbn") => v.push((GBN_SEQ_BITS.name, p.gbn.seq_bits.to_string())),
+        Some("holefill") | None => {
+            v.push((HOLEFILL_SEQ_BITS.name, p.holefill.seq_bits.to_string()))
+        }
+        _ => {}
+    }
+    v
 }
 
 fn udp_config(l: &Lookup) -> Result<UdpConfig, ConfigError> {

@@ -719,3 +719,32 @@ fn join_deadline_and_remote_shell() {
         );
     }
 }
+
+/// What every process of a job must share is listed by variable, with the values of those
+/// of the protocol in use only (compared when the job forms: engine `job::connect`).
+#[test]
+fn settings_that_must_agree_across_the_job() {
+    let s = settings(&[]).unwrap();
+    let names: Vec<&str> = s.job().agree.iter().map(|(k, _)| *k).collect();
+    assert_eq!(
+        names,
+        [
+            "BULKWIRE_TRANSPORT",
+            "BULKWIRE_PROTOCOL",
+            "BULKWIRE_CHECKSUM",
+            "BULKWIRE_HOLEFILL_SEQ_BITS"
+        ]
+    );
+    assert_eq!(s.bsp.job.agree, s.p2p.job.agree);
+    let s = settings(&[
+        ("BULKWIRE_PROTOCOL", "gbn"),
+        ("BULKWIRE_GBN_SEQ_BITS", "12"),
+        ("BULKWIRE_TRANSPORT", "udp"),
+    ])
+    .unwrap();
+    let a = &s.job().agree;
+    assert!(a.contains(&("BULKWIRE_PROTOCOL", "gbn".into())), "{a:?}");
+    assert!(a.contains(&("BULKWIRE_GBN_SEQ_BITS", "12".into())), "{a:?}");
+    assert!(a.contains(&("BULKWIRE_TRANSPORT", "udp".into())), "{a:?}");
+    assert!(!a.iter().any(|(k, _)| k.contains("HOLEFILL")), "{a:?}");
+}

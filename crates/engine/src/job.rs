@@ -83,6 +83,12 @@ pub struct JobConfig {
     /// CRC every datagram even on a link that cannot alter bytes (the default skips it
     /// there: see `LinkCaps::intact`).
     pub always_checksum: bool,
+    /// Settings every process of the job must share, as (variable, value): those that
+    /// change what goes on the wire, which the configuration lists (see
+    /// `bulkwire_config`). Published in every card and compared when the job forms
+    /// ([`connect`], [`connect_transport`]): a difference fails the job at once, naming
+    /// the variable, the values and the ranks.
+    pub agree: Vec<(&'static str, String)>,
 }
 
 impl Default for JobConfig {
@@ -98,6 +104,7 @@ impl Default for JobConfig {
             spin: DEFAULT_SPIN,
             tune_malloc: true,
             always_checksum: false,
+            agree: Vec::new(),
         }
     }
 }
@@ -254,7 +261,7 @@ pub fn connect(ctl: &mut Control, cfg: &JobConfig) -> Result<(Engine, JobInfo), 
     // beyond the address table (forced, or bytes corrupted on purpose) goes in the card.
     let crc_forced = cfg.always_checksum || cfg.faults.corrupt > 0.0;
     let code = cfg.link.code() | if crc_forced { 0x80 } else { 0 };
-    let (cards, local) = exchange_cards(ctl, me.clone(), code, cfg.link.name())?;
+    let (cards, local) = exchange_cards(ctl, me.clone(), code, cfg.link.name(), &cfg.agree)?;
     let local_count = local.iter().filter(|&&l| l).count();
     if cfg.link == LinkKind::Shm
         && let Some(c) = cards.iter().find(|c| !c.same_host(&me))
@@ -352,7 +359,7 @@ pub fn connect_transport(
     let rank = ctl.rank();
     let listener = TcpListener::bind((ctl.local_ip(), 0))?;
     let me = ctl.card(vec![listener.local_addr()?]);
-    let (cards, local) = exchange_cards(ctl, me, b't', "tcp")?;
+    let (cards, local) = exchange_cards(ctl, me, b't', "tcp", &cfg.agree)?;
     let addrs: Vec<_> = cards.iter().map(|c| c.addrs[0]).collect();
     let tcfg = TcpConfig {
         dead_after: Duration::from_nanos(cfg.dead_after),
@@ -370,17 +377,124 @@ pub fn connect_transport(
     Ok((Box::new(t), info))
 }
 
+/// What must be alike on every process beyond `agree` (the configuration's list): the
+/// packet format, which another build of bulkwire may not share.
+fn must_agree(agree: &[(&'static str, String)]) -> Vec<(String, String)> {
+    let mut v = vec![(
+        "the wire version (another build of bulkwire)".to_string(),
+        bulkwire_protocol::wire::VERSION.to_string(),
+    )];
+    v.extend(agree.iter().map(|(k, val)| (k.to_string(), val.clone())));
+    v
+}
+
+/// `settings` as bytes for a card: a count, then each name and value with a length byte
+/// (longer texts are cut; they are compared, not used).
+fn encode_settings(settings: &[(String, String)]) -> Vec<u8> {
+    let mut b = vec![settings.len().min(255) as u8];
+    for (k, v) in settings.iter().take(255) {
+        for s in [k, v] {
+            let s = &s.as_bytes()[..s.len().min(255)];
+            b.push(s.len() as u8);
+            b.extend_from_slice(s);
+        }
+    }
+    b
+}
+
+/// The settings a card's bytes after the code carry; an empty list if they are not
+/// readable (a build that publishes none, or another layout: its wire version differs).
+fn decode_settings(mut b: &[u8]) -> Vec<(String, String)> {
+    let take = |b: &mut &[u8]| -> Option<String> {
+        let (&n, rest) = b.split_first()?;
+        let s = rest.get(..n as usize)?;
+        *b = &rest[n as usize..];
+        Some(String::from_utf8_lossy(s).into_owned())
+    };
+    let Some((&n, rest)) = b.split_first() else {
+        return Vec::new();
+    };
+    b = rest;
+    let mut v = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        match (take(&mut b), take(&mut b)) {
+            (Some(k), Some(val)) => v.push((k, val)),
+            _ => return Vec::new(),
+        }
+    }
+    v
+}
+
+/// Ranks as a short list: `2, 5-7, 9`, after "rank" or "ranks".
+fn ranks_text(ranks: &[u32]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < ranks.len() {
+        let mut j = i;
+        while j + 1 < ranks.len() && ranks[j + 1] == ranks[j] + 1 {
+            j += 1;
+        }
+        parts.push(if j > i {
+            format!("{}-{}", ranks[i], ranks[j])
+        } else {
+            ranks[i].to_string()
+        });
+        i = j + 1;
+    }
+    let word = if ranks.len() == 1 { "rank" } else { "ranks" };
+    format!("{word} {}", parts.join(", "))
+}
+
+/// The settings of `mine` that the ranks' `theirs` (by rank) do not all share, each as
+/// "VAR differs: ranks 0-1 use a, rank 2 uses b"; `None` when they agree. A setting some
+/// rank does not publish is left out (it belongs to a protocol that rank does not use,
+/// which is the difference reported), unless that rank published none at all (another
+/// build: its wire version is reported).
+fn disagreement(mine: &[(String, String)], theirs: &[Vec<(String, String)>]) -> Option<String> {
+    let mut found = Vec::new();
+    'names: for (name, _) in mine {
+        // Values in order of first appearance, with the ranks holding each.
+        let mut groups: Vec<(String, Vec<u32>)> = Vec::new();
+        for (r, s) in theirs.iter().enumerate() {
+            let v = match s.iter().find(|(k, _)| k == name) {
+                Some((_, v)) => v.clone(),
+                None if s.is_empty() => "none".to_string(),
+                None => continue 'names,
+            };
+            match groups.iter_mut().find(|(g, _)| *g == v) {
+                Some((_, ranks)) => ranks.push(r as u32),
+                None => groups.push((v, vec![r as u32])),
+            }
+        }
+        if groups.len() > 1 {
+            let parts: Vec<String> = groups
+                .iter()
+                .map(|(v, ranks)| {
+                    let verb = if ranks.len() == 1 { "uses" } else { "use" };
+                    format!("{} {verb} {v}", ranks_text(ranks))
+                })
+                .collect();
+            found.push(format!("{name} differs: {}", parts.join(", ")));
+        }
+    }
+    (!found.is_empty()).then(|| found.join("; "))
+}
+
 /// Publishes `me` (tagged with this process's transport choice `code`, named `what` in
-/// errors) and collects every rank's card, checked: ranks in order, an address wherever
-/// `me` has one, and the same choice everywhere, so that processes started with different
-/// settings fail at once with a clear message instead of disagreeing on later rounds.
+/// errors, and the settings that must agree: `agree` and the wire version) and collects
+/// every rank's card, checked: ranks in order, an address wherever `me` has one, and the
+/// same settings and choice everywhere, so that processes started with different settings
+/// fail at once with a clear message instead of disagreeing on later rounds or packets.
 fn exchange_cards(
     ctl: &mut Control,
     mut me: Card,
     code: u8,
     what: &str,
+    agree: &[(&'static str, String)],
 ) -> Result<(Vec<Card>, Vec<bool>), Error> {
+    let mine = must_agree(agree);
     me.extra = vec![code];
+    me.extra.extend(encode_settings(&mine));
     let need_addr = !me.addrs.is_empty();
     let rank = me.rank;
     let cards: Vec<Card> = ctl
@@ -395,6 +509,16 @@ fn exchange_cards(
                 .ok_or_else(|| Error::Config(format!("rank {r} published an unusable card")))
         })
         .collect::<Result<_, _>>()?;
+    let theirs: Vec<_> = cards
+        .iter()
+        .map(|c| decode_settings(c.extra.get(1..).unwrap_or_default()))
+        .collect();
+    if let Some(d) = disagreement(&mine, &theirs) {
+        return Err(Error::Config(format!(
+            "the job's processes were started with different settings: {d}; set them alike \
+             for every process"
+        )));
+    }
     if let Some(c) = cards.iter().find(|c| c.extra.first() != Some(&code)) {
         return Err(Error::Config(format!(
             "rank {} was started with another BULKWIRE_TRANSPORT, BULKWIRE_PROTOCOL, \
@@ -441,6 +565,50 @@ pub const FINISH_TIMEOUT: Duration = Duration::from_secs(60);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn settings(protocol: &str) -> Vec<(String, String)> {
+        must_agree(&[
+            ("BULKWIRE_TRANSPORT", "auto".into()),
+            ("BULKWIRE_PROTOCOL", protocol.into()),
+        ])
+    }
+
+    #[test]
+    fn settings_that_differ_are_named_with_their_values_and_ranks() {
+        let hf = settings("holefill");
+        let gbn = settings("gbn");
+        let round = decode_settings(&encode_settings(&hf));
+        assert_eq!(round, hf);
+        assert_eq!(
+            disagreement(&hf, &[hf.clone(), hf.clone(), hf.clone()]),
+            None
+        );
+        let d = disagreement(&hf, &[hf.clone(), hf.clone(), gbn.clone()]).unwrap();
+        assert_eq!(
+            d,
+            "BULKWIRE_PROTOCOL differs: ranks 0-1 use holefill, rank 2 uses gbn"
+        );
+        let d = disagreement(&gbn, &[gbn.clone(), hf.clone(), gbn.clone(), gbn.clone()]).unwrap();
+        assert_eq!(
+            d,
+            "BULKWIRE_PROTOCOL differs: ranks 0, 2-3 use gbn, rank 1 uses holefill"
+        );
+        // A card without settings (another build) differs in the wire version first.
+        let d = disagreement(&hf, &[hf.clone(), decode_settings(&[])]).unwrap();
+        assert!(
+            d.starts_with("the wire version (another build of bulkwire) differs: rank 0 uses"),
+            "{d}"
+        );
+        assert!(d.ends_with("rank 1 uses none"), "{d}");
+        // A setting of a protocol one rank does not use is not reported beside it.
+        let mut hf_bits = hf.clone();
+        hf_bits.push(("BULKWIRE_HOLEFILL_SEQ_BITS".into(), "32".into()));
+        let d = disagreement(&hf_bits, &[hf_bits.clone(), gbn.clone()]).unwrap();
+        assert_eq!(
+            d,
+            "BULKWIRE_PROTOCOL differs: rank 0 uses holefill, rank 1 uses gbn"
+        );
+    }
 
     #[test]
     fn faults_under_utopia_are_warned_about() {

@@ -252,3 +252,33 @@ fn launched_by_the_launcher_four_processes() {
     assert!(outcome.success(), "{:?}", outcome.failures);
     testing::assert_no_leftovers(&mark);
 }
+
+const LAUNCH_PROBE: &str = env!("CARGO_BIN_EXE_launch-probe");
+
+/// Ranks started with different protocols (which hung, or blamed a duplicate packet) fail
+/// when the job forms, every rank naming the variable, the values and the ranks: rank 2
+/// gets its own BULKWIRE_PROTOCOL from a shell the mini-launcher starts for each rank.
+#[test]
+fn ranks_started_with_different_protocols_fail_at_once_naming_them() {
+    for (all, other) in [
+        ("holefill", "gbn"),
+        ("rmpp", "gbn"),
+        ("utopia", "gbn"),
+        ("tcp", "holefill"),
+    ] {
+        let script = format!(
+            "if [ \"$BULKWIRE_RANK\" = 2 ]; then export BULKWIRE_PROTOCOL={other}; fi; \
+             exec {PROBE} -n 3 mix 10 1000"
+        );
+        let out = testing::probe(
+            LAUNCH_PROBE,
+            &["run", "-n", "3", "--", "sh", "-c", &script],
+            &[("BULKWIRE_PROTOCOL", all)],
+            LIMIT,
+        );
+        assert_ne!(out.code, Some(0), "{all}/{other}: {out:#?}");
+        let want = format!("BULKWIRE_PROTOCOL differs: ranks 0-1 use {all}, rank 2 uses {other}");
+        assert!(out.stderr.contains(&want), "{all}/{other}: {out:#?}");
+        assert!(out.elapsed < Duration::from_secs(20), "{out:#?}");
+    }
+}

@@ -20,6 +20,15 @@
 //! - A connection closed or reset by the peer (a clean EOF included: a process that
 //!   crashes closes its sockets just as one that finishes does), or one that breaks the
 //!   framing, yields [`Event::PeerDead`] naming the peer; sending to it then fails.
+//! - **Liveness, as the engine's pings do over a link**: a stopped process (SIGSTOP, a
+//!   hung host's process whose kernel still runs) keeps its connections open and its
+//!   kernel keeps acknowledging, so TCP alone never reports it. A peer we wait on (or
+//!   whose connection holds output the kernel would not take) that has sent nothing for a
+//!   ping interval (`dead_after / 10`, from 10 ms to 1 s) is sent a ping frame, which it
+//!   answers with a pong from any call or its progress thread; any bytes from it count
+//!   as heard. Silent for `dead_after` while we depend on it, it is reported dead with
+//!   the same [`Event::PeerDead`] as over a link. Pings and pongs are frame headers with
+//!   their own magic and no payload.
 //! - Waiting spins, then blocks in `poll` on every connection (readable, and writable
 //!   where output is pending), the waker's eventfd and the job's failure eventfd.
 //! - Statistics: messages and payload bytes per peer, and from `TCP_INFO` the segments
@@ -35,7 +44,7 @@ use std::time::{Duration, Instant};
 
 use bulkwire_launch::JobState;
 use bulkwire_link::Rank;
-use bulkwire_protocol::{MsgId, PeerStats, ProtoError, Time};
+use bulkwire_protocol::{MsgId, PeerStats, ProtoError, SEC, Time};
 use bytes::Bytes;
 
 use crate::Error;
@@ -47,6 +56,9 @@ use crate::transport::{Transport, Waker};
 const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"BWTC");
 /// Magic closing every frame header: a desynchronised stream is caught at once.
 const FRAME_MAGIC: u32 = u32::from_le_bytes(*b"BWTF");
+/// Magic of a liveness ping (a frame header with no payload), answered by a pong.
+const PING_MAGIC: u32 = u32::from_le_bytes(*b"BWTP");
+const PONG_MAGIC: u32 = u32::from_le_bytes(*b"BWTQ");
 const FRAME_HEADER: usize = 16;
 /// Staging buffer for small frames; a payload larger than half of it is read directly
 /// into its message.
@@ -106,6 +118,34 @@ struct Conn {
     rstart: usize,
     rend: usize,
     cur: Option<InFrame>,
+    /// Pings received and not yet answered.
+    pongs_due: u32,
+    /// The kernel refused part of `out` at the last write.
+    blocked: bool,
+}
+
+/// What we know of a peer's liveness (see the module's notes).
+#[derive(Clone, Copy, Default)]
+struct Live {
+    /// When bytes last came from it.
+    heard: Time,
+    /// When we began to depend on it (silence counts from the later of this and `heard`).
+    since: Option<Time>,
+    last_ping: Time,
+    waiting: bool,
+}
+
+/// A frame header with no payload: a ping or a pong.
+fn control_frame(magic: u32) -> OutFrame {
+    let mut head = [0u8; FRAME_HEADER];
+    head[12..16].copy_from_slice(&magic.to_le_bytes());
+    OutFrame {
+        head,
+        data: Bytes::new(),
+        written: 0,
+        id: 0,
+        notify: false,
+    }
 }
 
 /// Why a connection ended.
@@ -124,6 +164,8 @@ impl Conn {
             rstart: 0,
             rend: 0,
             cur: None,
+            pongs_due: 0,
+            blocked: false,
         }
     }
 
@@ -168,6 +210,7 @@ impl Conn {
                 }
             }
         }
+        self.blocked = !self.out.is_empty();
         Ok(total)
     }
 
@@ -240,6 +283,14 @@ impl Conn {
                 let len = u64::from_le_bytes(h[0..8].try_into().unwrap_or_default());
                 let id = u32::from_le_bytes(h[8..12].try_into().unwrap_or_default());
                 let magic = u32::from_le_bytes(h[12..16].try_into().unwrap_or_default());
+                if (magic == PING_MAGIC || magic == PONG_MAGIC) && len == 0 {
+                    // Liveness only: its arrival has been counted as hearing the peer.
+                    self.rstart += FRAME_HEADER;
+                    if magic == PING_MAGIC {
+                        self.pongs_due += 1;
+                    }
+                    continue;
+                }
                 if magic != FRAME_MAGIC {
                     return Err(Broken::Framing("bad frame magic".into()));
                 }
@@ -286,6 +337,13 @@ pub struct TcpTransport {
     job: Option<Arc<JobState>>,
     done: Vec<(MsgId, bool, usize)>,
     got: Vec<(MsgId, Vec<u8>)>,
+    live: Vec<Live>,
+    /// A silent peer we depend on is pinged after this long (ns).
+    ping_interval: Time,
+    /// ... and declared dead after this long.
+    dead_after: Time,
+    /// When the liveness of the peers is next checked.
+    next_live_check: Time,
 }
 
 /// Sets the options every connection gets.
@@ -433,9 +491,15 @@ impl TcpTransport {
                 None => return Err(io::Error::other(format!("no connection to rank {q}"))),
             }
         }
+        let dead_after = cfg.dead_after.as_nanos().min(Time::MAX as u128) as Time;
         Ok(TcpTransport {
             rank,
             nprocs,
+            // As the engine's pings over a link (`EndpointConfig::with_deadline`).
+            ping_interval: (dead_after / 10).clamp(SEC / 100, SEC),
+            dead_after,
+            next_live_check: 0,
+            live: vec![Live::default(); nprocs as usize],
             cfg,
             conns,
             dead: vec![false; nprocs as usize],
@@ -490,14 +554,47 @@ impl TcpTransport {
         self.dead.get(peer as usize).copied().unwrap_or(false)
     }
 
-    fn kill(&mut self, peer: Rank) {
+    fn kill(&mut self, peer: Rank, silent_for: Time) {
         if !self.dead[peer as usize] {
             self.dead[peer as usize] = true;
             self.conns[peer as usize] = None;
-            self.events.push_back(Event::PeerDead {
-                peer,
-                silent_for: 0,
-            });
+            self.events.push_back(Event::PeerDead { peer, silent_for });
+        }
+    }
+
+    /// Whether we depend on hearing from `q`: we wait on it, or its connection holds
+    /// output the kernel has not taken (the peer is not reading).
+    fn interested(&self, q: Rank) -> bool {
+        self.live[q as usize].waiting
+            || self.conns[q as usize]
+                .as_ref()
+                .is_some_and(|c| !c.out.is_empty())
+    }
+
+    /// Pings the silent peers we depend on and reports those silent for `dead_after`.
+    fn check_liveness(&mut self, now: Time) {
+        self.next_live_check = now + self.ping_interval / 2;
+        for q in 0..self.nprocs {
+            if q == self.rank || self.dead[q as usize] {
+                continue;
+            }
+            if !self.interested(q) {
+                self.live[q as usize].since = None;
+                continue;
+            }
+            let l = &mut self.live[q as usize];
+            let since = *l.since.get_or_insert(now);
+            let silent = now.saturating_sub(since.max(l.heard));
+            if silent >= self.dead_after {
+                self.kill(q, silent);
+            } else if silent >= self.ping_interval
+                && now.saturating_sub(l.last_ping) >= self.ping_interval
+            {
+                l.last_ping = now;
+                if let Some(c) = self.conns[q as usize].as_mut() {
+                    c.out.push_back(control_frame(PING_MAGIC));
+                }
+            }
         }
     }
 
@@ -505,21 +602,49 @@ impl TcpTransport {
     fn pump(&mut self) -> Progress {
         let mut prog = Progress::default();
         let max = self.cfg.max_message;
+        let now = self.now();
+        if now >= self.next_live_check {
+            self.check_liveness(now);
+        }
         for q in 0..self.nprocs {
             let Some(c) = self.conns[q as usize].as_mut() else {
                 continue;
             };
             let mut broken = None;
-            if !c.out.is_empty() {
-                match c.write(&mut self.done) {
-                    Ok(n) => prog.sent += usize::from(n > 0),
+            // Bytes the kernel takes after it refused some are room the peer made by
+            // reading: heard, although a one-way stream brings nothing back.
+            let heard = &mut self.live[q as usize].heard;
+            for pass in 0..2 {
+                if broken.is_none() && !c.out.is_empty() {
+                    let was_blocked = c.blocked;
+                    match c.write(&mut self.done) {
+                        Ok(n) => {
+                            prog.sent += usize::from(n > 0);
+                            if n > 0 && was_blocked {
+                                *heard = now;
+                            }
+                        }
+                        Err(b) => broken = Some(b),
+                    }
+                }
+                if pass == 1 || broken.is_some() {
+                    break;
+                }
+                match c.read(max, &mut self.got) {
+                    Ok(n) => {
+                        prog.received += usize::from(n > 0);
+                        if n > 0 {
+                            *heard = now;
+                        }
+                    }
                     Err(b) => broken = Some(b),
                 }
-            }
-            if broken.is_none() {
-                match c.read(max, &mut self.got) {
-                    Ok(n) => prog.received += usize::from(n > 0),
-                    Err(b) => broken = Some(b),
+                // Answer the pings just read at once.
+                if c.pongs_due == 0 {
+                    break;
+                }
+                for _ in 0..std::mem::take(&mut c.pongs_due) {
+                    c.out.push_back(control_frame(PONG_MAGIC));
                 }
             }
             let s = &mut self.stats[q as usize];
@@ -540,7 +665,7 @@ impl TcpTransport {
                     Broken::Io(e) => tracing::debug!(peer = q, "tcp connection failed: {e}"),
                     Broken::Framing(why) => tracing::warn!(peer = q, "tcp stream broken: {why}"),
                 }
-                self.kill(q);
+                self.kill(q, 0);
             }
         }
         prog
@@ -617,7 +742,7 @@ impl Transport for TcpTransport {
             }
             self.done = done;
             if r.is_err() {
-                self.kill(to);
+                self.kill(to, 0);
             }
         }
         Ok(id)
@@ -647,7 +772,20 @@ impl Transport for TcpTransport {
                 revents: 0,
             });
         }
+        // Wake in time to ping, or declare dead, a silent peer we depend on.
+        let timeout = if (0..self.nprocs).any(|q| q != self.rank && self.interested(q)) {
+            let check = Duration::from_nanos(self.ping_interval / 2);
+            Some(timeout.map_or(check, |t| t.min(check)))
+        } else {
+            timeout
+        };
         self.wake.sleep(fds, self.job.as_deref(), timeout)
+    }
+
+    /// Half the ping interval, as over a link: peers ping us after that much silence, and
+    /// the keep-alive thread steps this transport at least this often to answer them.
+    fn liveness_interval(&self) -> Option<Duration> {
+        Some(Duration::from_nanos(self.ping_interval / 2))
     }
 
     fn waker(&self) -> Waker {
@@ -665,7 +803,15 @@ impl Transport for TcpTransport {
         self.conns.iter().flatten().any(|c| !c.out.is_empty())
     }
 
-    fn expect(&mut self, _peer: Rank, _waiting: bool) {}
+    fn expect(&mut self, peer: Rank, waiting: bool) {
+        let now = self.now();
+        let Some(l) = self.live.get_mut(peer as usize) else {
+            return;
+        };
+        l.waiting = waiting;
+        // Silence counts from the start of this wait, not of an earlier one.
+        l.since = waiting.then(|| l.since.unwrap_or(now));
+    }
 
     fn peer_stats(&self, peer: Rank) -> PeerStats {
         let mut s = self.stats[peer as usize];

@@ -208,3 +208,61 @@ fn waker_and_job_failure_end_a_block() {
     assert!(matches!(r, Err(bulkwire_engine::Error::JobFailed(m)) if m.contains("boom")));
     h.join().unwrap();
 }
+
+/// A peer whose process does not answer (never stepped, as if stopped: its kernel keeps
+/// the connection and acknowledges) is declared dead once we have waited on it for
+/// `dead_after`; a peer that is stepped answers the pings and stays alive, however long
+/// it sends nothing of its own.
+#[test]
+fn a_silent_peer_we_wait_on_is_dead_after_the_deadline_and_a_live_one_is_not() {
+    let cfg = TcpConfig {
+        dead_after: Duration::from_millis(300),
+        ..TcpConfig::default()
+    };
+    let mut v = TcpTransport::loopback(3, cfg, policy()).unwrap();
+    let (mut live, silent) = (v.pop().unwrap(), v.pop().unwrap());
+    let mut a = v.pop().unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let answering = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                live.step().unwrap();
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            live
+        })
+    };
+    // Waiting on the live peer for three deadlines: no death.
+    a.expect(2, true);
+    let t0 = Instant::now();
+    let r = a.next_event(Some(Duration::from_millis(900)));
+    assert!(
+        matches!(r, Err(bulkwire_engine::Error::Timeout(_))),
+        "{r:?}"
+    );
+    assert!(t0.elapsed() >= Duration::from_millis(900));
+    assert!(!a.is_dead(2));
+    a.expect(2, false);
+    // Waiting on the silent one: dead after about the deadline, naming it.
+    a.expect(1, true);
+    let t0 = Instant::now();
+    match a.next_event(Some(LIMIT)).unwrap() {
+        Event::PeerDead {
+            peer: 1,
+            silent_for,
+        } => {
+            assert!(silent_for >= 300_000_000, "{silent_for}");
+        }
+        e => panic!("unexpected {e:?}"),
+    }
+    let took = t0.elapsed();
+    assert!(
+        (Duration::from_millis(290)..Duration::from_secs(3)).contains(&took),
+        "{took:?}"
+    );
+    assert!(a.is_dead(1) && !a.is_dead(2));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    drop(answering.join().unwrap());
+    drop(silent);
+}

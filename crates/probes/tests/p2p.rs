@@ -186,6 +186,31 @@ fn silent_peer_is_declared_dead_and_named() {
     );
 }
 
+/// Over kernel TCP too: a stopped process keeps its connections open and its kernel
+/// acknowledges, so only the transport's pings find it silent; the wait ends naming it
+/// within BULKWIRE_DEAD_AFTER_MS (it waited 20 s silently with 1 s set).
+#[test]
+fn silent_peer_over_tcp_is_declared_dead_and_named() {
+    let out = probe(
+        &["-n", "2", "stop"],
+        &[
+            ("BULKWIRE_PROTOCOL", "tcp"),
+            ("BULKWIRE_DEAD_AFTER_MS", "1000"),
+        ],
+        LIMIT,
+    );
+    assert_ne!(out.code, Some(0));
+    let l = out.lines("stop ")[0];
+    assert!(l.contains("rank 1 is dead"), "{l}");
+    assert!(l.contains("peer=Some(1)"), "{l}");
+    let ms: u64 = field(l, "after_ms");
+    assert!((900..5000).contains(&ms), "{l}");
+    assert!(
+        out.stderr.contains("rank 0 aborted: rank 1 stopped"),
+        "{out:#?}"
+    );
+}
+
 /// The kernel refuses process_vm_readv mid-job (non-dumpable sender, reader without
 /// CAP_SYS_PTRACE): the rendezvous falls back to the transport and the data arrives.
 #[test]

@@ -446,10 +446,26 @@ fn coll_config(l: &Lookup, job: &JobConfig) -> Result<bulkwire_collectives::Conf
     Ok(c)
 }
 
+/// The form of `BULKWIRE_SPMD_ENTRY` (`MODULE:OFFSET:CHECK:NAME`: decimal, hex, 16 hex
+/// digits, any text). Whether it names a function of this program is checked where it
+/// is used, against the loaded program (the C library's `spmd` module), before any jump.
+fn spmd_entry(v: &str) -> Option<String> {
+    let mut it = v.splitn(4, ':');
+    let index = it.next()?;
+    let offset = it.next()?;
+    let check = it.next()?;
+    it.next()?;
+    let digits = |s: &str, radix: u32| !s.is_empty() && s.chars().all(|c| c.is_digit(radix));
+    (digits(index, 10) && index.len() <= 9 && digits(offset, 16) && offset.len() <= 16)
+        .then_some(())
+        .filter(|()| check.len() == 16 && digits(check, 16))
+        .map(|()| v.to_string())
+}
+
 fn launch_config(l: &Lookup) -> Result<LaunchConfig, ConfigError> {
     let host_id = l.raw(&HOST_ID);
     let host_cpus = l.get(&HOST_CPUS, |v| int(v, 1, 65536))?.map(|n| n as usize);
-    let entry = l.raw(&SPMD_ENTRY);
+    let entry = l.get(&SPMD_ENTRY, spmd_entry)?;
     let job::Joining { mut job, boot } = job::job_env(l)?;
     if let Some(j) = &mut job {
         j.host_id = host_id.clone();

@@ -43,6 +43,7 @@ const DESCRIBED_DEFAULTS: &[&str] = &[
     "BULKWIRE_COOKIE",
     "BULKWIRE_JOB",
     "BULKWIRE_PROFILE",
+    "BULKWIRE_SPMD_ENTRY",
 ];
 
 #[test]
@@ -747,4 +748,39 @@ fn settings_that_must_agree_across_the_job() {
     assert!(a.contains(&("BULKWIRE_GBN_SEQ_BITS", "12".into())), "{a:?}");
     assert!(a.contains(&("BULKWIRE_TRANSPORT", "udp".into())), "{a:?}");
     assert!(!a.iter().any(|(k, _)| k.contains("HOLEFILL")), "{a:?}");
+}
+
+/// `BULKWIRE_SPMD_ENTRY` must have the form bsp_begin writes (a process jumps to what it
+/// names; the C library checks the address against the program before that).
+#[test]
+fn spmd_entry_has_the_form_bsp_begin_writes() {
+    let job = [
+        ("BULKWIRE_RANK", "1"),
+        ("BULKWIRE_NPROCS", "2"),
+        ("BULKWIRE_RENDEZVOUS", "127.0.0.1:9"),
+        ("BULKWIRE_JOB", "7"),
+    ];
+    let with = |e: &str| {
+        let mut v = job.to_vec();
+        v.push(("BULKWIRE_SPMD_ENTRY", e));
+        settings(&v)
+    };
+    let ok = "0:1a2b:0123456789abcdef:/usr/bin/prog:with:colons";
+    let s = with(ok).unwrap();
+    assert_eq!(s.launch.job.unwrap().entry.as_deref(), Some(ok));
+    for bad in [
+        "0:0:",
+        "0:1a2b:/usr/bin/prog",
+        "x:1a2b:0123456789abcdef:p",
+        "0:zz:0123456789abcdef:p",
+        "0:1a2b:0123:p",
+        "0:1a2b:0123456789abcdef",
+    ] {
+        let e = with(bad).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("BULKWIRE_SPMD_ENTRY={bad:?} is not accepted"))
+                && e.contains("MODULE:OFFSET:CHECK:NAME"),
+            "{e}"
+        );
+    }
 }

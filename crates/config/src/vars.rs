@@ -296,9 +296,9 @@ vars! {
         "hostname/boot id/network namespace",
         "Identity of this host: processes with the same one use shared memory. Tests set it to pretend several hosts.";
     SPMD_ENTRY: Launch, "BULKWIRE_SPMD_ENTRY",
-        "set by the library",
+        "set by bsp_begin: MODULE:OFFSET:CHECK:NAME, a function in an executable segment of the program, with a check of its code",
         "none",
-        "Set by bsp_begin for the processes it starts for a later SPMD section of a BSPlib program: the function they run.";
+        "Set by bsp_begin for the processes it starts for a later SPMD section of a BSPlib program: the function they run. A value that names no function of the program (wrong form, outside its executable segments, or a check that does not match the code there) stops the process with an error before anything runs.";
     RANK: Launch, "BULKWIRE_RANK",
         "an integer from 0 to BULKWIRE_NPROCS - 1",
         "not in a job",

@@ -336,6 +336,31 @@ fn several_spmd_sections_in_one_program() {
     assert!(!o.stdout.contains("not reached"));
 }
 
+/// A process given a `BULKWIRE_SPMD_ENTRY` that names no function of the program (the ELF
+/// header, where a rank once jumped and crashed; a check that does not match) stops at its
+/// first call into the library with an error naming the variable and the value, and the
+/// job fails; no rank crashes.
+#[test]
+fn spmd_entries_that_point_nowhere_are_refused_at_start() {
+    let prog = program("sections");
+    for entry in [
+        "0:0:",
+        "0:0:0000000000000000:",
+        "0:40:0123456789abcdef:",
+        "0:0:/not/this/program",
+    ] {
+        let o = bsprun(2, &prog, &["3"], &[("BULKWIRE_SPMD_ENTRY", entry)]);
+        assert_ne!(o.code, Some(0), "{entry}: {}", o.stderr);
+        assert!(
+            o.stderr
+                .contains(&format!("BULKWIRE_SPMD_ENTRY={entry:?} is not accepted")),
+            "{entry}: {}",
+            o.stderr
+        );
+        assert!(!o.stderr.contains("SIGSEGV"), "{entry}: {}", o.stderr);
+    }
+}
+
 /// MulticoreBSP's examples name their SPMD function with bsp_init after reading input:
 /// started by itself, the program's other processes run that function, not main's code
 /// before it.

@@ -180,3 +180,30 @@ fn the_smallest_shared_memory_datagram_accepted_works() {
     assert_ne!(code, Some(0));
     assert!(err.contains("BULKWIRE_SHM_DGRAM=\"64\""), "{err}");
 }
+
+/// BSP over kernel TCP detects a stopped process within BULKWIRE_DEAD_AFTER_MS as over the
+/// other protocols (it waited 20 s in silence with 1 s set): a stopped process keeps its
+/// connections open, so only the transport's pings find it silent.
+#[test]
+fn a_stopped_process_over_tcp_fails_the_sync_naming_it() {
+    let env = [
+        ("BULKWIRE_PROTOCOL", "tcp"),
+        ("BULKWIRE_DEAD_AFTER_MS", "1000"),
+    ];
+    let t0 = std::time::Instant::now();
+    let (code, out, err) = probe_with(&["3", "stop"], &env);
+    assert_ne!(code, Some(0), "{out}{err}");
+    let l = out
+        .lines()
+        .find(|l| l.starts_with("stop pid=") && l.contains("error="))
+        .unwrap_or_else(|| panic!("no failed sync in {out}{err}"));
+    assert!(l.contains("rank 1 is dead"), "{l}");
+    let ms: u64 = l
+        .rsplit("after_ms=")
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    assert!((900..5000).contains(&ms), "{l}");
+    assert!(err.contains("rank 1 is dead"), "{err}");
+    assert!(t0.elapsed() < std::time::Duration::from_secs(30));
+}

@@ -9,6 +9,8 @@
 //! bsp-probe P lend N B [K]  N supersteps of large puts and hpputs of about B bytes, some
 //!                       overlapping, some beside gets; checked, and the bytes lent printed;
 //!                       from superstep K on the kernel refuses to read any process
+//! bsp-probe P stop      pid 1 stops itself (SIGSTOP) after a superstep; the others'
+//!                       next bsp_sync fails naming it, printed with how long it took
 //! ```
 
 use bulkwire_bsp::{Bsp, init};
@@ -36,6 +38,28 @@ fn sum(p: u32) {
     }
     bsp.end().unwrap_or_else(|e| panic!("end: {e}"));
     println!("after end pid 0");
+}
+
+fn stop(p: u32) {
+    let mut bsp = begin(p);
+    bsp.sync().unwrap_or_else(|e| bsp.fail("bsp_sync", e));
+    if bsp.pid() == 1 {
+        // SAFETY: sends a signal to this very process; no memory is involved.
+        unsafe { libc::raise(libc::SIGSTOP) };
+    }
+    let t0 = std::time::Instant::now();
+    match bsp.sync() {
+        Ok(()) => println!("stop pid={} no error", bsp.pid()),
+        Err(e) => {
+            println!(
+                "stop pid={} error={e} after_ms={}",
+                bsp.pid(),
+                t0.elapsed().as_millis()
+            );
+            bsp.fail("bsp_sync", e)
+        }
+    }
+    bsp.end().unwrap_or_else(|e| panic!("end: {e}"));
 }
 
 fn abort(p: u32) {
@@ -230,6 +254,7 @@ fn main() {
     match args.get(1).map(String::as_str) {
         Some("sum") => sum(p),
         Some("abort") => abort(p),
+        Some("stop") => stop(p),
         Some("steps") => steps(
             p,
             args.get(2)
@@ -252,7 +277,7 @@ fn main() {
             spmd();
         }
         _ => {
-            eprintln!("usage: bsp-probe P sum|abort|spmd|steps N|lend N BYTES [K]");
+            eprintln!("usage: bsp-probe P sum|abort|stop|spmd|steps N|lend N BYTES [K]");
             std::process::exit(2)
         }
     }

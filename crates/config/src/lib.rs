@@ -155,6 +155,9 @@ fn job_config(l: &Lookup) -> Result<JobConfig, ConfigError> {
     let always_checksum = l
         .get(&CHECKSUM, |v| word(v, &[("auto", false), ("always", true)]))?
         .unwrap_or(d.always_checksum);
+    let authenticate = l
+        .get(&AUTH, |v| word(v, &[("mac", true), ("off", false)]))?
+        .unwrap_or(d.authenticate);
     let dead_after = l
         .get(&DEAD_AFTER_MS, |v| int(v, 100, 7 * 24 * 3_600_000))?
         .map_or(d.dead_after, |ms| ms * MS);
@@ -163,7 +166,13 @@ fn job_config(l: &Lookup) -> Result<JobConfig, ConfigError> {
         .map_or(d.spin, Duration::from_micros);
     let tune_malloc = l.get(&MALLOC_TUNE, flag)?.unwrap_or(d.tune_malloc);
     let protocols = protocol_configs(l)?;
-    let agree = must_agree(link, protocol.as_deref(), always_checksum, &protocols);
+    let agree = must_agree(
+        link,
+        protocol.as_deref(),
+        always_checksum,
+        authenticate,
+        &protocols,
+    );
     Ok(JobConfig {
         link,
         protocol,
@@ -176,6 +185,7 @@ fn job_config(l: &Lookup) -> Result<JobConfig, ConfigError> {
         tune_malloc,
         always_checksum,
         agree,
+        authenticate,
     })
 }
 
@@ -189,6 +199,7 @@ fn must_agree(
     link: LinkKind,
     protocol: Option<&str>,
     always_checksum: bool,
+    authenticate: bool,
     p: &ProtocolConfigs,
 ) -> Vec<(&'static str, String)> {
     let mut v = vec![
@@ -197,6 +208,10 @@ fn must_agree(
         (
             CHECKSUM.name,
             if always_checksum { "always" } else { "auto" }.to_string(),
+        ),
+        (
+            AUTH.name,
+            if authenticate { "mac" } else { "off" }.to_string(),
         ),
     ];
     // Sequence numbers wrap at 2^bits: both ends must count alike.

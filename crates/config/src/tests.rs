@@ -138,6 +138,7 @@ fn stack() {
         ("BULKWIRE_TRANSPORT", "udp"),
         ("BULKWIRE_FAULTS", "loss=0.05,seed=7"),
         ("BULKWIRE_CHECKSUM", "always"),
+        ("BULKWIRE_AUTH", "off"),
         ("BULKWIRE_MALLOC_TUNE", "off"),
     ])
     .unwrap();
@@ -145,7 +146,7 @@ fn stack() {
     assert_eq!(j.protocol.as_deref(), Some("gbn"));
     assert_eq!(j.link, LinkKind::Udp);
     assert_eq!((j.faults.loss, j.faults.seed), (0.05, 7));
-    assert!(j.always_checksum && !j.tune_malloc);
+    assert!(j.always_checksum && !j.tune_malloc && !j.authenticate);
     assert_eq!(s.bsp.job, s.p2p.job);
     assert!(s.warnings.is_empty());
     assert!(error(&[("BULKWIRE_PROTOCOL", "quic")]).contains("utopia, gbn"));
@@ -733,6 +734,7 @@ fn settings_that_must_agree_across_the_job() {
             "BULKWIRE_TRANSPORT",
             "BULKWIRE_PROTOCOL",
             "BULKWIRE_CHECKSUM",
+            "BULKWIRE_AUTH",
             "BULKWIRE_HOLEFILL_SEQ_BITS"
         ]
     );

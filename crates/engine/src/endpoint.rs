@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 
 use bulkwire_link::{Link, Rank, RxBatch, Tx};
 pub use bulkwire_protocol::Event;
-use bulkwire_protocol::wire::{self, DropCounts, Filter, HEADER_LEN, Header, Kind};
+use bulkwire_protocol::wire::{DropCounts, Filter, HEADER_LEN, Header, Integrity, Kind, PacketKey};
 use bulkwire_protocol::{MsgId, PeerDead, PeerStats, Protocol, SEC, Time, Transmit};
 use bytes::Bytes;
 
@@ -30,6 +30,10 @@ pub struct EndpointConfig {
     pub rx_rounds: usize,
     /// CRC every datagram even on a link that cannot alter bytes ([`bulkwire_link::LinkCaps::intact`]).
     pub always_checksum: bool,
+    /// The job's packet key: where set, every datagram over a link that others can write
+    /// to ([`bulkwire_link::LinkCaps::private`]), or that is checked at all, carries a MAC
+    /// instead of cookie and CRC, so that nobody without the job's secret can make one.
+    pub mac: Option<PacketKey>,
 }
 
 impl EndpointConfig {
@@ -47,6 +51,7 @@ impl EndpointConfig {
             tx_batch: 64,
             rx_rounds: 8,
             always_checksum: false,
+            mac: None,
         }
     }
 }
@@ -89,9 +94,10 @@ pub struct Endpoint {
     proto: Box<dyn Protocol>,
     cfg: EndpointConfig,
     filter: Filter,
-    /// Whether datagrams carry and are checked against a CRC: not on a link that never
-    /// alters bytes ([`bulkwire_link::LinkCaps::intact`]), unless the configuration insists.
-    checksum: bool,
+    /// How datagrams are checked: not at all on a link that never alters bytes
+    /// ([`bulkwire_link::LinkCaps::intact`]) unless the configuration insists; else by the
+    /// job's MAC where it has a key, by CRC where not.
+    integrity: Integrity,
     rx: RxBatch,
     /// Packets taken from the protocol, encoded, that the link has not accepted yet.
     pending: VecDeque<Encoded>,
@@ -129,7 +135,7 @@ impl Endpoint {
                 me: rank,
                 nprocs,
             },
-            checksum: cfg.always_checksum || !caps.intact,
+            integrity: integrity(&cfg, &caps),
             rx: RxBatch::cache_sized(cfg.rx_slots, slot),
             pending: VecDeque::new(),
             scratch: Vec::new(),
@@ -156,10 +162,15 @@ impl Endpoint {
         self.filter.nprocs
     }
 
-    /// Whether datagrams carry and are checked against a CRC (not on an intact link unless
-    /// configured: [`EndpointConfig::always_checksum`]).
+    /// Whether datagrams carry and are checked against a CRC or MAC (not on an intact link
+    /// unless configured: [`EndpointConfig::always_checksum`]).
     pub fn checksums(&self) -> bool {
-        self.checksum
+        !matches!(self.integrity, Integrity::None)
+    }
+
+    /// How datagrams are checked: `none`, `crc` or `mac`.
+    pub fn integrity(&self) -> &'static str {
+        self.integrity.name()
     }
 
     /// The protocol's name.
@@ -342,7 +353,7 @@ impl Endpoint {
         for _ in 0..self.cfg.rx_rounds {
             let mut sink = Sink {
                 filter: &self.filter,
-                checksum: self.checksum,
+                integrity: &self.integrity,
                 drops: &mut self.drops,
                 live: &mut self.live,
                 control: &mut self.control,
@@ -509,11 +520,7 @@ impl Endpoint {
     fn head(&self, hdr: &mut Header, payload: &[u8]) -> [u8; HEADER_LEN] {
         hdr.cookie = self.filter.cookie;
         hdr.src = self.filter.me;
-        if self.checksum {
-            hdr.encode(payload)
-        } else {
-            hdr.encode_unchecked(payload)
-        }
+        self.integrity.encode(hdr, payload)
     }
 
     #[inline]
@@ -527,11 +534,25 @@ impl Endpoint {
     }
 }
 
+/// How an endpoint checks datagrams. With the job's key: over header and payload where
+/// bytes could change or be seen on the way (a wire), over the header alone where others
+/// can only write to the link (UDP within one host: see [`Integrity::MacHeader`]), not at
+/// all on a private, intact link. Without it: CRC where bytes could change.
+fn integrity(cfg: &EndpointConfig, caps: &bulkwire_link::LinkCaps) -> Integrity {
+    let altered = !caps.intact || cfg.always_checksum;
+    match &cfg.mac {
+        Some(k) if altered => Integrity::Mac(k.clone()),
+        Some(k) if !caps.private => Integrity::MacHeader(k.clone()),
+        _ if altered => Integrity::Crc,
+        _ => Integrity::None,
+    }
+}
+
 /// What handles one received datagram: the parts of an [`Endpoint`] it touches, apart
 /// from the link that lends the datagram.
 struct Sink<'a> {
     filter: &'a Filter,
-    checksum: bool,
+    integrity: &'a Integrity,
     drops: &'a mut DropCounts,
     live: &'a mut [Live],
     control: &'a mut VecDeque<(Rank, Header)>,
@@ -542,12 +563,7 @@ struct Sink<'a> {
 impl Sink<'_> {
     /// Verifies and decodes `d`, answers pings, hands the rest to the protocol.
     fn absorb(&mut self, d: &[u8]) {
-        let decoded = if self.checksum {
-            wire::decode(d, self.filter)
-        } else {
-            wire::decode_unchecked(d, self.filter)
-        };
-        match decoded {
+        match self.integrity.decode(d, self.filter) {
             Err(r) => self.drops.count(r),
             Ok((hdr, payload)) => {
                 self.live[hdr.src as usize].last_heard = self.now;

@@ -55,6 +55,7 @@ impl Link for InprocLink {
         LinkCaps {
             reliable: true,
             intact: true,
+            private: true,
             ..LinkCaps::lossy(self.nprocs(), self.hub.mtu)
         }
     }

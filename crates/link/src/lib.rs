@@ -120,6 +120,12 @@ pub struct LinkCaps {
     /// only depend on job-wide facts (the address table, the fault settings). True
     /// whenever `reliable` is.
     pub intact: bool,
+    /// Only this job's processes can put a datagram on the link: in-process queues, the
+    /// shared memory the job created (its processes' own, mapped by no one else), the
+    /// simulated network. A socket is not private: anyone who reaches its address can
+    /// send to it, another user of the host included. Where a link is not private, a job
+    /// authenticates every datagram with its secret (the engine's packet MAC).
+    pub private: bool,
 }
 
 impl LinkCaps {
@@ -131,6 +137,7 @@ impl LinkCaps {
             recv_slot: max,
             reliable: false,
             intact: false,
+            private: false,
         }
     }
 

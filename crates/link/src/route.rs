@@ -153,6 +153,7 @@ impl<N: Link, F: Link> Link for RouteLink<N, F> {
             recv_slot: near.recv_slot.max(far.recv_slot),
             reliable: near.reliable && far.reliable,
             intact: near.intact && far.intact,
+            private: near.private && far.private,
         }
     }
 

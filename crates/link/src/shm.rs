@@ -880,6 +880,7 @@ impl Link for ShmLink {
             recv_slot: max,
             reliable: true,
             intact: true,
+            private: true,
         }
     }
 

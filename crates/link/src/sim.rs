@@ -522,6 +522,8 @@ impl Link for SimLink {
     fn capabilities(&self) -> LinkCaps {
         LinkCaps {
             intact: self.intact,
+            // In-process: a forgery is a test's own injection.
+            private: true,
             ..LinkCaps::lossy(self.nprocs(), self.mtu)
         }
     }

@@ -621,6 +621,7 @@ impl Link for UdpLink {
             },
             reliable: false,
             intact: (self.peers.iter()).all(|p| p.ip().is_loopback() || p.ip() == me),
+            private: false,
         }
     }
 

@@ -1,0 +1,222 @@
+//! A hostile neighbour: another user of the host watches a running job and throws
+//! datagrams at it. Root runs the attacker as `nobody` (uid 65534): this test binary again,
+//! with its attack in the environment; run as another user the test says it skips.
+//!
+//! What must hold: the job's secret and cookie appear in none of the views the other user
+//! has (`/proc/*/cmdline`, which `ps` shows; `/proc/*/environ` is the owner's alone);
+//! datagrams from it — garbage, and perfect headers with the right cookie, addresses and
+//! CRC, as if the cookie had leaked — are counted and dropped, and the job's results are
+//! right.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use bulkwire_launch::Secret;
+use bulkwire_launch::testing::{Out, clean, leftovers, mark};
+use bulkwire_protocol::wire::{Header, Kind, flags};
+
+const BSP_PROBE: &str = env!("CARGO_BIN_EXE_bsp-probe");
+const ATTACK: &str = "BWTEST_ATTACK";
+const NOBODY: u32 = 65534;
+const FORGED: usize = 200;
+
+/// What the attacker is told: where the job's ranks listen, and (to test the packet MAC
+/// with a leaked cookie) the cookie. The secret is passed to be searched for, not used.
+struct Attack {
+    secret: String,
+    cookie: u32,
+    /// (rank, address of its UDP socket)
+    targets: Vec<(u32, SocketAddr)>,
+}
+
+impl Attack {
+    fn encode(&self) -> String {
+        let t: Vec<String> = self
+            .targets
+            .iter()
+            .map(|(r, a)| format!("{r}@{a}"))
+            .collect();
+        format!("{} {} {}", self.secret, self.cookie, t.join(","))
+    }
+
+    fn decode(s: &str) -> Attack {
+        let mut w = s.split(' ');
+        let secret = w.next().unwrap().to_string();
+        let cookie = w.next().unwrap().parse().unwrap();
+        let targets = w
+            .next()
+            .unwrap()
+            .split(',')
+            .map(|t| {
+                let (r, a) = t.split_once('@').unwrap();
+                (r.parse().unwrap(), a.parse().unwrap())
+            })
+            .collect();
+        Attack {
+            secret,
+            cookie,
+            targets,
+        }
+    }
+}
+
+/// The attacker's side: runs only in the child started as `nobody`.
+#[test]
+fn attacker() {
+    let Ok(spec) = std::env::var(ATTACK) else {
+        return;
+    };
+    let a = Attack::decode(&spec);
+    let cookie_hex = format!("{:08x}", a.cookie);
+    // Every view of other processes this user has.
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if e.file_name().to_string_lossy().parse::<u32>().is_err() {
+            continue;
+        }
+        for f in ["cmdline", "environ", "comm"] {
+            if let Ok(b) = std::fs::read(e.path().join(f)) {
+                let text = String::from_utf8_lossy(&b).to_lowercase();
+                if text.contains(&a.secret) || text.contains(&cookie_hex) {
+                    println!("seen {}/{f}", e.path().display());
+                }
+            }
+        }
+    }
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut sent = 0;
+    for round in 0..FORGED / 20 {
+        for &(rank, to) in &a.targets {
+            for i in 0..10 {
+                let mut h = Header::new(Kind::Data);
+                (h.cookie, h.src, h.dst) = (a.cookie, 1 - rank, rank);
+                (h.flags, h.seq, h.msg) = (flags::FIRST, (round * 10 + i) as u32, 0);
+                // A message of 2^40 bytes, ending in this fragment.
+                (h.total, h.offset) = (1 << 40, (1 << 40) - 6);
+                let _ = s.send_to(&h.encode_to_vec(b"forged"), to);
+                let _ = s.send_to(b"garbage", to);
+                sent += 2;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    println!("sent {sent}");
+}
+
+/// The UDP sockets `pid` holds, from its descriptors and the kernel's socket table.
+fn udp_ports(pid: u32) -> Vec<u16> {
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .filter_map(|l| {
+            let l = l.to_string_lossy().into_owned();
+            Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
+        })
+        .collect();
+    let table = std::fs::read_to_string(format!("/proc/{pid}/net/udp")).unwrap_or_default();
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let port = u16::from_str_radix(w.get(1)?.split(':').nth(1)?, 16).ok()?;
+            inodes.contains(&w.get(9)?.to_string()).then_some(port)
+        })
+        .collect()
+}
+
+fn environ(pid: u32, var: &str) -> Option<String> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let key = format!("{var}=");
+    env.split(|&b| b == 0).find_map(|v| {
+        let v = String::from_utf8_lossy(v);
+        v.strip_prefix(&key).map(str::to_string)
+    })
+}
+
+#[test]
+fn another_user_sees_no_secret_and_cannot_inject_datagrams() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to run the attacker as another user (nobody)");
+        return;
+    }
+    let m = mark();
+    let mut job = Command::new(BSP_PROBE);
+    job.args(["2", "steps", "20000"]);
+    clean(&mut job, &m);
+    job.envs([("BULKWIRE_TRANSPORT", "udp"), ("BULKWIRE_STATS", "on")]);
+    let job = std::thread::spawn(move || {
+        bulkwire_launch::testing::run(&mut job, Duration::from_secs(120))
+    });
+    // Both ranks up, each with its UDP socket.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (pids, ports) = loop {
+        let pids = leftovers(&m, Duration::ZERO);
+        let ports: Vec<Vec<u16>> = pids.iter().map(|&p| udp_ports(p)).collect();
+        if pids.len() == 2 && ports.iter().all(|p| !p.is_empty()) {
+            break (pids, ports);
+        }
+        assert!(Instant::now() < deadline, "the job did not start: {pids:?}");
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let rank =
+        |pid: u32| -> u32 { environ(pid, "BULKWIRE_RANK").map_or(0, |r| r.parse().unwrap()) };
+    let secret = environ(pids[0], "BULKWIRE_SECRET")
+        .or_else(|| environ(pids[1], "BULKWIRE_SECRET"))
+        .expect("a rank has the job's secret in its (owner-only) environment");
+    let cookie = Secret::from_hex(&secret).expect("64 hex digits").cookie();
+    let targets = pids
+        .iter()
+        .zip(&ports)
+        .flat_map(|(&p, ps)| {
+            ps.iter()
+                .map(move |&port| (rank(p), SocketAddr::from(([127, 0, 0, 1], port))))
+        })
+        .collect();
+    let spec = Attack {
+        secret: secret.to_lowercase(),
+        cookie,
+        targets,
+    }
+    .encode();
+    let mut attacker = Command::new(std::env::current_exe().unwrap());
+    attacker
+        .args(["--exact", "attacker", "--nocapture", "--test-threads=1"])
+        .env(ATTACK, spec)
+        .uid(NOBODY)
+        .gid(NOBODY);
+    let a: Out = bulkwire_launch::testing::run(&mut attacker, Duration::from_secs(60));
+    if a.code != Some(0) && a.stdout.is_empty() {
+        eprintln!(
+            "skipped: this test binary cannot run as nobody here ({}): {}",
+            a.code.unwrap_or(-1),
+            a.stderr.trim()
+        );
+        let _ = job.join();
+        return;
+    }
+    assert!(a.stdout.contains("sent "), "{a:?}");
+    let seen: Vec<&str> = a.stdout.lines().filter(|l| l.starts_with("seen")).collect();
+    assert!(
+        seen.is_empty(),
+        "another user saw the job's secret or cookie: {seen:?}"
+    );
+    let out = job.join().unwrap();
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert_eq!(out.lines("steps ok").len(), 2, "{out:?}");
+    // The statistics' drops count what reached the job and was thrown away, forgeries
+    // included; none reached a protocol (whose acceptance of a 2^40-byte message would
+    // have failed the job).
+    let total = out
+        .stdout
+        .lines()
+        .chain(out.stderr.lines())
+        .find(|l| l.starts_with("total"))
+        .unwrap_or_else(|| panic!("no statistics: {out:?}"));
+    let drops: u64 = total.split_whitespace().nth(3).unwrap().parse().unwrap();
+    assert!(drops > 0, "the forgeries were counted: {total}");
+}

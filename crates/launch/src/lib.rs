@@ -1,7 +1,7 @@
 //! Process launching and rendezvous: how the P processes of a job start, find each other,
 //! and learn promptly that one of them failed.
 //!
-//! - **Identity**: a [`JobEnv`] holds rank, size, cookie, job id and the rendezvous address
+//! - **Identity**: a [`JobEnv`] holds rank, size, the job's [`Secret`], job id and the rendezvous address
 //!   that the launcher handed over (`bulkwire-config` reads them from `BULKWIRE_*`, or
 //!   Slurm's / Open MPI's rank and size); a [`LaunchConfig`] adds how this process starts a
 //!   job of its own.
@@ -44,6 +44,7 @@ mod env;
 mod host;
 pub mod hosts;
 mod launch;
+mod secret;
 mod server;
 mod state;
 mod sys;
@@ -53,12 +54,13 @@ mod wire;
 pub use bind::Placement;
 pub use control::{CONNECT_TIMEOUT, Control};
 pub use env::{
-    ENV_COOKIE, ENV_HOST_ID, ENV_JOB, ENV_NPROCS, ENV_RANK, ENV_RENDEZVOUS, ENV_SPMD_ENTRY, JobEnv,
-    LaunchConfig, Launcher, available_cpus, cookie_from_job, job_id_from_name,
+    ENV_HOST_ID, ENV_JOB, ENV_NPROCS, ENV_RANK, ENV_RENDEZVOUS, ENV_SECRET, ENV_SECRET_FILE,
+    ENV_SPMD_ENTRY, JobEnv, LaunchConfig, Launcher, available_cpus, job_id_from_name,
 };
 pub use host::{Card, host_id, hostname};
 pub use hosts::HostSlots;
 pub use launch::{LaunchOpts, launch, self_spawn, spawn_job};
+pub use secret::{Secret, read_key_file, write_key_file};
 pub use server::{DEFAULT_JOIN_TIMEOUT, JobOutcome, RankOutcome, Server, ServerConfig};
 pub use state::{Failure, JobState, failed_state};
 pub use sys::{ExitKind, signal_name};
@@ -72,7 +74,7 @@ pub enum LaunchError {
         addr: std::net::SocketAddr,
         source: std::io::Error,
     },
-    /// The server refused this process (cookie, rank or size mismatch...).
+    /// The server refused this process (not admitted, rank or size mismatch...).
     #[error("{0}")]
     Rejected(String),
     /// The job failed (another process aborted or died, a timeout...).

@@ -473,22 +473,25 @@ fn a_process_of_another_job_is_rejected_with_a_clear_message() {
     let mut mine = probe(&["rank", "allgather"], &m);
     mine.env("BULKWIRE_RENDEZVOUS", &addr)
         .env("BULKWIRE_RANK", "0")
-        .env("BULKWIRE_NPROCS", "2")
-        .env("BULKWIRE_COOKIE", "0xaaaa0001");
+        .env("BULKWIRE_NPROCS", "2");
     let mine = std::thread::spawn(move || run(mine, LIMIT));
-    std::thread::sleep(Duration::from_millis(300)); // let rank 0 set the job's cookie
+    std::thread::sleep(Duration::from_millis(300));
     let mut stray = probe(&["rank", "allgather"], &m);
+    let other = SECRET.replace('7', "8");
     stray
         .env("BULKWIRE_RENDEZVOUS", &addr)
         .env("BULKWIRE_RANK", "1")
         .env("BULKWIRE_NPROCS", "2")
-        .env("BULKWIRE_COOKIE", "0xbbbb0002");
+        .env("BULKWIRE_SECRET", &other);
     let out = run(stray, LIMIT);
     assert_eq!(out.code, Some(2), "{out:?}");
+    // Told nothing about the job: neither its size nor any secret or cookie.
     assert!(
-        out.stderr.contains(
-            "rejected rank 1: rank 1 has cookie 0xbbbb0002 but this job's cookie is 0xaaaa0001"
-        ),
+        out.stderr.contains("rejected rank 1: not admitted"),
+        "{out:?}"
+    );
+    assert!(
+        !out.stderr.contains(SECRET) && !out.stderr.contains("cookie"),
         "{out:?}"
     );
     // Rank 0 waits for a rank 1 that never comes, until the server's time limit.

@@ -380,12 +380,14 @@ fn join_any(
             env.rendezvous = a;
             match Control::join_timeout(env, Duration::from_millis(500)) {
                 Ok(c) => return Ok(c),
-                Err(e @ LaunchError::Connect { .. }) => last = Some(e),
+                // Refused, or a server that can't prove the secret (another job's, or
+                // something else on a port taken first): try the next candidate.
                 Err(e @ LaunchError::Rejected(_)) => {
                     refused += 1;
                     last = Some(e);
                 }
-                Err(e) => return Err(e),
+                // Not listening yet, silent, not a bulkwire server: the next, then again.
+                Err(e) => last = Some(e),
             }
         }
         if refused == addrs.len() {

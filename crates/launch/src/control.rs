@@ -440,7 +440,7 @@ fn connect(env: &JobEnv, timeout: Duration) -> Result<TcpStream, LaunchError> {
             Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
                 return Err(LaunchError::Connect {
                     addr: env.rendezvous,
-                    source: io::Error::new(e.kind(), crate::sys::describe_io(&e)),
+                    source: e,
                 });
             }
             Err(e) => {

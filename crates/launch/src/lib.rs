@@ -69,7 +69,7 @@ pub use wire::MAX_BLOB;
 /// What can go wrong in launching, joining or running a job.
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
-    #[error("cannot reach the rendezvous server at {addr}: {source}")]
+    #[error("cannot reach the rendezvous server at {addr}: {}", sys::describe_io(.source))]
     Connect {
         addr: std::net::SocketAddr,
         source: std::io::Error,
@@ -87,7 +87,7 @@ pub enum LaunchError {
     Protocol(String),
     #[error("exchange blob of {len} bytes exceeds the limit of {max}")]
     TooLarge { len: usize, max: usize },
-    #[error("cannot start rank {rank} ({program}): {source}")]
+    #[error("cannot start rank {rank} ({program}): {}", sys::describe_io(.source))]
     Spawn {
         rank: u32,
         program: String,
@@ -95,6 +95,7 @@ pub enum LaunchError {
     },
     #[error("{0}")]
     Usage(String),
-    #[error(transparent)]
+    /// Out of file descriptors is named as such (EMFILE, ENFILE).
+    #[error("{}", sys::describe_io(.0))]
     Io(#[from] std::io::Error),
 }

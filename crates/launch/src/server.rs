@@ -44,6 +44,9 @@ pub const AUTH_TIMEOUT: Duration = Duration::from_secs(5);
 pub const AUTH_BYTES: usize = 8 * 1024;
 /// Connections kept that have not proven the secret; a new one closes the oldest.
 pub const AUTH_CAP: usize = 256;
+/// Out of descriptors, a connection that has not proven the secret after this long is
+/// closed for a new one (a real process proves it within milliseconds).
+const STALE_STRANGER: Duration = Duration::from_secs(1);
 /// What a connection that did not prove the secret is told, whatever was wrong.
 pub const NOT_ADMITTED: &str = "not admitted";
 /// Peers whose refusals are logged (once each); past this, refusals are only counted.
@@ -524,18 +527,20 @@ impl Server {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
-                    // Out of descriptors: the oldest stranger gives one back; with none
-                    // to close, say so once and let the next readiness retry (not at once:
-                    // the pending connection keeps the listener readable).
-                    if self.close_oldest_stranger() {
-                        continue;
-                    }
                     if !self.said_fds {
                         self.said_fds = true;
                         self.say(&format!(
-                            "cannot accept connections: {}",
+                            "cannot accept a connection: {}",
                             sys::describe_io(&e)
                         ));
+                    }
+                    // A stranger that has had time to prove itself and hasn't gives its
+                    // descriptor back (a fresh one may be a real process mid-handshake:
+                    // closing it would only churn). Otherwise let the next readiness
+                    // retry, not at once: the pending connection keeps the listener
+                    // readable.
+                    if self.close_oldest_stranger(STALE_STRANGER) {
+                        continue;
                     }
                     std::thread::sleep(Duration::from_millis(10));
                     return;
@@ -556,18 +561,21 @@ impl Server {
             .filter(|c| c.rank.is_none() && c.agent.is_none() && !c.dead)
             .count();
         if strangers >= AUTH_CAP {
-            self.close_oldest_stranger();
+            self.close_oldest_stranger(Duration::ZERO);
         }
     }
 
-    /// Closes the oldest connection that has not proven the secret; false if none.
-    fn close_oldest_stranger(&mut self) -> bool {
+    /// Closes the oldest connection that has not proven the secret, if it is at least
+    /// `age` old; false if none.
+    fn close_oldest_stranger(&mut self, age: Duration) -> bool {
+        let now = Instant::now();
         let oldest = self
             .conns
             .iter()
             .enumerate()
             .filter_map(|(i, c)| c.as_ref().map(|c| (i, c)))
             .filter(|(_, c)| c.rank.is_none() && c.agent.is_none())
+            .filter(|(_, c)| now.duration_since(c.opened) >= age)
             .min_by_key(|(_, c)| c.opened)
             .map(|(i, _)| i);
         match oldest {

@@ -259,10 +259,30 @@ pub fn isatty(fd: RawFd) -> bool {
 /// connection that never answers.
 pub fn describe_io(e: &io::Error) -> String {
     match e.raw_os_error() {
-        Some(libc::EMFILE) => format!("out of file descriptors (EMFILE, {e}): raise ulimit -n"),
+        Some(libc::EMFILE) => {
+            format!("this process is out of file descriptors (EMFILE, {e}): raise ulimit -n")
+        }
         Some(libc::ENFILE) => {
             format!("the system is out of file descriptors (ENFILE, {e})")
         }
         _ => e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn descriptor_exhaustion_is_named() {
+        let e = std::io::Error::from_raw_os_error(libc::EMFILE);
+        let t = super::describe_io(&e);
+        assert!(t.contains("EMFILE") && t.contains("ulimit -n"), "{t}");
+        let t = super::describe_io(&std::io::Error::from_raw_os_error(libc::ENFILE));
+        assert!(t.contains("ENFILE"), "{t}");
+        let t = crate::LaunchError::Connect {
+            addr: "127.0.0.1:1".parse().unwrap(),
+            source: e,
+        }
+        .to_string();
+        assert!(t.contains("EMFILE"), "{t}");
     }
 }

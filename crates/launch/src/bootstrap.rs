@@ -430,6 +430,175 @@ mod tests {
         assert_ne!(other.secret(), d("slurm:12.0").secret());
     }
 
+    /// A key-value service in memory: rank 0's value, for every rank.
+    struct Board {
+        rank: u32,
+        size: u32,
+        value: std::sync::Arc<(std::sync::Mutex<Option<String>>, std::sync::Condvar)>,
+    }
+
+    impl Bootstrap for Board {
+        fn describe(&self) -> String {
+            "a test board".into()
+        }
+        fn rank(&self) -> u32 {
+            self.rank
+        }
+        fn size(&self) -> u32 {
+            self.size
+        }
+        fn job_name(&self) -> String {
+            "board:1".into()
+        }
+        fn exchange(&mut self, mine: Option<&str>) -> Result<String, LaunchError> {
+            let (m, cv) = &*self.value;
+            let mut v = m.lock().unwrap();
+            if let Some(x) = mine {
+                *v = Some(x.to_string());
+                cv.notify_all();
+            }
+            while v.is_none() {
+                v = cv.wait(v).unwrap();
+            }
+            Ok(v.clone().unwrap())
+        }
+    }
+
+    #[test]
+    fn rank_0_publishes_a_fresh_secret_with_its_addresses() {
+        let value = std::sync::Arc::new((std::sync::Mutex::new(None), std::sync::Condvar::new()));
+        let cfg = LaunchConfig {
+            join_timeout: Duration::from_secs(20),
+            ..LaunchConfig::default()
+        };
+        let ranks: Vec<_> = (0..3)
+            .map(|rank| {
+                let (value, cfg) = (value.clone(), cfg.clone());
+                std::thread::spawn(move || {
+                    let mut b = Board {
+                        rank,
+                        size: 3,
+                        value,
+                    };
+                    let mut c = form(&mut b, &cfg).unwrap();
+                    let cookies = c.allgather(&c.cookie().to_le_bytes()).unwrap();
+                    let hex = c.secret().to_hex();
+                    c.finish(0).unwrap();
+                    (hex, cookies)
+                })
+            })
+            .collect();
+        let got: Vec<_> = ranks.into_iter().map(|t| t.join().unwrap()).collect();
+        let published = value.0.lock().unwrap().clone().unwrap();
+        let (hex, addrs) = published.split_once(';').unwrap();
+        assert_eq!(hex.len(), 64);
+        assert!(addrs.contains(':'), "{published}");
+        for (h, cookies) in &got {
+            assert_eq!(h, hex);
+            assert!(cookies.iter().all(|c| c == &cookies[0]));
+        }
+    }
+
+    #[test]
+    fn a_derived_rendezvous_without_a_user_key_says_how_to_make_one() {
+        let mut offer = BootOffer {
+            service: BootService::Derived {
+                host: "node1".into(),
+            },
+            launcher: Launcher::Slurm,
+            rank: Some(1),
+            size: Some(4),
+            job_name: Some("slurm:3.0".into()),
+            user_key: None,
+        };
+        let e = open(&offer, Duration::from_secs(1))
+            .err()
+            .unwrap()
+            .to_string();
+        for want in [
+            "--mpi=pmi2",
+            "umask 077",
+            ".config/bulkwire/key",
+            "BULKWIRE_SECRET",
+        ] {
+            assert!(e.contains(want), "{e}");
+        }
+        offer.user_key = Some(Err("/home/u/.config/bulkwire/key has mode 0644".into()));
+        let e = open(&offer, Duration::from_secs(1))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("mode 0644"), "{e}");
+    }
+
+    #[test]
+    fn a_port_taken_first_by_an_impostor_gets_no_card() {
+        use std::io::Write;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let key = Secret::generate();
+        let d = |rank| Derived {
+            host: "127.0.0.1".into(),
+            rank,
+            size: 3,
+            job: format!("slurm:{}.7", std::process::id()),
+            key: key.clone(),
+        };
+        // Another user computed the ports and took the first: it challenges, accepts any
+        // hello, and welcomes with a made-up proof, hoping for cards.
+        let Ok(l) = TcpListener::bind(("0.0.0.0", d(0).ports()[0])) else {
+            return; // the port is in use here: nothing to test
+        };
+        l.set_nonblocking(true).unwrap();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let impostor = std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            while !stop2.load(Ordering::Relaxed) {
+                let Ok((mut s, _)) = l.accept() else {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                s.set_nonblocking(false).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+                let mut ch = crate::wire::challenge(&[3u8; 32]);
+                let _ = s.write_all(&ch);
+                let mut buf = Vec::new();
+                while let Ok(Some(t)) = crate::wire::read_frame(&mut s, &mut buf) {
+                    seen.push(t);
+                    if t == crate::wire::T_HELLO {
+                        ch = crate::wire::welcome(Some(0), &Secret::generate(), b"x");
+                        let _ = s.write_all(&ch);
+                    }
+                }
+            }
+            seen
+        });
+        let cfg = LaunchConfig {
+            join_timeout: Duration::from_secs(20),
+            ..LaunchConfig::default()
+        };
+        let ranks: Vec<_> = (0..3)
+            .map(|rank| {
+                let (mut b, cfg) = (d(rank), cfg.clone());
+                std::thread::spawn(move || {
+                    let mut c = form(&mut b, &cfg).unwrap();
+                    let port = c.env().rendezvous.port();
+                    c.allgather(b"card").unwrap();
+                    c.finish(0).unwrap();
+                    port
+                })
+            })
+            .collect();
+        let ports: Vec<u16> = ranks.into_iter().map(|t| t.join().unwrap()).collect();
+        stop.store(true, Ordering::Relaxed);
+        let seen = impostor.join().unwrap();
+        assert!(ports.iter().all(|&p| p != d(0).ports()[0]), "{ports:?}");
+        assert!(
+            !seen.contains(&crate::wire::T_EXCHANGE),
+            "the impostor got {seen:?}"
+        );
+    }
+
     #[test]
     fn host_addresses_put_loopback_last() {
         let a = host_addrs();

@@ -197,7 +197,8 @@ pub struct Server {
     ever_joined: bool,
     /// Every rank has joined once (the job formed).
     formed: bool,
-    /// Why processes of other jobs were refused while this one formed.
+    /// Connections not admitted while this job formed (the latest 16), for the message
+    /// of a job that did not form.
     refused: Vec<String>,
     /// Peers whose refusal was logged (one line per address, not per connection).
     logged: HashSet<IpAddr>,
@@ -718,7 +719,10 @@ impl Server {
                 peer.ip()
             ));
         }
-        if !self.formed && self.refused.len() < 16 {
+        if !self.formed {
+            if self.refused.len() >= 16 {
+                self.refused.remove(0);
+            }
             self.refused.push(format!(
                 "a process from {} was not admitted ({why})",
                 peer.ip()
@@ -1144,8 +1148,9 @@ impl Server {
              rendezvous at {})",
             self.addr
         );
+        // The last stranger turned away: a process with a stale or wrong secret, maybe.
         if let Some(why) = self.refused.last() {
-            message += &format!("; a process was refused: {why}");
+            message += &format!("; {why}");
         }
         Failure::Other {
             rank: None,

@@ -198,3 +198,22 @@ fn the_agent_command_line_holds_no_secret() {
     assert!(!line.contains(&format!("{:x}", s.cookie())), "{line}");
     assert!(!line.contains(&s.cookie().to_string()), "{line}");
 }
+
+#[test]
+fn a_job_that_does_not_form_names_the_last_connection_not_admitted() {
+    let mut cfg = ServerConfig::new(2, secret());
+    cfg.join_timeout = Some(Duration::from_millis(500));
+    let s = Server::bind(SocketAddr::from(([127, 0, 0, 1], 0)), cfg).unwrap();
+    let addr = s.local_addr();
+    let srv = std::thread::spawn(move || s.run());
+    // A rank with a stale secret: refused, so the job can't form; the failure says why.
+    let e = Control::join(&env(addr, 1, 2, Secret::generate())).unwrap_err();
+    assert!(matches!(e, LaunchError::Rejected(_)), "{e}");
+    let out = srv.join().unwrap();
+    let text = out.failures[0].to_string();
+    assert!(
+        text.contains("ranks 0-1 have not joined")
+            && text.contains("a process from 127.0.0.1 was not admitted (its proof does not match"),
+        "{text}"
+    );
+}

@@ -313,10 +313,11 @@ fn connect(pair: &NetnsPair) -> Result<(TcpTransport, TcpTransport), String> {
         .map(|l| l.local_addr().map_err(e))
         .collect::<Result<_, _>>()?;
     let mut hs = Vec::new();
+    let secret = bulkwire_launch::Secret::generate();
     for (i, l) in listeners.into_iter().enumerate() {
-        let addrs = addrs.clone();
+        let (addrs, secret) = (addrs.clone(), secret.clone());
         hs.push(pair.within(i, move || {
-            establish(i as u32, l, &addrs, 0x10C, Duration::from_secs(20))
+            establish(i as u32, l, &addrs, &secret, Duration::from_secs(20))
         })?);
     }
     let mut ts = Vec::new();

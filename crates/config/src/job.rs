@@ -5,10 +5,10 @@
 use std::net::{SocketAddr, ToSocketAddrs};
 
 use bulkwire_launch::bootstrap::{BootOffer, BootService, PmiAddr};
-use bulkwire_launch::{JobEnv, Launcher, cookie_from_job, job_id_from_name};
+use bulkwire_launch::{JobEnv, Launcher, Secret, job_id_from_name, read_key_file};
 
-use crate::parse::{Lookup, bad, int, word};
-use crate::vars::{BOOTSTRAP, COOKIE, JOB, NPROCS, RANK, RENDEZVOUS, Var};
+use crate::parse::{Lookup, int, word};
+use crate::vars::{BOOTSTRAP, COOKIE, JOB, NPROCS, RANK, RENDEZVOUS, SECRET, SECRET_FILE, Var};
 use crate::{ConfigError, vars};
 
 /// How a process launched by someone else joins its job.
@@ -27,9 +27,9 @@ pub struct Joining {
 /// `BULKWIRE_NPROCS` is required), `SLURM_PROCID` + `SLURM_NTASKS`,
 /// `OMPI_COMM_WORLD_RANK` + `OMPI_COMM_WORLD_SIZE`. The rendezvous address always comes
 /// from `BULKWIRE_RENDEZVOUS`; a one-task Slurm or mpirun job without it counts as not
-/// launched (a batch script running `./program`, which may then self-spawn). The cookie
-/// is `BULKWIRE_COOKIE`, else derived from the job id (`BULKWIRE_JOB`, else Slurm's
-/// job and step ids, else Open MPI's job id).
+/// launched (a batch script running `./program`, which may then self-spawn). The job's
+/// secret is `BULKWIRE_SECRET`, else read from `BULKWIRE_SECRET_FILE`; the job id comes
+/// from `BULKWIRE_JOB`, else Slurm's job and step ids, else Open MPI's job id.
 pub fn job_env(l: &Lookup) -> Result<Joining, ConfigError> {
     let invalid = |reason: String| ConfigError::Invalid {
         vars: "the job's environment".into(),
@@ -37,7 +37,21 @@ pub fn job_env(l: &Lookup) -> Result<Joining, ConfigError> {
     };
     let ours = l.raw(&RANK).is_some();
     let size_ours = l.raw(&NPROCS);
-    let (cookie_var, job_var) = (l.raw(&COOKIE), l.raw(&JOB));
+    if l.raw(&COOKIE).is_some() {
+        return Err(ConfigError::Invalid {
+            vars: COOKIE.name.into(),
+            reason: format!(
+                "is no longer read: it was replaced by {} (64 hex digits, which bsprun and \
+                 the bootstraps generate; the packet cookie derives from it). Unset {}",
+                SECRET.name, COOKIE.name
+            ),
+        });
+    }
+    let secret = Given {
+        hex: l.raw(&SECRET),
+        file: l.raw(&SECRET_FILE),
+    };
+    let job_var = l.raw(&JOB);
     let source = if ours {
         if size_ours.is_none() {
             return Err(invalid(format!(
@@ -81,7 +95,7 @@ pub fn job_env(l: &Lookup) -> Result<Joining, ConfigError> {
         }
         // A PMIx launcher that set no rank variables of its own: PMIx tells.
         if l.foreign("PMIX_RANK").is_some() && offers_pmix(l) {
-            let boot = offer(l, bootstrap, Launcher::OpenMpi, None, None, None)?;
+            let boot = offer(l, bootstrap, Launcher::OpenMpi, None, None, None, &secret)?;
             return Ok(Joining { job: None, boot });
         }
         return Ok(Joining::default());
@@ -141,7 +155,15 @@ pub fn job_env(l: &Lookup) -> Result<Joining, ConfigError> {
         }
         let boot = match launcher {
             Launcher::Bulkwire => None,
-            _ => offer(l, bootstrap, launcher, Some(rank), Some(nprocs), job_name)?,
+            _ => offer(
+                l,
+                bootstrap,
+                launcher,
+                Some(rank),
+                Some(nprocs),
+                job_name,
+                &secret,
+            )?,
         };
         if boot.is_some() {
             return Ok(Joining { job: None, boot });
@@ -154,25 +176,26 @@ pub fn job_env(l: &Lookup) -> Result<Joining, ConfigError> {
         )));
     };
     let rendezvous = resolve(&RENDEZVOUS, &rv)?;
-    let job_id = job_name.as_deref().map(job_id_from_name);
-    let cookie = match cookie_var {
-        Some(c) => Some(parse_cookie(&c).ok_or_else(|| bad(&COOKIE, &c))?),
-        None => job_id.map(cookie_from_job),
+    let Some(secret) = secret.read()? else {
+        return Err(invalid(format!(
+            "no job secret: set {} (64 hex digits) or {} (a file holding them), the same \
+             for all ranks; bsprun sets it for the processes it starts, bsprun --serve \
+             writes one to a file",
+            SECRET.name, SECRET_FILE.name
+        )));
     };
-    let (cookie, job_id) = match (cookie, job_id) {
-        (Some(c), Some(j)) => (c, j),
-        (Some(c), None) => (c, u64::from(c)),
-        (None, _) => {
-            return Err(invalid(format!(
-                "no job cookie: set {} or {} (the same for all ranks)",
-                COOKIE.name, JOB.name
-            )));
-        }
-    };
+    // Without a job name, an id that is the same in every rank and differs per secret.
+    let job_id = job_name.as_deref().map_or_else(
+        || {
+            let k = secret.derive("bulkwire 1 job id");
+            u64::from_le_bytes([k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7]])
+        },
+        job_id_from_name,
+    );
     let job = JobEnv {
         rank,
         nprocs,
-        cookie,
+        secret,
         job_id,
         rendezvous,
         launcher,
@@ -184,6 +207,59 @@ pub fn job_env(l: &Lookup) -> Result<Joining, ConfigError> {
         job: Some(job),
         boot: None,
     })
+}
+
+/// The job secret the environment gives, read only when needed (a file may not exist for
+/// a process that never joins a job).
+struct Given {
+    hex: Option<String>,
+    file: Option<String>,
+}
+
+impl Given {
+    /// `BULKWIRE_SECRET`, else the content of `BULKWIRE_SECRET_FILE`; `Ok(None)`: neither
+    /// is set. Errors name the variable but never show a secret's value.
+    fn read(&self) -> Result<Option<Secret>, ConfigError> {
+        if self.hex.is_some() && self.file.is_some() {
+            return Err(ConfigError::Invalid {
+                vars: format!("{}, {}", SECRET.name, SECRET_FILE.name),
+                reason: "both are set: set one (they could disagree)".into(),
+            });
+        }
+        if let Some(h) = &self.hex {
+            return Secret::from_hex(h)
+                .map(Some)
+                .ok_or_else(|| ConfigError::Invalid {
+                    vars: format!("{}=(value hidden)", SECRET.name),
+                    reason: format!("not accepted: expected {}", SECRET.accepted),
+                });
+        }
+        match &self.file {
+            Some(f) => read_key_file(std::path::Path::new(f))
+                .map(Some)
+                .map_err(|why| ConfigError::Invalid {
+                    vars: SECRET_FILE.name.into(),
+                    reason: format!("{why} (expected {})", SECRET_FILE.accepted),
+                }),
+            None => Ok(None),
+        }
+    }
+
+    /// The user's key for a derived rendezvous: what [`Given::read`] finds, else the
+    /// key file `~/.config/bulkwire/key` when it exists.
+    fn user_key(&self, l: &Lookup) -> Result<Option<Result<Secret, String>>, ConfigError> {
+        if let Some(s) = self.read()? {
+            return Ok(Some(Ok(s)));
+        }
+        let Some(home) = l.foreign("HOME") else {
+            return Ok(None);
+        };
+        let path = std::path::Path::new(&home).join(".config/bulkwire/key");
+        if std::fs::symlink_metadata(&path).is_err() {
+            return Ok(None);
+        }
+        Ok(Some(read_key_file(&path)))
+    }
 }
 
 /// `BULKWIRE_BOOTSTRAP`.
@@ -216,10 +292,21 @@ fn offer(
     rank: Option<u32>,
     size: Option<u32>,
     job_name: Option<String>,
+    secret: &Given,
 ) -> Result<Option<BootOffer>, ConfigError> {
     let pmi = || -> Result<Option<PmiAddr>, ConfigError> {
         if let Some(fd) = l.foreign("PMI_FD") {
             let n = int(&fd, 0, i32::MAX as u64).ok_or_else(|| foreign_bad("PMI_FD", &fd))?;
+            // Speaking PMI on a standard stream would corrupt it, and closing it when the
+            // session ends would take this process's stderr (or output) with it.
+            if n <= 2 {
+                return Err(ConfigError::Invalid {
+                    vars: format!("PMI_FD={n}"),
+                    reason: "descriptors 0, 1 and 2 are standard input, output and error, \
+                             not a launcher's PMI connection: expected a descriptor from 3 up"
+                        .into(),
+                });
+            }
             return Ok(Some(PmiAddr::Fd(n as i32)));
         }
         let Some(addr) = l.foreign("PMI_PORT") else {
@@ -258,12 +345,21 @@ fn offer(
                 .into(),
         });
     }
-    Ok(service.map(|service| BootOffer {
+    let Some(service) = service else {
+        return Ok(None);
+    };
+    // Only a derived rendezvous needs the user's key; the others pass a fresh secret.
+    let user_key = match service {
+        BootService::Derived { .. } => secret.user_key(l)?,
+        _ => None,
+    };
+    Ok(Some(BootOffer {
         service,
         launcher,
         rank,
         size,
         job_name,
+        user_key,
     }))
 }
 
@@ -312,14 +408,6 @@ const FOREIGN_COUNT: Var = Var {
     default: "",
     about: "",
 };
-
-/// A u32 in decimal or `0x` hex.
-fn parse_cookie(v: &str) -> Option<u32> {
-    match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
-        Some(hex) => u32::from_str_radix(hex, 16).ok(),
-        None => int(v, 0, u32::MAX as u64).map(|n| n as u32),
-    }
-}
 
 /// `host:port` resolved (a name is looked up; the first address wins).
 fn resolve(var: &'static Var, hostport: &str) -> Result<SocketAddr, ConfigError> {

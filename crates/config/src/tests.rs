@@ -1,6 +1,6 @@
 use std::collections::BTreeSet;
 
-use bulkwire_launch::{Launcher, cookie_from_job, job_id_from_name};
+use bulkwire_launch::{Launcher, Secret, job_id_from_name};
 
 use super::*;
 
@@ -40,6 +40,8 @@ const DESCRIBED_DEFAULTS: &[&str] = &[
     "BULKWIRE_RANK",
     "BULKWIRE_NPROCS",
     "BULKWIRE_RENDEZVOUS",
+    "BULKWIRE_SECRET",
+    "BULKWIRE_SECRET_FILE",
     "BULKWIRE_COOKIE",
     "BULKWIRE_JOB",
     "BULKWIRE_PROFILE",
@@ -85,7 +87,7 @@ fn every_bad_value_names_the_variable_and_what_is_accepted() {
                 ("BULKWIRE_RANK", "0"),
                 ("BULKWIRE_NPROCS", "2"),
                 ("BULKWIRE_RENDEZVOUS", "127.0.0.1:1"),
-                ("BULKWIRE_COOKIE", "1"),
+                ("BULKWIRE_SECRET", SECRET_HEX),
             ]);
             vars.retain(|(n, x)| *n != v.name || *x == "twelve");
             vars.dedup_by_key(|(n, _)| *n);
@@ -432,21 +434,23 @@ fn nothing_set_means_not_launched() {
     assert_eq!(job(&[("BULKWIRE_NPROCS", "4")]), None);
 }
 
+/// A job secret for the tests.
+const SECRET_HEX: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+const SECRET: (&str, &str) = ("BULKWIRE_SECRET", SECRET_HEX);
+
 #[test]
 fn bulkwire_job_variables_round_trip() {
     let e = job(&[
         ("BULKWIRE_RANK", "2"),
         ("BULKWIRE_NPROCS", "4"),
         RV,
-        ("BULKWIRE_COOKIE", "0xdeadbeef"),
+        SECRET,
         ("BULKWIRE_JOB", "77"),
         ("BULKWIRE_HOST_ID", "h1"),
     ])
     .unwrap();
-    assert_eq!(
-        (e.rank, e.nprocs, e.cookie, e.job_id),
-        (2, 4, 0xdead_beef, 77)
-    );
+    assert_eq!((e.rank, e.nprocs, e.job_id), (2, 4, 77));
+    assert_eq!(e.secret, Secret::from_hex(SECRET_HEX).unwrap());
     assert_eq!(e.rendezvous, "127.0.0.1:4567".parse().unwrap());
     assert_eq!(
         (e.launcher, e.host_id.as_deref()),
@@ -463,32 +467,62 @@ fn bulkwire_job_variables_round_trip() {
 }
 
 #[test]
-fn cookie_derived_from_job_id() {
-    let a = job(&[
-        ("BULKWIRE_RANK", "0"),
-        ("BULKWIRE_NPROCS", "2"),
-        RV,
-        ("BULKWIRE_JOB", "job-x"),
-    ])
-    .unwrap();
-    let b = job(&[
-        ("BULKWIRE_RANK", "1"),
-        ("BULKWIRE_NPROCS", "2"),
-        RV,
-        ("BULKWIRE_JOB", "job-x"),
-    ])
-    .unwrap();
-    assert_eq!(a.cookie, b.cookie);
-    assert_eq!(a.job_id, job_id_from_name("job-x"));
-    assert_eq!(a.cookie, cookie_from_job(a.job_id));
-    let c = job(&[
-        ("BULKWIRE_RANK", "0"),
-        ("BULKWIRE_NPROCS", "2"),
-        RV,
-        ("BULKWIRE_COOKIE", "12"),
-    ])
-    .unwrap();
-    assert_eq!((c.cookie, c.job_id), (12, 12));
+fn the_secret_comes_from_the_environment_or_a_private_file_and_is_never_shown() {
+    let base = [("BULKWIRE_RANK", "0"), ("BULKWIRE_NPROCS", "2"), RV];
+    let with = |extra: &[(&'static str, &str)]| {
+        let mut v: Vec<(&str, &str)> = base.to_vec();
+        v.extend_from_slice(extra);
+        v.into_iter()
+            .map(|(k, x)| (k, x.to_string()))
+            .collect::<Vec<_>>()
+    };
+    let pairs = |v: &[(&'static str, String)]| -> Vec<(&'static str, String)> { v.to_vec() };
+    let run = |v: Vec<(&'static str, String)>| {
+        Settings::from_lookup(|k| v.iter().find(|(n, _)| *n == k).map(|(_, x)| x.clone()))
+    };
+    // Without a name the job id still agrees across ranks (it derives from the secret).
+    let a = run(with(&[SECRET])).unwrap().launch.job.unwrap();
+    assert_eq!(
+        a.job_id,
+        run(with(&[SECRET])).unwrap().launch.job.unwrap().job_id
+    );
+    // A malformed secret is refused without echoing it.
+    let e = run(with(&[("BULKWIRE_SECRET", "0123456789abcdefXYZ")]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("BULKWIRE_SECRET") && e.contains("value hidden"),
+        "{e}"
+    );
+    assert!(!e.contains("0123456789abcdef"), "{e}");
+    // BULKWIRE_COOKIE is named as replaced.
+    let e = run(with(&[SECRET, ("BULKWIRE_COOKIE", "0x1234")]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("BULKWIRE_COOKIE") && e.contains("replaced by BULKWIRE_SECRET"),
+        "{e}"
+    );
+    // A file: private ones are read, others refused, naming the path.
+    let dir = std::env::temp_dir().join(format!("bw-cfg-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir(&dir).unwrap();
+    let f = dir.join("secret");
+    bulkwire_launch::write_key_file(&f, &Secret::from_hex(SECRET_HEX).unwrap()).unwrap();
+    let fv = pairs(&with(&[("BULKWIRE_SECRET_FILE", f.to_str().unwrap())]));
+    assert_eq!(
+        run(fv.clone()).unwrap().launch.job.unwrap().secret,
+        a.secret
+    );
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let e = run(fv).unwrap_err().to_string();
+    assert!(
+        e.contains("BULKWIRE_SECRET_FILE") && e.contains(f.to_str().unwrap()) && e.contains("0644"),
+        "{e}"
+    );
+    assert!(!e.contains(SECRET_HEX));
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -499,15 +533,15 @@ fn slurm_job() {
         ("SLURM_JOB_ID", "1234"),
         ("SLURM_STEP_ID", "0"),
         RV,
+        SECRET,
     ];
     let e = job(&v).unwrap();
     assert_eq!((e.rank, e.nprocs, e.launcher), (3, 8, Launcher::Slurm));
     assert_eq!(e.job_id, job_id_from_name("slurm:1234.0"));
-    assert_eq!(e.cookie, cookie_from_job(e.job_id));
     // Another step of the same allocation is another job.
     let mut w = v;
     w[3] = ("SLURM_STEP_ID", "1");
-    assert_ne!(job(&w).unwrap().cookie, e.cookie);
+    assert_ne!(job(&w).unwrap().job_id, e.job_id);
 }
 
 #[test]
@@ -517,6 +551,7 @@ fn open_mpi_job() {
         ("OMPI_COMM_WORLD_SIZE", "2"),
         ("OMPI_MCA_ess_base_jobid", "3735552001"),
         RV,
+        SECRET,
     ])
     .unwrap();
     assert_eq!((e.rank, e.nprocs, e.launcher), (1, 2, Launcher::OpenMpi));
@@ -529,7 +564,7 @@ fn bulkwire_wins_over_slurm() {
     let e = job(&[
         ("BULKWIRE_RANK", "1"),
         ("BULKWIRE_NPROCS", "4"),
-        ("BULKWIRE_COOKIE", "5"),
+        SECRET,
         ("SLURM_PROCID", "0"),
         ("SLURM_NTASKS", "1"),
         RV,
@@ -547,25 +582,25 @@ fn single_task_batch_step_is_not_a_job() {
 fn incomplete_or_inconsistent_jobs() {
     let rank = |r| ("BULKWIRE_RANK", r);
     let size = |n| ("BULKWIRE_NPROCS", n);
-    let cookie = ("BULKWIRE_COOKIE", "1");
+    let secret = SECRET;
     for (vars, says) in [
         (&[rank("0")][..], "BULKWIRE_NPROCS is not"),
-        (&[rank("4"), size("4"), RV, cookie], "out of range"),
+        (&[rank("4"), size("4"), RV, secret], "out of range"),
         (&[rank("x"), size("4")], "BULKWIRE_RANK=\"x\""),
         (&[rank("0"), size("0")], "BULKWIRE_NPROCS=\"0\""),
         (
-            &[rank("0"), size("2"), cookie],
+            &[rank("0"), size("2"), secret],
             "BULKWIRE_RENDEZVOUS is not set",
         ),
         (
             &[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "4")],
             "BULKWIRE_RENDEZVOUS is not set",
         ),
-        (&[rank("0"), size("2"), RV], "no job cookie"),
+        (&[rank("0"), size("2"), RV], "no job secret"),
         (&[RV], "no rank"),
         (
-            &[rank("0"), size("2"), RV, ("BULKWIRE_COOKIE", "0xzz")],
-            "BULKWIRE_COOKIE",
+            &[rank("0"), size("2"), RV, ("BULKWIRE_SECRET", "0xzz")],
+            "BULKWIRE_SECRET=(value hidden)",
         ),
         (
             &[
@@ -581,7 +616,7 @@ fn incomplete_or_inconsistent_jobs() {
             &[
                 rank("0"),
                 size("2"),
-                cookie,
+                secret,
                 ("BULKWIRE_RENDEZVOUS", "no-port-here"),
             ],
             "host:port",
@@ -635,6 +670,14 @@ fn mpiexec_offers_pmi_on_its_descriptor() {
     );
     let e = error(&[("PMI_FD", "x"), ("PMI_RANK", "0"), ("PMI_SIZE", "2")]);
     assert!(e.contains("PMI_FD=\"x\""), "{e}");
+    // A standard stream is no PMI connection (closing it would take stderr away).
+    for fd in ["0", "1", "2"] {
+        let e = error(&[("PMI_FD", fd), ("PMI_RANK", "0"), ("PMI_SIZE", "2")]);
+        assert!(
+            e.contains(&format!("PMI_FD={fd}")) && e.contains("standard"),
+            "{e}"
+        );
+    }
 }
 
 #[test]
@@ -668,6 +711,14 @@ fn mpirun_offers_pmix_and_srun_pmi_or_its_node_list() {
         }
     );
     assert_eq!(b.job_name.as_deref(), Some("slurm:12.0"));
+    // No user key: the derived rendezvous will refuse to start; with one, it is passed on.
+    assert_eq!(b.user_key, None);
+    let mut keyed = slurm.to_vec();
+    keyed.push(SECRET);
+    assert_eq!(
+        boot(&keyed).unwrap().user_key,
+        Some(Ok(Secret::from_hex(SECRET_HEX).unwrap()))
+    );
     // srun --mpi=pmi2 gives a PMI descriptor too: it wins, unless told otherwise.
     let mut pmi2 = slurm.to_vec();
     pmi2.push(("PMI_FD", "5"));
@@ -686,7 +737,7 @@ fn mpirun_offers_pmix_and_srun_pmi_or_its_node_list() {
     );
     // A rendezvous given is used as before.
     let mut served = slurm.to_vec();
-    served.push(RV);
+    served.extend([RV, SECRET]);
     assert!(job(&served).is_some());
 }
 

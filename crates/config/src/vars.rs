@@ -315,10 +315,18 @@ vars! {
         "host:port",
         "none",
         "The job's rendezvous server (set by bsprun; by hand for bsprun --serve). Under srun, mpirun or mpiexec without it, the job forms through the launcher's own bootstrap service (see BULKWIRE_BOOTSTRAP).";
+    SECRET: Launch, "BULKWIRE_SECRET",
+        "64 hex digits (32 bytes)",
+        "none (bsprun generates one per job)",
+        "The job's secret: a process proves it to join the job, the rendezvous server proves it back, and the packet cookie and keys derive from it. Set by bsprun for the processes it starts; by hand (from bsprun --serve) for processes of another launcher; under srun --mpi=none, the user's key from which each job's secret is derived. Never on a command line.";
+    SECRET_FILE: Launch, "BULKWIRE_SECRET_FILE",
+        "the path of a file holding 64 hex digits, owned by the user and private (mode 0600 or stricter, no symbolic link)",
+        "none",
+        "Where to read the job's secret when BULKWIRE_SECRET is not set (bsprun --serve writes one).";
     COOKIE: Launch, "BULKWIRE_COOKIE",
-        "an integer from 0 to 4294967295, decimal or 0x hex",
-        "derived from BULKWIRE_JOB",
-        "Carried by every packet of the job; packets with another cookie are dropped.";
+        "nothing: replaced by BULKWIRE_SECRET",
+        "unset",
+        "Replaced by BULKWIRE_SECRET; setting it is an error (the packet cookie derives from the secret).";
     JOIN_TIMEOUT: Launch, "BULKWIRE_JOIN_TIMEOUT",
         "seconds from 1 to 86400",
         "60",
@@ -326,7 +334,7 @@ vars! {
     BOOTSTRAP: Launch, "BULKWIRE_BOOTSTRAP",
         "auto, pmi, pmix or derived",
         "auto",
-        "How a job started by srun, mpirun or mpiexec without BULKWIRE_RENDEZVOUS forms: auto uses the launcher's PMI-1 service (PMI_FD, PMI_PORT), else PMIx (libpmix, loaded when needed), else rank 0 serves on the first host of Slurm's node list at ports derived from the job id.";
+        "How a job started by srun, mpirun or mpiexec without BULKWIRE_RENDEZVOUS forms: auto uses the launcher's PMI-1 service (PMI_FD, PMI_PORT), else PMIx (libpmix, loaded when needed), else rank 0 serves on the first host of Slurm's node list at ports derived from the job id (derived: this needs the user's key, BULKWIRE_SECRET or ~/.config/bulkwire/key).";
     RSH: Tools, "BULKWIRE_RSH",
         "a command and its arguments, separated by spaces",
         "ssh",
@@ -334,7 +342,7 @@ vars! {
     JOB: Launch, "BULKWIRE_JOB",
         "any text (a number is used as it is, other text hashed)",
         "Slurm's or Open MPI's job id",
-        "The job's identity, from which the cookie is derived when none is given.";
+        "The job's identity (a name for messages and shared names; not a credential).";
 }
 
 /// Variables of other launchers that identify a job (read, never written).

@@ -370,7 +370,7 @@ pub fn connect_transport(
         dead_after: Duration::from_nanos(cfg.dead_after),
         ..TcpConfig::default()
     };
-    let streams = tcp::establish(rank, listener, &addrs, ctl.cookie(), tcfg.connect_timeout)?;
+    let streams = tcp::establish(rank, listener, &addrs, ctl.secret(), tcfg.connect_timeout)?;
     let info = JobInfo {
         cards,
         local,

@@ -4,8 +4,11 @@
 //! - **Connections are set up once, at start** ([`establish`]), not per message: each rank
 //!   listens on one socket whose address it publishes in its rendezvous card; the lower
 //!   rank of every pair connects to the higher one (so there is exactly one connection per
-//!   pair) and introduces itself with a 12-byte hello (magic, job cookie, rank). Seed
-//!   000's latency table likewise leaves TCP's connection setup out.
+//!   pair). Each connection is authenticated both ways before it is used: the connecting
+//!   rank sends its rank and a nonce, the accepting rank answers with its rank, its nonce
+//!   and a proof of the job's secret over both, and the connecting rank answers with its
+//!   own proof ([`bulkwire_launch::Secret::prove`]); a connection that fails is dropped.
+//!   Seed 000's latency table likewise leaves TCP's connection setup out.
 //! - Sockets are non-blocking with `TCP_NODELAY` (no Nagle delay on small messages), and
 //!   keep-alive probes plus `TCP_USER_TIMEOUT` so that a peer whose host vanishes without a
 //!   reset is detected within about `dead_after`, as the engine's pings do for UDP.
@@ -42,7 +45,7 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bulkwire_launch::JobState;
+use bulkwire_launch::{JobState, Secret};
 use bulkwire_link::Rank;
 use bulkwire_protocol::{MsgId, PeerStats, ProtoError, SEC, Time};
 use bytes::Bytes;
@@ -363,24 +366,110 @@ fn tune(s: &TcpStream, cfg: &TcpConfig) -> io::Result<()> {
     Ok(())
 }
 
-fn hello(cookie: u32, rank: Rank) -> [u8; 12] {
-    let mut h = [0u8; 12];
-    h[0..4].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
-    h[4..8].copy_from_slice(&cookie.to_le_bytes());
-    h[8..12].copy_from_slice(&rank.to_le_bytes());
-    h
+/// The purpose of the data-plane handshake's proofs.
+const PROOF_CONTEXT: &str = "bulkwire 1 tcp hello";
+const NONCE: usize = 32;
+/// The connecting side's opening: magic, its rank, its nonce.
+const OPEN: usize = 8 + NONCE;
+/// The accepting side's answer: magic, its rank, its nonce, its proof.
+const ANSWER: usize = 8 + NONCE + 32;
+/// How long a handshake may take once connected (a peer of the job answers at once).
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn nonce() -> [u8; NONCE] {
+    let mut n = [0u8; NONCE];
+    // The engine has no random source of its own: a fresh secret's bytes are as good.
+    n.copy_from_slice(&Secret::generate().derive("bulkwire 1 tcp nonce"));
+    n
+}
+
+/// What both proofs cover: the opening and the answer's rank and nonce, and which side
+/// proves (so one side's proof can't be reflected as the other's).
+fn transcript(side: u8, open: &[u8], answer_head: &[u8]) -> Vec<u8> {
+    let mut t = Vec::with_capacity(1 + open.len() + answer_head.len());
+    t.push(side);
+    t.extend_from_slice(open);
+    t.extend_from_slice(answer_head);
+    t
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+fn refused(why: String) -> io::Error {
+    io::Error::new(io::ErrorKind::PermissionDenied, why)
+}
+
+/// The accepting side of a handshake on `s` (blocking, bounded by a read timeout): the
+/// rank below `rank` that proved the job's secret, or why not.
+fn accept_handshake(s: &TcpStream, secret: &Secret, rank: Rank) -> io::Result<Rank> {
+    s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+    let mut open = [0u8; OPEN];
+    (&*s).read_exact(&mut open)?;
+    let q = u32_at(&open, 4);
+    if u32_at(&open, 0) != HELLO_MAGIC || q >= rank {
+        return Err(refused("not a lower rank of a bulkwire TCP job".into()));
+    }
+    let mut answer = Vec::with_capacity(ANSWER);
+    answer.extend_from_slice(&HELLO_MAGIC.to_le_bytes());
+    answer.extend_from_slice(&rank.to_le_bytes());
+    answer.extend_from_slice(&nonce());
+    let proof = secret.prove(PROOF_CONTEXT, &transcript(b'A', &open, &answer));
+    let theirs = transcript(b'C', &open, &answer);
+    answer.extend_from_slice(&proof);
+    (&*s).write_all(&answer)?;
+    let mut p = [0u8; 32];
+    (&*s).read_exact(&mut p)?;
+    if !secret.verify(PROOF_CONTEXT, &theirs, &p) {
+        return Err(refused(format!(
+            "a peer claiming rank {q} did not prove the job's secret"
+        )));
+    }
+    s.set_read_timeout(None)?;
+    Ok(q)
+}
+
+/// The connecting side of a handshake with rank `q` on `s`.
+fn connect_handshake(s: &TcpStream, secret: &Secret, rank: Rank, q: Rank) -> io::Result<()> {
+    s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+    let mut open = Vec::with_capacity(OPEN);
+    open.extend_from_slice(&HELLO_MAGIC.to_le_bytes());
+    open.extend_from_slice(&rank.to_le_bytes());
+    open.extend_from_slice(&nonce());
+    (&*s).write_all(&open)?;
+    let mut answer = [0u8; ANSWER];
+    (&*s).read_exact(&mut answer)?;
+    let head = &answer[..8 + NONCE];
+    let ok = u32_at(&answer, 0) == HELLO_MAGIC
+        && u32_at(&answer, 4) == q
+        && secret.verify(
+            PROOF_CONTEXT,
+            &transcript(b'A', &open, head),
+            &answer[8 + NONCE..],
+        );
+    if !ok {
+        return Err(refused(format!(
+            "the peer at {} did not prove that it is rank {q} of this job",
+            s.peer_addr().map_or_else(|_| "?".into(), |a| a.to_string())
+        )));
+    }
+    let proof = secret.prove(PROOF_CONTEXT, &transcript(b'C', &open, head));
+    (&*s).write_all(&proof)?;
+    s.set_read_timeout(None)?;
+    Ok(())
 }
 
 /// Connects rank `rank` to every other rank of the job: `listener` is this rank's bound
 /// listening socket, `addrs[q]` rank q's. Rank r connects to every q > r and accepts a
-/// connection from every q < r, each introduced by a hello carrying the job's `cookie`
-/// (a connection with a bad hello is dropped, and accepting goes on). Collective: every
-/// rank calls it at the same time. Returns one stream per peer (`None` for `rank`).
+/// connection from every q < r, each authenticated both ways with the job's `secret`
+/// (a connection that fails the handshake is dropped, and accepting goes on). Collective:
+/// every rank calls it at the same time. Returns one stream per peer (`None` for `rank`).
 pub fn establish(
     rank: Rank,
     listener: TcpListener,
     addrs: &[SocketAddr],
-    cookie: u32,
+    secret: &Secret,
     timeout: Duration,
 ) -> io::Result<Vec<Option<TcpStream>>> {
     let nprocs = addrs.len() as u32;
@@ -389,27 +478,16 @@ pub fn establish(
     // Accept from the lower ranks on a thread while this one connects to the higher ones,
     // so that no order of calls among the ranks can deadlock.
     listener.set_nonblocking(true)?;
+    let key = secret.clone();
     let acceptor = std::thread::spawn(move || -> io::Result<Vec<(Rank, TcpStream)>> {
         let mut got: Vec<(Rank, TcpStream)> = Vec::new();
         while got.len() < rank as usize {
             match listener.accept() {
                 Ok((s, _)) => {
                     s.set_nonblocking(false)?;
-                    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-                    let mut h = [0u8; 12];
-                    if (&s).read_exact(&mut h).is_err() {
-                        continue;
-                    }
-                    let magic = u32::from_le_bytes(h[0..4].try_into().unwrap_or_default());
-                    let c = u32::from_le_bytes(h[4..8].try_into().unwrap_or_default());
-                    let q = u32::from_le_bytes(h[8..12].try_into().unwrap_or_default());
-                    if magic == HELLO_MAGIC
-                        && c == cookie
-                        && q < rank
-                        && !got.iter().any(|(r, _)| *r == q)
-                    {
-                        s.set_read_timeout(None)?;
-                        got.push((q, s));
+                    match accept_handshake(&s, &key, rank) {
+                        Ok(q) if !got.iter().any(|(r, _)| *r == q) => got.push((q, s)),
+                        _ => continue,
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -447,7 +525,7 @@ pub fn establish(
                 Err(e) => break Err(e),
             }
         };
-        match s.and_then(|s| (&s).write_all(&hello(cookie, rank)).map(|_| s)) {
+        match s.and_then(|s| connect_handshake(&s, secret, rank, q).map(|()| s)) {
             Ok(s) => streams[q as usize] = Some(s),
             Err(e) => {
                 connect_err = Some(e);
@@ -525,12 +603,13 @@ impl TcpTransport {
             .map(|l| l.local_addr())
             .collect::<io::Result<_>>()?;
         let timeout = cfg.connect_timeout;
+        let secret = Secret::generate();
         let handles: Vec<_> = listeners
             .into_iter()
             .enumerate()
             .map(|(r, l)| {
-                let addrs = addrs.clone();
-                std::thread::spawn(move || establish(r as Rank, l, &addrs, 0x7C9, timeout))
+                let (addrs, secret) = (addrs.clone(), secret.clone());
+                std::thread::spawn(move || establish(r as Rank, l, &addrs, &secret, timeout))
             })
             .collect();
         let mut out = Vec::new();
@@ -857,4 +936,46 @@ fn tcp_info(s: &TcpStream) -> Option<libc::tcp_info> {
         )
     };
     (r == 0).then_some(info)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair() -> (Vec<TcpListener>, Vec<SocketAddr>) {
+        let ls: Vec<TcpListener> = (0..2)
+            .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        let addrs = ls.iter().map(|l| l.local_addr().unwrap()).collect();
+        (ls, addrs)
+    }
+
+    #[test]
+    fn connections_prove_the_job_secret_both_ways() {
+        let t = Duration::from_secs(1);
+        // Another job's secret: the connecting rank refuses the answer, the accepting rank
+        // drops the stranger and times out waiting for its real peer.
+        let (mut ls, addrs) = pair();
+        let (l1, l0) = (ls.pop().unwrap(), ls.pop().unwrap());
+        let a2 = addrs.clone();
+        let other = Secret::generate();
+        let r1 = std::thread::spawn(move || establish(1, l1, &a2, &other, t));
+        let e = establish(0, l0, &addrs, &Secret::generate(), t).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{e}");
+        assert!(e.to_string().contains("did not prove"), "{e}");
+        assert_eq!(
+            r1.join().unwrap().unwrap_err().kind(),
+            io::ErrorKind::TimedOut
+        );
+        // The same secret: connected.
+        let (mut ls, addrs) = pair();
+        let (l1, l0) = (ls.pop().unwrap(), ls.pop().unwrap());
+        let a2 = addrs.clone();
+        let s = Secret::generate();
+        let s2 = s.clone();
+        let r1 = std::thread::spawn(move || establish(1, l1, &a2, &s2, t));
+        let s0 = establish(0, l0, &addrs, &s, t).unwrap();
+        let s1 = r1.join().unwrap().unwrap();
+        assert!(s0[1].is_some() && s1[0].is_some());
+    }
 }

@@ -38,9 +38,8 @@ struct Job {
 
 fn start(scenario: &str, hosts: &[&str], env: &[(&str, &str)]) -> Job {
     let n = hosts.len() as u32;
-    let cookie = 0x7e57_0000 | (std::process::id() & 0xffff);
-    let mut cfg = ServerConfig::new(n);
-    cfg.job = Some((cookie, 42));
+    let secret = bulkwire_launch::Secret::generate();
+    let mut cfg = ServerConfig::new(n, secret.clone());
     cfg.timeout = Some(LIMIT);
     cfg.term_delay = Duration::from_millis(50);
     cfg.kill_grace = Duration::from_millis(500);
@@ -50,7 +49,7 @@ fn start(scenario: &str, hosts: &[&str], env: &[(&str, &str)]) -> Job {
     let job = JobEnv {
         rank: 0,
         nprocs: n,
-        cookie,
+        secret,
         job_id: 42,
         rendezvous: server.local_addr(),
         launcher: Launcher::Bulkwire,

@@ -26,6 +26,7 @@ use crate::LaunchError;
 use crate::bind::{self, Placement};
 use crate::env::{JobEnv, Launcher};
 use crate::launch::{OutputForwarder, die_with_parent};
+use crate::secret::Secret;
 use crate::sys::{self, ExitKind};
 use crate::wire::{self, AgentHello, Reader, Writer};
 
@@ -43,7 +44,6 @@ pub struct Start {
     pub host: String,
     pub ranks: Vec<u32>,
     pub nprocs: u32,
-    pub cookie: u32,
     pub job_id: u64,
     /// The rendezvous address as this host reaches it.
     pub rendezvous: SocketAddr,
@@ -68,7 +68,6 @@ impl Start {
             w.u32(r);
         }
         w.u32(self.nprocs);
-        w.u32(self.cookie);
         w.u64(self.job_id);
         w.str16(&self.rendezvous.to_string());
         w.blob32(self.program.as_bytes());
@@ -99,7 +98,7 @@ impl Start {
         let ranks = (0..n.min(p.len()))
             .map(|_| r.u32())
             .collect::<Option<_>>()?;
-        let (nprocs, cookie, job_id) = (r.u32()?, r.u32()?, r.u64()?);
+        let (nprocs, job_id) = (r.u32()?, r.u64()?);
         let rendezvous = r.str16(wire::MAX_TEXT)?.parse().ok()?;
         let program = os(r.blob32()?);
         let n = r.u32()? as usize;
@@ -121,7 +120,6 @@ impl Start {
             host,
             ranks,
             nprocs,
-            cookie,
             job_id,
             rendezvous,
             program,
@@ -136,37 +134,81 @@ impl Start {
 }
 
 /// The agent's command-line arguments after its own name: the launcher's address as this
-/// host reaches it, the job's cookie and id, and the agent's index (what `bsprun --agent`
-/// takes).
-pub fn agent_args(server: SocketAddr, cookie: u32, job_id: u64, index: usize) -> Vec<String> {
-    vec![
-        server.to_string(),
-        format!("{cookie:#010x}"),
-        job_id.to_string(),
-        index.to_string(),
-    ]
+/// host reaches it and the agent's index (what `bsprun --agent` takes). Nothing private:
+/// any user on the host can read a command line. The secret comes on standard input
+/// ([`secret_preamble`]).
+pub fn agent_args(server: SocketAddr, index: usize) -> Vec<String> {
+    vec![server.to_string(), index.to_string()]
 }
 
-/// Runs an agent from [`agent_args`]; returns the exit status for the agent's process.
-/// Every problem is printed to stderr (which the remote shell carries to the launcher).
+/// What the launcher writes first to the agent's standard input (the remote shell carries
+/// it, encrypted by ssh): the job's secret as one line of hex. What follows is rank 0's
+/// input, when the host runs rank 0.
+pub fn secret_preamble(secret: &Secret) -> Vec<u8> {
+    format!("{}\n", secret.to_hex()).into_bytes()
+}
+
+/// Reads the [`secret_preamble`] from `fd` a byte at a time, so that nothing after its line
+/// is consumed (the rest of the input goes to rank 0).
+fn read_preamble(fd: i32) -> Result<Secret, String> {
+    let mut line = Vec::with_capacity(65);
+    loop {
+        let mut b = 0u8;
+        // SAFETY: reads one byte into a valid local.
+        let n = unsafe { libc::read(fd, (&mut b as *mut u8).cast(), 1) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(format!(
+                "cannot read the job's secret from standard input: {e}"
+            ));
+        }
+        if n == 0 || b == b'\n' {
+            break;
+        }
+        if line.len() >= 128 {
+            break;
+        }
+        line.push(b);
+    }
+    std::str::from_utf8(&line)
+        .ok()
+        .and_then(Secret::from_hex)
+        .ok_or_else(|| {
+            "expected the job's secret (64 hex digits) as the first line of standard input \
+             (value hidden); the agent is started by bsprun, not by hand"
+                .to_string()
+        })
+}
+
+/// Runs an agent from [`agent_args`], reading the secret from standard input first;
+/// returns the exit status for the agent's process. Every problem is printed to stderr
+/// (which the remote shell carries to the launcher).
 pub fn agent_main(args: &[String]) -> i32 {
     let parsed = match args {
-        [server, cookie, job, index] => (|| {
-            let c = cookie.strip_prefix("0x")?;
-            Some((
-                server.parse::<SocketAddr>().ok()?,
-                u32::from_str_radix(c, 16).ok()?,
-                job.parse::<u64>().ok()?,
-                index.parse::<u32>().ok()?,
-            ))
-        })(),
+        [server, index] => server
+            .parse::<SocketAddr>()
+            .ok()
+            .zip(index.parse::<u32>().ok()),
         _ => None,
     };
-    let Some((server, cookie, job_id, index)) = parsed else {
-        eprintln!("bulkwire agent: expected SERVER COOKIE JOB INDEX, got {args:?}");
+    let Some((server, index)) = parsed else {
+        eprintln!(
+            "bulkwire agent: expected SERVER INDEX, got {:?}",
+            args.iter().map(|a| wire::printable(a)).collect::<Vec<_>>()
+        );
         return 2;
     };
-    match run(server, cookie, job_id, index) {
+    let secret = match read_preamble(0) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("bulkwire agent on {}: {e}", crate::hostname());
+            return 2;
+        }
+    };
+    match run(server, &secret, index) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("bulkwire agent on {}: {e}", crate::hostname());
@@ -246,7 +288,7 @@ impl Drop for Link {
     }
 }
 
-fn run(server: SocketAddr, cookie: u32, job_id: u64, index: u32) -> Result<i32, LaunchError> {
+fn run(server: SocketAddr, secret: &Secret, index: u32) -> Result<i32, LaunchError> {
     let stream = TcpStream::connect_timeout(&server, crate::CONNECT_TIMEOUT).map_err(|e| {
         LaunchError::Connect {
             addr: server,
@@ -256,19 +298,39 @@ fn run(server: SocketAddr, cookie: u32, job_id: u64, index: u32) -> Result<i32, 
     let _ = stream.set_nodelay(true);
     crate::control::keepalive(&stream);
     stream.set_write_timeout(Some(SILENCE))?;
+    stream.set_read_timeout(Some(crate::CONNECT_TIMEOUT))?;
+    let mut buf = Vec::new();
+    let nonce = match wire::read_frame(&mut &stream, &mut buf)? {
+        Some(wire::T_CHALLENGE) => wire::decode_challenge(&buf).map_err(LaunchError::Protocol)?,
+        _ => {
+            return Err(LaunchError::Protocol(
+                "no challenge from the launcher".into(),
+            ));
+        }
+    };
     let hello = AgentHello {
-        cookie,
-        job_id,
         index,
         pid: std::process::id(),
     };
-    (&stream).write_all(&hello.encode())?;
-    stream.set_read_timeout(Some(crate::CONNECT_TIMEOUT))?;
-    let mut buf = Vec::new();
+    let (frame, tr) = hello.encode(secret, &nonce);
+    (&stream).write_all(&frame)?;
+    match wire::read_frame(&mut &stream, &mut buf)? {
+        Some(wire::T_WELCOME) => {
+            if wire::verify_welcome(secret, &tr, &buf).is_err() {
+                return Err(LaunchError::Rejected(format!(
+                    "the server at {server} did not prove that it knows the job's secret \
+                     (not the launcher)"
+                )));
+            }
+        }
+        Some(wire::T_REJECT) => {
+            return Err(LaunchError::Rejected(wire::printable(&wire::text(&buf))));
+        }
+        _ => return Err(LaunchError::Protocol("no welcome from the launcher".into())),
+    }
     let start = match wire::read_frame(&mut &stream, &mut buf)? {
         Some(wire::T_START) => Start::decode(&buf)
             .ok_or_else(|| LaunchError::Protocol("malformed start message".into()))?,
-        Some(wire::T_REJECT) => return Err(LaunchError::Rejected(wire::text(&buf))),
         _ => return Err(LaunchError::Protocol("no start message".into())),
     };
     stream.set_read_timeout(None)?;
@@ -283,7 +345,7 @@ fn run(server: SocketAddr, cookie: u32, job_id: u64, index: u32) -> Result<i32, 
     if std::path::Path::new(&start.cwd).is_dir() {
         let _ = std::env::set_current_dir(&start.cwd);
     }
-    let (mut ranks, output) = match spawn_all(&start) {
+    let (mut ranks, output) = match spawn_all(&start, secret) {
         Ok(x) => x,
         Err((rank, why, mut started)) => {
             let _ = link.send(&wire::nostart(rank, &why));
@@ -301,12 +363,12 @@ fn run(server: SocketAddr, cookie: u32, job_id: u64, index: u32) -> Result<i32, 
 type Spawned = (Vec<Rank>, Option<crate::launch::ForwarderHandle>);
 
 /// Starts the host's ranks; on failure, the rank, why, and those already started.
-fn spawn_all(s: &Start) -> Result<Spawned, (u32, String, Vec<Rank>)> {
+fn spawn_all(s: &Start, secret: &Secret) -> Result<Spawned, (u32, String, Vec<Rank>)> {
     let plan = bind::plan(s.ranks.len() as u32, s.placement);
     let env = JobEnv {
         rank: 0,
         nprocs: s.nprocs,
-        cookie: s.cookie,
+        secret: secret.clone(),
         job_id: s.job_id,
         rendezvous: s.rendezvous,
         launcher: Launcher::Bulkwire,
@@ -473,7 +535,6 @@ mod tests {
             host: "node2".into(),
             ranks: vec![4, 5, 6],
             nprocs: 8,
-            cookie: 0xdead_beef,
             job_id: 77,
             rendezvous: "10.0.0.1:4000".parse().unwrap(),
             program: "./prog".into(),
@@ -494,9 +555,30 @@ mod tests {
     }
 
     #[test]
-    fn agent_arguments_parse_back() {
-        let a = agent_args("10.1.2.3:555".parse().unwrap(), 0xab, 9, 2);
-        assert_eq!(a, ["10.1.2.3:555", "0x000000ab", "9", "2"]);
-        assert_eq!(agent_main(&a[..2]), 2);
+    fn agent_arguments_hold_no_secret() {
+        let secret = Secret::generate();
+        let a = agent_args("10.1.2.3:555".parse().unwrap(), 2);
+        assert_eq!(a, ["10.1.2.3:555", "2"]);
+        let line = a.join(" ");
+        assert!(!line.contains(&secret.to_hex()));
+        assert!(!line.contains(&format!("{:x}", secret.cookie())));
+        assert_eq!(agent_main(&a[..1]), 2);
+    }
+
+    #[test]
+    fn the_preamble_is_read_to_its_line_only() {
+        let secret = Secret::generate();
+        let (r, w) = sys::pipe().unwrap();
+        let mut input = secret_preamble(&secret);
+        input.extend_from_slice(b"rank 0's input\n");
+        std::fs::File::from(w).write_all(&input).unwrap();
+        assert_eq!(read_preamble(r.as_raw_fd()).unwrap(), secret);
+        let mut rest = String::new();
+        std::fs::File::from(r).read_to_string(&mut rest).unwrap();
+        assert_eq!(rest, "rank 0's input\n");
+        let (r, w) = sys::pipe().unwrap();
+        std::fs::File::from(w).write_all(b"0x1234\n").unwrap();
+        let e = read_preamble(r.as_raw_fd()).unwrap_err();
+        assert!(e.contains("value hidden") && !e.contains("1234"), "{e}");
     }
 }

@@ -12,6 +12,12 @@
 //! process (as a self-spawned rank 0 does) and publishes its addresses through the
 //! service; the others read them and join. From then on the job is like any other: the
 //! control connections carry the exchanges and the failure notices.
+//!
+//! The job's secret: with a key-value service (PMI, PMIx), private to the job, rank 0
+//! generates it and publishes it with the addresses. [`Derived`] has no private channel:
+//! the secret is derived from the job's name with a key only the user can read (their
+//! `BULKWIRE_SECRET`, or `~/.config/bulkwire/key`), so another user can compute the ports
+//! but can neither join nor pass for the server.
 
 mod pmi;
 mod pmix;
@@ -25,8 +31,9 @@ pub use pmix::Pmix;
 use crate::LaunchError;
 use crate::control::Control;
 use crate::env::{JobEnv, LaunchConfig, Launcher};
+use crate::job_id_from_name;
+use crate::secret::Secret;
 use crate::server::{Server, ServerConfig};
-use crate::{cookie_from_job, job_id_from_name};
 
 /// A launcher's service through which the processes of a job find each other.
 pub trait Bootstrap {
@@ -38,6 +45,11 @@ pub trait Bootstrap {
     fn job_name(&self) -> String;
     /// The rendezvous server already running, if there is one (then nobody serves).
     fn server(&self) -> Option<SocketAddr> {
+        None
+    }
+    /// The job's secret when every rank knows it already; `None`: rank 0 generates it and
+    /// publishes it through [`Bootstrap::exchange`], which must then be private to the job.
+    fn secret(&self) -> Option<Secret> {
         None
     }
     /// Rank 0 ports to try listening on (empty: any free port).
@@ -72,6 +84,10 @@ pub struct BootOffer {
     pub size: Option<u32>,
     /// The job's name when the environment gives one (Slurm's `slurm:JOB.STEP`).
     pub job_name: Option<String>,
+    /// The user's key, from which a derived rendezvous derives the job's secret:
+    /// `BULKWIRE_SECRET`, `BULKWIRE_SECRET_FILE` or `~/.config/bulkwire/key`. `None`: none
+    /// is set up; `Some(Err)`: one is, but can't be used (why, naming the file).
+    pub user_key: Option<Result<Secret, String>>,
 }
 
 /// Our rendezvous, already running: nothing to exchange.
@@ -93,24 +109,40 @@ impl Bootstrap for Given {
     fn server(&self) -> Option<SocketAddr> {
         Some(self.0.rendezvous)
     }
+    fn secret(&self) -> Option<Secret> {
+        Some(self.0.secret.clone())
+    }
     fn exchange(&mut self, _: Option<&str>) -> Result<String, LaunchError> {
         Ok(self.0.rendezvous.to_string())
     }
 }
 
 /// No service: rank 0 listens on `host` at one of [`Derived::PORTS`] ports derived from
-/// the job's name; the others try them in order (a server of another job there refuses
-/// them: its cookie differs).
+/// the job's name; the others try them in order. The job's secret derives from the job's
+/// name and the user's `key`: a server of another job (or another user's, on a port taken
+/// first) can't prove it, so the others move on to the next port and send it nothing.
 pub struct Derived {
     pub host: String,
     pub rank: u32,
     pub size: u32,
     pub job: String,
+    pub key: Secret,
 }
 
 impl Derived {
     /// Candidate ports per job.
     pub const PORTS: u64 = 8;
+    /// How a job's secret is derived from the user's key.
+    pub const CONTEXT: &str = "bulkwire 1 derived job secret";
+
+    /// What to do without a user key: the message of a derived rendezvous that can't start.
+    pub fn no_key() -> String {
+        "srun without PMI (--mpi=none) offers no private channel to pass a job secret, and \
+         no user key is set up. Use srun --mpi=pmi2 or --mpi=pmix, or create a key once: \
+         mkdir -p ~/.config/bulkwire && (umask 077; head -c 32 /dev/urandom | od -An -tx1 | \
+         tr -d ' \\n' > ~/.config/bulkwire/key), or export BULKWIRE_SECRET (64 hex digits)"
+            .into()
+    }
 }
 
 impl Bootstrap for Derived {
@@ -128,6 +160,9 @@ impl Bootstrap for Derived {
     }
     fn job_name(&self) -> String {
         self.job.clone()
+    }
+    fn secret(&self) -> Option<Secret> {
+        Some(self.key.derive_for(Derived::CONTEXT, &self.job))
     }
     fn ports(&self) -> Vec<u16> {
         let id = job_id_from_name(&self.job);
@@ -164,6 +199,15 @@ pub fn open(offer: &BootOffer, timeout: Duration) -> Result<Box<dyn Bootstrap>, 
             rank: offer.rank.ok_or_else(|| missing("rank"))?,
             size: offer.size.ok_or_else(|| missing("job size"))?,
             job: offer.job_name.clone().ok_or_else(|| missing("job name"))?,
+            key: match &offer.user_key {
+                Some(Ok(k)) => k.clone(),
+                Some(Err(e)) => {
+                    return Err(LaunchError::Usage(format!(
+                        "a derived rendezvous needs the user's key: {e}"
+                    )));
+                }
+                None => return Err(LaunchError::Usage(Derived::no_key())),
+            },
         }),
     })
 }
@@ -172,12 +216,13 @@ pub fn open(offer: &BootOffer, timeout: Duration) -> Result<Box<dyn Bootstrap>, 
 /// runs already), everyone joins. Every rank must have joined within `cfg.join_timeout`.
 pub fn form(boot: &mut dyn Bootstrap, cfg: &LaunchConfig) -> Result<Control, LaunchError> {
     let (rank, size) = (boot.rank(), boot.size());
-    let job_id = job_id_from_name(&boot.job_name());
+    let known = boot.secret();
     let mut env = JobEnv {
         rank,
         nprocs: size,
-        cookie: cookie_from_job(job_id),
-        job_id,
+        // Replaced by rank 0's below when the service carries it.
+        secret: known.clone().unwrap_or_else(Secret::generate),
+        job_id: job_id_from_name(&boot.job_name()),
         rendezvous: SocketAddr::from(([127, 0, 0, 1], 0)),
         launcher: Launcher::Bulkwire,
         host_id: cfg.host_id.clone(),
@@ -194,10 +239,33 @@ pub fn form(boot: &mut dyn Bootstrap, cfg: &LaunchConfig) -> Result<Control, Lau
     } else {
         None
     };
-    let published = served.as_ref().map(|(_, addrs)| join_list(addrs));
-    let list = boot.exchange(published.as_deref());
+    // Rank 0 publishes `SECRET;ADDRS` through a private service, its addresses alone
+    // through one whose ranks know the secret already.
+    let published = served.as_ref().map(|(_, addrs)| match &known {
+        Some(_) => join_list(addrs),
+        None => format!("{};{}", env.secret.to_hex(), join_list(addrs)),
+    });
+    let got = boot.exchange(published.as_deref());
     boot.finalize();
-    let list = list?;
+    let got = got?;
+    let list = match (&known, got.split_once(';')) {
+        (Some(_), _) => got.as_str(),
+        (None, Some((hex, list))) => {
+            env.secret = Secret::from_hex(hex).ok_or_else(|| {
+                LaunchError::Protocol(format!(
+                    "{}: rank 0 published no usable job secret (value hidden)",
+                    boot.describe()
+                ))
+            })?;
+            list
+        }
+        (None, None) => {
+            return Err(LaunchError::Protocol(format!(
+                "{}: rank 0 published no job secret (a bulkwire of another version?)",
+                boot.describe()
+            )));
+        }
+    };
     let addrs: Vec<SocketAddr> = list
         .split(',')
         .filter_map(|a| {
@@ -231,8 +299,7 @@ type Served = (std::thread::JoinHandle<crate::JobOutcome>, Vec<SocketAddr>);
 /// Rank 0: runs the job's server on a thread, listening on every address; returns the
 /// addresses to publish (this host's, those other hosts reach first).
 fn serve(env: &JobEnv, ports: Vec<u16>, cfg: &LaunchConfig) -> Result<Served, LaunchError> {
-    let mut scfg = ServerConfig::new(env.nprocs);
-    scfg.job = Some((env.cookie, env.job_id));
+    let mut scfg = ServerConfig::new(env.nprocs, env.secret.clone());
     scfg.report = Some(crate::launch::program_name());
     scfg.host_rank = Some(0);
     scfg.join_timeout = Some(cfg.join_timeout);
@@ -299,7 +366,8 @@ pub fn host_addrs() -> Vec<IpAddr> {
 }
 
 /// Joins through the first of `addrs` that admits us, trying them in turn until
-/// `deadline` (rank 0 may not be listening yet; a server of another job refuses us).
+/// `deadline` (rank 0 may not be listening yet; a server of another job, or one that
+/// can't prove the secret, is passed over).
 fn join_any(
     env: &mut JobEnv,
     addrs: &[SocketAddr],
@@ -312,12 +380,14 @@ fn join_any(
             env.rendezvous = a;
             match Control::join_timeout(env, Duration::from_millis(500)) {
                 Ok(c) => return Ok(c),
-                Err(e @ LaunchError::Connect { .. }) => last = Some(e),
+                // Refused, or a server that can't prove the secret (another job's, or
+                // something else on a port taken first): try the next candidate.
                 Err(e @ LaunchError::Rejected(_)) => {
                     refused += 1;
                     last = Some(e);
                 }
-                Err(e) => return Err(e),
+                // Not listening yet, silent, not a bulkwire server: the next, then again.
+                Err(e) => last = Some(e),
             }
         }
         if refused == addrs.len() {
@@ -339,6 +409,7 @@ mod tests {
             rank: 1,
             size: 4,
             job: job.into(),
+            key: Secret::from_hex(&"11".repeat(32)).unwrap(),
         };
         assert_eq!(d("slurm:12.0").ports(), d("slurm:12.0").ports());
         assert_ne!(d("slurm:12.0").ports(), d("slurm:12.1").ports());
@@ -351,6 +422,181 @@ mod tests {
         let list = d("slurm:12.0").exchange(None).unwrap();
         assert_eq!(list.split(',').count(), Derived::PORTS as usize);
         assert!(list.starts_with("node1:"));
+        // The secret: the same everywhere for one user and job, different per job and key.
+        assert_eq!(d("slurm:12.0").secret(), d("slurm:12.0").secret());
+        assert_ne!(d("slurm:12.0").secret(), d("slurm:12.1").secret());
+        let mut other = d("slurm:12.0");
+        other.key = Secret::generate();
+        assert_ne!(other.secret(), d("slurm:12.0").secret());
+    }
+
+    /// A key-value service in memory: rank 0's value, for every rank.
+    struct Board {
+        rank: u32,
+        size: u32,
+        value: std::sync::Arc<(std::sync::Mutex<Option<String>>, std::sync::Condvar)>,
+    }
+
+    impl Bootstrap for Board {
+        fn describe(&self) -> String {
+            "a test board".into()
+        }
+        fn rank(&self) -> u32 {
+            self.rank
+        }
+        fn size(&self) -> u32 {
+            self.size
+        }
+        fn job_name(&self) -> String {
+            "board:1".into()
+        }
+        fn exchange(&mut self, mine: Option<&str>) -> Result<String, LaunchError> {
+            let (m, cv) = &*self.value;
+            let mut v = m.lock().unwrap();
+            if let Some(x) = mine {
+                *v = Some(x.to_string());
+                cv.notify_all();
+            }
+            while v.is_none() {
+                v = cv.wait(v).unwrap();
+            }
+            Ok(v.clone().unwrap())
+        }
+    }
+
+    #[test]
+    fn rank_0_publishes_a_fresh_secret_with_its_addresses() {
+        let value = std::sync::Arc::new((std::sync::Mutex::new(None), std::sync::Condvar::new()));
+        let cfg = LaunchConfig {
+            join_timeout: Duration::from_secs(20),
+            ..LaunchConfig::default()
+        };
+        let ranks: Vec<_> = (0..3)
+            .map(|rank| {
+                let (value, cfg) = (value.clone(), cfg.clone());
+                std::thread::spawn(move || {
+                    let mut b = Board {
+                        rank,
+                        size: 3,
+                        value,
+                    };
+                    let mut c = form(&mut b, &cfg).unwrap();
+                    let cookies = c.allgather(&c.cookie().to_le_bytes()).unwrap();
+                    let hex = c.secret().to_hex();
+                    c.finish(0).unwrap();
+                    (hex, cookies)
+                })
+            })
+            .collect();
+        let got: Vec<_> = ranks.into_iter().map(|t| t.join().unwrap()).collect();
+        let published = value.0.lock().unwrap().clone().unwrap();
+        let (hex, addrs) = published.split_once(';').unwrap();
+        assert_eq!(hex.len(), 64);
+        assert!(addrs.contains(':'), "{published}");
+        for (h, cookies) in &got {
+            assert_eq!(h, hex);
+            assert!(cookies.iter().all(|c| c == &cookies[0]));
+        }
+    }
+
+    #[test]
+    fn a_derived_rendezvous_without_a_user_key_says_how_to_make_one() {
+        let mut offer = BootOffer {
+            service: BootService::Derived {
+                host: "node1".into(),
+            },
+            launcher: Launcher::Slurm,
+            rank: Some(1),
+            size: Some(4),
+            job_name: Some("slurm:3.0".into()),
+            user_key: None,
+        };
+        let e = open(&offer, Duration::from_secs(1))
+            .err()
+            .unwrap()
+            .to_string();
+        for want in [
+            "--mpi=pmi2",
+            "umask 077",
+            ".config/bulkwire/key",
+            "BULKWIRE_SECRET",
+        ] {
+            assert!(e.contains(want), "{e}");
+        }
+        offer.user_key = Some(Err("/home/u/.config/bulkwire/key has mode 0644".into()));
+        let e = open(&offer, Duration::from_secs(1))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("mode 0644"), "{e}");
+    }
+
+    #[test]
+    fn a_port_taken_first_by_an_impostor_gets_no_card() {
+        use std::io::Write;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let key = Secret::generate();
+        let d = |rank| Derived {
+            host: "127.0.0.1".into(),
+            rank,
+            size: 3,
+            job: format!("slurm:{}.7", std::process::id()),
+            key: key.clone(),
+        };
+        // Another user computed the ports and took the first: it challenges, accepts any
+        // hello, and welcomes with a made-up proof, hoping for cards.
+        let Ok(l) = TcpListener::bind(("0.0.0.0", d(0).ports()[0])) else {
+            return; // the port is in use here: nothing to test
+        };
+        l.set_nonblocking(true).unwrap();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let impostor = std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            while !stop2.load(Ordering::Relaxed) {
+                let Ok((mut s, _)) = l.accept() else {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                s.set_nonblocking(false).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+                let mut ch = crate::wire::challenge(&[3u8; 32]);
+                let _ = s.write_all(&ch);
+                let mut buf = Vec::new();
+                while let Ok(Some(t)) = crate::wire::read_frame(&mut s, &mut buf) {
+                    seen.push(t);
+                    if t == crate::wire::T_HELLO {
+                        ch = crate::wire::welcome(Some(0), &Secret::generate(), b"x");
+                        let _ = s.write_all(&ch);
+                    }
+                }
+            }
+            seen
+        });
+        let cfg = LaunchConfig {
+            join_timeout: Duration::from_secs(20),
+            ..LaunchConfig::default()
+        };
+        let ranks: Vec<_> = (0..3)
+            .map(|rank| {
+                let (mut b, cfg) = (d(rank), cfg.clone());
+                std::thread::spawn(move || {
+                    let mut c = form(&mut b, &cfg).unwrap();
+                    let port = c.env().rendezvous.port();
+                    c.allgather(b"card").unwrap();
+                    c.finish(0).unwrap();
+                    port
+                })
+            })
+            .collect();
+        let ports: Vec<u16> = ranks.into_iter().map(|t| t.join().unwrap()).collect();
+        stop.store(true, Ordering::Relaxed);
+        let seen = impostor.join().unwrap();
+        assert!(ports.iter().all(|&p| p != d(0).ports()[0]), "{ports:?}");
+        assert!(
+            !seen.contains(&crate::wire::T_EXCHANGE),
+            "the impostor got {seen:?}"
+        );
     }
 
     #[test]

@@ -133,50 +133,38 @@ impl std::fmt::Debug for Control {
 }
 
 impl Control {
-    /// Connects to the job's rendezvous server and is admitted (rank, size and cookie are
-    /// checked there; a mismatch is [`LaunchError::Rejected`] with the server's reason).
+    /// Connects to the job's rendezvous server and is admitted: each side proves it knows
+    /// the job's secret (a mismatch on the server's side is [`LaunchError::Rejected`]; a
+    /// server that can't prove it gets nothing, not even this process's card).
     pub fn join(env: &JobEnv) -> Result<Control, LaunchError> {
         Control::join_timeout(env, CONNECT_TIMEOUT)
     }
 
-    /// [`Control::join`], trying to connect for at most `connect_timeout`.
+    /// [`Control::join`], trying for at most `connect_timeout`. A connection closed before
+    /// the server's challenge or welcome (a server shedding a flood of idle connections,
+    /// one still starting) is retried with backoff until then.
     pub fn join_timeout(env: &JobEnv, connect_timeout: Duration) -> Result<Control, LaunchError> {
-        let stream = connect(env, connect_timeout)?;
-        let _ = stream.set_nodelay(true);
-        keepalive(&stream);
+        let deadline = Instant::now() + connect_timeout;
+        let mut pause = Duration::from_millis(10);
+        let (stream, server_rank) = loop {
+            let stream = connect(env, deadline.saturating_duration_since(Instant::now()))?;
+            // A silent peer (not a server of ours) mustn't hold us past the deadline.
+            let wait = deadline
+                .saturating_duration_since(Instant::now())
+                .clamp(Duration::from_secs(2), REPLY_TIMEOUT);
+            match handshake(env, &stream, wait) {
+                Ok(rank) => break (stream, rank),
+                Err(Handshake::Final(e)) => return Err(e),
+                Err(Handshake::Retry(e)) => {
+                    if Instant::now() + pause >= deadline {
+                        return Err(e);
+                    }
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
+            }
+        };
         let local_ip = stream.local_addr()?.ip();
-        let hello = Hello {
-            version: wire::VERSION,
-            rank: env.rank,
-            nprocs: env.nprocs,
-            cookie: env.cookie,
-            job_id: env.job_id,
-            pid: std::process::id(),
-            host: env.host(),
-        };
-        (&stream).write_all(&hello.encode())?;
-        stream.set_read_timeout(Some(REPLY_TIMEOUT))?;
-        let mut buf = Vec::new();
-        let lost = |why: String| LaunchError::LauncherLost(format!("{}: {why}", env.rendezvous));
-        let server_rank = match wire::read_frame(&mut &stream, &mut buf) {
-            Ok(Some(wire::T_WELCOME)) => wire::welcome_host_rank(&buf),
-            Ok(Some(wire::T_REJECT)) => {
-                return Err(LaunchError::Rejected(format!(
-                    "the rendezvous server {} rejected rank {}: {}",
-                    env.rendezvous,
-                    env.rank,
-                    wire::text(&buf)
-                )));
-            }
-            Ok(Some(t)) => {
-                return Err(LaunchError::Protocol(format!(
-                    "unexpected message {t:#x} from {} instead of welcome",
-                    env.rendezvous
-                )));
-            }
-            Ok(None) => return Err(lost("closed the connection during hello".into())),
-            Err(e) => return Err(lost(format!("no welcome ({e})"))),
-        };
         stream.set_read_timeout(None)?;
 
         let shared = Arc::new(Shared {
@@ -221,8 +209,14 @@ impl Control {
         self.env.nprocs
     }
 
+    /// The packet cookie (derived from the job's secret).
     pub fn cookie(&self) -> u32 {
-        self.env.cookie
+        self.env.cookie()
+    }
+
+    /// The job's secret, for keys of the data plane ([`crate::Secret::derive`]).
+    pub fn secret(&self) -> &crate::Secret {
+        &self.env.secret
     }
 
     /// The CPUs of this host the job's processes share (see [`JobEnv::cpus`]).
@@ -345,6 +339,96 @@ impl Drop for Control {
     }
 }
 
+/// Why a handshake did not admit us: worth another connection, or not.
+enum Handshake {
+    Retry(LaunchError),
+    Final(LaunchError),
+}
+
+/// CHALLENGE, HELLO with our proof, WELCOME with the server's: the rank whose process runs
+/// the server (if one does), once each side has proven the secret.
+fn handshake(env: &JobEnv, stream: &TcpStream, wait: Duration) -> Result<Option<u32>, Handshake> {
+    use Handshake::{Final, Retry};
+    let _ = stream.set_nodelay(true);
+    keepalive(stream);
+    let at = env.rendezvous;
+    let lost = |why: String| LaunchError::LauncherLost(format!("{at}: {why}"));
+    stream
+        .set_read_timeout(Some(wait))
+        .map_err(|e| Final(e.into()))?;
+    let mut buf = Vec::new();
+    let nonce = match wire::read_frame(&mut &*stream, &mut buf) {
+        Ok(Some(wire::T_CHALLENGE)) => wire::decode_challenge(&buf)
+            .map_err(|e| Final(LaunchError::Protocol(format!("{at}: {e}"))))?,
+        Ok(Some(t)) => {
+            return Err(Final(LaunchError::Protocol(format!(
+                "unexpected message {t:#x} from {at} instead of a challenge (a bulkwire \
+                 server of another version, or not a bulkwire server?)"
+            ))));
+        }
+        Ok(None) => {
+            return Err(Retry(lost(
+                "closed the connection before its challenge".into(),
+            )));
+        }
+        Err(e) => return Err(Retry(lost(format!("no challenge ({})", io_why(&e))))),
+    };
+    let hello = Hello {
+        version: wire::VERSION,
+        rank: env.rank,
+        nprocs: env.nprocs,
+        pid: std::process::id(),
+        host: env.host(),
+    };
+    let (frame, tr) = hello.encode(&env.secret, &nonce);
+    if let Err(e) = (&*stream).write_all(&frame) {
+        return Err(Retry(lost(format!("writing hello: {}", io_why(&e)))));
+    }
+    let r = match wire::read_frame(&mut &*stream, &mut buf) {
+        Ok(Some(wire::T_WELCOME)) => match wire::verify_welcome(&env.secret, &tr, &buf) {
+            Ok(rank) => Ok(rank),
+            Err(()) => Err(Final(LaunchError::Rejected(format!(
+                "the server at {at} did not prove that it knows the job's secret: not this \
+                 job's rendezvous (an impostor, or a server of another job); nothing was sent \
+                 to it"
+            )))),
+        },
+        Ok(Some(wire::T_REJECT)) => {
+            let text = wire::printable(&wire::text(&buf));
+            let hint = if text == crate::server::NOT_ADMITTED {
+                " (its secret differs from this process's: a server of another job, or a \
+                 stale BULKWIRE_SECRET?)"
+            } else {
+                ""
+            };
+            Err(Final(LaunchError::Rejected(format!(
+                "the rendezvous server {at} rejected rank {}: {text}{hint}",
+                env.rank
+            ))))
+        }
+        Ok(Some(t)) => Err(Final(LaunchError::Protocol(format!(
+            "unexpected message {t:#x} from {at} instead of welcome"
+        )))),
+        Ok(None) => Err(Retry(lost("closed the connection during hello".into()))),
+        Err(e) => Err(Retry(lost(format!("no welcome ({})", io_why(&e))))),
+    };
+    let rank = r?;
+    stream.set_read_timeout(None).map_err(|e| Final(e.into()))?;
+    Ok(rank)
+}
+
+/// An I/O error in words; a timeout says what may be behind it.
+fn io_why(e: &io::Error) -> String {
+    match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+            "no answer in time: the server is overloaded or out of file descriptors, or the \
+             peer is not a bulkwire server"
+                .into()
+        }
+        _ => crate::sys::describe_io(e),
+    }
+}
+
 fn connect(env: &JobEnv, timeout: Duration) -> Result<TcpStream, LaunchError> {
     let deadline = Instant::now() + timeout;
     let mut pause = Duration::from_millis(10);
@@ -352,6 +436,13 @@ fn connect(env: &JobEnv, timeout: Duration) -> Result<TcpStream, LaunchError> {
         let left = deadline.saturating_duration_since(Instant::now());
         match TcpStream::connect_timeout(&env.rendezvous, left.max(Duration::from_millis(100))) {
             Ok(s) => return Ok(s),
+            // Out of descriptors here: waiting won't help, and the error must say so.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                return Err(LaunchError::Connect {
+                    addr: env.rendezvous,
+                    source: e,
+                });
+            }
             Err(e) => {
                 if Instant::now() + pause >= deadline {
                     return Err(LaunchError::Connect {

@@ -5,7 +5,8 @@
 use std::net::SocketAddr;
 
 use crate::bind::Placement;
-use crate::sys::{fnv1a64, splitmix64};
+use crate::secret::Secret;
+use crate::sys::fnv1a64;
 
 /// This process's rank (0..nprocs).
 pub const ENV_RANK: &str = "BULKWIRE_RANK";
@@ -13,8 +14,10 @@ pub const ENV_RANK: &str = "BULKWIRE_RANK";
 pub const ENV_NPROCS: &str = "BULKWIRE_NPROCS";
 /// `host:port` of the rendezvous server.
 pub const ENV_RENDEZVOUS: &str = "BULKWIRE_RENDEZVOUS";
-/// The job's cookie, a u32 (decimal or `0x` hex), carried by every packet.
-pub const ENV_COOKIE: &str = "BULKWIRE_COOKIE";
+/// The job's secret, 64 hex digits ([`Secret`]).
+pub const ENV_SECRET: &str = "BULKWIRE_SECRET";
+/// A file holding the job's secret (64 hex digits, private to its owner).
+pub const ENV_SECRET_FILE: &str = "BULKWIRE_SECRET_FILE";
 /// The job id (decimal u64, or any string, which is hashed).
 pub const ENV_JOB: &str = "BULKWIRE_JOB";
 /// Overrides [`crate::host_id`] (tests that pretend to be several hosts on one machine).
@@ -42,8 +45,9 @@ pub enum Launcher {
 pub struct JobEnv {
     pub rank: u32,
     pub nprocs: u32,
-    /// Carried by every data packet of the job; packets with another cookie are dropped.
-    pub cookie: u32,
+    /// The job's credential: a process proves it to join, the server proves it back, and
+    /// the packet cookie and keys derive from it.
+    pub secret: Secret,
     pub job_id: u64,
     /// The rendezvous server (run by the launcher).
     pub rendezvous: SocketAddr,
@@ -70,13 +74,21 @@ impl JobEnv {
         self.host_cpus.unwrap_or_else(available_cpus)
     }
 
+    /// Carried by every data packet of the job; packets with another cookie are dropped
+    /// (derived from the secret: a public tag, not a credential).
+    pub fn cookie(&self) -> u32 {
+        self.secret.cookie()
+    }
+
     /// The environment a launcher gives rank `rank` of this job (`self.rank` is ignored).
     pub fn vars_for(&self, rank: u32) -> Vec<(&'static str, String)> {
         let mut v = vec![
             (ENV_RANK, rank.to_string()),
             (ENV_NPROCS, self.nprocs.to_string()),
             (ENV_RENDEZVOUS, self.rendezvous.to_string()),
-            (ENV_COOKIE, format!("{:#010x}", self.cookie)),
+            // The environment, never the command line: /proc/PID/environ is readable by
+            // the process's owner and root only.
+            (ENV_SECRET, self.secret.to_hex()),
             (ENV_JOB, self.job_id.to_string()),
         ];
         if let Some(e) = &self.entry {
@@ -90,12 +102,6 @@ impl JobEnv {
 pub fn job_id_from_name(name: &str) -> u64 {
     let j = name.trim();
     j.parse::<u64>().unwrap_or_else(|_| fnv1a64(j))
-}
-
-/// The cookie every rank derives from a job id when the launcher gave none.
-pub fn cookie_from_job(job_id: u64) -> u32 {
-    let h = splitmix64(job_id);
-    (h ^ (h >> 32)) as u32
 }
 
 /// The CPUs this process may run on.

@@ -12,11 +12,12 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use crate::LaunchError;
-use crate::agent::{Start, agent_args};
+use crate::agent::{Start, agent_args, secret_preamble};
 use crate::bind::{self, Placement, Plan};
 use crate::control::Control;
 use crate::env::{JobEnv, LaunchConfig, Launcher};
 use crate::hosts::{self, HostRanks, HostSlots};
+use crate::secret::Secret;
 use crate::server::{JobOutcome, Server, ServerConfig};
 use crate::sys;
 
@@ -129,7 +130,9 @@ pub fn launch(
     let routes = Routes::choose(&layout, opts.listen)?;
     let cfg = ServerConfig {
         nprocs: n,
-        job: None,
+        // A fresh secret per job: the ranks here get it in their environment, the agents
+        // of other hosts on their standard input.
+        secret: Secret::generate(),
         report: opts.report.clone(),
         timeout: opts.timeout,
         term_delay: opts.term_delay,
@@ -307,7 +310,6 @@ fn start_remote(
         host: h.name.clone(),
         ranks: h.ranks.clone(),
         nprocs: env.nprocs,
-        cookie: env.cookie,
         job_id: env.job_id,
         rendezvous: reach,
         program: program.to_os_string(),
@@ -324,7 +326,7 @@ fn start_remote(
         .iter()
         .map(|w| w.to_string_lossy().into_owned())
         .collect();
-    remote.extend(agent_args(reach, env.cookie, env.job_id, a));
+    remote.extend(agent_args(reach, a));
     let (rsh, rsh_args) = opts
         .rsh
         .split_first()
@@ -337,11 +339,7 @@ fn start_remote(
         // the ranks through the agents, not the remote shell (which would drop them).
         .process_group(0);
     die_with_parent(&mut cmd);
-    cmd.stdin(if start.stdin_rank.is_some() {
-        rank0_stdin()?
-    } else {
-        Stdio::null()
-    });
+    cmd.stdin(agent_stdin(&env.secret, start.stdin_rank.is_some())?);
     if opts.tag_output {
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     }
@@ -362,20 +360,16 @@ fn start_remote(
     Ok(())
 }
 
-/// A server for a new job with a fresh random id and cookie, and the job's environment.
-fn new_job(
-    n: u32,
-    bind: SocketAddr,
-    mut cfg: ServerConfig,
-) -> Result<(Server, JobEnv), LaunchError> {
+/// A server for a new job (its secret in `cfg`) with a fresh random id, and the job's
+/// environment.
+fn new_job(n: u32, bind: SocketAddr, cfg: ServerConfig) -> Result<(Server, JobEnv), LaunchError> {
     let job_id = sys::random_u64();
-    let cookie = (sys::random_u64() >> 32) as u32;
-    cfg.job = Some((cookie, job_id));
+    let secret = cfg.secret.clone();
     let server = Server::bind(bind, cfg)?;
     let env = JobEnv {
         rank: 0,
         nprocs: n,
-        cookie,
+        secret,
         job_id,
         rendezvous: server.local_addr(),
         launcher: Launcher::Bulkwire,
@@ -451,6 +445,31 @@ fn rank0_stdin() -> Result<Stdio, LaunchError> {
     Ok(Stdio::from(r))
 }
 
+/// A remote shell's standard input: a pipe that carries the job's secret first (ssh
+/// encrypts it; a command line would show it to every user of both hosts), then, for the
+/// host of rank 0, this process's standard input, relayed. The relay is detached: it ends
+/// at EOF, when the shell closes the pipe (write error), or at our exit.
+fn agent_stdin(secret: &Secret, relay: bool) -> Result<Stdio, LaunchError> {
+    let (r, w) = sys::pipe()?;
+    let mut w = std::fs::File::from(w);
+    // One line fits the pipe's buffer: this never blocks.
+    w.write_all(&secret_preamble(secret))?;
+    if relay {
+        std::thread::Builder::new()
+            .name("bulkwire-stdin".into())
+            .spawn(move || {
+                let mut buf = [0u8; 8192];
+                let mut stdin = io::stdin().lock();
+                while let Ok(n) = stdin.read(&mut buf) {
+                    if n == 0 || w.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            })?;
+    }
+    Ok(Stdio::from(r))
+}
+
 static SELF_SPAWNED: AtomicBool = AtomicBool::new(false);
 
 /// Joins the job this process belongs to or, if it belongs to none, starts one of `n`
@@ -512,7 +531,7 @@ fn spawn_job_now(
 ) -> Result<Control, LaunchError> {
     let n = n.max(1);
     let plan = bind::plan(n, cfg.placement);
-    let mut scfg = ServerConfig::new(n);
+    let mut scfg = ServerConfig::new(n, Secret::generate());
     scfg.report = Some(program_name());
     scfg.host_rank = Some(0);
     scfg.join_timeout = Some(cfg.join_timeout);

@@ -1,7 +1,7 @@
 //! Process launching and rendezvous: how the P processes of a job start, find each other,
 //! and learn promptly that one of them failed.
 //!
-//! - **Identity**: a [`JobEnv`] holds rank, size, cookie, job id and the rendezvous address
+//! - **Identity**: a [`JobEnv`] holds rank, size, the job's [`Secret`], job id and the rendezvous address
 //!   that the launcher handed over (`bulkwire-config` reads them from `BULKWIRE_*`, or
 //!   Slurm's / Open MPI's rank and size); a [`LaunchConfig`] adds how this process starts a
 //!   job of its own.
@@ -45,6 +45,7 @@ pub mod files;
 mod host;
 pub mod hosts;
 mod launch;
+mod secret;
 mod server;
 mod state;
 mod sys;
@@ -54,12 +55,13 @@ mod wire;
 pub use bind::Placement;
 pub use control::{CONNECT_TIMEOUT, Control};
 pub use env::{
-    ENV_COOKIE, ENV_HOST_ID, ENV_JOB, ENV_NPROCS, ENV_RANK, ENV_RENDEZVOUS, ENV_SPMD_ENTRY, JobEnv,
-    LaunchConfig, Launcher, available_cpus, cookie_from_job, job_id_from_name,
+    ENV_HOST_ID, ENV_JOB, ENV_NPROCS, ENV_RANK, ENV_RENDEZVOUS, ENV_SECRET, ENV_SECRET_FILE,
+    ENV_SPMD_ENTRY, JobEnv, LaunchConfig, Launcher, available_cpus, job_id_from_name,
 };
 pub use host::{Card, host_id, hostname};
 pub use hosts::HostSlots;
 pub use launch::{LaunchOpts, launch, self_spawn, spawn_job};
+pub use secret::{Secret, read_key_file, write_key_file};
 pub use server::{DEFAULT_JOIN_TIMEOUT, JobOutcome, RankOutcome, Server, ServerConfig};
 pub use state::{Failure, JobState, failed_state};
 pub use sys::{ExitKind, signal_name};
@@ -68,12 +70,12 @@ pub use wire::MAX_BLOB;
 /// What can go wrong in launching, joining or running a job.
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
-    #[error("cannot reach the rendezvous server at {addr}: {source}")]
+    #[error("cannot reach the rendezvous server at {addr}: {}", sys::describe_io(.source))]
     Connect {
         addr: std::net::SocketAddr,
         source: std::io::Error,
     },
-    /// The server refused this process (cookie, rank or size mismatch...).
+    /// The server refused this process (not admitted, rank or size mismatch...).
     #[error("{0}")]
     Rejected(String),
     /// The job failed (another process aborted or died, a timeout...).
@@ -86,7 +88,7 @@ pub enum LaunchError {
     Protocol(String),
     #[error("exchange blob of {len} bytes exceeds the limit of {max}")]
     TooLarge { len: usize, max: usize },
-    #[error("cannot start rank {rank} ({program}): {source}")]
+    #[error("cannot start rank {rank} ({program}): {}", sys::describe_io(.source))]
     Spawn {
         rank: u32,
         program: String,
@@ -94,6 +96,7 @@ pub enum LaunchError {
     },
     #[error("{0}")]
     Usage(String),
-    #[error(transparent)]
+    /// Out of file descriptors is named as such (EMFILE, ENFILE).
+    #[error("{}", sys::describe_io(.0))]
     Io(#[from] std::io::Error),
 }

@@ -1,7 +1,8 @@
 //! The rendezvous server: one poll loop over the listening socket, every process's control
 //! connection, and (when the server's process started them) the processes' pidfds.
 //!
-//! It admits processes (checking rank, size and cookie), runs exchange rounds (allgathers of
+//! It admits processes that prove they know the job's secret (and proves it back, see
+//! [`crate::wire`]), checking rank and size, runs exchange rounds (allgathers of
 //! opaque blobs; the first is the business cards), and watches the job's health: an abort,
 //! a control connection closing before its process finished, or a child's abnormal exit is
 //! a failure, which is printed once, sent to every process, and (for children) followed by
@@ -11,16 +12,23 @@
 //!
 //! The job has a join deadline ([`ServerConfig::join_timeout`]): a job whose processes have
 //! not all joined by then fails, naming the ranks that never came; a process refused while
-//! the job forms (wrong cookie, size or rank) fails it at once, naming it and why.
+//! the job forms (wrong size or rank) fails it at once, naming it and why.
+//!
+//! Connections that have not proven the secret are cheap and bounded: each gets a short
+//! deadline ([`AUTH_TIMEOUT`]) and a few bytes ([`AUTH_BYTES`]) to do so, at most
+//! [`AUTH_CAP`] of them are kept (a new one closes the oldest, so a flood of idle
+//! connections can't keep real processes out), and they learn nothing: the answer is
+//! "not admitted", whatever was wrong.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use crate::secret::Secret;
 use crate::state::Failure;
 use crate::sys::{self, ExitKind};
 use crate::wire::{self, Hello};
@@ -29,8 +37,20 @@ use crate::wire::{self, Hello};
 /// status (which names the signal) before reporting a bare disconnection. The kernel closes
 /// a dying process's sockets just before it becomes a zombie, so this is normally microseconds.
 const EXIT_STATUS_WAIT: Duration = Duration::from_millis(300);
-/// A connection that hasn't said who it is by then is dropped (a port scan, a stuck process).
-const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// A connection that hasn't proven the secret by then is dropped (a port scan, a stuck
+/// process, a flood): a real process answers the challenge at once.
+pub const AUTH_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bytes a connection may send before it has proven the secret (a HELLO is far smaller).
+pub const AUTH_BYTES: usize = 8 * 1024;
+/// Connections kept that have not proven the secret; a new one closes the oldest.
+pub const AUTH_CAP: usize = 256;
+/// Out of descriptors, a connection that has not proven the secret after this long is
+/// closed for a new one (a real process proves it within milliseconds).
+const STALE_STRANGER: Duration = Duration::from_secs(1);
+/// What a connection that did not prove the secret is told, whatever was wrong.
+pub const NOT_ADMITTED: &str = "not admitted";
+/// Peers whose refusals are logged (once each); past this, refusals are only counted.
+const MAX_LOGGED_PEERS: usize = 1024;
 /// How long a job may take to form when nothing else is said.
 pub const DEFAULT_JOIN_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -40,9 +60,9 @@ mod agents;
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
     pub nprocs: u32,
-    /// The job's cookie and id. `None`: adopt those of the first process that joins (a
-    /// server started apart from the processes, e.g. for `srun`).
-    pub job: Option<(u32, u64)>,
+    /// The job's secret: only processes that prove it are admitted, and the server proves
+    /// it back in every WELCOME.
+    pub secret: Secret,
     /// Prefix of the lines printed to stderr about failures (`"bsprun"`); `None`: silent.
     pub report: Option<String>,
     /// Limit on the whole job.
@@ -63,10 +83,10 @@ pub struct ServerConfig {
 }
 
 impl ServerConfig {
-    pub fn new(nprocs: u32) -> ServerConfig {
+    pub fn new(nprocs: u32, secret: Secret) -> ServerConfig {
         ServerConfig {
             nprocs,
-            job: None,
+            secret,
             report: None,
             timeout: None,
             term_delay: Duration::from_millis(250),
@@ -117,6 +137,8 @@ struct Conn {
     /// A host agent's connection: the agent's index.
     agent: Option<usize>,
     opened: Instant,
+    /// The server's nonce in this connection's CHALLENGE.
+    nonce: [u8; wire::NONCE],
     rbuf: Vec<u8>,
     out: VecDeque<Bytes>,
     out_pos: usize,
@@ -169,15 +191,19 @@ pub struct Server {
     children: Vec<Child>,
     agents: Vec<agents::Agent>,
     signal_fd: Option<OwnedFd>,
-    job: Option<(u32, u64)>,
     round: u32,
     contrib: Vec<Option<Vec<u8>>>,
     ncontrib: u32,
     ever_joined: bool,
     /// Every rank has joined once (the job formed).
     formed: bool,
-    /// Why processes of other jobs were refused while this one formed.
+    /// Connections not admitted while this job formed (the latest 16), for the message
+    /// of a job that did not form.
     refused: Vec<String>,
+    /// Peers whose refusal was logged (one line per address, not per connection).
+    logged: HashSet<IpAddr>,
+    /// Said that accepting ran out of file descriptors.
+    said_fds: bool,
     /// The failure that ended the job (notices sent, terminations scheduled).
     fatal: Option<Failure>,
     failures: Vec<Failure>,
@@ -203,7 +229,6 @@ impl Server {
         let addr = listener.local_addr()?;
         let n = cfg.nprocs as usize;
         Ok(Server {
-            job: cfg.job,
             cfg,
             listener,
             addr,
@@ -218,6 +243,8 @@ impl Server {
             ever_joined: false,
             formed: false,
             refused: Vec::new(),
+            logged: HashSet::new(),
+            said_fds: false,
             fatal: None,
             failures: Vec::new(),
             started: Instant::now(),
@@ -448,7 +475,7 @@ impl Server {
         add(self.agents_deadline());
         for c in self.conns.iter().flatten() {
             if c.rank.is_none() && c.agent.is_none() {
-                add(Some(c.opened + HELLO_TIMEOUT));
+                add(Some(c.opened + AUTH_TIMEOUT));
             }
         }
         d
@@ -466,36 +493,99 @@ impl Server {
         loop {
             match self.listener.accept() {
                 Ok((stream, peer)) => {
-                    if self.conns.iter().flatten().count() > 2 * self.slots.len() + 64 {
-                        continue; // far more connections than processes: drop the surplus
-                    }
                     if stream.set_nonblocking(true).is_err() {
                         continue;
                     }
+                    self.make_room();
                     let _ = stream.set_nodelay(true);
                     crate::control::keepalive(&stream);
+                    let nonce = wire::nonce();
                     let conn = Conn {
                         stream,
                         peer,
                         rank: None,
                         agent: None,
                         opened: Instant::now(),
+                        nonce,
                         rbuf: Vec::new(),
                         out: VecDeque::new(),
                         out_pos: 0,
                         dead: false,
                         close_when_flushed: false,
                     };
-                    match self.conns.iter().position(Option::is_none) {
-                        Some(i) => self.conns[i] = Some(conn),
-                        None => self.conns.push(Some(conn)),
-                    }
+                    let i = match self.conns.iter().position(Option::is_none) {
+                        Some(i) => {
+                            self.conns[i] = Some(conn);
+                            i
+                        }
+                        None => {
+                            self.conns.push(Some(conn));
+                            self.conns.len() - 1
+                        }
+                    };
+                    self.send(i, Bytes::from(wire::challenge(&nonce)));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                // ECONNABORTED, EMFILE...: try again at the next readiness.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                    if !self.said_fds {
+                        self.said_fds = true;
+                        self.say(&format!(
+                            "cannot accept a connection: {}",
+                            sys::describe_io(&e)
+                        ));
+                    }
+                    // A stranger that has had time to prove itself and hasn't gives its
+                    // descriptor back (a fresh one may be a real process mid-handshake:
+                    // closing it would only churn). Otherwise let the next readiness
+                    // retry, not at once: the pending connection keeps the listener
+                    // readable.
+                    if self.close_oldest_stranger(STALE_STRANGER) {
+                        continue;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                    return;
+                }
+                // ECONNABORTED...: try again at the next readiness.
                 Err(_) => return,
             }
+        }
+    }
+
+    /// Keeps the connections that have not proven the secret under [`AUTH_CAP`], closing
+    /// the oldest: a flood of idle connections then only churns among itself.
+    fn make_room(&mut self) {
+        let strangers = self
+            .conns
+            .iter()
+            .flatten()
+            .filter(|c| c.rank.is_none() && c.agent.is_none() && !c.dead)
+            .count();
+        if strangers >= AUTH_CAP {
+            self.close_oldest_stranger(Duration::ZERO);
+        }
+    }
+
+    /// Closes the oldest connection that has not proven the secret, if it is at least
+    /// `age` old; false if none.
+    fn close_oldest_stranger(&mut self, age: Duration) -> bool {
+        let now = Instant::now();
+        let oldest = self
+            .conns
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| c.as_ref().map(|c| (i, c)))
+            .filter(|(_, c)| c.rank.is_none() && c.agent.is_none())
+            .filter(|(_, c)| now.duration_since(c.opened) >= age)
+            .min_by_key(|(_, c)| c.opened)
+            .map(|(i, _)| i);
+        match oldest {
+            // Nothing refers to a stranger's slot: it can go at once, freeing its fd.
+            Some(i) => {
+                self.conns[i] = None;
+                true
+            }
+            None => false,
         }
     }
 
@@ -514,6 +604,11 @@ impl Server {
                     }
                     Ok(n) => {
                         c.rbuf.extend_from_slice(&tmp[..n]);
+                        if c.rank.is_none() && c.agent.is_none() && c.rbuf.len() > AUTH_BYTES {
+                            // Far more than a HELLO: not one of ours. Dropped unanswered.
+                            c.dead = true;
+                            return;
+                        }
                         if c.rbuf.len() > wire::MAX_FRAME + 4 {
                             break; // parse what we have before reading more
                         }
@@ -612,8 +707,28 @@ impl Server {
         }
     }
 
-    fn reject(&mut self, i: usize, why: String) {
-        self.refuse(i, &why, true);
+    /// Refuses connection `i`, which did not prove the secret: it is told only
+    /// [`NOT_ADMITTED`]; `why` is logged, once per peer address.
+    fn not_admitted(&mut self, i: usize, why: &str) {
+        let Some(peer) = self.conns[i].as_ref().map(|c| c.peer) else {
+            return;
+        };
+        if self.logged.len() < MAX_LOGGED_PEERS && self.logged.insert(peer.ip()) {
+            self.say(&format!(
+                "refused a connection from {}: {why} (further refusals of this address are not logged)",
+                peer.ip()
+            ));
+        }
+        if !self.formed {
+            if self.refused.len() >= 16 {
+                self.refused.remove(0);
+            }
+            self.refused.push(format!(
+                "a process from {} was not admitted ({why})",
+                peer.ip()
+            ));
+        }
+        self.refuse(i, NOT_ADMITTED, false);
     }
 
     /// Refuses connection `i` with `why` (printed when `say`).
@@ -643,7 +758,7 @@ impl Server {
             return match t {
                 wire::T_HELLO => self.on_hello(i, p),
                 wire::T_AGENT => self.on_agent_hello(i, p),
-                _ => self.protocol_error(i, &format!("message type {t:#x} before hello")),
+                _ => self.not_admitted(i, &format!("message type {t:#x} before hello")),
             };
         };
         match t {
@@ -689,17 +804,23 @@ impl Server {
     }
 
     fn on_hello(&mut self, i: usize, p: &[u8]) {
-        let h = match Hello::decode(p) {
-            Ok(h) => h,
-            Err(why) => return self.reject(i, why),
-        };
-        let Err(why) = self.admit(i, &h) else {
+        let Some(nonce) = self.conns[i].as_ref().map(|c| c.nonce) else {
             return;
         };
-        // A process of this job (its cookie) that is refused will not join: the job can't
-        // form. One of another job (a stray, a stale cookie) is only noted: it may yet come.
-        let ours = self.job.is_none_or(|(c, _)| c == h.cookie);
-        if ours && !self.formed && self.fatal.is_none() {
+        let h = match Hello::decode(p) {
+            Ok(h) => h,
+            Err(why) => return self.not_admitted(i, &why),
+        };
+        let Some(tr) = wire::verify_member(&self.cfg.secret, &nonce, wire::T_HELLO, p) else {
+            return self.not_admitted(i, "its proof does not match this job's secret");
+        };
+        let Err(why) = self.admit(i, &h, &tr) else {
+            return;
+        };
+        // A process that knows the secret is one of this job's, and a refused one will not
+        // join (or claims a rank someone else holds): the job can't form as it should.
+        // Once formed, a duplicate is only refused: the job runs on with its members.
+        if !self.formed && self.fatal.is_none() {
             self.refuse(i, &why, false);
             self.fail(Failure::Other {
                 rank: Some(h.rank),
@@ -707,14 +828,12 @@ impl Server {
             });
         } else {
             self.refuse(i, &why, true);
-            if !self.formed {
-                self.refused.push(why);
-            }
         }
     }
 
-    /// Admits the process of `h` as its rank, or says why not.
-    fn admit(&mut self, i: usize, h: &Hello) -> Result<(), String> {
+    /// Admits the process of `h` (proven by the transcript `tr`) as its rank, or says why
+    /// not.
+    fn admit(&mut self, i: usize, h: &Hello, tr: &[u8]) -> Result<(), String> {
         let n = self.cfg.nprocs;
         if h.nprocs != n {
             return Err(format!(
@@ -724,17 +843,6 @@ impl Server {
         }
         if h.rank >= n {
             return Err(format!("rank {} is out of range 0..{n}", h.rank));
-        }
-        match self.job {
-            Some((cookie, _)) if cookie != h.cookie => {
-                return Err(format!(
-                    "rank {} has cookie {:#010x} but this job's cookie is {cookie:#010x} \
-                     (a process of another job, or a stale BULKWIRE_COOKIE?)",
-                    h.rank, h.cookie
-                ));
-            }
-            Some(_) => {}
-            None => self.job = Some((h.cookie, h.job_id)),
         }
         let slot = &self.slots[h.rank as usize];
         if slot.joined {
@@ -754,7 +862,8 @@ impl Server {
         self.conns[i].as_mut().expect("present").rank = Some(h.rank);
         self.ever_joined = true;
         self.formed = self.slots.iter().all(|s| s.joined);
-        self.send(i, Bytes::from(wire::welcome(self.cfg.host_rank)));
+        let welcome = wire::welcome(self.cfg.host_rank, &self.cfg.secret, tr);
+        self.send(i, Bytes::from(welcome));
         if let Some(r) = self.slots.iter().position(|s| s.exited_unjoined) {
             self.fail(Failure::Exited {
                 rank: r as u32,
@@ -979,7 +1088,7 @@ impl Server {
             }
         }
         for c in self.conns.iter_mut().flatten() {
-            if c.rank.is_none() && c.agent.is_none() && now >= c.opened + HELLO_TIMEOUT {
+            if c.rank.is_none() && c.agent.is_none() && now >= c.opened + AUTH_TIMEOUT {
                 c.dead = true;
             }
         }
@@ -1039,8 +1148,9 @@ impl Server {
              rendezvous at {})",
             self.addr
         );
+        // The last stranger turned away: a process with a stale or wrong secret, maybe.
         if let Some(why) = self.refused.last() {
-            message += &format!("; a process was refused: {why}");
+            message += &format!("; {why}");
         }
         Failure::Other {
             rank: None,

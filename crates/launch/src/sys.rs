@@ -193,6 +193,26 @@ pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     Ok(())
 }
 
+/// Fills `buf` from the kernel's random source (`getrandom(2)`, which blocks only until the
+/// pool is initialised at boot). Aborts the process if the kernel refuses: a secret or nonce
+/// must never fall back on anything guessable.
+pub fn random_bytes(buf: &mut [u8]) {
+    let mut got = 0;
+    while got < buf.len() {
+        // SAFETY: writes at most buf.len() - got bytes into buf[got..].
+        let n = unsafe { libc::getrandom(buf[got..].as_mut_ptr().cast(), buf.len() - got, 0) };
+        if n > 0 {
+            got += n as usize;
+        } else if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            eprintln!(
+                "bulkwire: the kernel's random source failed: {}",
+                io::Error::last_os_error()
+            );
+            std::process::abort();
+        }
+    }
+}
+
 /// 64 random bits from the kernel (job ids and cookies need uniqueness, not secrecy, but the
 /// kernel source is the simplest way to avoid two concurrent jobs picking the same one).
 pub fn random_u64() -> u64 {
@@ -232,4 +252,37 @@ pub fn fnv1a64(s: &str) -> u64 {
 pub fn isatty(fd: RawFd) -> bool {
     // SAFETY: isatty only inspects the fd.
     unsafe { libc::isatty(fd) == 1 }
+}
+
+/// An I/O error in words, naming descriptor exhaustion plainly (EMFILE: this process's
+/// limit, `ulimit -n`; ENFILE: the whole system's), which otherwise surfaces much later as a
+/// connection that never answers.
+pub fn describe_io(e: &io::Error) -> String {
+    match e.raw_os_error() {
+        Some(libc::EMFILE) => {
+            format!("this process is out of file descriptors (EMFILE, {e}): raise ulimit -n")
+        }
+        Some(libc::ENFILE) => {
+            format!("the system is out of file descriptors (ENFILE, {e})")
+        }
+        _ => e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn descriptor_exhaustion_is_named() {
+        let e = std::io::Error::from_raw_os_error(libc::EMFILE);
+        let t = super::describe_io(&e);
+        assert!(t.contains("EMFILE") && t.contains("ulimit -n"), "{t}");
+        let t = super::describe_io(&std::io::Error::from_raw_os_error(libc::ENFILE));
+        assert!(t.contains("ENFILE"), "{t}");
+        let t = crate::LaunchError::Connect {
+            addr: "127.0.0.1:1".parse().unwrap(),
+            source: e,
+        }
+        .to_string();
+        assert!(t.contains("EMFILE"), "{t}");
+    }
 }

@@ -7,16 +7,17 @@
 //!
 //! | dir | type | payload |
 //! |---|---|---|
-//! | c→s | HELLO | magic, version u16, rank, nprocs, cookie, job u64, pid, host (u16-prefixed) |
+//! | s→c | CHALLENGE | magic, version u16, server nonce (32 bytes): the first frame on every connection |
+//! | c→s | HELLO | magic, version u16, rank, nprocs, pid, host (u16-prefixed), nonce (32), proof (32) |
 //! | c→s | EXCHANGE | round u32, blob |
 //! | c→s | ABORT | message |
 //! | c→s | FINISH | status i32 |
-//! | s→c | WELCOME | version u16 |
-//! | s→c | REJECT | message |
+//! | s→c | WELCOME | version u16, host rank u32, proof (32) |
+//! | s→c | REJECT | message ("not admitted" to anyone who did not prove the secret) |
 //! | s→c | PART | round u32, rank u32, blob: one rank's contribution to a finished round |
 //! | s→c | FAILED | a [`Failure`] |
 //! | s→c | ACK | what (1: finish, 2: abort) |
-//! | a→s | AGENT | magic, version u16, cookie, job u64, agent index, pid: a host agent joins |
+//! | a→s | AGENT | magic, version u16, agent index, pid, nonce (32), proof (32): a host agent joins |
 //! | a→s | EXITED | rank, how (0: status, 1: signal, 2: signal with core), number |
 //! | a→s | NOSTART | rank, message: the agent could not start that rank |
 //! | both | BEAT | nothing: the agent and the launcher are alive and reachable |
@@ -24,12 +25,21 @@
 //! | s→a | SIGNAL | signal i32, for every rank the agent started |
 //!
 //! WELCOME also carries the rank whose process runs the server (u32, `u32::MAX`: none), so
-//! that a process that loses the server can name that rank.
+//! that a process that loses the server can name that rank. An agent gets a WELCOME before
+//! its START.
+//!
+//! Mutual authentication: a member's proof is `secret.prove(CTX_HELLO, server nonce ||
+//! type || payload before the proof)`, so it covers every field and both nonces and can't
+//! be replayed on another connection; the WELCOME's proof is `secret.prove(CTX_WELCOME,
+//! that transcript || WELCOME fields)`, so a process tells the job's server from an
+//! impostor before it sends anything else.
 
+use crate::secret::Secret;
 use crate::state::Failure;
 
 pub const MAGIC: u32 = u32::from_le_bytes(*b"BWJC");
-pub const VERSION: u16 = 1;
+/// 2: the CHALLENGE and the proofs (a version 1 peer is refused, never half-understood).
+pub const VERSION: u16 = 2;
 
 /// Largest blob one process may contribute to an exchange round.
 pub const MAX_BLOB: usize = 1 << 20;
@@ -53,6 +63,7 @@ pub const T_FAILED: u8 = 0x84;
 pub const T_ACK: u8 = 0x85;
 pub const T_START: u8 = 0x86;
 pub const T_SIGNAL: u8 = 0x87;
+pub const T_CHALLENGE: u8 = 0x88;
 
 pub const ACK_FINISH: u8 = 1;
 pub const ACK_ABORT: u8 = 2;
@@ -166,33 +177,107 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// What a process says when it connects.
+/// Bytes of a nonce (each side's fresh random contribution to a handshake).
+pub const NONCE: usize = 32;
+/// Bytes of a proof ([`Secret::prove`]).
+pub const PROOF: usize = 32;
+/// The purpose of a member's proof (HELLO, AGENT).
+pub const CTX_HELLO: &str = "bulkwire 1 hello";
+/// The purpose of the server's proof (WELCOME): distinct, so a member's proof can never be
+/// reflected back as the server's.
+pub const CTX_WELCOME: &str = "bulkwire 1 welcome";
+
+/// A fresh nonce from the kernel's random source.
+pub fn nonce() -> [u8; NONCE] {
+    let mut n = [0u8; NONCE];
+    crate::sys::random_bytes(&mut n);
+    n
+}
+
+/// The server's first frame on every connection: magic, version, its nonce.
+pub fn challenge(nonce: &[u8; NONCE]) -> Vec<u8> {
+    let mut w = Writer::frame(T_CHALLENGE);
+    w.u32(MAGIC);
+    w.u16(VERSION);
+    w.bytes(nonce);
+    w.finish_frame()
+}
+
+/// The server's nonce from a CHALLENGE payload; `Err` says why in words.
+pub fn decode_challenge(p: &[u8]) -> Result<[u8; NONCE], String> {
+    let mut r = Reader::new(p);
+    if r.u32() != Some(MAGIC) {
+        return Err("not a bulkwire rendezvous server (bad magic)".into());
+    }
+    match r.u16() {
+        Some(VERSION) => {}
+        Some(v) => {
+            return Err(format!(
+                "the rendezvous server speaks control protocol version {v}, this process \
+                 {VERSION}: mixed bulkwire versions?"
+            ));
+        }
+        None => return Err("truncated challenge".into()),
+    }
+    r.take(NONCE)
+        .and_then(|n| n.try_into().ok())
+        .ok_or_else(|| "truncated challenge".into())
+}
+
+/// What a proof covers: the server's nonce, the frame type, and every byte of the payload
+/// before the proof (which includes the member's own nonce).
+pub fn transcript(server_nonce: &[u8], t: u8, signed: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(server_nonce.len() + 1 + signed.len());
+    v.extend_from_slice(server_nonce);
+    v.push(t);
+    v.extend_from_slice(signed);
+    v
+}
+
+/// Finishes a HELLO or AGENT frame whose payload so far is `w`: appends the proof over
+/// [`transcript`]; returns the frame and the transcript (for checking the WELCOME).
+fn seal(mut w: Writer, secret: &Secret, server_nonce: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let t = w.0[4];
+    let tr = transcript(server_nonce, t, &w.0[5..]);
+    w.bytes(&secret.prove(CTX_HELLO, &tr));
+    (w.finish_frame(), tr)
+}
+
+/// Checks the proof at the end of a HELLO or AGENT payload `p` of type `t`: the transcript
+/// when it holds, `None` otherwise.
+pub fn verify_member(secret: &Secret, server_nonce: &[u8], t: u8, p: &[u8]) -> Option<Vec<u8>> {
+    let cut = p.len().checked_sub(PROOF)?;
+    let tr = transcript(server_nonce, t, &p[..cut]);
+    secret.verify(CTX_HELLO, &tr, &p[cut..]).then_some(tr)
+}
+
+/// What a process says when it connects (after the server's CHALLENGE).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hello {
     pub version: u16,
     pub rank: u32,
     pub nprocs: u32,
-    pub cookie: u32,
-    pub job_id: u64,
     pub pid: u32,
     pub host: String,
 }
 
 impl Hello {
-    pub fn encode(&self) -> Vec<u8> {
+    /// The HELLO frame with this process's fresh nonce and its proof; also the transcript
+    /// the server's WELCOME must prove.
+    pub fn encode(&self, secret: &Secret, server_nonce: &[u8]) -> (Vec<u8>, Vec<u8>) {
         let mut w = Writer::frame(T_HELLO);
         w.u32(MAGIC);
         w.u16(self.version);
         w.u32(self.rank);
         w.u32(self.nprocs);
-        w.u32(self.cookie);
-        w.u64(self.job_id);
         w.u32(self.pid);
         w.str16(&self.host);
-        w.finish_frame()
+        w.bytes(&nonce());
+        seal(w, secret, server_nonce)
     }
 
-    /// Decodes a HELLO payload; `Err` says why in words fit for a rejection.
+    /// Decodes a HELLO payload (the proof is checked apart, [`verify_member`]); `Err` says
+    /// why in words.
     pub fn decode(p: &[u8]) -> Result<Hello, String> {
         let mut r = Reader::new(p);
         if r.u32() != Some(MAGIC) {
@@ -206,15 +291,15 @@ impl Hello {
             ));
         }
         let mut f = || -> Option<Hello> {
-            Some(Hello {
+            let h = Hello {
                 version,
                 rank: r.u32()?,
                 nprocs: r.u32()?,
-                cookie: r.u32()?,
-                job_id: r.u64()?,
                 pid: r.u32()?,
-                host: r.str16(MAX_TEXT)?,
-            })
+                host: printable(&r.str16(MAX_TEXT)?),
+            };
+            r.take(NONCE + PROOF)?;
+            Some(h)
         };
         f().ok_or_else(|| "truncated hello".into())
     }
@@ -239,19 +324,30 @@ pub fn finish(status: i32) -> Vec<u8> {
     w.finish_frame()
 }
 
-/// `host_rank`: the rank whose process runs the server, if one does.
-pub fn welcome(host_rank: Option<u32>) -> Vec<u8> {
+/// The server's admission: `host_rank` (the rank whose process runs the server, if one
+/// does), and the server's proof over the member's transcript `tr` and these fields.
+pub fn welcome(host_rank: Option<u32>, secret: &Secret, tr: &[u8]) -> Vec<u8> {
     let mut w = Writer::frame(T_WELCOME);
     w.u16(VERSION);
     w.u32(host_rank.unwrap_or(u32::MAX));
+    let mut all = tr.to_vec();
+    all.extend_from_slice(&w.0[5..]);
+    w.bytes(&secret.prove(CTX_WELCOME, &all));
     w.finish_frame()
 }
 
-/// The server's host rank from a WELCOME payload (absent in a short one).
-pub fn welcome_host_rank(p: &[u8]) -> Option<u32> {
-    let mut r = Reader::new(p);
-    r.u16()?;
-    r.u32().filter(|&k| k != u32::MAX)
+/// Checks a WELCOME payload against the transcript `tr` of our HELLO: `Ok(host rank)` when
+/// the server proved it knows the secret, `Err` otherwise (an impostor).
+pub fn verify_welcome(secret: &Secret, tr: &[u8], p: &[u8]) -> Result<Option<u32>, ()> {
+    let cut = p.len().checked_sub(PROOF).ok_or(())?;
+    let mut all = tr.to_vec();
+    all.extend_from_slice(&p[..cut]);
+    if !secret.verify(CTX_WELCOME, &all, &p[cut..]) {
+        return Err(());
+    }
+    let mut r = Reader::new(&p[..cut]);
+    r.u16().ok_or(())?;
+    Ok(r.u32().ok_or(())?).map(|k| Some(k).filter(|&k| k != u32::MAX))
 }
 
 /// A frame of type `t` with no payload.
@@ -259,25 +355,23 @@ pub fn empty(t: u8) -> Vec<u8> {
     Writer::frame(t).finish_frame()
 }
 
-/// What a host agent says when it connects.
+/// What a host agent says when it connects (after the server's CHALLENGE).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AgentHello {
-    pub cookie: u32,
-    pub job_id: u64,
     pub index: u32,
     pub pid: u32,
 }
 
 impl AgentHello {
-    pub fn encode(&self) -> Vec<u8> {
+    /// The AGENT frame with the agent's nonce and proof, and the transcript.
+    pub fn encode(&self, secret: &Secret, server_nonce: &[u8]) -> (Vec<u8>, Vec<u8>) {
         let mut w = Writer::frame(T_AGENT);
         w.u32(MAGIC);
         w.u16(VERSION);
-        w.u32(self.cookie);
-        w.u64(self.job_id);
         w.u32(self.index);
         w.u32(self.pid);
-        w.finish_frame()
+        w.bytes(&nonce());
+        seal(w, secret, server_nonce)
     }
 
     pub fn decode(p: &[u8]) -> Result<AgentHello, String> {
@@ -296,12 +390,12 @@ impl AgentHello {
             None => return Err("truncated agent hello".into()),
         }
         let mut f = || {
-            Some(AgentHello {
-                cookie: r.u32()?,
-                job_id: r.u64()?,
+            let h = AgentHello {
                 index: r.u32()?,
                 pid: r.u32()?,
-            })
+            };
+            r.take(NONCE + PROOF)?;
+            Some(h)
         };
         f().ok_or_else(|| "truncated agent hello".into())
     }
@@ -376,6 +470,14 @@ pub fn failed(f: &Failure) -> Vec<u8> {
     w.finish_frame()
 }
 
+/// `s` with control characters (a peer's text: escapes, newlines) shown as `?`, so that
+/// what a peer sent can't forge or garble lines of a log.
+pub fn printable(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
+}
+
 /// Text of a text frame (abort, reject), decoded leniently and bounded.
 pub fn text(p: &[u8]) -> String {
     String::from_utf8_lossy(&p[..p.len().min(MAX_TEXT)]).into_owned()
@@ -433,24 +535,45 @@ mod tests {
     use super::*;
 
     #[test]
-    fn hello_round_trip_and_truncation() {
+    fn hello_round_trip_truncation_and_proofs() {
         let h = Hello {
             version: VERSION,
             rank: 3,
             nprocs: 8,
-            cookie: 0xabcd,
-            job_id: 99,
             pid: 1234,
             host: "n/b".into(),
         };
-        let f = h.encode();
+        let secret = Secret::generate();
+        let sn = nonce();
+        let (f, tr) = h.encode(&secret, &sn);
         let (t, p, used) = split_frame(&f).unwrap().unwrap();
         assert_eq!((t, used), (T_HELLO, f.len()));
         assert_eq!(Hello::decode(p).unwrap(), h);
         for cut in 0..p.len() {
             assert!(Hello::decode(&p[..cut]).is_err());
+            assert!(verify_member(&secret, &sn, T_HELLO, &p[..cut]).is_none());
         }
         assert!(split_frame(&f[..f.len() - 1]).unwrap().is_none());
+        assert_eq!(verify_member(&secret, &sn, T_HELLO, p), Some(tr.clone()));
+        // Another job's secret, another connection's nonce, another frame type: refused.
+        assert!(verify_member(&Secret::generate(), &sn, T_HELLO, p).is_none());
+        assert!(verify_member(&secret, &nonce(), T_HELLO, p).is_none());
+        assert!(verify_member(&secret, &sn, T_AGENT, p).is_none());
+        // The server's answer proves itself against the same transcript only.
+        let w = welcome(Some(0), &secret, &tr);
+        let (t, wp, _) = split_frame(&w).unwrap().unwrap();
+        assert_eq!(t, T_WELCOME);
+        assert_eq!(verify_welcome(&secret, &tr, wp), Ok(Some(0)));
+        assert!(verify_welcome(&Secret::generate(), &tr, wp).is_err());
+        assert!(verify_welcome(&secret, &tr[1..], wp).is_err());
+        // A member's proof is no server proof.
+        let mut reflected = wp[..6].to_vec();
+        reflected.extend_from_slice(&p[p.len() - PROOF..]);
+        assert!(verify_welcome(&secret, &tr, &reflected).is_err());
+        assert_eq!(
+            decode_challenge(split_frame(&challenge(&sn)).unwrap().unwrap().1),
+            Ok(sn)
+        );
     }
 
     #[test]

@@ -7,14 +7,16 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bulkwire_launch::{
-    Card, Control, Failure, JobEnv, JobOutcome, LaunchError, Launcher, Server, ServerConfig,
+    Card, Control, Failure, JobEnv, JobOutcome, LaunchError, Launcher, Secret, Server, ServerConfig,
 };
 
-const COOKIE: u32 = 0x5eed_cafe;
+/// The tests' job secret.
+fn secret() -> Secret {
+    Secret::from_hex(&"5e".repeat(32)).unwrap()
+}
 
 fn server(n: u32, timeout: Duration) -> (SocketAddr, JoinHandle<JobOutcome>) {
-    let mut cfg = ServerConfig::new(n);
-    cfg.job = Some((COOKIE, 7));
+    let mut cfg = ServerConfig::new(n, secret());
     cfg.timeout = Some(timeout);
     cfg.term_delay = Duration::from_millis(50);
     cfg.kill_grace = Duration::from_millis(200);
@@ -27,7 +29,7 @@ fn env(addr: SocketAddr, rank: u32, nprocs: u32) -> JobEnv {
     JobEnv {
         rank,
         nprocs,
-        cookie: COOKIE,
+        secret: secret(),
         job_id: 7,
         rendezvous: addr,
         launcher: Launcher::Bulkwire,
@@ -80,12 +82,12 @@ fn allgather_cards_and_rounds() {
 fn processes_of_other_jobs_are_rejected_without_harm() {
     let (addr, srv) = server(2, Duration::from_secs(20));
     let mut wrong = env(addr, 1, 2);
-    wrong.cookie = 0x1234;
+    wrong.secret = Secret::generate();
     let e = Control::join(&wrong).unwrap_err();
     assert!(matches!(e, LaunchError::Rejected(_)), "{e}");
     let msg = e.to_string();
     assert!(
-        msg.contains("cookie 0x00001234") && msg.contains("0x5eedcafe"),
+        msg.contains("rejected rank 1: not admitted") && msg.contains("BULKWIRE_SECRET"),
         "{msg}"
     );
     let a = Control::join(&env(addr, 0, 2)).unwrap();
@@ -146,8 +148,7 @@ fn a_process_of_the_job_refused_while_it_forms_fails_it() {
 
 #[test]
 fn a_job_that_does_not_form_in_time_names_the_missing_ranks() {
-    let mut cfg = ServerConfig::new(4);
-    cfg.job = Some((COOKIE, 7));
+    let mut cfg = ServerConfig::new(4, secret());
     cfg.join_timeout = Some(Duration::from_millis(300));
     cfg.term_delay = Duration::from_millis(50);
     cfg.kill_grace = Duration::from_millis(200);

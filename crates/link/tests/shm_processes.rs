@@ -24,15 +24,14 @@ fn dgram(k: u64) -> Vec<u8> {
 #[test]
 fn producers_and_a_sleeping_consumer_in_processes() {
     let n = 3u32;
-    let cookie = 0x5e3d_0000 | (std::process::id() & 0xffff);
-    let mut cfg = ServerConfig::new(n);
-    cfg.job = Some((cookie, 9));
+    let secret = bulkwire_launch::Secret::generate();
+    let mut cfg = ServerConfig::new(n, secret.clone());
     cfg.timeout = Some(LIMIT);
     let server = Server::bind(SocketAddr::from(([127, 0, 0, 1], 0)), cfg).unwrap();
     let job = JobEnv {
         rank: 0,
         nprocs: n,
-        cookie,
+        secret,
         job_id: 9,
         rendezvous: server.local_addr(),
         launcher: Launcher::Bulkwire,

@@ -473,22 +473,25 @@ fn a_process_of_another_job_is_rejected_with_a_clear_message() {
     let mut mine = probe(&["rank", "allgather"], &m);
     mine.env("BULKWIRE_RENDEZVOUS", &addr)
         .env("BULKWIRE_RANK", "0")
-        .env("BULKWIRE_NPROCS", "2")
-        .env("BULKWIRE_COOKIE", "0xaaaa0001");
+        .env("BULKWIRE_NPROCS", "2");
     let mine = std::thread::spawn(move || run(mine, LIMIT));
-    std::thread::sleep(Duration::from_millis(300)); // let rank 0 set the job's cookie
+    std::thread::sleep(Duration::from_millis(300));
     let mut stray = probe(&["rank", "allgather"], &m);
+    let other = SECRET.replace('7', "8");
     stray
         .env("BULKWIRE_RENDEZVOUS", &addr)
         .env("BULKWIRE_RANK", "1")
         .env("BULKWIRE_NPROCS", "2")
-        .env("BULKWIRE_COOKIE", "0xbbbb0002");
+        .env("BULKWIRE_SECRET", &other);
     let out = run(stray, LIMIT);
     assert_eq!(out.code, Some(2), "{out:?}");
+    // Told nothing about the job: neither its size nor any secret or cookie.
     assert!(
-        out.stderr.contains(
-            "rejected rank 1: rank 1 has cookie 0xbbbb0002 but this job's cookie is 0xaaaa0001"
-        ),
+        out.stderr.contains("rejected rank 1: not admitted"),
+        "{out:?}"
+    );
+    assert!(
+        !out.stderr.contains(SECRET) && !out.stderr.contains("cookie"),
         "{out:?}"
     );
     // Rank 0 waits for a rank 1 that never comes, until the server's time limit.
@@ -619,5 +622,70 @@ fn processes_get_disjoint_shares_of_the_cores() {
         LIMIT,
     );
     check(&out, all.len() + 1, false);
+    assert_no_leftovers(&m);
+}
+
+/// Two tasks as srun starts them without PMI (a derived rendezvous on this host), with
+/// `home` as their home directory and no job secret of the test's.
+fn derived_job(home: &std::path::Path, m: &str, extra: &[(&str, &str)]) -> Vec<Out> {
+    let job = format!(
+        "derived-{}-{}",
+        std::process::id(),
+        home.display().to_string().len()
+    );
+    let ts: Vec<_> = (0..2)
+        .map(|r| {
+            let mut c = probe(&["rank", "allgather"], m);
+            c.env_remove("BULKWIRE_SECRET")
+                .env("HOME", home)
+                .env("SLURM_PROCID", r.to_string())
+                .env("SLURM_NTASKS", "2")
+                .env("SLURM_JOB_ID", &job)
+                .env("SLURM_STEP_ID", "0")
+                .env("SLURM_STEP_NODELIST", "localhost")
+                .env("BULKWIRE_JOIN_TIMEOUT", "10")
+                .envs(extra.iter().copied());
+            std::thread::spawn(move || run(c, LIMIT))
+        })
+        .collect();
+    ts.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+#[test]
+fn a_derived_rendezvous_needs_a_private_user_key() {
+    use std::os::unix::fs::PermissionsExt;
+    let m = mark();
+    let home = std::env::temp_dir().join(format!("bw-home-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&home);
+    std::fs::create_dir_all(home.join(".config/bulkwire")).unwrap();
+    // No key: refused with how to fix it.
+    for o in derived_job(&home, &m, &[]) {
+        assert_ne!(o.code, Some(0), "{o:?}");
+        assert!(
+            o.stderr.contains("--mpi=pmi2") && o.stderr.contains("umask 077"),
+            "{o:?}"
+        );
+    }
+    // A key file others may read: refused, naming it.
+    let key = home.join(".config/bulkwire/key");
+    std::fs::write(&key, "ab".repeat(32)).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o640)).unwrap();
+    for o in derived_job(&home, &m, &[]) {
+        assert_ne!(o.code, Some(0), "{o:?}");
+        assert!(
+            o.stderr.contains(key.to_str().unwrap()) && o.stderr.contains("0640"),
+            "{o:?}"
+        );
+    }
+    // A private key file, or the key in the environment: the job forms.
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    for o in derived_job(&home, &m, &[]) {
+        assert_eq!(o.code, Some(0), "{o:?}");
+    }
+    std::fs::remove_file(&key).unwrap();
+    for o in derived_job(&home, &m, &[("BULKWIRE_SECRET", SECRET)]) {
+        assert_eq!(o.code, Some(0), "{o:?}");
+    }
+    std::fs::remove_dir_all(&home).unwrap();
     assert_no_leftovers(&m);
 }

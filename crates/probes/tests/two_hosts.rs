@@ -78,6 +78,7 @@ impl Netns {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &self.names[i], PROBE]).args(args);
         clean(&mut c, mark);
+        c.env("BULKWIRE_SECRET", SECRET);
         c
     }
 }

@@ -68,7 +68,7 @@ fn environment_reaches_every_rank_tagged() {
             "--tag-output",
             "sh",
             "-c",
-            "echo rank=$BULKWIRE_RANK n=$BULKWIRE_NPROCS proto=$BULKWIRE_PROTOCOL cookie=$BULKWIRE_COOKIE",
+            "echo rank=$BULKWIRE_RANK n=$BULKWIRE_NPROCS proto=$BULKWIRE_PROTOCOL secret=${#BULKWIRE_SECRET}",
         ],
         &[("BULKWIRE_PROTOCOL", "holefill")],
         "",
@@ -77,13 +77,8 @@ fn environment_reaches_every_rank_tagged() {
     let mut lines: Vec<&str> = o.stdout.lines().collect();
     lines.sort();
     assert_eq!(lines.len(), 3);
-    let cookie = lines[0].rsplit("cookie=").next().unwrap();
-    assert!(cookie.starts_with("0x") && cookie.len() == 10, "{cookie}");
     for (r, l) in lines.iter().enumerate() {
-        assert_eq!(
-            *l,
-            format!("[{r}] rank={r} n=3 proto=holefill cookie={cookie}")
-        );
+        assert_eq!(*l, format!("[{r}] rank={r} n=3 proto=holefill secret=64"));
     }
 }
 
@@ -161,10 +156,31 @@ fn stdin_goes_to_rank_0_and_options_after_the_program_pass_through() {
     assert_eq!(lines, ["[0] end", "[0] hello", "[1] end"]);
 }
 
+/// A fresh private directory for one test.
+fn private_dir(name: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::DirBuilderExt;
+    let d = std::env::temp_dir().join(format!("bsprun-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::DirBuilder::new().mode(0o700).create(&d).unwrap();
+    d
+}
+
 #[test]
-fn serve_prints_its_address() {
+fn serve_prints_its_address_and_where_its_secret_is() {
+    let d = private_dir("serve");
+    let f = d.join("secret");
+    let fs = f.to_str().unwrap();
     let o = bsprun(
-        &["-n", "2", "--serve", "127.0.0.1:0", "--timeout", "0.2"],
+        &[
+            "-n",
+            "2",
+            "--serve",
+            "127.0.0.1:0",
+            "--timeout",
+            "0.2",
+            "--secret-file",
+            fs,
+        ],
         &[],
         "",
     );
@@ -174,16 +190,115 @@ fn serve_prints_its_address() {
         "{}",
         o.stdout
     );
+    assert!(
+        o.stdout.contains(&format!("\nBULKWIRE_SECRET_FILE={fs}\n")),
+        "{}",
+        o.stdout
+    );
+    // Removed when the server ends; never overwritten: an existing file is refused.
+    assert!(!f.exists());
+    std::fs::write(&f, "x").unwrap();
+    let o = bsprun(
+        &["-n", "2", "--serve", "127.0.0.1:0", "--secret-file", fs],
+        &[],
+        "",
+    );
+    assert_eq!(o.code, Some(2));
+    assert!(o.stderr.contains("must not exist yet"), "{}", o.stderr);
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn the_secret_is_in_no_command_line_of_the_job() {
+    let d = private_dir("cmdline");
+    let script = format!(
+        "printf %s \"$BULKWIRE_SECRET\" > {}/s.$BULKWIRE_RANK; sleep 3",
+        d.display()
+    );
+    let mut c = Command::new(BSPRUN);
+    c.args(["-n", "2", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("BULKWIRE_") {
+            c.env_remove(k);
+        }
+    }
+    let mut child = c.spawn().unwrap();
+    let t0 = Instant::now();
+    let files = [d.join("s.0"), d.join("s.1")];
+    let secret = loop {
+        let got: Vec<String> = files
+            .iter()
+            .filter_map(|f| std::fs::read_to_string(f).ok())
+            .filter(|s| s.len() == 64)
+            .collect();
+        if got.len() == 2 {
+            assert_eq!(got[0], got[1]);
+            break got[0].clone();
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the ranks never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // Every process descending from bsprun, from the parent links in /proc.
+    let ppid = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    let mut family = vec![child.id()];
+    let all: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    let mut grew = true;
+    while grew {
+        grew = false;
+        for &p in &all {
+            if !family.contains(&p) && ppid(p).is_some_and(|pp| family.contains(&pp)) {
+                family.push(p);
+                grew = true;
+            }
+        }
+    }
+    assert!(family.len() >= 3, "bsprun and its two ranks: {family:?}");
+    for p in &family {
+        let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+        let text = String::from_utf8_lossy(&cmdline).to_lowercase();
+        assert!(!text.contains(&secret), "pid {p}: {text}");
+    }
+    assert!(child.wait().unwrap().success());
+    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
 fn serve_fails_a_job_that_does_not_form_in_time() {
     let t0 = Instant::now();
+    let d = private_dir("serve-timeout");
+    let f = d.join("secret");
     let o = bsprun(
-        &["-n", "2", "--serve", "127.0.0.1:0", "--join-timeout", "0.3"],
+        &[
+            "-n",
+            "2",
+            "--serve",
+            "127.0.0.1:0",
+            "--join-timeout",
+            "0.3",
+            "--secret-file",
+            f.to_str().unwrap(),
+        ],
         &[],
         "",
     );
+    std::fs::remove_dir_all(&d).unwrap();
     assert!(t0.elapsed() < Duration::from_secs(10));
     assert_eq!(o.code, Some(1), "{}", o.stderr);
     assert!(

@@ -136,11 +136,13 @@ fn a_rank_that_dies_under_mpirun_or_mpiexec_fails_the_job_naming_it() {
     a_death("signal 9", |p, args| hydra(4, p, args, &[]));
 }
 
-/// What srun gives each task when no PMI plugin is asked for.
+/// What srun gives each task when no PMI plugin is asked for, with the user's key that a
+/// derived rendezvous needs (srun passes the submitting shell's environment on).
 fn srun_like(rank: u32, size: u32, job: &str, prog: &Path, m: &str) -> Command {
     let mut c = Command::new(prog);
     testing::clean(&mut c, m);
-    c.env("SLURM_PROCID", rank.to_string())
+    c.env("BULKWIRE_SECRET", "5eed".repeat(16))
+        .env("SLURM_PROCID", rank.to_string())
         .env("SLURM_NTASKS", size.to_string())
         .env("SLURM_JOB_ID", job)
         .env("SLURM_STEP_ID", "0")

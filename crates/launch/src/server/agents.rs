@@ -156,20 +156,24 @@ impl Server {
     }
 
     pub(super) fn on_agent_hello(&mut self, i: usize, p: &[u8]) {
+        let Some(nonce) = self.conns[i].as_ref().map(|c| c.nonce) else {
+            return;
+        };
         let h = match AgentHello::decode(p) {
             Ok(h) => h,
-            Err(why) => return self.reject(i, why),
+            Err(why) => return self.not_admitted(i, &why),
+        };
+        let Some(tr) = wire::verify_member(&self.cfg.secret, &nonce, wire::T_AGENT, p) else {
+            return self.not_admitted(i, "its proof does not match this job's secret");
         };
         let a = h.index as usize;
-        let ours = self
-            .job
-            .is_some_and(|(c, j)| c == h.cookie && j == h.job_id);
-        if !ours || a >= self.agents.len() || self.agents[a].conn.is_some() {
-            return self.reject(i, format!("no such host agent in this job ({a})"));
+        if a >= self.agents.len() || self.agents[a].conn.is_some() {
+            return self.refuse(i, &format!("no such host agent in this job ({a})"), true);
         }
         if self.agents[a].gone || self.fatal.is_some() {
-            return self.reject(i, "the job has already ended".into());
+            return self.refuse(i, "the job has already ended", true);
         }
+        self.send(i, Bytes::from(wire::welcome(None, &self.cfg.secret, &tr)));
         let now = Instant::now();
         let agent = &mut self.agents[a];
         agent.conn = Some(i);

@@ -114,7 +114,12 @@ fn serve(args: &[String]) {
     let n: u32 = o
         .get("-n")
         .map_or(2, |v| v.parse().unwrap_or_else(|_| die("bad -n")));
-    let mut cfg = ServerConfig::new(n);
+    // The tests give the server and its ranks the same secret in their environments.
+    let secret = std::env::var("BULKWIRE_SECRET")
+        .ok()
+        .and_then(|h| bulkwire_launch::Secret::from_hex(&h))
+        .unwrap_or_else(|| die("serve: set BULKWIRE_SECRET (64 hex digits)"));
+    let mut cfg = ServerConfig::new(n, secret);
     cfg.report = Some("launch-probe serve".into());
     cfg.timeout = ms(o.get("--timeout-ms"));
     let bind: SocketAddr = o
@@ -312,7 +317,12 @@ fn rank(args: &[String]) {
         Some("env") => match settings().launch.job {
             Some(e) => say(format!(
                 "env rank={} nprocs={} cookie={:#x} job={} launcher={:?} rendezvous={}",
-                e.rank, e.nprocs, e.cookie, e.job_id, e.launcher, e.rendezvous
+                e.rank,
+                e.nprocs,
+                e.cookie(),
+                e.job_id,
+                e.launcher,
+                e.rendezvous
             )),
             None => say("env none".into()),
         },

@@ -12,11 +12,17 @@ pub const PROBE: &str = env!("CARGO_BIN_EXE_launch-probe");
 
 pub use bulkwire_launch::testing::{Out, assert_no_leftovers, clean, mark};
 
-/// The probe with `args`, a clean job environment (whatever the test runner has), and `mark`.
+/// The job secret the tests give every probe (a launcher's own replaces it for the
+/// processes it starts).
+pub const SECRET: &str = "7e577e577e577e577e577e577e577e577e577e577e577e577e577e577e577e57";
+
+/// The probe with `args`, a clean job environment (whatever the test runner has), the
+/// tests' job secret, and `mark`.
 pub fn probe(args: &[&str], mark: &str) -> Command {
     let mut c = Command::new(PROBE);
     c.args(args);
     clean(&mut c, mark);
+    c.env("BULKWIRE_SECRET", SECRET);
     c
 }
 

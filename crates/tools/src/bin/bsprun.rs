@@ -14,8 +14,9 @@
 //! bsprun -n 4 --profile cg.prof ./program  record the BSP cost profile: each process
 //!                                          writes cg.prof.<pid> (see bwbench profile)
 //! bsprun -n 16 --serve 0.0.0.0:7000        only the rendezvous server, for processes
-//!                                          started by srun or mpirun (export
-//!                                          BULKWIRE_RENDEZVOUS=thishost:7000 to them)
+//!                                          started by srun or mpirun: it prints the
+//!                                          BULKWIRE_RENDEZVOUS and BULKWIRE_SECRET_FILE
+//!                                          to export to them
 //! bsprun --help-env                        every BULKWIRE_* variable, what it accepts,
 //!                                          its default (--help-env=markdown: the table
 //!                                          of docs/configuration.md)
@@ -26,7 +27,8 @@
 //!
 //! The processes inherit bsprun's environment (so `BULKWIRE_PROTOCOL`, `BULKWIRE_FAULTS`...
 //! reach them) plus the job's `BULKWIRE_RANK`, `BULKWIRE_NPROCS`, `BULKWIRE_RENDEZVOUS`,
-//! `BULKWIRE_COOKIE` and `BULKWIRE_JOB`. Rank 0 gets bsprun's standard input. On other
+//! `BULKWIRE_SECRET` (a fresh secret per job, in the environment only) and `BULKWIRE_JOB`.
+//! Other hosts' agents get the secret on their standard input. Rank 0 gets bsprun's standard input. On other
 //! hosts, bsprun's `--agent` (the same path there) starts the ranks: they get the
 //! `BULKWIRE_*` settings of bsprun's environment and the variables named with `-x`, and
 //! run in bsprun's working directory when the host has it.
@@ -38,13 +40,14 @@
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use bulkwire_launch::{
-    HostSlots, LaunchError, LaunchOpts, Placement, Server, ServerConfig, cookie_from_job,
-    job_id_from_name, launch,
+    HostSlots, LaunchError, LaunchOpts, Placement, Secret, Server, ServerConfig, launch,
+    write_key_file,
 };
 use clap::Parser;
 
@@ -131,10 +134,11 @@ struct Args {
     #[arg(long, value_name = "ADDR", conflicts_with = "command")]
     serve: Option<SocketAddr>,
 
-    /// With --serve: the job id the processes derive their cookie from (BULKWIRE_JOB, or
-    /// Slurm's "slurm:JOBID.STEPID"); without it the first process's cookie is adopted.
-    #[arg(long, value_name = "ID", requires = "serve")]
-    job: Option<String>,
+    /// With --serve: where to write the job's fresh secret (a new file, mode 0600; default
+    /// ~/.config/bulkwire/serve-PORT.secret), removed when the server ends. Give it to the
+    /// processes as BULKWIRE_SECRET_FILE.
+    #[arg(long, value_name = "PATH", requires = "serve")]
+    secret_file: Option<PathBuf>,
 
     /// The program to run, then its arguments (everything after PROGRAM is passed on
     /// untouched, options included).
@@ -209,18 +213,12 @@ fn run(a: Args) -> Result<i32, (u8, String)> {
     };
 
     if let Some(addr) = a.serve {
-        let mut cfg = ServerConfig::new(nprocs);
-        cfg.report = Some("bsprun".into());
-        cfg.timeout = timeout;
-        cfg.kill_grace = kill_grace;
-        cfg.join_timeout = Some(join_timeout);
-        cfg.job = a.job.as_deref().map(|j| {
-            let id = job_id_from_name(j);
-            (cookie_from_job(id), id)
+        return serve(addr, nprocs, a.secret_file.as_deref(), |cfg| {
+            cfg.report = Some("bsprun".into());
+            cfg.timeout = timeout;
+            cfg.kill_grace = kill_grace;
+            cfg.join_timeout = Some(join_timeout);
         });
-        let server = Server::bind(addr, cfg).map_err(|e| (2, format!("--serve {addr}: {e}")))?;
-        println!("BULKWIRE_RENDEZVOUS={}", server.local_addr());
-        return Ok(server.run().exit_code());
     }
 
     if hosts.is_empty() && nprocs > MAX_LOCAL {
@@ -293,6 +291,51 @@ fn run(a: Args) -> Result<i32, (u8, String)> {
         }
         Err(e) => Err((2, e.to_string())),
     }
+}
+
+/// `--serve`: a server for a job of its own fresh secret, written to a new private file
+/// (never printed: a terminal's scrollback or a log is no place for it) whose path is
+/// printed with the address, and removed when the job ends.
+fn serve(
+    addr: SocketAddr,
+    nprocs: u32,
+    file: Option<&std::path::Path>,
+    set: impl FnOnce(&mut ServerConfig),
+) -> Result<i32, (u8, String)> {
+    let secret = Secret::generate();
+    let mut cfg = ServerConfig::new(nprocs, secret.clone());
+    set(&mut cfg);
+    let server = Server::bind(addr, cfg).map_err(|e| (2, format!("--serve {addr}: {e}")))?;
+    let port = server.local_addr().port();
+    let path = match file {
+        Some(p) => p.to_path_buf(),
+        None => {
+            let home = std::env::var_os("HOME")
+                .ok_or_else(|| (2, "--serve: HOME is not set; give --secret-file".into()))?;
+            let dir = PathBuf::from(home).join(".config/bulkwire");
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)
+                .map_err(|e| (2, format!("--serve: cannot create {}: {e}", dir.display())))?;
+            dir.join(format!("serve-{port}.secret"))
+        }
+    };
+    write_key_file(&path, &secret).map_err(|e| {
+        (
+            2,
+            format!(
+                "--serve: cannot create the secret file {} (it must not exist yet): {e}",
+                path.display()
+            ),
+        )
+    })?;
+    let path = std::fs::canonicalize(&path).unwrap_or(path);
+    println!("BULKWIRE_RENDEZVOUS={}", server.local_addr());
+    println!("BULKWIRE_SECRET_FILE={}", path.display());
+    let code = server.run().exit_code();
+    let _ = std::fs::remove_file(&path);
+    Ok(code)
 }
 
 /// The hosts of `--host` or `--hostfile`; empty for this host alone.

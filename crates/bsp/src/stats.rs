@@ -2,6 +2,7 @@
 //! received, explicit acknowledgements, drops, duplicates, implicit acknowledgements) per
 //! process and in total, with the supersteps and bytes the BSP layer moved.
 
+use bulkwire_protocol::wire::DropReason;
 use bulkwire_protocol::{PeerStats, Stats};
 
 use crate::core::{Core, Counters, Net};
@@ -12,8 +13,12 @@ pub struct Snapshot {
     pub pid: u32,
     /// Protocol counters summed over peers.
     pub proto: PeerStats,
-    /// Datagrams the engine dropped before the protocol (corrupt, foreign...).
+    /// Datagrams the engine dropped before the protocol (corrupt, malformed...), less
+    /// those counted in `rejected`.
     pub link_drops: u64,
+    /// Datagrams from outside the job: failed the packet MAC, or carried another job's
+    /// cookie.
+    pub rejected: u64,
     pub bsp: Counters,
 }
 
@@ -24,15 +29,18 @@ impl Snapshot {
             .filter(|&r| r != t.rank())
             .map(|r| t.peer_stats(r))
             .collect();
+        let d = t.drops();
+        let rejected = d.get(DropReason::Mac) + d.get(DropReason::Foreign);
         Snapshot {
             pid: c.pid(),
             proto: Stats::sum(&peers).total,
-            link_drops: t.drops().total(),
+            link_drops: d.total() - rejected,
+            rejected,
             bsp: c.counters,
         }
     }
 
-    fn fields(&self) -> [u64; 12] {
+    fn fields(&self) -> [u64; 13] {
         let s = &self.proto;
         [
             self.pid as u64,
@@ -47,6 +55,7 @@ impl Snapshot {
             self.bsp.bytes_out,
             self.bsp.bytes_in,
             self.bsp.bytes_local,
+            self.rejected,
         ]
     }
 
@@ -55,7 +64,7 @@ impl Snapshot {
     }
 
     pub fn decode(b: &[u8]) -> Option<Snapshot> {
-        if b.len() != 12 * 8 {
+        if b.len() != 13 * 8 {
             return None;
         }
         let v: Vec<u64> = b
@@ -75,6 +84,7 @@ impl Snapshot {
                 ..PeerStats::default()
             },
             link_drops: 0,
+            rejected: v[12],
             bsp: Counters {
                 supersteps: v[8],
                 bytes_out: v[9],
@@ -95,13 +105,14 @@ pub fn table(protocol: &str, links: &str, snaps: &[Snapshot]) -> String {
     };
     let mut out = format!(
         "bulkwire BSP statistics ({protocol}{over}, p={}, {} supersteps)\n\
-         {:>5} {:>10} {:>8} {:>8} {:>7} {:>8} {:>10} {:>8} {:>12} {:>12}\n",
+         {:>5} {:>10} {:>8} {:>8} {:>8} {:>7} {:>8} {:>10} {:>8} {:>12} {:>12}\n",
         snaps.len(),
         snaps.first().map_or(0, |s| s.bsp.supersteps),
         "pid",
         "Recvd",
         "ExplAck",
         "Drops",
+        "Rejected",
         "Dups",
         "ImplAck",
         "Sent",
@@ -117,6 +128,7 @@ pub fn table(protocol: &str, links: &str, snaps: &[Snapshot]) -> String {
         t.bsp.bytes_out += s.bsp.bytes_out;
         t.bsp.bytes_in += s.bsp.bytes_in;
         t.bsp.bytes_local += s.bsp.bytes_local;
+        t.rejected += s.rejected;
     }
     out += &line("total", &total);
     out
@@ -125,11 +137,12 @@ pub fn table(protocol: &str, links: &str, snaps: &[Snapshot]) -> String {
 fn line(name: &str, s: &Snapshot) -> String {
     let st = Stats { total: s.proto };
     format!(
-        "{:>5} {:>10} {:>7.2}% {:>8} {:>7} {:>7.2}% {:>10} {:>8} {:>12} {:>12}\n",
+        "{:>5} {:>10} {:>7.2}% {:>8} {:>8} {:>7} {:>7.2}% {:>10} {:>8} {:>12} {:>12}\n",
         name,
         s.proto.data_received,
         st.explicit_ack_pct(),
         s.proto.drop_out_of_window + s.proto.drop_no_buffer,
+        s.rejected,
         s.proto.drop_duplicate,
         st.implicit_ack_pct(),
         s.proto.data_sent,
@@ -156,6 +169,7 @@ mod tests {
                 ..PeerStats::default()
             },
             link_drops: 0,
+            rejected: 4,
             bsp: Counters {
                 supersteps: 7,
                 bytes_out: 123,
@@ -171,6 +185,11 @@ mod tests {
         assert!(t.contains("p=2, 7 supersteps"), "{t}");
         assert!(t.contains("0.50%"), "explicit acks of received: {t}");
         assert!(t.contains("10.00%"), "implicit acks of sent: {t}");
-        assert!(t.lines().last().unwrap().contains("2000"), "{t}");
+        let total: Vec<&str> = t.lines().last().unwrap().split_whitespace().collect();
+        assert_eq!(
+            (total[1], total[4]),
+            ("2000", "8"),
+            "received, rejected: {t}"
+        );
     }
 }

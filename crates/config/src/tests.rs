@@ -812,6 +812,7 @@ fn spmd_entry_has_the_form_bsp_begin_writes() {
         ("BULKWIRE_NPROCS", "2"),
         ("BULKWIRE_RENDEZVOUS", "127.0.0.1:9"),
         ("BULKWIRE_JOB", "7"),
+        SECRET,
     ];
     let with = |e: &str| {
         let mut v = job.to_vec();

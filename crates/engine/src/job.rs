@@ -538,11 +538,11 @@ fn exchange_cards(
 
 /// The job's packet key, derived from its secret for this one purpose.
 fn packet_key(ctl: &Control) -> PacketKey {
-    // TEMPORARY until the secret lands: measurement only.
-    let mut k = [0x42u8; 32];
-    k[..4].copy_from_slice(&ctl.cookie().to_le_bytes());
-    PacketKey::new(k)
+    PacketKey::new(ctl.secret().derive(PACKET_MAC))
 }
+
+/// The context of the packet key's derivation: no other use of the secret derives it.
+const PACKET_MAC: &str = "bulkwire 1 packet mac";
 
 /// Leaves the job cleanly: waits until everything this process sent is acknowledged
 /// (serving peers meanwhile), then meets every other process at a barrier on the control

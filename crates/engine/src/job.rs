@@ -432,22 +432,8 @@ fn decode_settings(mut b: &[u8]) -> Vec<(String, String)> {
 
 /// Ranks as a short list: `2, 5-7, 9`, after "rank" or "ranks".
 fn ranks_text(ranks: &[u32]) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < ranks.len() {
-        let mut j = i;
-        while j + 1 < ranks.len() && ranks[j + 1] == ranks[j] + 1 {
-            j += 1;
-        }
-        parts.push(if j > i {
-            format!("{}-{}", ranks[i], ranks[j])
-        } else {
-            ranks[i].to_string()
-        });
-        i = j + 1;
-    }
     let word = if ranks.len() == 1 { "rank" } else { "ranks" };
-    format!("{word} {}", parts.join(", "))
+    format!("{word} {}", bulkwire_launch::rank_list(ranks))
 }
 
 /// The settings of `mine` that the ranks' `theirs` (by rank) do not all share, each as

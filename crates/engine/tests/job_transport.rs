@@ -168,7 +168,7 @@ fn first(o: &RankOut) -> &str {
 #[test]
 fn auto_on_one_host_is_shared_memory_with_utopia() {
     for o in run("deliver", &["h"; 3], &[]) {
-        assert_eq!(first(&o), "links=shm protocol=utopia crc=off", "{o:?}");
+        assert_eq!(first(&o), "links=shm protocol=utopia check=none", "{o:?}");
         assert!(o.results.contains(&"delivered".to_string()), "{o:?}");
         assert_eq!(o.code, Some(0));
     }
@@ -178,8 +178,13 @@ fn auto_on_one_host_is_shared_memory_with_utopia() {
 fn auto_on_two_hosts_routes_per_peer_with_holefill() {
     let outs = run("deliver", &["a", "b", "a", "b"], &[]);
     for o in &outs {
-        // The hosts "a" and "b" are one machine's loopback here: intact, so no CRC.
-        assert_eq!(first(o), "links=shm+udp protocol=holefill crc=off", "{o:?}");
+        // The hosts "a" and "b" are one machine's loopback here: intact, so the MAC covers
+        // the header alone (others can send to the socket but not read its datagrams).
+        assert_eq!(
+            first(o),
+            "links=shm+udp protocol=holefill check=mac-header",
+            "{o:?}"
+        );
         assert!(o.results.contains(&"delivered".to_string()), "{o:?}");
         assert_eq!(o.code, Some(0));
     }
@@ -188,19 +193,24 @@ fn auto_on_two_hosts_routes_per_peer_with_holefill() {
 #[test]
 fn chosen_protocol_and_faults_are_respected() {
     for o in run("deliver", &["h"; 2], &[("BULKWIRE_PROTOCOL", "gbn")]) {
-        assert_eq!(first(&o), "links=shm protocol=gbn crc=off", "{o:?}");
+        assert_eq!(first(&o), "links=shm protocol=gbn check=none", "{o:?}");
         assert!(o.results.contains(&"delivered".to_string()), "{o:?}");
     }
     let faults = [("BULKWIRE_FAULTS", "loss=0.02,seed=1")];
     for o in run("deliver", &["h"; 2], &faults) {
-        assert_eq!(first(&o), "links=shm protocol=holefill crc=off", "{o:?}");
+        assert_eq!(first(&o), "links=shm protocol=holefill check=none", "{o:?}");
         assert!(o.results.contains(&"delivered".to_string()), "{o:?}");
     }
     for o in run("deliver", &["h"; 2], &[("BULKWIRE_TRANSPORT", "udp")]) {
-        assert_eq!(first(&o), "links=udp protocol=holefill crc=off", "{o:?}");
+        assert_eq!(
+            first(&o),
+            "links=udp protocol=holefill check=mac-header",
+            "{o:?}"
+        );
         assert!(o.results.contains(&"delivered".to_string()), "{o:?}");
     }
-    // Corrupted bytes need the CRC to be caught, and so does a user who asks for it.
+    // Corrupted bytes need the payload checked, and so does a user who asks for it: by
+    // the MAC over header and payload, or by the CRC without it.
     let corrupt = [
         ("BULKWIRE_TRANSPORT", "udp"),
         ("BULKWIRE_FAULTS", "corrupt=0.02,seed=3"),
@@ -211,9 +221,30 @@ fn chosen_protocol_and_faults_are_respected() {
     ];
     for env in [&corrupt[..], &always[..]] {
         for o in run("deliver", &["h"; 2], env) {
-            assert_eq!(first(&o), "links=udp protocol=holefill crc=on", "{o:?}");
+            assert_eq!(first(&o), "links=udp protocol=holefill check=mac", "{o:?}");
             assert!(o.results.contains(&"delivered".to_string()), "{o:?}");
         }
+        let off: Vec<_> = env
+            .iter()
+            .copied()
+            .chain([("BULKWIRE_AUTH", "off")])
+            .collect();
+        for o in run("deliver", &["h"; 2], &off) {
+            assert_eq!(first(&o), "links=udp protocol=holefill check=crc", "{o:?}");
+            assert!(o.results.contains(&"delivered".to_string()), "{o:?}");
+        }
+    }
+}
+
+#[test]
+fn ranks_that_disagree_on_the_mac_fail_at_once() {
+    let env = [("BULKWIRE_TRANSPORT", "udp"), ("1:BULKWIRE_AUTH", "off")];
+    for o in run("deliver", &["h"; 2], &env) {
+        let r = first(&o);
+        assert!(
+            r.starts_with("error") && r.contains("BULKWIRE_AUTH"),
+            "{o:?}"
+        );
     }
 }
 
@@ -324,14 +355,10 @@ fn child() {
         }
     };
     println!(
-        "RESULT links={} protocol={} crc={}",
+        "RESULT links={} protocol={} check={}",
         info.links,
         e.protocol_name(),
-        if e.endpoint().checksums() {
-            "on"
-        } else {
-            "off"
-        }
+        e.endpoint().integrity()
     );
     match scenario.as_str() {
         "deliver" => deliver(&mut e, ctl.rank(), ctl.nprocs()),

@@ -430,18 +430,7 @@ fn rank0_stdin() -> Result<Stdio, LaunchError> {
         return Ok(Stdio::inherit());
     }
     let (r, w) = sys::pipe()?;
-    std::thread::Builder::new()
-        .name("bulkwire-stdin".into())
-        .spawn(move || {
-            let mut w = std::fs::File::from(w);
-            let mut buf = [0u8; 8192];
-            let mut stdin = io::stdin().lock();
-            while let Ok(n) = stdin.read(&mut buf) {
-                if n == 0 || w.write_all(&buf[..n]).is_err() {
-                    break;
-                }
-            }
-        })?;
+    relay_stdin(std::fs::File::from(w))?;
     Ok(Stdio::from(r))
 }
 
@@ -455,19 +444,26 @@ fn agent_stdin(secret: &Secret, relay: bool) -> Result<Stdio, LaunchError> {
     // One line fits the pipe's buffer: this never blocks.
     w.write_all(&secret_preamble(secret))?;
     if relay {
-        std::thread::Builder::new()
-            .name("bulkwire-stdin".into())
-            .spawn(move || {
-                let mut buf = [0u8; 8192];
-                let mut stdin = io::stdin().lock();
-                while let Ok(n) = stdin.read(&mut buf) {
-                    if n == 0 || w.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-            })?;
+        relay_stdin(w)?;
     }
     Ok(Stdio::from(r))
+}
+
+/// Copies this process's standard input into `w` on a detached thread, until EOF or until
+/// the reader goes away.
+fn relay_stdin(mut w: std::fs::File) -> io::Result<()> {
+    std::thread::Builder::new()
+        .name("bulkwire-stdin".into())
+        .spawn(move || {
+            let mut buf = [0u8; 8192];
+            let mut stdin = io::stdin().lock();
+            while let Ok(n) = stdin.read(&mut buf) {
+                if n == 0 || w.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+        })
+        .map(drop)
 }
 
 static SELF_SPAWNED: AtomicBool = AtomicBool::new(false);

@@ -62,7 +62,7 @@ pub use host::{Card, host_id, hostname};
 pub use hosts::HostSlots;
 pub use launch::{LaunchOpts, launch, self_spawn, spawn_job};
 pub use secret::{Secret, read_key_file, write_key_file};
-pub use server::{DEFAULT_JOIN_TIMEOUT, JobOutcome, RankOutcome, Server, ServerConfig};
+pub use server::{DEFAULT_JOIN_TIMEOUT, JobOutcome, RankOutcome, Server, ServerConfig, rank_list};
 pub use state::{Failure, JobState, failed_state};
 pub use sys::{ExitKind, signal_name};
 pub use wire::MAX_BLOB;

@@ -1187,8 +1187,8 @@ impl Server {
     }
 }
 
-/// Ranks as a short list: `2, 5-7, 9`.
-pub(crate) fn rank_list(ranks: &[u32]) -> String {
+/// Ranks as a short list: `2, 5-7, 9` (sorted ranks).
+pub fn rank_list(ranks: &[u32]) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut i = 0;
     while i < ranks.len() {

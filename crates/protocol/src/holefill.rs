@@ -70,11 +70,13 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-use crate::common::{Added, OutQueue, ReadySet, Reassembler, Rtt, SeqSpace, Timers};
+use crate::common::{
+    Added, OutQueue, ReadySet, Reassembler, Rtt, SeqSpace, Timers, announced_too_large,
+};
 use crate::wire::{Header, Kind, flags};
 use crate::{
-    Coloured, Common, Event, MS, MsgId, PeerDead, PeerStats, ProtoError, Protocol, Rank, Time,
-    Transmit, US,
+    Coloured, Common, Event, MS, MsgId, PeerDead, PeerMisbehaved, PeerStats, ProtoError, Protocol,
+    Rank, Time, Transmit, US,
 };
 
 /// Settings of [`Holefill`]. Every field has a documented default.
@@ -407,6 +409,8 @@ pub struct Holefill {
     ready: ReadySet,
     timers: Timers,
     events: VecDeque<Event>,
+    /// The first peer found to send what no correct member sends.
+    misbehaved: Option<PeerMisbehaved>,
     send_free: u32,
     recv_free: u32,
     /// Peers with data waiting for a free send buffer.
@@ -455,7 +459,7 @@ impl Holefill {
                 blocked: false,
                 rcv_nxt: 0,
                 held: Bits::new(window),
-                reasm: Reassembler::new(c.max_message),
+                reasm: Reassembler::new(c.max_message, c.peer_budget),
                 since_ack: 0,
                 ack_requested: false,
                 ack_due: false,
@@ -476,6 +480,7 @@ impl Holefill {
             ready: ReadySet::new(c.nprocs),
             timers: Timers::new(c.nprocs),
             events: VecDeque::new(),
+            misbehaved: None,
             send_free: send_pool,
             recv_free: recv_pool,
             blocked: VecDeque::new(),
@@ -710,6 +715,25 @@ impl Holefill {
 
     /// Takes in one data packet from `peer` (its ack already taken).
     fn take_data(&mut self, peer: Rank, now: Time, hdr: &Header, payload: &[u8]) {
+        // No correct sender makes these, at any position or time (retransmissions and
+        // ghosts of past sequence cycles included): report it before anything is placed.
+        if hdr.total > self.c.message_limit() {
+            let what = announced_too_large(hdr.total, self.c.max_message, self.c.peer_budget);
+            return self.misbehave(peer, what);
+        }
+        if hdr
+            .offset
+            .checked_add(payload.len() as u64)
+            .is_none_or(|e| e > hdr.total)
+        {
+            let what = format!(
+                "sent {} bytes at offset {} of a message of {} bytes",
+                payload.len(),
+                hdr.offset,
+                hdr.total
+            );
+            return self.misbehave(peer, what);
+        }
         let seq = self.seq;
         let window = self.cfg.window;
         let p = &mut self.peers[peer as usize];
@@ -738,9 +762,13 @@ impl Holefill {
                     p.stats.bogus += 1;
                     return;
                 }
-                if p.reasm.add(hdr.msg, hdr.offset, hdr.total, payload) == Added::Rejected {
-                    p.stats.bogus += 1;
-                    return;
+                match p.reasm.add(hdr.msg, hdr.offset, hdr.total, payload) {
+                    Added::Rejected => {
+                        p.stats.bogus += 1;
+                        return;
+                    }
+                    Added::Misbehaved(what) => return self.misbehave(peer, what),
+                    Added::Stored | Added::Ready => {}
                 }
                 p.stats.bytes_received += payload.len() as u64;
                 p.since_ack += 1;
@@ -1018,7 +1046,19 @@ impl Holefill {
     }
 }
 
+impl Holefill {
+    /// Records that `peer` sent what no correct member sends ([`PeerMisbehaved`]); the
+    /// first such peer is reported, and its packets are ignored from then on.
+    fn misbehave(&mut self, peer: Rank, what: String) {
+        self.misbehaved.get_or_insert(PeerMisbehaved { peer, what });
+    }
+}
+
 impl Protocol for Holefill {
+    fn misbehaving(&self) -> Option<&PeerMisbehaved> {
+        self.misbehaved.as_ref()
+    }
+
     fn name(&self) -> &'static str {
         "holefill"
     }
@@ -1058,7 +1098,10 @@ impl Protocol for Holefill {
 
     fn handle(&mut self, now: Time, hdr: &Header, payload: &[u8]) {
         let from = hdr.src;
-        if self.c.check_peer(from).is_err() || self.peers[from as usize].closed.is_some() {
+        if self.c.check_peer(from).is_err()
+            || self.peers[from as usize].closed.is_some()
+            || self.misbehaved.as_ref().is_some_and(|m| m.peer == from)
+        {
             return;
         }
         self.implicit_ack(hdr.colour, now);
@@ -1169,6 +1212,7 @@ impl Protocol for Holefill {
         let p = &self.peers[peer as usize];
         PeerStats {
             srtt_ns: p.rtt.srtt(),
+            held_bytes: p.reasm.held_bytes(),
             ..p.stats
         }
     }
@@ -1185,7 +1229,7 @@ impl Protocol for Holefill {
         p.resend.clear();
         self.recv_free += p.held.count;
         p.held.clear();
-        p.reasm = Reassembler::new(self.c.max_message);
+        p.reasm = Reassembler::new(self.c.max_message, self.c.peer_budget);
         p.waiting = false;
         p.ack_due = false;
         p.prod_due = false;
@@ -2200,7 +2244,7 @@ mod tests {
             h.colour = rng.random();
             h.aux = rng.random();
             let len = rng.random_range(0..50usize);
-            h.total = rng.random_range(len as u64..(1 << 21));
+            h.total = rng.random_range(len as u64..=(1 << 20));
             h.offset = rng.random_range(0..=h.total - len as u64);
             h.len = len as u32;
             b.handle(i * US, &h, &vec![0xAB; len]);
@@ -2211,6 +2255,8 @@ mod tests {
             }
         }
         assert!(b.peer_stats(2).bogus > 1000);
+        assert!(b.peer_stats(2).held_bytes <= b.c.peer_budget);
+        assert!(b.misbehaving().is_none(), "{:?}", b.misbehaving());
         // The endpoint still works with its other peer.
         let a = node(0, 3, 1000, cfg);
         let mut net = Net::clean(vec![a, b]);

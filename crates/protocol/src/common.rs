@@ -566,6 +566,17 @@ impl Rtt {
         (self.rto << self.backoff.min(self.max_backoff)).min(self.max)
     }
 
+    /// The timeout with `floor` instead of this estimator's own floor (below it or not),
+    /// back-off included: for a wait on an answer the peer sends at once, where the
+    /// estimator's floor covers answers it delays.
+    pub fn rto_floored(&self, floor: Time) -> Time {
+        if self.srtt == 0 {
+            return self.rto();
+        }
+        let base = (self.srtt + 4 * self.rttvar).clamp(floor.min(self.max), self.max);
+        (base << self.backoff.min(self.max_backoff)).min(self.max)
+    }
+
     /// Doubles the timeout after a timeout fired.
     pub fn back_off(&mut self) {
         self.backoff = (self.backoff + 1).min(self.max_backoff);
@@ -880,6 +891,25 @@ mod tests {
             b.back_off();
         }
         assert_eq!(b.rto(), 40_000, "at most two doublings");
+    }
+
+    /// A wait on an answer sent at once may follow the round trip below the estimator's
+    /// floor; back-off still applies, and before any sample it is the initial timeout.
+    #[test]
+    fn rto_floored_replaces_the_floor() {
+        use crate::{MS, SEC, US};
+        let mut r = Rtt::new(MS, MS, SEC).with_max_backoff(4);
+        assert_eq!(r.rto_floored(200 * US), MS, "no sample yet");
+        for _ in 0..20 {
+            r.sample(50 * US);
+        }
+        assert_eq!(r.rto(), MS);
+        let quick = r.rto_floored(200 * US);
+        assert!((200 * US..MS).contains(&quick), "{quick}");
+        for _ in 0..10 {
+            r.back_off();
+        }
+        assert_eq!(r.rto_floored(200 * US), quick * 16);
     }
 
     #[test]

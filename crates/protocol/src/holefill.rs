@@ -16,8 +16,9 @@
 //! **Prods.** A receiver whose upper layer waits for a peer ([`Protocol::expect`]) prods
 //! that peer with a control packet when nothing new arrived for a prod interval (at once,
 //! rate permitting, when a hole is known): at least one round trip, doubled each time the
-//! answer shows the prodder merely ran ahead or no answer came, up to `prod_max`, and back
-//! to one round trip as soon as new data arrives. The prodded side resends the hole the prod reveals; if the
+//! answer shows the prodder merely ran ahead, or from the third prod in a row that drew
+//! nothing from the peer (random loss leaves one or two unanswered often enough), up to
+//! `prod_max`, and back to one round trip as soon as new data arrives. The prodded side resends the hole the prod reveals; if the
 //! prodder holds nothing beyond `ack`, it resends what it sent at least a round trip ago
 //! and that is still unacknowledged (the lost tail); if nothing is missing (or everything
 //! missing is already on its way) it answers with an acknowledgement.
@@ -44,9 +45,12 @@
 //! also correct outside BSP.
 //!
 //! **Liveness.** Each peer with unacknowledged packets has a retransmission timer (RFC
-//! 6298 estimate with exponential back-off) that runs from the later of the last
-//! acknowledgement progress and the last new data sent; when it fires the first
-//! unacknowledged packet is resent with `ACK_REQ`, which the receiver answers at once. So
+//! 6298 estimate, at least 1 ms) that runs from the later of the last acknowledgement
+//! progress and the last new data sent; when it fires the first unacknowledged packet is
+//! resent with `ACK_REQ`, which the receiver answers at once, so the next timeout follows
+//! the round trip with the job's floor instead. It backs off as gbn's recommended timer
+//! does: only toward a peer silent since the timer last fired, from the third such timeout
+//! in a row, at most 16x. So
 //! a lost tail, a lost ack, a lost prod or last-of-phase packet, a full receive window or
 //! a silent peer all end in at most one timeout, with no reverse traffic and no `expect`.
 //! An explicit ack showing that the peer holds nothing beyond `ack` while more was sent
@@ -229,6 +233,15 @@ const RTO_FLOOR: Time = MS;
 /// Most doublings of the prod interval.
 const MAX_PROD_BACKOFF: u32 = 16;
 
+/// Retransmission timeouts in a row with nothing heard from the peer before the timeout
+/// doubles, and the most doublings: gbn's recommended rule (docs/protocols.md). Under
+/// random loss a resend and its answer both get through only part of the time (a quarter
+/// at 50 % loss), so timeouts in a row are common while the peer is alive; doubling at
+/// each made every further loss cost twice the one before, up to `rto_max`: 600 messages
+/// between two ranks at 50 % loss took 4-25 s of virtual time against gbn's 0.1 s.
+const RTO_BACKOFF_AFTER: u32 = 2;
+const RTO_MAX_BACKOFF: u32 = 4;
+
 /// Whether `s` is a sequence number of `seq` at all (no bits above its width).
 fn in_space(seq: SeqSpace, s: u32) -> bool {
     seq.add(s, 0) == s
@@ -379,6 +392,12 @@ struct Peer {
     prod_pending: bool,
     prod_due: bool,
     rtt: Rtt,
+    /// Something came from the peer since its retransmission timer last fired.
+    heard: bool,
+    /// Retransmission timeouts in a row with nothing heard from the peer.
+    silent_timeouts: u32,
+    /// Prods in a row unanswered, with nothing heard from the peer between them.
+    silent_prods: u32,
     /// The death the engine told of ([`Protocol::close_peer`]), boxed so that a live
     /// peer's state stays as small as with a flag.
     closed: Option<Box<PeerDead>>,
@@ -471,7 +490,11 @@ impl Holefill {
                 prod_backoff: 0,
                 prod_pending: false,
                 prod_due: false,
-                rtt: Rtt::new(c.rto_initial, c.rto_min.max(RTO_FLOOR), c.rto_max),
+                rtt: Rtt::new(c.rto_initial, c.rto_min.max(RTO_FLOOR), c.rto_max)
+                    .with_max_backoff(RTO_MAX_BACKOFF),
+                heard: false,
+                silent_timeouts: 0,
+                silent_prods: 0,
                 closed: None,
                 stats: PeerStats::default(),
             })
@@ -539,13 +562,25 @@ impl Holefill {
         })
     }
 
-    fn rto_deadline(p: &Peer) -> Option<Time> {
-        (!p.inflight.is_empty() && p.closed.is_none()).then(|| p.last_activity + p.rtt.rto())
+    /// When `p`'s retransmission timer fires. Its 1 ms floor covers acknowledgements we
+    /// delay on purpose; after a timeout the timer waits for the answer to an `ACK_REQ`
+    /// resend or probe, which the peer sends at once, so then the job's floor (`floor`)
+    /// applies: at 50 % loss a resend and its answer both arrive a quarter of the time,
+    /// and a millisecond per retry made holefill several times slower than gbn.
+    fn rto_deadline(p: &Peer, floor: Time) -> Option<Time> {
+        (!p.inflight.is_empty() && p.closed.is_none()).then(|| {
+            let rto = if p.silent_timeouts > 0 {
+                p.rtt.rto_floored(floor)
+            } else {
+                p.rtt.rto()
+            };
+            p.last_activity + rto
+        })
     }
 
     fn next_deadline(&self, peer: Rank) -> Option<Time> {
         let p = &self.peers[peer as usize];
-        match (Self::rto_deadline(p), self.prod_deadline(p)) {
+        match (Self::rto_deadline(p, self.c.rto_min), self.prod_deadline(p)) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -595,6 +630,7 @@ impl Holefill {
         }
         p.last_activity = now;
         p.rtt.reset_backoff();
+        p.silent_timeouts = 0;
         if !p.out.is_empty() {
             self.ready.insert(peer);
         }
@@ -985,11 +1021,17 @@ impl Holefill {
         if h.kind == Kind::Prod {
             p.prod_due = false;
             if p.prod_pending {
-                // The last prod went unanswered a whole interval: the peer is silent
-                // (stopped, or busy without a progress thread), not merely slow to
-                // send. Prod less often, or a stopped peer draws a prod every round trip
-                // for as long as it stays stopped.
-                p.prod_backoff = (p.prod_backoff + 1).min(MAX_PROD_BACKOFF);
+                // The last prod went unanswered a whole interval. From the third such
+                // prod in a row with nothing heard from the peer, it is silent (stopped,
+                // or busy without a progress thread), not merely unlucky: prod less
+                // often, or a stopped peer draws a prod every round trip for as long as
+                // it stays stopped. Under random loss a prod and its answer both arrive
+                // only part of the time (a quarter at 50 % loss): backing off at each
+                // unanswered one left a live peer prodded every 100 ms.
+                p.silent_prods += 1;
+                if p.silent_prods > RTO_BACKOFF_AFTER {
+                    p.prod_backoff = (p.prod_backoff + 1).min(MAX_PROD_BACKOFF);
+                }
             }
             p.prod_pending = true;
             p.last_prod = Some(now);
@@ -1014,10 +1056,20 @@ impl Holefill {
         if self.peers[peer as usize].closed.is_some() {
             return;
         }
-        if Self::rto_deadline(&self.peers[peer as usize]).is_some_and(|t| now >= t) {
+        if Self::rto_deadline(&self.peers[peer as usize], self.c.rto_min).is_some_and(|t| now >= t)
+        {
             let p = &mut self.peers[peer as usize];
             p.stats.timeouts += 1;
-            p.rtt.back_off();
+            // Back off only toward a peer silent since the timer last fired, from the
+            // third such timeout in a row (see RTO_BACKOFF_AFTER).
+            if std::mem::take(&mut p.heard) {
+                p.silent_timeouts = 0;
+            } else {
+                p.silent_timeouts += 1;
+                if p.silent_timeouts > RTO_BACKOFF_AFTER {
+                    p.rtt.back_off();
+                }
+            }
             p.last_activity = now;
             // Most timeouts on a quiet tail find the data delivered and only the ack
             // missing (the receiver does not ack unasked). For a large packet, ask with a
@@ -1104,6 +1156,9 @@ impl Protocol for Holefill {
         {
             return;
         }
+        let p = &mut self.peers[from as usize];
+        p.heard = true;
+        p.silent_prods = 0;
         self.implicit_ack(hdr.colour, now);
         match hdr.kind {
             Kind::Data => {

@@ -341,9 +341,10 @@ pub enum Added {
     Misbehaved(String),
 }
 
-/// Most incomplete messages held for one peer. Every protocol's window bounds a correct
-/// sender far below it (gbn holds one, holefill at most its window); it bounds the records
-/// of empty or tiny messages, which the byte budget does not.
+/// Most incomplete messages held for one peer by default ([`Reassembler::with_records`]).
+/// Every protocol's window bounds a correct sender below it (gbn holds one, holefill at
+/// most its window, which sets it higher when larger); it bounds the records of empty or
+/// tiny messages, which the byte budget does not.
 pub const MAX_PARTIAL: usize = 4096;
 
 /// Rebuilds messages from fragments that arrive in any order, each exactly once (the
@@ -359,6 +360,8 @@ pub struct Reassembler {
     done: VecDeque<(MsgId, Vec<u8>)>,
     max_message: u64,
     budget: u64,
+    /// Most entries of `partial`.
+    records: usize,
     /// Bytes allocated to the buffers in `partial`.
     held: u64,
     /// Messages released so far.
@@ -375,9 +378,15 @@ impl Reassembler {
             done: VecDeque::new(),
             max_message,
             budget,
+            records: MAX_PARTIAL,
             held: 0,
             delivered: 0,
         }
+    }
+
+    /// This reassembler keeping up to `n` incomplete messages ([`MAX_PARTIAL`] by default).
+    pub fn with_records(self, n: usize) -> Reassembler {
+        Reassembler { records: n, ..self }
     }
 
     /// Id of the next message to release.
@@ -415,9 +424,10 @@ impl Reassembler {
             return Added::Ready;
         }
         if !self.partial.contains_key(&msg) {
-            if self.partial.len() >= MAX_PARTIAL {
+            if self.partial.len() >= self.records {
                 return Added::Misbehaved(format!(
-                    "sent fragments of more than {MAX_PARTIAL} incomplete messages at once"
+                    "sent fragments of more than {} incomplete messages at once",
+                    self.records
                 ));
             }
             self.partial.insert(

@@ -75,7 +75,7 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 
 use crate::common::{
-    Added, OutQueue, ReadySet, Reassembler, Rtt, SeqSpace, Timers, announced_too_large,
+    Added, MAX_PARTIAL, OutQueue, ReadySet, Reassembler, Rtt, SeqSpace, Timers, announced_too_large,
 };
 use crate::wire::{Header, Kind, flags};
 use crate::{
@@ -478,7 +478,8 @@ impl Holefill {
                 blocked: false,
                 rcv_nxt: 0,
                 held: Bits::new(window),
-                reasm: Reassembler::new(c.max_message, c.peer_budget),
+                reasm: Reassembler::new(c.max_message, c.peer_budget)
+                    .with_records(MAX_PARTIAL.max(window as usize)),
                 since_ack: 0,
                 ack_requested: false,
                 ack_due: false,
@@ -1284,7 +1285,8 @@ impl Protocol for Holefill {
         p.resend.clear();
         self.recv_free += p.held.count;
         p.held.clear();
-        p.reasm = Reassembler::new(self.c.max_message, self.c.peer_budget);
+        p.reasm = Reassembler::new(self.c.max_message, self.c.peer_budget)
+            .with_records(MAX_PARTIAL.max(self.cfg.window as usize));
         p.waiting = false;
         p.ack_due = false;
         p.prod_due = false;

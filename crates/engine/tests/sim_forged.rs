@@ -2,7 +2,8 @@
 //! network, deterministic from a seed: rank 0 sends messages to rank 1 while rank 2, a
 //! member that holds the job's key, injects well-formed packets with the right cookie and
 //! addresses (random kinds, sequence and message numbers, offsets, totals, flags and
-//! payloads, among them totals of 2^40 and 64 MiB at offset total - 1).
+//! payloads, among them totals of 2^40 and 64 MiB at offset total - 1); half the runs of
+//! the recovering protocols lose, duplicate and reorder packets as well.
 //!
 //! What is guaranteed, and asserted here:
 //! - nothing panics or aborts;
@@ -114,6 +115,11 @@ fn forge(rng: &mut ChaCha8Rng, src: u32, attack: Attack) -> (Header, Vec<u8>) {
     };
     h.offset = offset;
     h.total = total;
+    if h.kind == Kind::Rts && attack != Attack::Anything {
+        // An Rts anywhere but at offset 0 is impossible on its face (reported at once);
+        // these announce messages that rank 2 never sends.
+        h.offset = 0;
+    }
     let mut body = vec![0u8; len];
     rng.fill_bytes(&mut body);
     (h, body)
@@ -127,7 +133,8 @@ enum Outcome {
 }
 
 /// One run: `count` honest messages from rank 0 to rank 1, `forged` packets from rank 2
-/// under source `src`; checks the bounds on every injection and returns how it ended.
+/// under source `src`; checks the bounds on every injection and returns how it ended and
+/// the most rank 1 held for rank 2.
 fn run(
     protocol: &str,
     seed: u64,
@@ -135,12 +142,16 @@ fn run(
     forged: usize,
     src: u32,
     attack: Attack,
-) -> Outcome {
+) -> (Outcome, u64) {
     let mut cfg = SimConfig::new(3);
     cfg.seed = seed;
     if protocol == "utopia" {
         cfg.switch_buffer = usize::MAX / 4;
         cfg.recv_buffer = usize::MAX / 4;
+    } else if seed.is_multiple_of(2) {
+        // Every other run of a recovering protocol on a faulty network: forgeries meet
+        // retransmissions, duplicates and reordered packets.
+        (cfg.loss, cfg.dup, cfg.reorder) = (0.05, 0.02, 0.02);
     }
     let configs = ProtocolConfigs::default();
     let mut sim = SimCluster::new(cfg, EndpointConfig::with_deadline(COOKIE, 2 * SEC), |c| {
@@ -163,9 +174,14 @@ fn run(
     let mut got: Vec<Vec<u8>> = Vec::new();
     // Message indices in the order rank 0 sent them.
     let mut sent = Vec::new();
+    // The most rank 1 held for the attacker's incomplete messages.
+    let peak = std::cell::Cell::new(0);
     let check_memory = |sim: &SimCluster| {
         for peer in [HONEST, ATTACKER] {
             let held = sim.endpoint_ref(VICTIM).peer_stats(peer).held_bytes;
+            if peer == ATTACKER {
+                peak.set(peak.get().max(held));
+            }
             assert!(
                 held <= BUDGET,
                 "{protocol} seed {seed}: {held} bytes held for rank {peer}"
@@ -197,7 +213,7 @@ fn run(
     };
     for (at, what) in plan {
         if let Err(e) = sim.advance_to(at) {
-            return failed(e);
+            return (failed(e), peak.get());
         }
         check_memory(&sim);
         take(&mut sim, &mut got);
@@ -242,10 +258,11 @@ fn run(
             );
         }
     }
-    match res {
+    let end = match res {
         Ok(_) => Outcome::Delivered,
         Err(e) => failed(e),
-    }
+    };
+    (end, peak.get())
 }
 
 /// Runs `seeds` seeds of `protocol` with forged packets under the attacker's own rank,
@@ -253,9 +270,12 @@ fn run(
 fn fuzz(protocol: &str, seeds: u64) {
     let attacks = [Attack::Plausible, Attack::Hoarding, Attack::Anything];
     let mut tally = [(0, 0); 3];
+    let mut peak = 0;
     for seed in 1..=seeds {
         let k = seed as usize % 3;
-        match run(protocol, seed, 40, 200, ATTACKER, attacks[k]) {
+        let (end, held) = run(protocol, seed, 40, 200, ATTACKER, attacks[k]);
+        peak = peak.max(held);
+        match end {
             Outcome::Delivered => tally[k].0 += 1,
             Outcome::Failed(msg) => {
                 assert!(
@@ -270,7 +290,15 @@ fn fuzz(protocol: &str, seeds: u64) {
             }
         }
     }
-    eprintln!("{protocol}: (delivered, reported) per attack {attacks:?}: {tally:?}");
+    eprintln!(
+        "{protocol}: (delivered, reported) per attack {attacks:?}: {tally:?}; at most {peak} \
+         bytes held for rank 2"
+    );
+    // The forged far ends of large messages did press on the budget (gbn and utopia hold
+    // one incomplete message per peer, so less).
+    if matches!(protocol, "holefill" | "rmpp") {
+        assert!(peak > BUDGET / 2, "{protocol}: at most {peak} bytes held");
+    }
     // Impossible totals are always reported.
     assert_eq!(tally[2].0, 0, "{protocol}: {tally:?}");
 }
@@ -301,7 +329,7 @@ fn rmpp_forged_packets() {
 fn impersonating_the_sender_stays_bounded() {
     for protocol in ["utopia", "gbn", "holefill", "rmpp"] {
         for seed in 1..=10 {
-            match run(protocol, seed, 30, 40, HONEST, Attack::Anything) {
+            match run(protocol, seed, 30, 40, HONEST, Attack::Anything).0 {
                 Outcome::Delivered => {}
                 Outcome::Failed(msg) => assert!(msg.contains("rank 0"), "{msg}"),
             }

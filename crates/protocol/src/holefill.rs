@@ -1775,6 +1775,47 @@ mod tests {
         assert_eq!(h.peers[1].rtt.rto(), MS);
     }
 
+    /// The retransmission timer doubles only toward a peer heard from by nothing since
+    /// it last fired, from the third such timeout in a row, at most 16x; a peer that is
+    /// heard from (its answers merely lost or late) keeps the timer where it is.
+    #[test]
+    fn its_timer_backs_off_only_toward_a_silent_peer() {
+        for heard in [false, true] {
+            let (mut a, _) = pair();
+            a.send(0, 1, Bytes::from_static(b"x"), false).unwrap();
+            let _ = out(&mut a, 0);
+            let mut resent = Vec::new();
+            while resent.len() < 10 {
+                let now = a.poll_timeout().expect("a timer while unacknowledged");
+                a.handle_timeout(now);
+                if out(&mut a, now).iter().any(|p| p.0.kind == Kind::Data) {
+                    resent.push(now);
+                }
+                if heard {
+                    // Something from the peer, which acknowledges nothing (and echoes
+                    // the time now: a round trip of nothing).
+                    let mut h = Header::new(Kind::Ack);
+                    (h.src, h.dst, h.aux) = (1, 0, stamp(now));
+                    a.handle(now, &h, &[]);
+                }
+            }
+            let gaps: Vec<Time> = resent.windows(2).map(|w| w[1] - w[0]).collect();
+            let base = gaps[0];
+            if heard {
+                // At the floor from the first sample on, and no further.
+                assert!(gaps[1..].iter().all(|&g| g == RTO_FLOOR), "{gaps:?}");
+            } else {
+                assert_eq!(gaps[..2], [base, base], "{gaps:?}");
+                assert_eq!(
+                    gaps[2..6],
+                    [2 * base, 4 * base, 8 * base, 16 * base],
+                    "{gaps:?}"
+                );
+                assert!(gaps[6..].iter().all(|&g| g == 16 * base), "{gaps:?}");
+            }
+        }
+    }
+
     /// A peer that answers nothing (stopped) is prodded less and less often, as one that
     /// answers that nothing is missing is: not once per round trip while it stays away.
     #[test]

@@ -1645,7 +1645,21 @@ impl Core {
             // The message as it would have come: each record's head, then its bytes, read
             // into place; the heads are written into the spare capacity as well, and
             // the whole counts as the message's once read.
-            let mut data = Vec::with_capacity(len);
+            // Sized by the lender's word: checked against what its barrier announced, and
+            // asked of the allocator, before anything is reserved.
+            if x.got[s].saturating_add(len as u64) > x.expect[s] {
+                return Err(BspError::Protocol(format!(
+                    "pid {from} lent {len} bytes of puts, more than it announced ({} bytes \
+                     left)",
+                    x.expect[s].saturating_sub(x.got[s])
+                )));
+            }
+            let mut data = Vec::new();
+            if data.try_reserve_exact(len).is_err() {
+                return Err(BspError::Protocol(format!(
+                    "pid {from} lent {len} bytes of puts, more than this process can allocate"
+                )));
+            }
             wire::put_head(&mut data, wire::DATA, x.step);
             let mut at = wire::HEAD;
             let base = data.as_mut_ptr();

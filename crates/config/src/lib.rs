@@ -342,6 +342,9 @@ fn protocol_configs(l: &Lookup) -> Result<ProtocolConfigs, ConfigError> {
         rmpp,
         rto_initial: timer(&RTO_INITIAL_US)?.map_or(jobs.rto_initial, |v| v * US),
         rto_min: timer(&RTO_MIN_US)?.map_or(jobs.rto_min, |v| v * US),
+        peer_budget: l
+            .get(&PEER_BUDGET, |v| size(v, 1 << 20, 1 << 40))?
+            .unwrap_or(jobs.peer_budget),
     })
 }
 

@@ -336,6 +336,30 @@ fn protocols() {
     }
 }
 
+/// The memory a peer's incomplete messages may hold: a size, 1 GiB by default, 1 MiB to
+/// 1 TiB; it reaches the protocols' common settings.
+#[test]
+fn peer_budget() {
+    assert_eq!(Settings::default().job().protocols.peer_budget, 1 << 30);
+    let s = settings(&[("BULKWIRE_PEER_BUDGET", "256M")]).unwrap();
+    assert_eq!(s.job().protocols.peer_budget, 256 << 20);
+    let c = s
+        .job()
+        .protocols
+        .timers(bulkwire_protocol::Common::new(0, 2, 1000));
+    assert_eq!(c.peer_budget, 256 << 20);
+    assert_eq!(c.message_limit(), 256 << 20);
+    let s = settings(&[("BULKWIRE_PEER_BUDGET", "1024g")]).unwrap();
+    assert_eq!(s.job().protocols.peer_budget, 1 << 40);
+    for bad in ["1023K", "1025G", "lots", "-1M"] {
+        let e = error(&[("BULKWIRE_PEER_BUDGET", bad)]);
+        assert!(
+            e.contains("BULKWIRE_PEER_BUDGET") && e.contains("from 1M to 1024G"),
+            "{bad:?}: {e}"
+        );
+    }
+}
+
 #[test]
 fn point_to_point() {
     let s = settings(&[("BULKWIRE_EAGER", "4k"), ("BULKWIRE_SINGLE_COPY", "off")]).unwrap();

@@ -111,6 +111,10 @@ vars! {
         "microseconds from 1 to 1000000",
         "200",
         "Floor of the retransmission timeout of gbn and rmpp (holefill keeps at least 1 ms: it delays its acknowledgements on purpose).";
+    PEER_BUDGET: Stack, "BULKWIRE_PEER_BUDGET",
+        "a size in bytes from 1M to 1024G (suffixes K, M, G: powers of 1024)",
+        "1G",
+        "Most memory the incomplete messages of one peer may hold in a process (every stack; for tcp the frame being read), and so the largest message a job can send. A peer that announces more, or sends beyond it, fails the job naming that peer.";
     MTU: Udp, "BULKWIRE_MTU",
         "an integer from 576 to 65536",
         "the path MTU the kernel reports (64 KiB datagrams on loopback)",

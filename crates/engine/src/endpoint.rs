@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use bulkwire_link::{Link, Rank, RxBatch, Tx};
 pub use bulkwire_protocol::Event;
 use bulkwire_protocol::wire::{DropCounts, Filter, HEADER_LEN, Header, Integrity, Kind, PacketKey};
-use bulkwire_protocol::{MsgId, PeerDead, PeerStats, Protocol, SEC, Time, Transmit};
+use bulkwire_protocol::{MsgId, PeerDead, PeerStats, ProtoError, Protocol, SEC, Time, Transmit};
 use bytes::Bytes;
 
 use crate::Error;
@@ -368,6 +368,11 @@ impl Endpoint {
             if n < self.rx.slots() {
                 break;
             }
+        }
+        // A peer that sent what no correct member sends fails the job, naming it, on this
+        // and every later step (one check per step, not per packet).
+        if let Some(m) = self.proto.misbehaving() {
+            return Err(Error::Protocol(ProtoError::Misbehaved(Box::new(m.clone()))));
         }
         if self.proto.poll_timeout().is_some_and(|t| t <= now) {
             self.proto.handle_timeout(now);

@@ -368,6 +368,10 @@ pub fn connect_transport(
     let addrs: Vec<_> = cards.iter().map(|c| c.addrs[0]).collect();
     let tcfg = TcpConfig {
         dead_after: Duration::from_nanos(cfg.dead_after),
+        // The same limit as the protocols': a frame is held whole until it is complete.
+        max_message: TcpConfig::default()
+            .max_message
+            .min(cfg.protocols.peer_budget),
         ..TcpConfig::default()
     };
     let streams = tcp::establish(rank, listener, &addrs, ctl.secret(), tcfg.connect_timeout)?;

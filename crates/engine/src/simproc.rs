@@ -317,6 +317,18 @@ impl SimTransport {
         }
     }
 
+    /// Puts the datagram `head` + `body` on the network from this rank to `dst` as it is,
+    /// past the protocol and the endpoint: what a member that forges packets does, for
+    /// tests of what the others make of it.
+    pub fn inject(&self, dst: Rank, head: &[u8], body: &[u8]) -> Result<(), Error> {
+        let mut w = self.world();
+        w.sim
+            .endpoint(self.rank)
+            .link()
+            .send(&[bulkwire_link::Tx { dst, head, body }])?;
+        Ok(())
+    }
+
     /// The rank's program has returned: record when, and pass the turn on.
     fn finish(&self) {
         let mut w = self.world();

@@ -1190,7 +1190,8 @@ impl State {
 
     /// Where a receive's `len`-byte body is copied in place: the caller's buffer, or a
     /// vector of `len` bytes' capacity made now for a receive into a vector of its own
-    /// (its length is set once the body is in, [`State::in_place_done`]).
+    /// (its length is set once the body is in, [`State::in_place_done`]); `None` when
+    /// there is none, or the allocator refused that capacity.
     fn in_place_target(&mut self, rid: ReqId, len: usize) -> Option<Mem> {
         let r = self.reqs.get_mut(rid)?;
         match r.kind {
@@ -1202,7 +1203,13 @@ impl State {
                 buf: RecvBuf::Alloc { .. },
                 ..
             } => {
-                let mut v: Vec<u8> = Vec::with_capacity(len);
+                // `len` is what the sender announced (up to the receive's own limit, which
+                // may be unbounded): ask, so that a size the allocator cannot meet is a
+                // refused single copy (the body then comes through the transport, within
+                // its per-peer budget), not an abort. Pages are touched only as bytes
+                // are read into them.
+                let mut v: Vec<u8> = Vec::new();
+                v.try_reserve_exact(len).ok()?;
                 let p = Mem(v.as_mut_ptr());
                 r.keep = Keep::Vec(v);
                 Some(p)

@@ -200,32 +200,40 @@ impl OutQueue {
     }
 }
 
-/// A message being rebuilt from fragments: room for all of it is reserved but not zeroed.
-/// Its length so far is the end of the furthest fragment, and only gaps before that are
-/// zero-filled (to be overwritten when their fragments come), so a message whose
-/// fragments arrive in order is written once and never cleared: clearing a 1 MiB buffer
-/// costs about as much as filling it.
+/// A message being rebuilt from fragments. Its length so far is the end of the furthest
+/// fragment, and only gaps before that are zero-filled (to be overwritten when their
+/// fragments come), so a message whose fragments arrive in order is written once and never
+/// cleared: clearing a 1 MiB buffer costs about as much as filling it.
+///
+/// Memory is never reserved on a size announced by the network alone: a buffer starts
+/// empty, and [`FillBuf::write_within`] grows it only within the room its caller grants
+/// (the sending peer's budget, [`Common::peer_budget`]): to the whole message at once when
+/// the room holds it (one allocation, no copy, for the usual message), otherwise doubling
+/// with the bytes actually written.
 #[derive(Debug, Default)]
 pub struct FillBuf {
     buf: Vec<u8>,
     total: usize,
 }
 
+/// Why [`FillBuf::write_within`] wrote nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteError {
+    /// The fragment ends beyond the message.
+    Outside,
+    /// Holding the fragment would take `need` more bytes than the room granted.
+    OverBudget { need: u64 },
+    /// The allocator refused the memory.
+    NoMemory,
+}
+
 impl FillBuf {
-    /// Room for `total` bytes.
+    /// A buffer for a message of `total` bytes; nothing is allocated yet.
     pub fn new(total: usize) -> FillBuf {
         FillBuf {
-            buf: Vec::with_capacity(total),
+            buf: Vec::new(),
             total,
         }
-    }
-
-    /// Room for `total` bytes, or `None` where the allocator cannot give it (a size from
-    /// the network must not abort the process).
-    pub fn try_new(total: usize) -> Option<FillBuf> {
-        let mut buf = Vec::new();
-        buf.try_reserve_exact(total).ok()?;
-        Some(FillBuf { buf, total })
     }
 
     /// The message's size.
@@ -233,21 +241,51 @@ impl FillBuf {
         self.total
     }
 
-    /// Copies `data` to `offset`; false (and nothing written) if it would not fit.
-    pub fn write(&mut self, offset: usize, data: &[u8]) -> bool {
-        if offset
-            .checked_add(data.len())
-            .is_none_or(|end| end > self.total)
-        {
-            return false;
+    /// Bytes allocated: what this buffer costs its peer's budget.
+    pub fn charge(&self) -> u64 {
+        self.buf.capacity() as u64
+    }
+
+    /// Copies `data` to `offset`, allocating at most `room` more bytes; returns how many
+    /// were allocated (the growth of [`FillBuf::charge`]). Nothing is written on an error.
+    pub fn write_within(&mut self, offset: u64, data: &[u8], room: u64) -> Result<u64, WriteError> {
+        let end = offset
+            .checked_add(data.len() as u64)
+            .filter(|&e| e <= self.total as u64)
+            .ok_or(WriteError::Outside)?;
+        let cap = self.buf.capacity() as u64;
+        let need = end.max(self.buf.len() as u64);
+        if need > cap {
+            let total = self.total as u64;
+            // The whole message when the room allows (the usual case: one allocation);
+            // else double, as the bytes arrive, within the room.
+            let want = if total - cap <= room {
+                total
+            } else {
+                need.max(cap.saturating_mul(2).min(total)).min(cap + room)
+            };
+            if want < need {
+                return Err(WriteError::OverBudget { need: need - cap });
+            }
+            self.buf
+                .try_reserve_exact((want - self.buf.len() as u64) as usize)
+                .map_err(|_| WriteError::NoMemory)?;
         }
+        let grown = self.buf.capacity() as u64 - cap;
+        let offset = offset as usize;
         if offset > self.buf.len() {
             self.buf.resize(offset, 0);
         }
         let overlap = (self.buf.len() - offset).min(data.len());
         self.buf[offset..offset + overlap].copy_from_slice(&data[..overlap]);
         self.buf.extend_from_slice(&data[overlap..]);
-        true
+        Ok(grown)
+    }
+
+    /// [`FillBuf::write_within`] without a bound (for a buffer the caller has already
+    /// accounted for); false, and nothing written, if `data` would not fit the message.
+    pub fn write(&mut self, offset: usize, data: &[u8]) -> bool {
+        self.write_within(offset as u64, data, u64::MAX).is_ok()
     }
 
     /// The whole message (zeros wherever nothing was written).
@@ -255,6 +293,31 @@ impl FillBuf {
         self.buf.resize(self.total, 0);
         self.buf
     }
+}
+
+/// What a peer did that no correct member of the job does, for the protocol to report
+/// ([`crate::PeerMisbehaved`]): the text completes "rank N ...".
+pub fn announced_too_large(total: u64, max_message: u64, budget: u64) -> String {
+    if total > max_message {
+        format!(
+            "announced a message of {total} bytes, more than the largest message this job \
+             accepts ({max_message} bytes)"
+        )
+    } else {
+        format!(
+            "announced a message of {total} bytes, more than the {budget} bytes a peer may \
+             hold in incomplete messages (BULKWIRE_PEER_BUDGET)"
+        )
+    }
+}
+
+/// The text for a peer whose incomplete messages would hold more than its budget.
+pub fn over_budget(held: u64, need: u64, budget: u64) -> String {
+    format!(
+        "sent data that would hold {} bytes in its incomplete messages, more than its budget \
+         of {budget} bytes (BULKWIRE_PEER_BUDGET)",
+        held.saturating_add(need)
+    )
 }
 
 struct Partial {
@@ -269,30 +332,61 @@ pub enum Added {
     Stored,
     /// Messages are ready in [`Reassembler::pop`].
     Ready,
-    /// Inconsistent with what was seen of its message, or over the size limit; ignored.
+    /// Inconsistent with what was seen of its message (a stale id, another total for the
+    /// same message); ignored.
     Rejected,
+    /// Something no correct sender does: a message over the size limit, a fragment beyond
+    /// its message, a message id far ahead, or more held than the budget. The text
+    /// completes "rank N ..." ([`crate::PeerMisbehaved`]); the fragment was ignored.
+    Misbehaved(String),
 }
+
+/// Most incomplete messages held for one peer by default ([`Reassembler::with_records`]).
+/// Every protocol's window bounds a correct sender below it (gbn holds one, holefill at
+/// most its window, which sets it higher when larger); it bounds the records of empty or
+/// tiny messages, which the byte budget does not.
+pub const MAX_PARTIAL: usize = 4096;
 
 /// Rebuilds messages from fragments that arrive in any order, each exactly once (the
 /// protocol discards duplicates first), and releases them in message order.
+///
+/// Memory: the buffers of one peer's incomplete messages hold at most `budget` bytes in
+/// all ([`Reassembler::held_bytes`]); a fragment that would need more, a total above
+/// `max_message`, or an offset beyond its message is reported as
+/// [`Added::Misbehaved`] before anything is allocated for it.
 pub struct Reassembler {
     next: MsgId,
     partial: BTreeMap<MsgId, Partial>,
     done: VecDeque<(MsgId, Vec<u8>)>,
     max_message: u64,
+    budget: u64,
+    /// Most entries of `partial`.
+    records: usize,
+    /// Bytes allocated to the buffers in `partial`.
+    held: u64,
     /// Messages released so far.
     pub delivered: u64,
 }
 
 impl Reassembler {
-    pub fn new(max_message: u64) -> Reassembler {
+    /// Messages of at most `max_message` bytes, at most `budget` bytes held in the
+    /// incomplete ones.
+    pub fn new(max_message: u64, budget: u64) -> Reassembler {
         Reassembler {
             next: 0,
             partial: BTreeMap::new(),
             done: VecDeque::new(),
             max_message,
+            budget,
+            records: MAX_PARTIAL,
+            held: 0,
             delivered: 0,
         }
+    }
+
+    /// This reassembler keeping up to `n` incomplete messages ([`MAX_PARTIAL`] by default).
+    pub fn with_records(self, n: usize) -> Reassembler {
+        Reassembler { records: n, ..self }
     }
 
     /// Id of the next message to release.
@@ -300,17 +394,25 @@ impl Reassembler {
         self.next
     }
 
-    /// Bytes held in partly received messages (their full allocated size).
+    /// Bytes allocated to partly received messages (at most the budget).
     pub fn held_bytes(&self) -> u64 {
-        self.partial.values().map(|p| p.buf.total() as u64).sum()
+        self.held
     }
 
     /// Adds one fragment.
     pub fn add(&mut self, msg: MsgId, offset: u64, total: u64, payload: &[u8]) -> Added {
-        let end = offset + payload.len() as u64;
-        if total > self.max_message || end > total {
-            return Added::Rejected;
+        if total > self.max_message || total > self.budget {
+            return Added::Misbehaved(announced_too_large(total, self.max_message, self.budget));
         }
+        let Some(end) = offset
+            .checked_add(payload.len() as u64)
+            .filter(|&e| e <= total)
+        else {
+            return Added::Misbehaved(format!(
+                "sent {} bytes at offset {offset} of a message of {total} bytes",
+                payload.len()
+            ));
+        };
         // Message ids more than half the space behind are stale: already delivered.
         if (msg.wrapping_sub(self.next) as i32) < 0 {
             return Added::Rejected;
@@ -321,12 +423,44 @@ impl Reassembler {
             self.advance();
             return Added::Ready;
         }
-        let p = self.partial.entry(msg).or_insert_with(|| Partial {
-            buf: FillBuf::new(total as usize),
-            got: 0,
-        });
-        if p.buf.total() as u64 != total || !p.buf.write(offset as usize, payload) {
+        if !self.partial.contains_key(&msg) {
+            if self.partial.len() >= self.records {
+                return Added::Misbehaved(format!(
+                    "sent fragments of more than {} incomplete messages at once",
+                    self.records
+                ));
+            }
+            self.partial.insert(
+                msg,
+                Partial {
+                    buf: FillBuf::new(total as usize),
+                    got: 0,
+                },
+            );
+        }
+        let room = self.budget - self.held;
+        let p = self.partial.get_mut(&msg).expect("inserted above");
+        if p.buf.total() as u64 != total {
             return Added::Rejected;
+        }
+        match p.buf.write_within(offset, payload, room) {
+            Ok(grown) => self.held += grown,
+            Err(e) => {
+                let held = self.held;
+                if p.got == 0 && p.buf.charge() == 0 {
+                    self.partial.remove(&msg);
+                }
+                return match e {
+                    WriteError::Outside => Added::Rejected,
+                    WriteError::OverBudget { need } => {
+                        Added::Misbehaved(over_budget(held, need, self.budget))
+                    }
+                    WriteError::NoMemory => Added::Misbehaved(format!(
+                        "sent a fragment of a message of {total} bytes that this process \
+                         could not allocate"
+                    )),
+                };
+            }
         }
         p.got += payload.len() as u64;
         if msg == self.next && p.got >= total {
@@ -349,7 +483,8 @@ impl Reassembler {
             }
             match self.partial.first_key_value() {
                 Some((&id, p)) if id == self.next && p.got >= p.buf.total() as u64 => {
-                    let p = self.partial.remove(&id).unwrap();
+                    let p = self.partial.remove(&id).expect("first key");
+                    self.held -= p.buf.charge();
                     self.done.push_back((id, p.buf.into_vec()));
                 }
                 _ => break,
@@ -439,6 +574,17 @@ impl Rtt {
     /// The current timeout, back-off included.
     pub fn rto(&self) -> Time {
         (self.rto << self.backoff.min(self.max_backoff)).min(self.max)
+    }
+
+    /// The timeout with `floor` instead of this estimator's own floor (below it or not),
+    /// back-off included: for a wait on an answer the peer sends at once, where the
+    /// estimator's floor covers answers it delays.
+    pub fn rto_floored(&self, floor: Time) -> Time {
+        if self.srtt == 0 {
+            return self.rto();
+        }
+        let base = (self.srtt + 4 * self.rttvar).clamp(floor.min(self.max), self.max);
+        (base << self.backoff.min(self.max_backoff)).min(self.max)
     }
 
     /// Doubles the timeout after a timeout fired.
@@ -594,7 +740,7 @@ mod tests {
         assert_eq!(frags.len(), 6);
         assert!(frags[4].first && frags[4].last && frags[4].notify);
         frags.reverse();
-        let mut r = Reassembler::new(1 << 20);
+        let mut r = Reassembler::new(1 << 20, 1 << 20);
         let mut out = Vec::new();
         for f in &frags {
             r.add(f.msg, f.offset, f.total, &f.payload);
@@ -625,7 +771,7 @@ mod tests {
                     .wrapping_add(1442695040888963407);
                 order.swap(i, (seed >> 33) as usize % (i + 1));
             }
-            let mut r = Reassembler::new(1 << 20);
+            let mut r = Reassembler::new(1 << 20, 1 << 20);
             for (k, &i) in order.iter().enumerate() {
                 let got = r.add(0, cuts[i] as u64, 1000, &msg[cuts[i]..cuts[i + 1]]);
                 let want = if k + 1 == n {
@@ -641,14 +787,76 @@ mod tests {
 
     #[test]
     fn reassembler_rejects_nonsense() {
-        let mut r = Reassembler::new(100);
-        assert_eq!(r.add(0, 0, 101, &[]), Added::Rejected);
-        assert_eq!(r.add(0, 90, 95, &[0; 10]), Added::Rejected);
+        let mut r = Reassembler::new(100, 1000);
+        assert!(matches!(r.add(0, 0, 101, &[]), Added::Misbehaved(m)
+            if m == "announced a message of 101 bytes, more than the largest message this job accepts (100 bytes)"));
+        assert!(matches!(r.add(0, 90, 95, &[0; 10]), Added::Misbehaved(m)
+            if m == "sent 10 bytes at offset 90 of a message of 95 bytes"));
+        assert!(matches!(
+            r.add(0, u64::MAX, 95, &[0; 10]),
+            Added::Misbehaved(_)
+        ));
+        assert_eq!(r.held_bytes(), 0, "nothing allocated for what was refused");
         assert_eq!(r.add(0, 0, 20, &[1; 10]), Added::Stored);
         assert_eq!(r.add(0, 10, 30, &[1; 10]), Added::Rejected);
         assert_eq!(r.add(0, 10, 20, &[2; 10]), Added::Ready);
         assert_eq!(r.pop().unwrap().1.len(), 20);
         assert_eq!(r.add(0, 0, 5, &[0; 5]), Added::Rejected, "stale id");
+    }
+
+    /// Fragments at the far end of large messages allocate only within the budget: the
+    /// buffers follow what arrived when the whole message would not fit, and a fragment
+    /// that would take the peer past its budget is reported before any allocation.
+    #[test]
+    fn reassembler_holds_at_most_its_budget() {
+        let budget = 1 << 20;
+        let mut r = Reassembler::new(1 << 40, budget);
+        assert!(matches!(r.add(0, 0, 1 << 40, &[1]), Added::Misbehaved(m)
+            if m.contains("more than the 1048576 bytes a peer may hold")));
+        // Whole messages that fit are reserved at once.
+        assert_eq!(r.add(1, 0, 300_000, &[1; 1000]), Added::Stored);
+        assert_eq!(r.held_bytes(), 300_000);
+        assert_eq!(r.add(2, 0, 300_000, &[2; 1000]), Added::Stored);
+        assert_eq!(r.add(3, 0, 300_000, &[3; 1000]), Added::Stored);
+        // The fourth would not fit whole: it grows with its bytes.
+        assert_eq!(r.add(4, 0, 300_000, &[4; 1000]), Added::Stored);
+        assert_eq!(r.held_bytes(), 901_000);
+        // Its last byte would take the peer past the budget.
+        let got = r.add(4, 299_999, 300_000, &[4]);
+        assert!(
+            matches!(&got, Added::Misbehaved(m) if m.contains("more than its budget of 1048576 bytes")),
+            "{got:?}"
+        );
+        assert_eq!(r.held_bytes(), 901_000);
+        // Message 0 completes and everything is released, in order, freeing the budget.
+        assert_eq!(r.add(0, 0, 1, &[0]), Added::Ready);
+        for id in 1..=3u8 {
+            assert_eq!(
+                r.add(id as MsgId, 1000, 300_000, &vec![id; 299_000]),
+                Added::Ready
+            );
+        }
+        assert_eq!(r.add(4, 1000, 300_000, &[4; 299_000]), Added::Ready);
+        let mut n = 0;
+        while let Some((id, m)) = r.pop() {
+            assert_eq!(m.len(), if id == 0 { 1 } else { 300_000 });
+            assert!(m.iter().all(|&b| b == id as u8));
+            n += 1;
+        }
+        assert_eq!(n, 5);
+        assert_eq!(r.held_bytes(), 0);
+    }
+
+    #[test]
+    fn reassembler_bounds_its_records() {
+        let mut r = Reassembler::new(1 << 20, 1 << 20);
+        for id in 1..=MAX_PARTIAL as MsgId {
+            assert_eq!(r.add(id, 0, 0, &[]), Added::Stored);
+        }
+        assert!(matches!(
+            r.add(MAX_PARTIAL as MsgId + 1, 0, 0, &[]),
+            Added::Misbehaved(_)
+        ));
     }
 
     #[test]
@@ -693,6 +901,25 @@ mod tests {
             b.back_off();
         }
         assert_eq!(b.rto(), 40_000, "at most two doublings");
+    }
+
+    /// A wait on an answer sent at once may follow the round trip below the estimator's
+    /// floor; back-off still applies, and before any sample it is the initial timeout.
+    #[test]
+    fn rto_floored_replaces_the_floor() {
+        use crate::{MS, SEC, US};
+        let mut r = Rtt::new(MS, MS, SEC).with_max_backoff(4);
+        assert_eq!(r.rto_floored(200 * US), MS, "no sample yet");
+        for _ in 0..20 {
+            r.sample(50 * US);
+        }
+        assert_eq!(r.rto(), MS);
+        let quick = r.rto_floored(200 * US);
+        assert!((200 * US..MS).contains(&quick), "{quick}");
+        for _ in 0..10 {
+            r.back_off();
+        }
+        assert_eq!(r.rto_floored(200 * US), quick * 16);
     }
 
     #[test]

@@ -83,10 +83,13 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-use crate::common::{Added, OutQueue, ReadySet, Reassembler, Rtt, SeqSpace, Timers};
+use crate::common::{
+    Added, OutQueue, ReadySet, Reassembler, Rtt, SeqSpace, Timers, announced_too_large,
+};
 use crate::wire::{Header, Kind, flags};
 use crate::{
-    Common, Event, MsgId, PeerDead, PeerStats, ProtoError, Protocol, Rank, Time, Transmit,
+    Common, Event, MsgId, PeerDead, PeerMisbehaved, PeerStats, ProtoError, Protocol, Rank, Time,
+    Transmit,
 };
 
 /// Settings of [`Gbn`]. The defaults are the paper's: 8-bit sequence numbers, a window of
@@ -275,6 +278,8 @@ pub struct Gbn {
     /// Receive slots taken since the host last polled.
     rx_used: u32,
     events: VecDeque<Event>,
+    /// The first peer found to send what no correct member sends.
+    misbehaved: Option<PeerMisbehaved>,
 }
 
 /// Order of two positions (message id, byte offset) within a pair's stream. Message ids
@@ -301,7 +306,7 @@ impl Gbn {
                 rcv_msg: 0,
                 rcv_off: 0,
                 rcv_total: 0,
-                reasm: Reassembler::new(c.max_message),
+                reasm: Reassembler::new(c.max_message, c.peer_budget),
                 closed: None,
                 heard: false,
                 silent_timeouts: 0,
@@ -317,6 +322,7 @@ impl Gbn {
             ctl: VecDeque::new(),
             rx_used: 0,
             events: VecDeque::new(),
+            misbehaved: None,
             c,
             cfg,
         })
@@ -439,6 +445,20 @@ impl Gbn {
     }
 
     fn on_data(&mut self, from: Rank, hdr: &Header, payload: &[u8]) {
+        // No correct sender makes these, at any position or time: report it before its
+        // fragment is placed (or anything allocated for it).
+        if hdr.total > self.c.message_limit() {
+            let what = announced_too_large(hdr.total, self.c.max_message, self.c.peer_budget);
+            return self.misbehave(from, what);
+        }
+        let len = payload.len() as u64;
+        if hdr.offset.checked_add(len).is_none_or(|e| e > hdr.total) {
+            let what = format!(
+                "sent {len} bytes at offset {} of a message of {} bytes",
+                hdr.offset, hdr.total
+            );
+            return self.misbehave(from, what);
+        }
         let window = self.cfg.window;
         let in_space = self.in_space(hdr.seq);
         let p = &mut self.peers[from as usize];
@@ -467,13 +487,14 @@ impl Gbn {
 
     /// DATA at the expected position: the "=" row of Table 1.
     fn on_expected(&mut self, from: Rank, hdr: &Header, payload: &[u8]) {
-        let max_message = self.c.max_message;
         let p = &mut self.peers[from as usize];
         let len = payload.len() as u64;
         let end = hdr.offset.checked_add(len);
+        // Messages go in order, whole, one after the other: the packet at the expected
+        // position belongs to the message under way (one partial message at most).
         let sane = hdr.seq == p.rcv_nxt
             && end.is_some_and(|e| e <= hdr.total)
-            && hdr.total <= max_message
+            && hdr.msg == p.rcv_msg
             && (len > 0 || hdr.total == 0)
             && (p.rcv_off == 0 || hdr.total == p.rcv_total);
         if !sane {
@@ -488,9 +509,13 @@ impl Gbn {
             self.answer(Kind::Nack, from, hdr);
             return;
         }
-        if p.reasm.add(hdr.msg, hdr.offset, hdr.total, payload) == Added::Rejected {
-            p.stats.drop_out_of_window += 1;
-            return;
+        match p.reasm.add(hdr.msg, hdr.offset, hdr.total, payload) {
+            Added::Rejected => {
+                p.stats.drop_out_of_window += 1;
+                return;
+            }
+            Added::Misbehaved(what) => return self.misbehave(from, what),
+            Added::Stored | Added::Ready => {}
         }
         self.rx_used += 1;
         p.stats.bytes_received += len;
@@ -605,7 +630,19 @@ impl Gbn {
     }
 }
 
+impl Gbn {
+    /// Records that `peer` sent what no correct member sends ([`PeerMisbehaved`]); the
+    /// first such peer is reported, and its packets are ignored from then on.
+    fn misbehave(&mut self, peer: Rank, what: String) {
+        self.misbehaved.get_or_insert(PeerMisbehaved { peer, what });
+    }
+}
+
 impl Protocol for Gbn {
+    fn misbehaving(&self) -> Option<&PeerMisbehaved> {
+        self.misbehaved.as_ref()
+    }
+
     fn name(&self) -> &'static str {
         "gbn"
     }
@@ -648,6 +685,7 @@ impl Protocol for Gbn {
         if from >= self.c.nprocs
             || from == self.c.rank
             || self.peers[from as usize].closed.is_some()
+            || self.misbehaved.as_ref().is_some_and(|m| m.peer == from)
         {
             return;
         }
@@ -745,6 +783,7 @@ impl Protocol for Gbn {
         let p = &self.peers[peer as usize];
         PeerStats {
             srtt_ns: p.rtt.srtt(),
+            held_bytes: p.reasm.held_bytes(),
             ..p.stats
         }
     }
@@ -757,7 +796,7 @@ impl Protocol for Gbn {
         p.slots = VecDeque::new();
         p.cursor = 0;
         // Half-received messages can never complete; completed ones stay queued.
-        p.reasm = Reassembler::new(self.c.max_message);
+        p.reasm = Reassembler::new(self.c.max_message, self.c.peer_budget);
         self.timers.clear(peer);
         self.ctl.retain(|h| h.dst != peer);
     }
@@ -1321,7 +1360,13 @@ mod tests {
             *x = (i / 4093) as u8 | 1;
         }
         let msg = Bytes::from(v);
-        let (mut a, mut b) = pair(GbnConfig::default(), mp);
+        // Above the default budget: a job raises BULKWIRE_PEER_BUDGET for such messages.
+        let big = |r| Common {
+            peer_budget: 2 << 30,
+            ..common(r, mp)
+        };
+        let mut a = Gbn::new(big(0), GbnConfig::default()).unwrap();
+        let mut b = Gbn::new(big(1), GbnConfig::default()).unwrap();
         a.send(0, 1, msg.clone(), true).unwrap();
         let mut now = 0;
         let mut got = Vec::new();
@@ -1485,8 +1530,49 @@ mod tests {
         assert!(matches!(events(&mut a)[..], [Event::Sent { to: 1, id: 0 }]));
     }
 
-    /// Whatever a peer may send that passed the CRC: no panic, counted, and the
-    /// protocol still works afterwards.
+    /// A fragment at the expected position that no correct sender makes (beyond its
+    /// message, or of a message above the limit) reports its sender, allocates nothing,
+    /// and its later packets are ignored.
+    #[test]
+    fn impossible_fragments_report_their_sender() {
+        for (offset, total, len, want) in [
+            (
+                u64::MAX,
+                3,
+                3,
+                "sent 3 bytes at offset 18446744073709551615 of a message of 3 bytes",
+            ),
+            (0, 2, 3, "sent 3 bytes at offset 0 of a message of 2 bytes"),
+            (
+                0,
+                1 << 50,
+                3,
+                "announced a message of 1125899906842624 bytes, more than the largest message this job accepts (1000 bytes)",
+            ),
+        ] {
+            let mut c = Common::new(1, 2, MP);
+            c.max_message = 1000;
+            let mut b = Gbn::new(c, cfg(4, 3, 16)).unwrap();
+            let mut h = Header::new(Kind::Data);
+            (h.src, h.dst, h.offset, h.total) = (0, 1, offset, total);
+            b.handle(0, &h, &vec![1; len]);
+            let m = b.misbehaving().expect("reported").clone();
+            assert_eq!((m.peer, m.what.as_str()), (0, want));
+            assert_eq!(b.peer_stats(0).held_bytes, 0);
+            // Nothing from it is taken any more, not even a correct packet.
+            (h.offset, h.total) = (0, 1);
+            b.handle(0, &h, &[1]);
+            assert!(messages(&mut b).is_empty());
+            assert!(
+                ProtoError::Misbehaved(Box::new(m))
+                    .to_string()
+                    .starts_with(&format!("rank 0 {want}; "))
+            );
+        }
+    }
+
+    /// Whatever a peer may send that passed the CRC and that a correct sender could
+    /// send at another time: no panic, counted, and the protocol still works afterwards.
     #[test]
     fn nonsense_headers_are_ignored_and_counted() {
         let (mut a, mut b) = pair(cfg(4, 3, 16), MP);
@@ -1520,16 +1606,6 @@ mod tests {
                 junk.push((h, vec![1; 5]));
             }
         }
-        let mut h = base(Kind::Data);
-        h.offset = u64::MAX;
-        h.total = 3;
-        junk.push((h, vec![1; 3]));
-        let mut h = base(Kind::Data);
-        h.total = 2;
-        junk.push((h, vec![1; 3])); // longer than its message
-        let mut h = base(Kind::Data);
-        h.total = 1 << 50; // far above max_message
-        junk.push((h, vec![1; 3]));
         let mut h = base(Kind::Data);
         h.total = 10;
         junk.push((h, vec![])); // empty fragment of a non-empty message

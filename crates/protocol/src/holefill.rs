@@ -16,8 +16,9 @@
 //! **Prods.** A receiver whose upper layer waits for a peer ([`Protocol::expect`]) prods
 //! that peer with a control packet when nothing new arrived for a prod interval (at once,
 //! rate permitting, when a hole is known): at least one round trip, doubled each time the
-//! answer shows the prodder merely ran ahead or no answer came, up to `prod_max`, and back
-//! to one round trip as soon as new data arrives. The prodded side resends the hole the prod reveals; if the
+//! answer shows the prodder merely ran ahead, or from the third prod in a row that drew
+//! nothing from the peer (random loss leaves one or two unanswered often enough), up to
+//! `prod_max`, and back to one round trip as soon as new data arrives. The prodded side resends the hole the prod reveals; if the
 //! prodder holds nothing beyond `ack`, it resends what it sent at least a round trip ago
 //! and that is still unacknowledged (the lost tail); if nothing is missing (or everything
 //! missing is already on its way) it answers with an acknowledgement.
@@ -44,9 +45,12 @@
 //! also correct outside BSP.
 //!
 //! **Liveness.** Each peer with unacknowledged packets has a retransmission timer (RFC
-//! 6298 estimate with exponential back-off) that runs from the later of the last
-//! acknowledgement progress and the last new data sent; when it fires the first
-//! unacknowledged packet is resent with `ACK_REQ`, which the receiver answers at once. So
+//! 6298 estimate, at least 1 ms) that runs from the later of the last acknowledgement
+//! progress and the last new data sent; when it fires the first unacknowledged packet is
+//! resent with `ACK_REQ`, which the receiver answers at once, so the next timeout follows
+//! the round trip with the job's floor instead. It backs off as gbn's recommended timer
+//! does: only toward a peer silent since the timer last fired, from the third such timeout
+//! in a row, at most 16x. So
 //! a lost tail, a lost ack, a lost prod or last-of-phase packet, a full receive window or
 //! a silent peer all end in at most one timeout, with no reverse traffic and no `expect`.
 //! An explicit ack showing that the peer holds nothing beyond `ack` while more was sent
@@ -70,11 +74,13 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-use crate::common::{Added, OutQueue, ReadySet, Reassembler, Rtt, SeqSpace, Timers};
+use crate::common::{
+    Added, MAX_PARTIAL, OutQueue, ReadySet, Reassembler, Rtt, SeqSpace, Timers, announced_too_large,
+};
 use crate::wire::{Header, Kind, flags};
 use crate::{
-    Coloured, Common, Event, MS, MsgId, PeerDead, PeerStats, ProtoError, Protocol, Rank, Time,
-    Transmit, US,
+    Coloured, Common, Event, MS, MsgId, PeerDead, PeerMisbehaved, PeerStats, ProtoError, Protocol,
+    Rank, Time, Transmit, US,
 };
 
 /// Settings of [`Holefill`]. Every field has a documented default.
@@ -227,6 +233,15 @@ const RTO_FLOOR: Time = MS;
 /// Most doublings of the prod interval.
 const MAX_PROD_BACKOFF: u32 = 16;
 
+/// Retransmission timeouts in a row with nothing heard from the peer before the timeout
+/// doubles, and the most doublings: gbn's recommended rule (docs/protocols.md). Under
+/// random loss a resend and its answer both get through only part of the time (a quarter
+/// at 50 % loss), so timeouts in a row are common while the peer is alive; doubling at
+/// each made every further loss cost twice the one before, up to `rto_max`: 600 messages
+/// between two ranks at 50 % loss took 4-25 s of virtual time against gbn's 0.1 s.
+const RTO_BACKOFF_AFTER: u32 = 2;
+const RTO_MAX_BACKOFF: u32 = 4;
+
 /// Whether `s` is a sequence number of `seq` at all (no bits above its width).
 fn in_space(seq: SeqSpace, s: u32) -> bool {
     seq.add(s, 0) == s
@@ -377,6 +392,12 @@ struct Peer {
     prod_pending: bool,
     prod_due: bool,
     rtt: Rtt,
+    /// Something came from the peer since its retransmission timer last fired.
+    heard: bool,
+    /// Retransmission timeouts in a row with nothing heard from the peer.
+    silent_timeouts: u32,
+    /// Prods in a row unanswered, with nothing heard from the peer between them.
+    silent_prods: u32,
     /// The death the engine told of ([`Protocol::close_peer`]), boxed so that a live
     /// peer's state stays as small as with a flag.
     closed: Option<Box<PeerDead>>,
@@ -407,6 +428,8 @@ pub struct Holefill {
     ready: ReadySet,
     timers: Timers,
     events: VecDeque<Event>,
+    /// The first peer found to send what no correct member sends.
+    misbehaved: Option<PeerMisbehaved>,
     send_free: u32,
     recv_free: u32,
     /// Peers with data waiting for a free send buffer.
@@ -455,7 +478,8 @@ impl Holefill {
                 blocked: false,
                 rcv_nxt: 0,
                 held: Bits::new(window),
-                reasm: Reassembler::new(c.max_message),
+                reasm: Reassembler::new(c.max_message, c.peer_budget)
+                    .with_records(MAX_PARTIAL.max(window as usize)),
                 since_ack: 0,
                 ack_requested: false,
                 ack_due: false,
@@ -467,7 +491,11 @@ impl Holefill {
                 prod_backoff: 0,
                 prod_pending: false,
                 prod_due: false,
-                rtt: Rtt::new(c.rto_initial, c.rto_min.max(RTO_FLOOR), c.rto_max),
+                rtt: Rtt::new(c.rto_initial, c.rto_min.max(RTO_FLOOR), c.rto_max)
+                    .with_max_backoff(RTO_MAX_BACKOFF),
+                heard: false,
+                silent_timeouts: 0,
+                silent_prods: 0,
                 closed: None,
                 stats: PeerStats::default(),
             })
@@ -476,6 +504,7 @@ impl Holefill {
             ready: ReadySet::new(c.nprocs),
             timers: Timers::new(c.nprocs),
             events: VecDeque::new(),
+            misbehaved: None,
             send_free: send_pool,
             recv_free: recv_pool,
             blocked: VecDeque::new(),
@@ -534,13 +563,25 @@ impl Holefill {
         })
     }
 
-    fn rto_deadline(p: &Peer) -> Option<Time> {
-        (!p.inflight.is_empty() && p.closed.is_none()).then(|| p.last_activity + p.rtt.rto())
+    /// When `p`'s retransmission timer fires. Its 1 ms floor covers acknowledgements we
+    /// delay on purpose; after a timeout the timer waits for the answer to an `ACK_REQ`
+    /// resend or probe, which the peer sends at once, so then the job's floor (`floor`)
+    /// applies: at 50 % loss a resend and its answer both arrive a quarter of the time,
+    /// and a millisecond per retry made holefill several times slower than gbn.
+    fn rto_deadline(p: &Peer, floor: Time) -> Option<Time> {
+        (!p.inflight.is_empty() && p.closed.is_none()).then(|| {
+            let rto = if p.silent_timeouts > 0 {
+                p.rtt.rto_floored(floor)
+            } else {
+                p.rtt.rto()
+            };
+            p.last_activity + rto
+        })
     }
 
     fn next_deadline(&self, peer: Rank) -> Option<Time> {
         let p = &self.peers[peer as usize];
-        match (Self::rto_deadline(p), self.prod_deadline(p)) {
+        match (Self::rto_deadline(p, self.c.rto_min), self.prod_deadline(p)) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -590,6 +631,7 @@ impl Holefill {
         }
         p.last_activity = now;
         p.rtt.reset_backoff();
+        p.silent_timeouts = 0;
         if !p.out.is_empty() {
             self.ready.insert(peer);
         }
@@ -710,6 +752,25 @@ impl Holefill {
 
     /// Takes in one data packet from `peer` (its ack already taken).
     fn take_data(&mut self, peer: Rank, now: Time, hdr: &Header, payload: &[u8]) {
+        // No correct sender makes these, at any position or time (retransmissions and
+        // ghosts of past sequence cycles included): report it before anything is placed.
+        if hdr.total > self.c.message_limit() {
+            let what = announced_too_large(hdr.total, self.c.max_message, self.c.peer_budget);
+            return self.misbehave(peer, what);
+        }
+        if hdr
+            .offset
+            .checked_add(payload.len() as u64)
+            .is_none_or(|e| e > hdr.total)
+        {
+            let what = format!(
+                "sent {} bytes at offset {} of a message of {} bytes",
+                payload.len(),
+                hdr.offset,
+                hdr.total
+            );
+            return self.misbehave(peer, what);
+        }
         let seq = self.seq;
         let window = self.cfg.window;
         let p = &mut self.peers[peer as usize];
@@ -738,9 +799,13 @@ impl Holefill {
                     p.stats.bogus += 1;
                     return;
                 }
-                if p.reasm.add(hdr.msg, hdr.offset, hdr.total, payload) == Added::Rejected {
-                    p.stats.bogus += 1;
-                    return;
+                match p.reasm.add(hdr.msg, hdr.offset, hdr.total, payload) {
+                    Added::Rejected => {
+                        p.stats.bogus += 1;
+                        return;
+                    }
+                    Added::Misbehaved(what) => return self.misbehave(peer, what),
+                    Added::Stored | Added::Ready => {}
                 }
                 p.stats.bytes_received += payload.len() as u64;
                 p.since_ack += 1;
@@ -957,11 +1022,17 @@ impl Holefill {
         if h.kind == Kind::Prod {
             p.prod_due = false;
             if p.prod_pending {
-                // The last prod went unanswered a whole interval: the peer is silent
-                // (stopped, or busy without a progress thread), not merely slow to
-                // send. Prod less often, or a stopped peer draws a prod every round trip
-                // for as long as it stays stopped.
-                p.prod_backoff = (p.prod_backoff + 1).min(MAX_PROD_BACKOFF);
+                // The last prod went unanswered a whole interval. From the third such
+                // prod in a row with nothing heard from the peer, it is silent (stopped,
+                // or busy without a progress thread), not merely unlucky: prod less
+                // often, or a stopped peer draws a prod every round trip for as long as
+                // it stays stopped. Under random loss a prod and its answer both arrive
+                // only part of the time (a quarter at 50 % loss): backing off at each
+                // unanswered one left a live peer prodded every 100 ms.
+                p.silent_prods += 1;
+                if p.silent_prods > RTO_BACKOFF_AFTER {
+                    p.prod_backoff = (p.prod_backoff + 1).min(MAX_PROD_BACKOFF);
+                }
             }
             p.prod_pending = true;
             p.last_prod = Some(now);
@@ -986,10 +1057,20 @@ impl Holefill {
         if self.peers[peer as usize].closed.is_some() {
             return;
         }
-        if Self::rto_deadline(&self.peers[peer as usize]).is_some_and(|t| now >= t) {
+        if Self::rto_deadline(&self.peers[peer as usize], self.c.rto_min).is_some_and(|t| now >= t)
+        {
             let p = &mut self.peers[peer as usize];
             p.stats.timeouts += 1;
-            p.rtt.back_off();
+            // Back off only toward a peer silent since the timer last fired, from the
+            // third such timeout in a row (see RTO_BACKOFF_AFTER).
+            if std::mem::take(&mut p.heard) {
+                p.silent_timeouts = 0;
+            } else {
+                p.silent_timeouts += 1;
+                if p.silent_timeouts > RTO_BACKOFF_AFTER {
+                    p.rtt.back_off();
+                }
+            }
             p.last_activity = now;
             // Most timeouts on a quiet tail find the data delivered and only the ack
             // missing (the receiver does not ack unasked). For a large packet, ask with a
@@ -1018,7 +1099,19 @@ impl Holefill {
     }
 }
 
+impl Holefill {
+    /// Records that `peer` sent what no correct member sends ([`PeerMisbehaved`]); the
+    /// first such peer is reported, and its packets are ignored from then on.
+    fn misbehave(&mut self, peer: Rank, what: String) {
+        self.misbehaved.get_or_insert(PeerMisbehaved { peer, what });
+    }
+}
+
 impl Protocol for Holefill {
+    fn misbehaving(&self) -> Option<&PeerMisbehaved> {
+        self.misbehaved.as_ref()
+    }
+
     fn name(&self) -> &'static str {
         "holefill"
     }
@@ -1058,9 +1151,15 @@ impl Protocol for Holefill {
 
     fn handle(&mut self, now: Time, hdr: &Header, payload: &[u8]) {
         let from = hdr.src;
-        if self.c.check_peer(from).is_err() || self.peers[from as usize].closed.is_some() {
+        if self.c.check_peer(from).is_err()
+            || self.peers[from as usize].closed.is_some()
+            || self.misbehaved.as_ref().is_some_and(|m| m.peer == from)
+        {
             return;
         }
+        let p = &mut self.peers[from as usize];
+        p.heard = true;
+        p.silent_prods = 0;
         self.implicit_ack(hdr.colour, now);
         match hdr.kind {
             Kind::Data => {
@@ -1169,6 +1268,7 @@ impl Protocol for Holefill {
         let p = &self.peers[peer as usize];
         PeerStats {
             srtt_ns: p.rtt.srtt(),
+            held_bytes: p.reasm.held_bytes(),
             ..p.stats
         }
     }
@@ -1185,7 +1285,8 @@ impl Protocol for Holefill {
         p.resend.clear();
         self.recv_free += p.held.count;
         p.held.clear();
-        p.reasm = Reassembler::new(self.c.max_message);
+        p.reasm = Reassembler::new(self.c.max_message, self.c.peer_budget)
+            .with_records(MAX_PARTIAL.max(self.cfg.window as usize));
         p.waiting = false;
         p.ack_due = false;
         p.prod_due = false;
@@ -1672,6 +1773,47 @@ mod tests {
             h.peers[1].rtt.sample(10 * US);
         }
         assert_eq!(h.peers[1].rtt.rto(), MS);
+    }
+
+    /// The retransmission timer doubles only toward a peer heard from by nothing since
+    /// it last fired, from the third such timeout in a row, at most 16x; a peer that is
+    /// heard from (its answers merely lost or late) keeps the timer where it is.
+    #[test]
+    fn its_timer_backs_off_only_toward_a_silent_peer() {
+        for heard in [false, true] {
+            let (mut a, _) = pair();
+            a.send(0, 1, Bytes::from_static(b"x"), false).unwrap();
+            let _ = out(&mut a, 0);
+            let mut resent = Vec::new();
+            while resent.len() < 10 {
+                let now = a.poll_timeout().expect("a timer while unacknowledged");
+                a.handle_timeout(now);
+                if out(&mut a, now).iter().any(|p| p.0.kind == Kind::Data) {
+                    resent.push(now);
+                }
+                if heard {
+                    // Something from the peer, which acknowledges nothing (and echoes
+                    // the time now: a round trip of nothing).
+                    let mut h = Header::new(Kind::Ack);
+                    (h.src, h.dst, h.aux) = (1, 0, stamp(now));
+                    a.handle(now, &h, &[]);
+                }
+            }
+            let gaps: Vec<Time> = resent.windows(2).map(|w| w[1] - w[0]).collect();
+            let base = gaps[0];
+            if heard {
+                // At the floor from the first sample on, and no further.
+                assert!(gaps[1..].iter().all(|&g| g == RTO_FLOOR), "{gaps:?}");
+            } else {
+                assert_eq!(gaps[..2], [base, base], "{gaps:?}");
+                assert_eq!(
+                    gaps[2..6],
+                    [2 * base, 4 * base, 8 * base, 16 * base],
+                    "{gaps:?}"
+                );
+                assert!(gaps[6..].iter().all(|&g| g == 16 * base), "{gaps:?}");
+            }
+        }
     }
 
     /// A peer that answers nothing (stopped) is prodded less and less often, as one that
@@ -2200,7 +2342,7 @@ mod tests {
             h.colour = rng.random();
             h.aux = rng.random();
             let len = rng.random_range(0..50usize);
-            h.total = rng.random_range(len as u64..(1 << 21));
+            h.total = rng.random_range(len as u64..=(1 << 20));
             h.offset = rng.random_range(0..=h.total - len as u64);
             h.len = len as u32;
             b.handle(i * US, &h, &vec![0xAB; len]);
@@ -2211,6 +2353,8 @@ mod tests {
             }
         }
         assert!(b.peer_stats(2).bogus > 1000);
+        assert!(b.peer_stats(2).held_bytes <= b.c.peer_budget);
+        assert!(b.misbehaving().is_none(), "{:?}", b.misbehaving());
         // The endpoint still works with its other peer.
         let a = node(0, 3, 1000, cfg);
         let mut net = Net::clean(vec![a, b]);

@@ -92,6 +92,25 @@ pub enum ProtoError {
     /// The protocol lost what it cannot get back: the job cannot go on correctly.
     #[error("{0}")]
     Unrecoverable(Box<Unrecoverable>),
+    /// A peer sent what no correct member sends (see [`PeerMisbehaved`]).
+    #[error("{0}")]
+    Misbehaved(Box<PeerMisbehaved>),
+}
+
+/// A peer sent packets that no correct member of the job sends: a message larger than the
+/// job accepts, a fragment beyond its message, a message id far outside the window, or more
+/// data in incomplete messages than its budget ([`Common::peer_budget`]). The protocol
+/// ignores the packet (nothing is allocated for it) and reports the peer once; the engine
+/// then fails every step with it, so the job stops naming the peer instead of running out
+/// of memory or waiting for a message that will never complete.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[error(
+    "rank {peer} {what}; a correct member never does, so the job stops (a faulty or hostile process holds the job's key)"
+)]
+pub struct PeerMisbehaved {
+    pub peer: Rank,
+    /// What it did, completing "rank N ...".
+    pub what: String,
 }
 
 /// A peer declared dead, and how long it had been silent when it was: the one error for
@@ -135,6 +154,13 @@ pub struct Common {
     pub max_payload: Vec<usize>,
     /// Largest message accepted, sent or received.
     pub max_message: u64,
+    /// Most bytes the incomplete messages of one peer may hold here (reassembly buffers,
+    /// rmpp's accepted messages, out-of-order data), so that no input, even from a member
+    /// that holds the job's key, makes a process allocate more than this per peer. A
+    /// message must fit in it whole, so it also caps the size of a message
+    /// ([`Common::check_send`]). Default [`DEFAULT_PEER_BUDGET`]; jobs set it from
+    /// `BULKWIRE_PEER_BUDGET`.
+    pub peer_budget: u64,
     /// First retransmission timeout, before any round trip has been measured. 1 ms: a
     /// cluster's round trips are microseconds, and a first packet lost (at the start of
     /// every connection) waits this long, then doubles (5 ms made a lost first packet
@@ -151,7 +177,19 @@ pub struct Common {
     pub rto_max: Time,
 }
 
+/// [`Common::peer_budget`] by default: 1 GiB. Memory a peer can make a process hold is
+/// bounded by it, and the largest message the job can receive is too (a message is held
+/// whole until it is complete); above the few hundred MiB of the largest messages the
+/// benchmarks and programs send in one piece, and far below a node's memory.
+pub const DEFAULT_PEER_BUDGET: u64 = 1 << 30;
+
 impl Common {
+    /// The largest message that can be sent or received: `max_message`, or the budget a
+    /// receiver holds an incomplete message in, whichever is smaller.
+    pub fn message_limit(&self) -> u64 {
+        self.max_message.min(self.peer_budget)
+    }
+
     /// Defaults for a job of `nprocs` with the same payload size to every peer.
     pub fn new(rank: Rank, nprocs: u32, max_payload: usize) -> Common {
         Common {
@@ -159,6 +197,7 @@ impl Common {
             nprocs,
             max_payload: vec![max_payload; nprocs as usize],
             max_message: 1 << 40,
+            peer_budget: DEFAULT_PEER_BUDGET,
             rto_initial: MS,
             rto_min: 200 * US,
             rto_max: SEC,
@@ -192,10 +231,10 @@ impl Common {
         closed: impl FnOnce() -> Option<PeerDead>,
     ) -> Result<(), ProtoError> {
         self.check_peer(to)?;
-        if len as u64 > self.max_message {
+        if len as u64 > self.message_limit() {
             return Err(ProtoError::TooLarge {
                 len: len as u64,
-                max: self.max_message,
+                max: self.message_limit(),
             });
         }
         if let Some(dead) = closed() {
@@ -295,6 +334,12 @@ pub trait Protocol: Send {
     fn unrecovering(&mut self) -> Option<&mut dyn Unrecovering> {
         None
     }
+
+    /// The first peer found to misbehave ([`PeerMisbehaved`]), once one has: the engine
+    /// then fails every step with it.
+    fn misbehaving(&self) -> Option<&PeerMisbehaved> {
+        None
+    }
 }
 
 /// BSP's colouring scheme, from the BSPlib paper (Donaldson, Hill & Skillicorn, section
@@ -354,8 +399,8 @@ pub trait Unrecovering {
 }
 
 /// The settings of every protocol of a job, one struct each ([`by_name`] uses the one it
-/// builds), and the retransmission timers they share ([`ProtocolConfigs::timers`] puts
-/// them in a [`Common`]).
+/// builds), and the retransmission timers and peer budget they share
+/// ([`ProtocolConfigs::timers`] puts them in a [`Common`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProtocolConfigs {
     pub gbn: gbn::GbnConfig,
@@ -365,6 +410,8 @@ pub struct ProtocolConfigs {
     pub rto_initial: Time,
     /// [`Common::rto_min`].
     pub rto_min: Time,
+    /// [`Common::peer_budget`].
+    pub peer_budget: u64,
 }
 
 impl Default for ProtocolConfigs {
@@ -379,15 +426,17 @@ impl Default for ProtocolConfigs {
             rmpp: rmpp::RmppConfig::recommended(),
             rto_initial: c.rto_initial,
             rto_min: c.rto_min,
+            peer_budget: c.peer_budget,
         }
     }
 }
 
 impl ProtocolConfigs {
-    /// `c` with these timers.
+    /// `c` with these timers and this peer budget.
     pub fn timers(&self, mut c: Common) -> Common {
         c.rto_initial = self.rto_initial;
         c.rto_min = self.rto_min;
+        c.peer_budget = self.peer_budget;
         c
     }
 }

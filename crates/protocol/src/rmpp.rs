@@ -86,11 +86,11 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use bytes::Bytes;
 
-use crate::common::{FillBuf, OutQueue, ReadySet, Rtt, Timers};
+use crate::common::{FillBuf, OutQueue, ReadySet, Rtt, Timers, announced_too_large};
 use crate::wire::{Header, Kind, flags};
 use crate::{
-    Announcing, Common, Event, MsgId, PeerDead, PeerStats, ProtoError, Protocol, Rank, Time,
-    Transmit,
+    Announcing, Common, Event, MsgId, PeerDead, PeerMisbehaved, PeerStats, ProtoError, Protocol,
+    Rank, Time, Transmit,
 };
 
 /// Settings of [`Rmpp`].
@@ -346,6 +346,9 @@ struct Peer {
     last_data: Time,
     /// Latest arrival of anything from this peer.
     last_heard: Time,
+    /// Bytes of the buffers of this peer's accepted messages not yet delivered (at most
+    /// [`Common::peer_budget`]).
+    held: u64,
     stats: PeerStats,
 }
 
@@ -374,6 +377,8 @@ pub struct Rmpp {
     ready: ReadySet,
     ctl: VecDeque<Transmit>,
     events: VecDeque<Event>,
+    /// The first peer found to send what no correct member sends.
+    misbehaved: Option<PeerMisbehaved>,
     /// Bytes of heads held by announced, unaccepted connections.
     announced_bytes: u64,
 }
@@ -396,6 +401,7 @@ impl Rmpp {
                 ignored_requests: 0,
                 last_data: 0,
                 last_heard: 0,
+                held: 0,
                 stats: PeerStats::default(),
             })
             .collect();
@@ -405,6 +411,7 @@ impl Rmpp {
             peers,
             ctl: VecDeque::new(),
             events: VecDeque::new(),
+            misbehaved: None,
             announced_bytes: 0,
             c,
             cfg,
@@ -586,11 +593,18 @@ impl Rmpp {
         let p = &mut self.peers[from as usize];
         p.stats.data_received += 1;
         let len = payload.len() as u64;
-        if hdr.offset != 0
-            || len > hdr.total
-            || hdr.total > self.c.max_message
-            || (len == 0 && hdr.total > 0)
-        {
+        if hdr.total > self.c.message_limit() {
+            let what = announced_too_large(hdr.total, self.c.max_message, self.c.peer_budget);
+            return self.misbehave(from, what);
+        }
+        if hdr.offset != 0 || len > hdr.total {
+            let what = format!(
+                "sent an Rts of {len} bytes at offset {} of a message of {} bytes",
+                hdr.offset, hdr.total
+            );
+            return self.misbehave(from, what);
+        }
+        if len == 0 && hdr.total > 0 {
             p.stats.bogus += 1;
             return;
         }
@@ -688,8 +702,11 @@ impl Rmpp {
         p.stats.data_received += 1;
         let len = payload.len() as u64;
         let Some(end) = hdr.offset.checked_add(len).filter(|&e| e <= hdr.total) else {
-            p.stats.bogus += 1;
-            return;
+            let what = format!(
+                "sent {len} bytes at offset {} of a message of {} bytes",
+                hdr.offset, hdr.total
+            );
+            return self.misbehave(from, what);
         };
         let Some(conn) = p.rx.get_mut(&id) else {
             if before(id, p.next_deliver) {
@@ -740,6 +757,7 @@ impl Rmpp {
                         Then::Nothing
                     }
                 } else {
+                    // Reserved whole at accept: within the budget already.
                     buf.write(hdr.offset as usize, payload);
                     p.stats.bytes_received += added;
                     p.last_data = now;
@@ -817,6 +835,7 @@ impl Rmpp {
             let Some(data) = data.take() else {
                 break;
             };
+            p.held -= conn.total;
             let closed = *closed;
             if closed {
                 p.rx.remove(&id);
@@ -1127,7 +1146,19 @@ impl Rmpp {
     }
 }
 
+impl Rmpp {
+    /// Records that `peer` sent what no correct member sends ([`PeerMisbehaved`]); the
+    /// first such peer is reported, and its packets are ignored from then on.
+    fn misbehave(&mut self, peer: Rank, what: String) {
+        self.misbehaved.get_or_insert(PeerMisbehaved { peer, what });
+    }
+}
+
 impl Protocol for Rmpp {
+    fn misbehaving(&self) -> Option<&PeerMisbehaved> {
+        self.misbehaved.as_ref()
+    }
+
     fn name(&self) -> &'static str {
         "rmpp"
     }
@@ -1168,7 +1199,7 @@ impl Protocol for Rmpp {
 
     fn handle(&mut self, now: Time, hdr: &Header, payload: &[u8]) {
         let from = hdr.src;
-        if !self.valid_peer(from) {
+        if !self.valid_peer(from) || self.misbehaved.as_ref().is_some_and(|m| m.peer == from) {
             return;
         }
         self.peers[from as usize].last_heard = now;
@@ -1250,6 +1281,7 @@ impl Protocol for Rmpp {
         let p = &self.peers[peer as usize];
         PeerStats {
             srtt_ns: p.rtt.srtt(),
+            held_bytes: p.held,
             ..p.stats
         }
     }
@@ -1267,6 +1299,7 @@ impl Protocol for Rmpp {
         }
         // Messages complete but held for order can never be delivered now.
         p.rx = HashMap::new();
+        p.held = 0;
         p.lingering = 0;
         self.timers.clear(peer);
         self.ctl.retain(|t| t.hdr.dst != peer);
@@ -1292,17 +1325,23 @@ impl Announcing for Rmpp {
         let RxState::Announced { head } = &mut conn.state else {
             return;
         };
-        let head = std::mem::take(head);
-        self.announced_bytes -= head.len() as u64;
         let total = conn.total;
-        // The posted receive buffer. A total the allocator cannot meet is refused rather
-        // than aborting the process; the sender's Rts timer keeps asking.
-        let Some(mut buf) = FillBuf::try_new(total as usize) else {
+        // The posted receive buffer, charged whole to the peer's budget: a correct sender
+        // opens at most `window` messages, which may together exceed the budget; one
+        // that does not fit now is refused as for want of memory, and the sender's Rts
+        // timer asks again once earlier messages were delivered. A total the allocator
+        // cannot meet is refused the same way rather than aborting the process.
+        let mut buf = FillBuf::new(total as usize);
+        let fits = p.held + total <= self.c.peer_budget;
+        if !fits || buf.write_within(0, head, total).is_err() {
+            self.announced_bytes -= head.len() as u64;
             p.rx.remove(&id);
             p.stats.drop_no_buffer += 1;
             return;
-        };
-        buf.write(0, &head);
+        }
+        p.held += total;
+        let head = std::mem::take(head);
+        self.announced_bytes -= head.len() as u64;
         let mut have = RangeSet::default();
         have.insert(0, head.len() as u64);
         if head.len() as u64 == total {

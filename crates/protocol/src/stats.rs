@@ -49,6 +49,8 @@ pub struct PeerStats {
     pub messages_delivered: u64,
     /// Smoothed round trip, nanoseconds (0 before the first sample).
     pub srtt_ns: u64,
+    /// Bytes held now in this peer's incomplete messages (at most [`crate::Common::peer_budget`]).
+    pub held_bytes: u64,
 }
 
 impl PeerStats {
@@ -85,6 +87,7 @@ impl AddAssign<&PeerStats> for PeerStats {
         self.messages_delivered += o.messages_delivered;
         // A sum of round trips means nothing; keep the larger.
         self.srtt_ns = self.srtt_ns.max(o.srtt_ns);
+        self.held_bytes += o.held_bytes;
     }
 }
 

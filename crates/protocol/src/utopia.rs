@@ -19,11 +19,11 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-use crate::common::{FillBuf, Fragment, OutQueue};
+use crate::common::{FillBuf, Fragment, OutQueue, WriteError, announced_too_large, over_budget};
 use crate::wire::{Header, Kind, flags};
 use crate::{
-    Common, Event, MsgId, PeerDead, PeerStats, ProtoError, Protocol, Rank, Time, Transmit,
-    Unrecoverable, Unrecovering,
+    Common, Event, MsgId, PeerDead, PeerMisbehaved, PeerStats, ProtoError, Protocol, Rank, Time,
+    Transmit, Unrecoverable, Unrecovering,
 };
 
 struct Partial {
@@ -50,6 +50,8 @@ pub struct Utopia {
     peers: Vec<Peer>,
     ready: VecDeque<Rank>,
     events: VecDeque<Event>,
+    /// The first peer found to send what no correct member sends.
+    misbehaved: Option<PeerMisbehaved>,
     failed: Option<ProtoError>,
 }
 
@@ -70,6 +72,7 @@ impl Utopia {
             peers,
             ready: VecDeque::new(),
             events: VecDeque::new(),
+            misbehaved: None,
             failed: None,
         }
     }
@@ -134,7 +137,19 @@ impl Utopia {
     }
 }
 
+impl Utopia {
+    /// Records that `peer` sent what no correct member sends ([`PeerMisbehaved`]); the
+    /// first such peer is reported, and its packets are ignored from then on.
+    fn misbehave(&mut self, peer: Rank, what: String) {
+        self.misbehaved.get_or_insert(PeerMisbehaved { peer, what });
+    }
+}
+
 impl Protocol for Utopia {
+    fn misbehaving(&self) -> Option<&PeerMisbehaved> {
+        self.misbehaved.as_ref()
+    }
+
     fn name(&self) -> &'static str {
         "utopia"
     }
@@ -184,10 +199,13 @@ impl Protocol for Utopia {
     }
 
     fn handle(&mut self, _now: Time, hdr: &Header, payload: &[u8]) {
-        if hdr.kind != Kind::Data {
+        let from = hdr.src;
+        if hdr.kind != Kind::Data
+            || from as usize >= self.peers.len()
+            || self.misbehaved.as_ref().is_some_and(|m| m.peer == from)
+        {
             return;
         }
-        let from = hdr.src;
         let p = &mut self.peers[from as usize];
         if hdr.seq != p.received {
             let expected = p.received;
@@ -196,9 +214,9 @@ impl Protocol for Utopia {
         p.received = p.received.wrapping_add(1);
         p.stats.data_received += 1;
         p.stats.bytes_received += payload.len() as u64;
-        if hdr.total > self.c.max_message {
-            p.stats.drop_no_buffer += 1;
-            return;
+        if hdr.total > self.c.message_limit() {
+            let what = announced_too_large(hdr.total, self.c.max_message, self.c.peer_budget);
+            return self.misbehave(from, what);
         }
         if hdr.offset == 0 && payload.len() as u64 == hdr.total {
             p.partial = None;
@@ -218,10 +236,32 @@ impl Protocol for Utopia {
                 got: 0,
             });
         }
-        let q = p.partial.as_mut().unwrap();
-        if q.buf.total() as u64 != hdr.total || !q.buf.write(hdr.offset as usize, payload) {
+        let q = p.partial.as_mut().expect("set above");
+        if q.buf.total() as u64 != hdr.total {
             p.stats.drop_out_of_window += 1;
             return;
+        }
+        // One message at a time per peer, within the peer's budget (the message limit
+        // already keeps its total below it; this bounds the allocator's answer too).
+        let room = self.c.peer_budget.saturating_sub(q.buf.charge());
+        if let Err(e) = q.buf.write_within(hdr.offset, payload, room) {
+            let what = match e {
+                WriteError::Outside => format!(
+                    "sent {} bytes at offset {} of a message of {} bytes",
+                    payload.len(),
+                    hdr.offset,
+                    hdr.total
+                ),
+                WriteError::OverBudget { need } => {
+                    over_budget(q.buf.charge(), need, self.c.peer_budget)
+                }
+                WriteError::NoMemory => format!(
+                    "sent a fragment of a message of {} bytes that this process could not \
+                     allocate",
+                    hdr.total
+                ),
+            };
+            return self.misbehave(from, what);
         }
         q.got += payload.len() as u64;
         if q.got >= hdr.total {
@@ -280,7 +320,11 @@ impl Protocol for Utopia {
     }
 
     fn peer_stats(&self, peer: Rank) -> PeerStats {
-        self.peers[peer as usize].stats
+        let p = &self.peers[peer as usize];
+        PeerStats {
+            held_bytes: p.partial.as_ref().map_or(0, |q| q.buf.charge()),
+            ..p.stats
+        }
     }
 
     fn close_peer(&mut self, dead: PeerDead) {

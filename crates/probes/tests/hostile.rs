@@ -6,21 +6,40 @@
 //! has (`/proc/*/cmdline`, which `ps` shows; `/proc/*/environ` is the owner's alone);
 //! datagrams from it — garbage, and perfect headers with the right cookie, addresses and
 //! CRC, as if the cookie had leaked — are counted and dropped, and the job's results are
-//! right.
+//! right. At the rendezvous, its forged hello learns nothing and its flood of idle
+//! connections does not keep the job from forming.
 
-use std::net::{SocketAddr, UdpSocket};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use bulkwire_launch::Secret;
 use bulkwire_launch::testing::{Out, clean, leftovers, mark};
+use bulkwire_launch::{JobEnv, Launcher, Secret, Server, ServerConfig};
 use bulkwire_protocol::wire::{Header, Kind, flags};
 
 const BSP_PROBE: &str = env!("CARGO_BIN_EXE_bsp-probe");
 const ATTACK: &str = "BWTEST_ATTACK";
 const NOBODY: u32 = 65534;
 const FORGED: usize = 200;
+const FLOOD: &str = "BWTEST_FLOOD";
+const IDLE: usize = 600;
+
+/// Runs this test binary's test `name` as `nobody`, with `env`.
+fn as_nobody(name: &str, env: (&str, String)) -> Command {
+    let mut c = Command::new(std::env::current_exe().unwrap());
+    c.args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(env.0, env.1)
+        .uid(NOBODY)
+        .gid(NOBODY);
+    c
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
 
 /// What the attacker is told: where the job's ranks listen, and (to test the packet MAC
 /// with a leaked cookie) the cookie. The secret is passed to be searched for, not used.
@@ -141,8 +160,7 @@ fn environ(pid: u32, var: &str) -> Option<String> {
 
 #[test]
 fn another_user_sees_no_secret_and_cannot_inject_datagrams() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !is_root() {
         eprintln!("skipped: needs root to run the attacker as another user (nobody)");
         return;
     }
@@ -186,12 +204,7 @@ fn another_user_sees_no_secret_and_cannot_inject_datagrams() {
         targets,
     }
     .encode();
-    let mut attacker = Command::new(std::env::current_exe().unwrap());
-    attacker
-        .args(["--exact", "attacker", "--nocapture", "--test-threads=1"])
-        .env(ATTACK, spec)
-        .uid(NOBODY)
-        .gid(NOBODY);
+    let mut attacker = as_nobody("attacker", (ATTACK, spec));
     let a: Out = bulkwire_launch::testing::run(&mut attacker, Duration::from_secs(60));
     if a.code != Some(0) && a.stdout.is_empty() {
         eprintln!(
@@ -228,4 +241,124 @@ fn another_user_sees_no_secret_and_cannot_inject_datagrams() {
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or_else(|| panic!("{a:?}"));
     assert_eq!(rejected, forged, "every forgery rejected: {total}");
+}
+
+/// The flooder's side, as `nobody`: opens many idle connections to the rendezvous, sends
+/// one forged hello (a well-formed frame whose proof it cannot know) and prints what came
+/// back, then holds the connections while the ranks join.
+#[test]
+fn flooder() {
+    let Ok(addr) = std::env::var(FLOOD) else {
+        return;
+    };
+    let addr: SocketAddr = addr.parse().unwrap();
+    let idle: Vec<TcpStream> = (0..IDLE)
+        .filter_map(|_| TcpStream::connect(addr).ok())
+        .collect();
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    // A HELLO frame: length, type 1, then what a hello holds, the proof a guess.
+    let payload = [
+        b"BWJC".as_slice(),
+        &[2, 0, 3, 0, 0, 0, 4, 0, 0, 0],
+        &[0x5A; 80],
+    ]
+    .concat();
+    let mut f = ((payload.len() + 1) as u32).to_le_bytes().to_vec();
+    f.push(1);
+    f.extend_from_slice(&payload);
+    let _ = s.write_all(&f);
+    let mut reply = Vec::new();
+    let _ = s.read_to_end(&mut reply);
+    println!(
+        "\nidle={} reply={:?}",
+        idle.len(),
+        String::from_utf8_lossy(&reply)
+    );
+    println!("ready");
+    std::thread::sleep(Duration::from_secs(3));
+    drop(idle);
+}
+
+#[test]
+fn another_users_forged_hello_and_flood_do_not_stop_a_job() {
+    if !is_root() {
+        eprintln!("skipped: needs root to run the flooder as another user (nobody)");
+        return;
+    }
+    let secret = Secret::generate();
+    let mut cfg = ServerConfig::new(2, secret.clone());
+    cfg.timeout = Some(Duration::from_secs(60));
+    let srv = Server::bind(SocketAddr::from(([127, 0, 0, 1], 0)), cfg).unwrap();
+    let addr = srv.local_addr();
+    let srv = std::thread::spawn(move || srv.run());
+    let mut flood = as_nobody("flooder", (FLOOD, addr.to_string()));
+    let mut flood = flood
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(flood.stdout.take().unwrap()).lines();
+    let mut said = Vec::new();
+    for l in lines.by_ref() {
+        let l = l.unwrap();
+        let ready = l == "ready";
+        said.push(l);
+        if ready {
+            break;
+        }
+    }
+    let Some(reply) = said.iter().find(|l| l.starts_with("idle=")) else {
+        let _ = flood.kill();
+        let _ = flood.wait();
+        eprintln!("skipped: this test binary cannot run as nobody here: {said:?}");
+        return;
+    };
+    eprintln!("flooder: {reply}");
+    // The forged hello learnt that it was not admitted, and nothing of the job.
+    assert!(reply.contains("not admitted"), "{reply}");
+    let words = ["size", "rank", "cookie", "secret", "job"];
+    for leak in [secret.to_hex(), format!("{:08x}", secret.cookie())]
+        .into_iter()
+        .chain(words.map(String::from))
+    {
+        assert!(!reply.to_lowercase().contains(&leak), "{leak:?} in {reply}");
+    }
+    // The ranks join while the other user holds its connections.
+    let env = JobEnv {
+        rank: 0,
+        nprocs: 2,
+        secret,
+        job_id: 7,
+        rendezvous: addr,
+        launcher: Launcher::Bulkwire,
+        host_id: None,
+        host_cpus: None,
+        entry: None,
+    };
+    let m = mark();
+    let t0 = Instant::now();
+    let ranks: Vec<_> = (0..2)
+        .map(|r| {
+            let mut c = Command::new(BSP_PROBE);
+            c.args(["2", "steps", "100"]);
+            clean(&mut c, &m);
+            c.envs(env.vars_for(r));
+            std::thread::spawn(move || {
+                bulkwire_launch::testing::run(&mut c, Duration::from_secs(60))
+            })
+        })
+        .collect();
+    for r in ranks {
+        let o = r.join().unwrap();
+        assert_eq!(o.code, Some(0), "{o:?}");
+        assert_eq!(o.lines("steps ok").len(), 1, "{o:?}");
+    }
+    let out = srv.join().unwrap();
+    assert!(out.success(), "{out:?}");
+    eprintln!(
+        "the job formed and ran in {:?} beside the flood",
+        t0.elapsed()
+    );
+    let _ = flood.wait();
 }

@@ -155,9 +155,18 @@ fn job_config(l: &Lookup) -> Result<JobConfig, ConfigError> {
     let always_checksum = l
         .get(&CHECKSUM, |v| word(v, &[("auto", false), ("always", true)]))?
         .unwrap_or(d.always_checksum);
-    let authenticate = l
-        .get(&AUTH, |v| word(v, &[("mac", true), ("off", false)]))?
-        .unwrap_or(d.authenticate);
+    let (authenticate, mac_payload) = l
+        .get(&AUTH, |v| {
+            word(
+                v,
+                &[
+                    ("mac", (true, true)),
+                    ("header", (true, false)),
+                    ("off", (false, true)),
+                ],
+            )
+        })?
+        .unwrap_or((d.authenticate, d.mac_payload));
     let dead_after = l
         .get(&DEAD_AFTER_MS, |v| int(v, 100, 7 * 24 * 3_600_000))?
         .map_or(d.dead_after, |ms| ms * MS);
@@ -170,7 +179,11 @@ fn job_config(l: &Lookup) -> Result<JobConfig, ConfigError> {
         link,
         protocol.as_deref(),
         always_checksum,
-        authenticate,
+        match (authenticate, mac_payload) {
+            (false, _) => "off",
+            (true, true) => "mac",
+            (true, false) => "header",
+        },
         &protocols,
     );
     Ok(JobConfig {
@@ -186,6 +199,7 @@ fn job_config(l: &Lookup) -> Result<JobConfig, ConfigError> {
         always_checksum,
         agree,
         authenticate,
+        mac_payload,
     })
 }
 
@@ -199,7 +213,7 @@ fn must_agree(
     link: LinkKind,
     protocol: Option<&str>,
     always_checksum: bool,
-    authenticate: bool,
+    auth: &str,
     p: &ProtocolConfigs,
 ) -> Vec<(&'static str, String)> {
     let mut v = vec![
@@ -209,10 +223,7 @@ fn must_agree(
             CHECKSUM.name,
             if always_checksum { "always" } else { "auto" }.to_string(),
         ),
-        (
-            AUTH.name,
-            if authenticate { "mac" } else { "off" }.to_string(),
-        ),
+        (AUTH.name, auth.to_string()),
     ];
     // Sequence numbers wrap at 2^bits: both ends must count alike.
     match protocol {

@@ -149,6 +149,10 @@ fn stack() {
     assert_eq!(j.link, LinkKind::Udp);
     assert_eq!((j.faults.loss, j.faults.seed), (0.05, 7));
     assert!(j.always_checksum && !j.tune_malloc && !j.authenticate);
+    let h = settings(&[("BULKWIRE_AUTH", "header")]).unwrap();
+    let j = h.job();
+    assert!(j.authenticate && !j.mac_payload);
+    assert!(j.agree.contains(&("BULKWIRE_AUTH", "header".into())));
     assert_eq!(s.bsp.job, s.p2p.job);
     assert!(s.warnings.is_empty());
     assert!(error(&[("BULKWIRE_PROTOCOL", "quic")]).contains("utopia, gbn"));

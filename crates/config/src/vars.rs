@@ -100,9 +100,9 @@ vars! {
         "auto",
         "always: CRC32C on every datagram; auto leaves it out where the link cannot alter bytes (shared memory, UDP between addresses of one host) unless BULKWIRE_FAULTS corrupts. Every process must agree.";
     AUTH: Stack, "BULKWIRE_AUTH",
-        "mac or off",
+        "mac, header or off",
         "mac",
-        "mac: every datagram over a link that others can send to (UDP) carries a 64-bit MAC keyed by the job's secret, so nothing from outside the job reaches a protocol (docs/security.md); off: a cookie and a CRC32C screen them, which stops stray packets but no one who learns the cookie. Off only on a network whose every host and user is trusted. Every process must agree.";
+        "mac: every datagram over a link that others can send to (UDP) carries a 64-bit MAC keyed by the job's secret, over its header and, between hosts, its payload, so nothing from outside the job reaches a protocol (docs/security.md); header: between hosts the MAC covers the header and a CRC32C of the payload, cheaper on long packets, for a network where no one else can read the job's datagrams on the way; off: a cookie and a CRC32C screen them, which stops stray packets but no one who learns the cookie, for a network whose every host and user is trusted. Every process must agree.";
     RTO_INITIAL_US: Stack, "BULKWIRE_RTO_INITIAL_US",
         "microseconds from 1 to 1000000",
         "1000",

@@ -5,7 +5,9 @@ use std::collections::VecDeque;
 
 use bulkwire_link::{Link, Rank, RxBatch, Tx};
 pub use bulkwire_protocol::Event;
-use bulkwire_protocol::wire::{DropCounts, Filter, HEADER_LEN, Header, Integrity, Kind, PacketKey};
+use bulkwire_protocol::wire::{
+    Cover, DropCounts, Filter, HEADER_LEN, Header, Integrity, Kind, PacketKey,
+};
 use bulkwire_protocol::{MsgId, PeerDead, PeerStats, ProtoError, Protocol, SEC, Time, Transmit};
 use bytes::Bytes;
 
@@ -34,6 +36,10 @@ pub struct EndpointConfig {
     /// to ([`bulkwire_link::LinkCaps::private`]), or that is checked at all, carries a MAC
     /// instead of cookie and CRC, so that nobody without the job's secret can make one.
     pub mac: Option<PacketKey>,
+    /// Where bytes could change or be read on the way, the MAC covers the payload (true,
+    /// the default); false: the header and a CRC32C of the payload ([`Cover::HeaderCrc`]),
+    /// for a network where no one else can listen.
+    pub mac_payload: bool,
 }
 
 impl EndpointConfig {
@@ -52,6 +58,7 @@ impl EndpointConfig {
             rx_rounds: 8,
             always_checksum: false,
             mac: None,
+            mac_payload: true,
         }
     }
 }
@@ -539,15 +546,21 @@ impl Endpoint {
     }
 }
 
-/// How an endpoint checks datagrams. With the job's key: over header and payload where
-/// bytes could change or be seen on the way (a wire), over the header alone where others
-/// can only write to the link (UDP within one host: see [`Integrity::MacHeader`]), not at
-/// all on a private, intact link. Without it: CRC where bytes could change.
+/// How an endpoint checks datagrams. With the job's key: over header and payload (or the
+/// payload's CRC, as configured) where bytes could change or be read on the way (a wire),
+/// over the header alone where others can only write to the link (UDP within one host:
+/// see [`Cover::Header`]), not at all on a private, intact link. Without it: CRC where
+/// bytes could change.
 fn integrity(cfg: &EndpointConfig, caps: &bulkwire_link::LinkCaps) -> Integrity {
     let altered = !caps.intact || cfg.always_checksum;
+    let wire = if cfg.mac_payload {
+        Cover::Payload
+    } else {
+        Cover::HeaderCrc
+    };
     match &cfg.mac {
-        Some(k) if altered => Integrity::Mac(k.clone()),
-        Some(k) if !caps.private => Integrity::MacHeader(k.clone()),
+        Some(k) if altered => Integrity::Mac(k.clone(), wire),
+        Some(k) if !caps.private => Integrity::Mac(k.clone(), Cover::Header),
         _ if altered => Integrity::Crc,
         _ => Integrity::None,
     }

@@ -92,6 +92,9 @@ pub struct JobConfig {
     /// Authenticate every checked datagram with a MAC keyed by the job's secret (default
     /// on); off, a cookie and a CRC screen them, which stops no one who learns the cookie.
     pub authenticate: bool,
+    /// Across hosts, the MAC covers the payload (default); false: the header and the
+    /// payload's CRC32C (`BULKWIRE_AUTH=header`; see `wire::Cover::HeaderCrc`).
+    pub mac_payload: bool,
 }
 
 impl Default for JobConfig {
@@ -109,6 +112,7 @@ impl Default for JobConfig {
             always_checksum: false,
             agree: Vec::new(),
             authenticate: true,
+            mac_payload: true,
         }
     }
 }
@@ -334,6 +338,7 @@ pub fn connect(ctl: &mut Control, cfg: &JobConfig) -> Result<(Engine, JobInfo), 
     let mut ep_cfg = EndpointConfig::with_deadline(ctl.cookie(), cfg.dead_after);
     ep_cfg.always_checksum = cfg.always_checksum;
     ep_cfg.mac = cfg.authenticate.then(|| packet_key(ctl));
+    ep_cfg.mac_payload = cfg.mac_payload;
     let ep = Endpoint::new(link, proto, ep_cfg);
     let info = JobInfo {
         cards,

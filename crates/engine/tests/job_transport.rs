@@ -224,14 +224,17 @@ fn chosen_protocol_and_faults_are_respected() {
             assert_eq!(first(&o), "links=udp protocol=holefill check=mac", "{o:?}");
             assert!(o.results.contains(&"delivered".to_string()), "{o:?}");
         }
-        let off: Vec<_> = env
-            .iter()
-            .copied()
-            .chain([("BULKWIRE_AUTH", "off")])
-            .collect();
-        for o in run("deliver", &["h"; 2], &off) {
-            assert_eq!(first(&o), "links=udp protocol=holefill check=crc", "{o:?}");
-            assert!(o.results.contains(&"delivered".to_string()), "{o:?}");
+        for (auth, check) in [("off", "crc"), ("header", "mac-crc")] {
+            let e: Vec<_> = env
+                .iter()
+                .copied()
+                .chain([("BULKWIRE_AUTH", auth)])
+                .collect();
+            for o in run("deliver", &["h"; 2], &e) {
+                let want = format!("links=udp protocol=holefill check={check}");
+                assert_eq!(first(&o), want, "{o:?}");
+                assert!(o.results.contains(&"delivered".to_string()), "{o:?}");
+            }
         }
     }
 }

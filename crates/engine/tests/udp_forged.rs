@@ -9,14 +9,18 @@ use std::time::Duration;
 
 use bulkwire_engine::{Endpoint, EndpointConfig, Engine, Event, Transport, WaitPolicy};
 use bulkwire_link::{Link, UdpConfig, UdpLink};
-use bulkwire_protocol::wire::{DropReason, HEADER_LEN, Header, Kind, PacketKey, flags};
+use bulkwire_protocol::wire::{Cover, DropReason, HEADER_LEN, Header, Kind, PacketKey, flags};
 use bulkwire_protocol::{Common, SEC};
 use bytes::Bytes;
 
 const COOKIE: u32 = 0xFEED;
 const FORGED: usize = 100;
 
-fn pair(mac: Option<PacketKey>, always: bool) -> (Engine, Engine, std::net::SocketAddr) {
+fn pair(
+    mac: Option<PacketKey>,
+    always: bool,
+    mac_payload: bool,
+) -> (Engine, Engine, std::net::SocketAddr) {
     let cfg = UdpConfig::default();
     let bound: Vec<_> = (0..2)
         .map(|_| UdpLink::bind("127.0.0.1:0".parse().unwrap(), &cfg).unwrap())
@@ -37,6 +41,7 @@ fn pair(mac: Option<PacketKey>, always: bool) -> (Engine, Engine, std::net::Sock
             let mut ec = EndpointConfig::with_deadline(COOKIE, 30 * SEC);
             ec.mac = mac.clone();
             ec.always_checksum = always;
+            ec.mac_payload = mac_payload;
             Engine::new(
                 Endpoint::new(Box::new(link), proto, ec),
                 WaitPolicy::default(),
@@ -62,7 +67,7 @@ fn forge(to: std::net::SocketAddr) {
         s.send_to(&[i as u8; 40], to).unwrap();
         h.seq = (1 << 30) + i as u32;
         s.send_to(&h.encode_to_vec(b"forged!"), to).unwrap();
-        let mut d = h.encode_mac(b"forged!", &other).to_vec();
+        let mut d = h.encode_mac(b"forged!", &other, Cover::Payload).to_vec();
         d.extend_from_slice(b"forged!");
         s.send_to(&d, to).unwrap();
     }
@@ -76,7 +81,7 @@ fn run(
     always: bool,
     integrity: &str,
 ) -> bulkwire_protocol::wire::DropCounts {
-    let (mut a, mut b, to) = pair(mac, always);
+    let (mut a, mut b, to) = pair(mac, always, integrity != "mac-crc");
     assert_eq!(b.endpoint().integrity(), integrity);
     forge(to);
     // Give the kernel the forgeries before the real message, so they are read first.
@@ -106,7 +111,7 @@ fn run(
 
 #[test]
 fn forged_datagrams_never_reach_the_protocol_with_the_job_key() {
-    for (always, integrity) in [(false, "mac-header"), (true, "mac")] {
+    for (always, integrity) in [(false, "mac-header"), (true, "mac"), (true, "mac-crc")] {
         let d = run(Some(PacketKey::new([0x5A; 32])), always, integrity);
         // The cookie-and-CRC forgeries and those with another key fail the MAC; the
         // garbage is not even a header.

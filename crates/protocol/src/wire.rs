@@ -14,7 +14,8 @@
 //! job's secret ([`PacketKey`]: SipHash-2-4 for short packets, BLAKE3 for long ones),
 //! stands in the cookie's and the CRC's places (bytes 8..12 and 60..64). The tag subsumes both: a packet of another
 //! job or a corrupted one fails it like a forged one. Between addresses of one host the
-//! tag may cover the header alone ([`Integrity::MacHeader`]).
+//! tag may cover the header alone, and where no one else can listen, the header and a
+//! CRC32C of the payload ([`Cover`]).
 //!
 //! All fields are little-endian. Decoding is total: every byte string yields either a
 //! header and its payload or a [`DropReason`]; nothing here allocates or panics.
@@ -61,10 +62,19 @@ impl PacketKey {
         }
     }
 
-    /// The tag of a packet whose header fields are `head` (cookie and CRC places ignored);
-    /// pass an empty `payload` for a tag over the header alone.
+    /// The tag of a packet whose header fields are `head` (cookie and CRC places ignored)
+    /// and whose payload is `payload`, covering what `cover` says.
     #[inline]
-    fn tag(&self, head: &[u8], payload: &[u8]) -> [u8; 8] {
+    fn tag(&self, head: &[u8], payload: &[u8], cover: Cover) -> [u8; 8] {
+        let crc;
+        let payload = match cover {
+            Cover::Payload => payload,
+            Cover::Header => &[],
+            Cover::HeaderCrc => {
+                crc = crc32c::crc32c(payload).to_le_bytes();
+                &crc[..]
+            }
+        };
         if payload.len() <= Self::SHORT {
             use std::hash::Hasher;
             let mut h = siphasher::sip::SipHasher24::new_with_keys(self.short.0, self.short.1);
@@ -84,12 +94,11 @@ impl PacketKey {
         t
     }
 
-    /// Whether `dgram`'s tag (over its payload too, or over its header alone) is right,
-    /// comparing in constant time (no early exit a forger could time).
+    /// Whether `dgram`'s tag is right, comparing in constant time (no early exit a forger
+    /// could time).
     #[inline]
-    fn verify(&self, dgram: &[u8], payload: bool) -> bool {
-        let body = if payload { &dgram[HEADER_LEN..] } else { &[] };
-        let t = self.tag(&dgram[..HEADER_LEN], body);
+    fn verify(&self, dgram: &[u8], cover: Cover) -> bool {
+        let t = self.tag(&dgram[..HEADER_LEN], &dgram[HEADER_LEN..], cover);
         let got = dgram[COOKIE_AT..COOKIE_AT + 4]
             .iter()
             .chain(&dgram[CRC_AT..HEADER_LEN]);
@@ -103,6 +112,24 @@ impl fmt::Debug for PacketKey {
     }
 }
 
+/// What a packet's MAC covers besides the header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cover {
+    /// The payload: only the job's members can make a packet that passes, or change one
+    /// on the way.
+    Payload,
+    /// Nothing more, for datagrams between addresses of one host: the kernel hands them
+    /// over in its own memory, where no other user can read them, so no one sees a tag to
+    /// put on another payload, and without the key no one can make a header that passes.
+    /// One SipHash of the header per datagram, whatever its size.
+    Header,
+    /// A CRC32C of the payload: without the key no one makes a packet that passes, and
+    /// corruption is caught; but one who reads the job's datagrams on the way could put a
+    /// payload with the same CRC under a tag it has seen. For a network where no one else
+    /// can listen (`BULKWIRE_AUTH=header`). A CRC pass (about 20 GB/s) and one SipHash.
+    HeaderCrc,
+}
+
 /// How a datagram's integrity and origin are checked.
 #[derive(Clone, Debug)]
 pub enum Integrity {
@@ -112,14 +139,9 @@ pub enum Integrity {
     /// CRC32C over header and payload, and the cookie: corruption is caught, a forger
     /// who learns the cookie is not.
     Crc,
-    /// The per-packet MAC over header and payload ([`PacketKey`]): only the job's members
-    /// can make a packet that passes, or change one on the way.
-    Mac(PacketKey),
-    /// The MAC over the header alone, for datagrams between addresses of one host: the
-    /// kernel hands them over in its own memory, where no other user can read them, so no
-    /// one sees a tag to put on another payload, and without the key no one can make a
-    /// header that passes. Costs one BLAKE3 block per datagram whatever its size.
-    MacHeader(PacketKey),
+    /// The per-packet MAC ([`PacketKey`]) over the header and what [`Cover`] says: only
+    /// the job's members can make a packet that passes.
+    Mac(PacketKey, Cover),
 }
 
 impl Integrity {
@@ -129,8 +151,7 @@ impl Integrity {
         match self {
             Integrity::None => hdr.encode_unchecked(payload),
             Integrity::Crc => hdr.encode(payload),
-            Integrity::Mac(k) => hdr.encode_mac(payload, k),
-            Integrity::MacHeader(k) => hdr.encode_mac_header(payload.len(), k),
+            Integrity::Mac(k, c) => hdr.encode_mac(payload, k, *c),
         }
     }
 
@@ -144,18 +165,18 @@ impl Integrity {
         match self {
             Integrity::None => decode_with(dgram, filter, Check::None),
             Integrity::Crc => decode_with(dgram, filter, Check::Crc),
-            Integrity::Mac(k) => decode_with(dgram, filter, Check::Mac(k, true)),
-            Integrity::MacHeader(k) => decode_with(dgram, filter, Check::Mac(k, false)),
+            Integrity::Mac(k, c) => decode_with(dgram, filter, Check::Mac(k, *c)),
         }
     }
 
-    /// A short name, for reports: `none`, `crc` or `mac`.
+    /// A short name, for reports: `none`, `crc`, `mac`, `mac-header` or `mac-crc`.
     pub fn name(&self) -> &'static str {
         match self {
             Integrity::None => "none",
             Integrity::Crc => "crc",
-            Integrity::Mac(_) => "mac",
-            Integrity::MacHeader(_) => "mac-header",
+            Integrity::Mac(_, Cover::Payload) => "mac",
+            Integrity::Mac(_, Cover::Header) => "mac-header",
+            Integrity::Mac(_, Cover::HeaderCrc) => "mac-crc",
         }
     }
 }
@@ -324,23 +345,13 @@ impl Header {
         b
     }
 
-    /// Encodes the header with a MAC over it and `payload` in place of cookie and CRC (see
-    /// the module's documentation). `self.len` is overwritten as in [`Header::encode`].
+    /// Encodes the header with a MAC over it and what `cover` says of `payload`, in place
+    /// of cookie and CRC (see the module's documentation). `self.len` is overwritten as in
+    /// [`Header::encode`].
     #[inline]
-    pub fn encode_mac(&self, payload: &[u8], key: &PacketKey) -> [u8; HEADER_LEN] {
+    pub fn encode_mac(&self, payload: &[u8], key: &PacketKey, cover: Cover) -> [u8; HEADER_LEN] {
         let mut b = self.fields(payload.len());
-        let t = key.tag(&b, payload);
-        b[COOKIE_AT..COOKIE_AT + 4].copy_from_slice(&t[..4]);
-        b[CRC_AT..].copy_from_slice(&t[4..]);
-        b
-    }
-
-    /// [`Header::encode_mac`] with a tag over the header alone, for a payload of `len`
-    /// bytes ([`Integrity::MacHeader`]).
-    #[inline]
-    pub fn encode_mac_header(&self, len: usize, key: &PacketKey) -> [u8; HEADER_LEN] {
-        let mut b = self.fields(len);
-        let t = key.tag(&b, &[]);
+        let t = key.tag(&b, payload, cover);
         b[COOKIE_AT..COOKIE_AT + 4].copy_from_slice(&t[..4]);
         b[CRC_AT..].copy_from_slice(&t[4..]);
         b
@@ -478,15 +489,15 @@ pub fn decode_mac<'a>(
     filter: &Filter,
     key: &PacketKey,
 ) -> Result<(Header, &'a [u8]), DropReason> {
-    decode_with(dgram, filter, Check::Mac(key, true))
+    decode_with(dgram, filter, Check::Mac(key, Cover::Payload))
 }
 
 #[derive(Clone, Copy)]
 enum Check<'k> {
     None,
     Crc,
-    /// The MAC, over the payload too or not.
-    Mac(&'k PacketKey, bool),
+    /// The MAC, covering the header and what the [`Cover`] says.
+    Mac(&'k PacketKey, Cover),
 }
 
 #[inline]
@@ -524,8 +535,8 @@ fn decode_with<'a>(
             }
             u32_at(dgram, COOKIE_AT)
         }
-        Check::Mac(key, payload) => {
-            if !key.verify(dgram, payload) {
+        Check::Mac(key, cover) => {
+            if !key.verify(dgram, cover) {
                 return Err(DropReason::Mac);
             }
             // The tag vouches for the job: the cookie's place holds tag bits.
@@ -633,7 +644,7 @@ mod tests {
     }
 
     fn mac_dgram(h: &Header, payload: &[u8], key: &PacketKey) -> Vec<u8> {
-        let mut d = h.encode_mac(payload, key).to_vec();
+        let mut d = h.encode_mac(payload, key, Cover::Payload).to_vec();
         d.extend_from_slice(payload);
         d
     }
@@ -712,8 +723,9 @@ mod tests {
         for i in [
             Integrity::None,
             Integrity::Crc,
-            Integrity::Mac(PacketKey::new([3; 32])),
-            Integrity::MacHeader(PacketKey::new([3; 32])),
+            Integrity::Mac(PacketKey::new([3; 32]), Cover::Payload),
+            Integrity::Mac(PacketKey::new([3; 32]), Cover::Header),
+            Integrity::Mac(PacketKey::new([3; 32]), Cover::HeaderCrc),
         ] {
             let mut d = i.encode(&h, b"abc").to_vec();
             d.extend_from_slice(b"abc");
@@ -728,7 +740,7 @@ mod tests {
         // Over the header alone: every header bit is covered, the payload is not (it
         // travels where no one else can read or change it).
         let k = PacketKey::new([3; 32]);
-        let i = Integrity::MacHeader(k.clone());
+        let i = Integrity::Mac(k.clone(), Cover::Header);
         let mut d = i.encode(&h, b"abc").to_vec();
         d.extend_from_slice(b"abc");
         for bit in 0..HEADER_LEN * 8 {
@@ -737,6 +749,15 @@ mod tests {
             assert!(i.decode(&c, &F).is_err(), "header bit {bit} flip accepted");
         }
         assert_eq!(decode_mac(&d, &F, &k), Err(DropReason::Mac));
+        // Over the header and the payload's CRC: every bit of both is covered.
+        let i = Integrity::Mac(k, Cover::HeaderCrc);
+        let mut d = i.encode(&h, b"abc").to_vec();
+        d.extend_from_slice(b"abc");
+        for bit in 0..d.len() * 8 {
+            let mut c = d.clone();
+            c[bit / 8] ^= 1 << (bit % 8);
+            assert!(i.decode(&c, &F).is_err(), "bit {bit} flip accepted");
+        }
     }
 
     #[test]
@@ -789,7 +810,7 @@ mod tests {
             }
             let key = PacketKey::new([5; 32]);
             let _ = decode_mac(&bytes, &F, &key);
-            let mut m = h.encode_mac(&payload, &key).to_vec();
+            let mut m = h.encode_mac(&payload, &key, Cover::Payload).to_vec();
             m.extend_from_slice(&payload);
             for (at, bit) in &flips {
                 let n = m.len();
@@ -797,7 +818,7 @@ mod tests {
             }
             match decode_mac(&m, &F, &key) {
                 Ok((g, p)) => {
-                    let mut again = g.encode_mac(p, &key).to_vec();
+                    let mut again = g.encode_mac(p, &key, Cover::Payload).to_vec();
                     again.extend_from_slice(p);
                     proptest::prop_assert_eq!(again, m)
                 }

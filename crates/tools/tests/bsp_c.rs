@@ -738,6 +738,23 @@ fn misuse_stops_the_job_with_a_clear_message_printed_once() {
     assert_eq!(o.stderr.matches("aborted:").count(), 1, "{}", o.stderr);
 }
 
+/// Four processes that misuse a call at the same moment share one stderr: every message is
+/// written whole, in one write, so no line holds two processes' words.
+#[test]
+fn messages_of_processes_that_fail_at_once_are_whole_lines() {
+    let prog = program("misuse");
+    let line = "bsp_pid: called outside bsp_begin ... bsp_end";
+    for round in 0..5 {
+        let o = bsprun(4, &prog, &["pid_outside"], &[]);
+        assert_eq!(o.code, Some(1), "round {round}: {}", o.stderr);
+        let ours: Vec<&str> = o.stderr.lines().filter(|l| l.contains("bsp_pid")).collect();
+        assert!(!ours.is_empty(), "round {round}: {}", o.stderr);
+        for l in ours {
+            assert_eq!(l, line, "round {round}: {}", o.stderr);
+        }
+    }
+}
+
 /// Processes whose command line contains `path`.
 fn processes_of(path: &Path) -> Vec<u32> {
     let needle = path.to_string_lossy().into_owned();

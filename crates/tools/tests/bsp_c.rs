@@ -537,6 +537,35 @@ fn examples_check_their_answers() {
     }
 }
 
+/// The README's example with a size of its own: N is read after `bsp_init`, on pid 0
+/// only, and reaches the other processes in the section (under bsprun and started by
+/// itself).
+#[test]
+fn inner_product_with_a_size_of_its_own() {
+    let prog = program("inner_product");
+    let sum = |n: u64| n * (n + 1) * (2 * n + 1) / 6;
+    for (p, n) in [(4u32, 100u64), (3, 7), (2, 1000), (4, 1)] {
+        let o = bsprun(p, &prog, &[&n.to_string()], &[]);
+        o.ok(&format!("bsprun -n {p} inner_product {n}"));
+        let want = format!("inner product ok: n={n} p={p} sum={} ", sum(n));
+        assert_eq!(
+            o.stdout.lines().filter(|l| l.starts_with(&want)).count(),
+            1,
+            "p={p} n={n}: {}",
+            o.stdout
+        );
+    }
+    let o = alone(&prog, &["1000"], &[("BULKWIRE_NPROCS", "3")]);
+    o.ok("./inner_product 1000");
+    let want = format!("inner product ok: n=1000 p=3 sum={} ", sum(1000));
+    assert_eq!(
+        o.stdout.lines().filter(|l| l.starts_with(&want)).count(),
+        1,
+        "{}",
+        o.stdout
+    );
+}
+
 #[test]
 fn schedule_pacing_and_statistics() {
     let prog = program("drma");

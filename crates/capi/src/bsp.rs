@@ -169,10 +169,14 @@ pub(crate) fn begin(call: &str, maxprocs: Option<u32>, shown: &dyn std::fmt::Dis
         // pid 0 after bsp_end: a new section, with new processes.
         let entry = spmd::entry_for_next_section().unwrap_or_else(|why| fatal(why));
         Runtime::begin_section(p, &entry, launch, cfg)
-    } else if let Some(entry) = spmd::entry().filter(|_| launch.job.is_none()) {
+    } else if let Some(entry) =
+        spmd::entry().filter(|_| launch.job.is_none() && launch.boot.is_none())
+    {
         // Started by itself, with its SPMD function named: the processes it starts run
         // that function at once, not main's code before bsp_init (MulticoreBSP's own
-        // examples read their input first).
+        // examples read their input first). A job that srun, mpirun or mpiexec started
+        // (`boot`: it forms through their PMI, PMIx or a derived rendezvous) is joined
+        // instead, below: every task runs the function, none starts a job of its own.
         Runtime::begin_section(p, &entry, launch, cfg)
     } else {
         Runtime::begin(p, launch, cfg)

@@ -336,6 +336,35 @@ fn several_spmd_sections_in_one_program() {
     assert!(!o.stdout.contains("not reached"));
 }
 
+/// A program that starts its own sections gives pid 0's thread its share of the CPUs in
+/// each, and all of them back at bsp_end: bsp_nprocs() outside the sections stays the
+/// CPU count, and the second section is as wide as the first.
+#[test]
+fn cpus_are_given_back_after_a_self_started_section() {
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    if cpus < 2 {
+        eprintln!("skipped: one CPU, so nothing is bound");
+        return;
+    }
+    for d in Dialect::ALL {
+        let o = alone(&program_in("affinity", d), &[], &[]);
+        o.ok(&format!("affinity {d:?}"));
+        for l in ["before", "between", "after"] {
+            assert_eq!(o.count(&format!("{l} {cpus}")), 1, "{d:?}: {}", o.stdout);
+        }
+        assert_eq!(
+            o.count(&format!("section p={cpus}")),
+            2,
+            "{d:?}: {}",
+            o.stdout
+        );
+    }
+    // Nothing bound, nothing to give back.
+    let o = alone(&program("affinity"), &[], &[("BULKWIRE_BIND", "none")]);
+    o.ok("affinity, BULKWIRE_BIND=none");
+    assert_eq!(o.count(&format!("after {cpus}")), 1, "{}", o.stdout);
+}
+
 /// A process given a `BULKWIRE_SPMD_ENTRY` that names no function of the program (the ELF
 /// header, where a rank once jumped and crashed; a check that does not match) stops at its
 /// first call into the library with an error naming the variable and the value, and the

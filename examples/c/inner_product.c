@@ -2,8 +2,9 @@
  *
  *     bspcc -O2 inner_product.c -o inner_product && bsprun -n 4 ./inner_product [N]
  *
- * x[i] = y[i] = i + 1, block-distributed; each process sums its part, puts the partial
- * sum into every process, and all add them up. The answer is checked against
+ * x[i] = y[i] = i + 1, block-distributed; pid 0 reads N and puts it into every process;
+ * each process sums its part, puts the partial sum into every process, and all add them
+ * up. The answer is checked against
  * N(N+1)(2N+1)/6 (exact in doubles for N up to 10^5). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +16,15 @@ static long n_global = 100000;
 static void spmd(void) {
     bsp_begin(bsp_nprocs());
     int p = bsp_nprocs(), s = bsp_pid();
+    /* Only pid 0 ran main's code after bsp_init (the other processes entered spmd from
+     * bsp_init), so only pid 0 read N: it sends it to the others, as BSPedupack does. */
     long n = n_global;
+    bsp_push_reg(&n, sizeof n);
+    bsp_sync();
+    if (s == 0)
+        for (int q = 1; q < p; q++) bsp_put(q, &n, &n, 0, sizeof n);
+    bsp_sync();
+    bsp_pop_reg(&n);
     /* Block distribution: process s owns [lo, hi). */
     long lo = s * n / p, hi = (s + 1) * n / p;
     double *x = malloc((hi - lo + 1) * sizeof(double));

@@ -31,4 +31,4 @@ pub use api::{Area, Bsp, Message, Pod, init};
 pub use config::{Config, PACED_CHUNK, Schedule};
 pub use direct::DirectGet;
 pub use error::BspError;
-pub use runtime::{Runtime, abort_job};
+pub use runtime::{Runtime, abort_job, say};

@@ -344,7 +344,7 @@ impl Runtime {
             && let Err(e) = lock(prof).write()
         {
             // The computation's results stand; only its profile is missing.
-            let _ = writeln!(std::io::stderr(), "bsp_end: pid {}: {e}", self.pid);
+            say(&format!("bsp_end: pid {}: {e}", self.pid));
         }
         let ctl = lock(&self.ctl).take();
         match ctl {
@@ -384,7 +384,7 @@ impl Runtime {
         match e {
             BspError::JobFailed { exit_code, .. } => std::process::exit(exit_code.max(1)),
             e => {
-                let _ = writeln!(std::io::stderr(), "bsp_end: {e}");
+                say(&format!("bsp_end: {e}"));
                 std::process::exit(1)
             }
         }
@@ -420,7 +420,7 @@ impl Runtime {
                         !matches!(f, Failure::LauncherLost { .. } | Failure::ServerGone { .. })
                     });
                 if !reported {
-                    let _ = writeln!(std::io::stderr(), "{call}: {message}");
+                    say(&format!("{call}: {message}"));
                 }
                 std::process::exit(exit_code.max(1))
             }
@@ -457,6 +457,16 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Writes `line` and a newline to stderr in one write(2): stderr is unbuffered, and
+/// `writeln!` writes each piece of its format separately, so the messages of processes
+/// that share a terminal or pipe would interleave mid-line.
+pub fn say(line: &str) {
+    let mut buf = String::with_capacity(line.len() + 1);
+    buf.push_str(line);
+    buf.push('\n');
+    let _ = std::io::stderr().lock().write_all(buf.as_bytes());
+}
+
 /// Aborts the job with `msg` (through the launcher when there is one) and exits 1.
 pub fn abort_job(ctl: Option<&Control>, pid: u32, msg: &str) -> ! {
     IN_JOB.store(false, Ordering::SeqCst);
@@ -464,7 +474,7 @@ pub fn abort_job(ctl: Option<&Control>, pid: u32, msg: &str) -> ! {
     match ctl {
         Some(c) => c.abort(msg),
         None => {
-            let _ = writeln!(std::io::stderr(), "pid {pid} aborted: {msg}");
+            say(&format!("pid {pid} aborted: {msg}"));
             std::process::exit(1)
         }
     }

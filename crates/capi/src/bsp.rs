@@ -8,12 +8,11 @@
 
 use std::cell::Cell;
 use std::ffi::{CStr, c_char, c_int, c_void};
-use std::io::Write;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use bulkwire_bsp::bench::{BenchConfig, measure};
-use bulkwire_bsp::{BspError, Runtime};
+use bulkwire_bsp::{BspError, Runtime, say};
 
 use crate::spmd;
 
@@ -64,21 +63,17 @@ pub(crate) fn current(call: &str) -> Option<&'static Runtime> {
 
 #[cold]
 fn other_thread(call: &str) -> ! {
-    let _ = writeln!(
-        std::io::stderr(),
+    say(&format!(
         "{call}: called from a thread other than the one that called bsp_begin (a BSP \
          process is one thread of control: make every BSPlib call from that thread)"
-    );
+    ));
     std::process::exit(1)
 }
 
 /// Ends the process for a call made outside `bsp_begin` ... `bsp_end`.
 #[cold]
 pub(crate) fn outside(call: &str) -> ! {
-    let _ = writeln!(
-        std::io::stderr(),
-        "{call}: called outside bsp_begin ... bsp_end"
-    );
+    say(&format!("{call}: called outside bsp_begin ... bsp_end"));
     std::process::exit(1)
 }
 
@@ -151,7 +146,7 @@ pub(crate) fn out<T>(call: &str, what: &str, p: *mut T) -> Result<*mut T, BspErr
 /// `bsp_begin(maxprocs)` in either dialect (`None`: a count that fits no `u32`).
 pub(crate) fn begin(call: &str, maxprocs: Option<u32>, shown: &dyn std::fmt::Display) {
     let fatal = |msg: String| -> ! {
-        let _ = writeln!(std::io::stderr(), "{call}: {msg}");
+        say(&format!("{call}: {msg}"));
         std::process::exit(1)
     };
     spmd::divert(call);
@@ -174,10 +169,14 @@ pub(crate) fn begin(call: &str, maxprocs: Option<u32>, shown: &dyn std::fmt::Dis
         // pid 0 after bsp_end: a new section, with new processes.
         let entry = spmd::entry_for_next_section().unwrap_or_else(|why| fatal(why));
         Runtime::begin_section(p, &entry, launch, cfg)
-    } else if let Some(entry) = spmd::entry().filter(|_| launch.job.is_none()) {
+    } else if let Some(entry) =
+        spmd::entry().filter(|_| launch.job.is_none() && launch.boot.is_none())
+    {
         // Started by itself, with its SPMD function named: the processes it starts run
         // that function at once, not main's code before bsp_init (MulticoreBSP's own
-        // examples read their input first).
+        // examples read their input first). A job that srun, mpirun or mpiexec started
+        // (`boot`: it forms through their PMI, PMIx or a derived rendezvous) is joined
+        // instead, below: every task runs the function, none starts a job of its own.
         Runtime::begin_section(p, &entry, launch, cfg)
     } else {
         Runtime::begin(p, launch, cfg)
@@ -222,7 +221,7 @@ pub extern "C" fn bsp_end() {
 pub(crate) fn init(call: &str, spmd_part: Option<spmd::SpmdFn>) {
     spmd::divert(call);
     let Some(f) = spmd_part else {
-        let _ = writeln!(std::io::stderr(), "{call}: the SPMD function is NULL");
+        say(&format!("{call}: the SPMD function is NULL"));
         std::process::exit(1)
     };
     spmd::record(f);

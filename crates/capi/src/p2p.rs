@@ -295,7 +295,7 @@ pub unsafe extern "C" fn bw_abort(message: *const c_char) {
     match comm() {
         Ok(c) => c.abort(&msg),
         Err(_) => {
-            eprintln!("bw_abort: {msg}");
+            bulkwire_bsp::say(&format!("bw_abort: {msg}"));
             std::process::exit(1)
         }
     }

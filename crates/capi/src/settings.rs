@@ -2,7 +2,6 @@
 //! them (`bsp_begin`, `bsp_nprocs`, `bsp_init`, `bw_init`), and shared by the BSP,
 //! point-to-point and collective parts of the library.
 
-use std::io::Write;
 use std::sync::OnceLock;
 
 use bulkwire_config::Settings;
@@ -16,9 +15,8 @@ pub fn get() -> Result<&'static Settings, &'static str> {
         .get_or_init(|| {
             let s = Settings::from_env().map_err(|e| e.to_string())?;
             if !s.launch.is_spawned() {
-                let mut err = std::io::stderr().lock();
                 for w in &s.warnings {
-                    let _ = writeln!(err, "bulkwire: warning: {w}");
+                    bulkwire_bsp::say(&format!("bulkwire: warning: {w}"));
                 }
             }
             Ok(s)
@@ -32,7 +30,7 @@ pub fn or_exit(call: &str) -> &'static Settings {
     match get() {
         Ok(s) => s,
         Err(e) => {
-            let _ = writeln!(std::io::stderr(), "{call}: {e}");
+            bulkwire_bsp::say(&format!("{call}: {e}"));
             std::process::exit(1)
         }
     }

@@ -20,8 +20,8 @@
 //! that began the section) must match what this copy finds there, so that a value edited
 //! by hand, cut short or made for another build of the program is refused too.
 
+use bulkwire_bsp::say;
 use std::ffi::{CStr, c_int, c_void};
-use std::io::Write;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -130,18 +130,16 @@ pub(crate) fn divert(call: &str) {
     };
     ENTERED.store(true, Ordering::SeqCst);
     let f = resolve(entry).unwrap_or_else(|why| {
-        let _ = writeln!(
-            std::io::stderr(),
+        say(&format!(
             "{call}: BULKWIRE_SPMD_ENTRY={entry:?} is not accepted ({why}): expected {ACCEPTED}"
-        );
+        ));
         std::process::exit(1)
     });
     f();
     // Its bsp_end ends this process; a function that returned without one had no section.
-    let _ = writeln!(
-        std::io::stderr(),
+    say(&format!(
         "{call}: the SPMD function given to bsp_init returned without bsp_begin ... bsp_end"
-    );
+    ));
     std::process::exit(1)
 }
 

@@ -119,6 +119,10 @@ pub struct Control {
     reader: Option<JoinHandle<()>>,
     /// Self-spawn, rank 0: the server thread (it outlives this process's own work).
     server: Option<JoinHandle<JobOutcome>>,
+    /// Self-spawn, rank 0: this thread's CPUs before it took its share of the job's,
+    /// given back at [`Control::finish`] (the program goes on after the job, with all of
+    /// them: `bsp_nprocs()` and a later section count them).
+    affinity: Option<crate::bind::CpuSet>,
     done: bool,
 }
 
@@ -189,12 +193,18 @@ impl Control {
             round: 0,
             reader: Some(reader),
             server: None,
+            affinity: None,
             done: false,
         })
     }
 
     pub(crate) fn set_server(&mut self, h: JoinHandle<JobOutcome>) {
         self.server = Some(h);
+    }
+
+    /// The CPUs to give this thread back at [`Control::finish`].
+    pub(crate) fn restore_affinity_at_finish(&mut self, cpus: crate::bind::CpuSet) {
+        self.affinity = Some(cpus);
     }
 
     pub fn env(&self) -> &JobEnv {
@@ -302,6 +312,11 @@ impl Control {
             })
         });
         self.close();
+        if let Some(cpus) = self.affinity.take() {
+            // Best effort: a mask that can no longer be set (CPUs taken offline) leaves
+            // the share, which is still a valid place to run.
+            let _ = cpus.apply();
+        }
         if let Some(h) = self.server.take() {
             let outcome = h.join().map_err(|_| {
                 LaunchError::Protocol("the rendezvous server thread panicked".into())

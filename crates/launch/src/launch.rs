@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::LaunchError;
 use crate::agent::{Start, agent_args, secret_preamble};
-use crate::bind::{self, Placement, Plan};
+use crate::bind::{self, CpuSet, Placement, Plan};
 use crate::control::Control;
 use crate::env::{JobEnv, LaunchConfig, Launcher};
 use crate::hosts::{self, HostRanks, HostSlots};
@@ -589,12 +589,25 @@ fn spawn_job_now(
         }
     }
     // Rank 0 is this thread, and the threads it starts from now on (the rendezvous
-    // server's stays free).
-    if let Some(p) = &plan {
-        let _ = p.shares[0].apply();
-    }
-    let mut c = Control::join(&env)?;
+    // server's stays free); the program gets its CPUs back after the job.
+    let before = plan.as_ref().and_then(|p| {
+        CpuSet::current()
+            .ok()
+            .filter(|_| p.shares[0].apply().is_ok())
+    });
+    let mut c = match Control::join(&env) {
+        Ok(c) => c,
+        Err(e) => {
+            if let Some(cpus) = before {
+                let _ = cpus.apply();
+            }
+            return Err(e);
+        }
+    };
     c.set_server(server_thread);
+    if let Some(cpus) = before {
+        c.restore_affinity_at_finish(cpus);
+    }
     Ok(c)
 }
 

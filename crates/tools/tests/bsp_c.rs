@@ -336,6 +336,35 @@ fn several_spmd_sections_in_one_program() {
     assert!(!o.stdout.contains("not reached"));
 }
 
+/// A program that starts its own sections gives pid 0's thread its share of the CPUs in
+/// each, and all of them back at bsp_end: bsp_nprocs() outside the sections stays the
+/// CPU count, and the second section is as wide as the first.
+#[test]
+fn cpus_are_given_back_after_a_self_started_section() {
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    if cpus < 2 {
+        eprintln!("skipped: one CPU, so nothing is bound");
+        return;
+    }
+    for d in Dialect::ALL {
+        let o = alone(&program_in("affinity", d), &[], &[]);
+        o.ok(&format!("affinity {d:?}"));
+        for l in ["before", "between", "after"] {
+            assert_eq!(o.count(&format!("{l} {cpus}")), 1, "{d:?}: {}", o.stdout);
+        }
+        assert_eq!(
+            o.count(&format!("section p={cpus}")),
+            2,
+            "{d:?}: {}",
+            o.stdout
+        );
+    }
+    // Nothing bound, nothing to give back.
+    let o = alone(&program("affinity"), &[], &[("BULKWIRE_BIND", "none")]);
+    o.ok("affinity, BULKWIRE_BIND=none");
+    assert_eq!(o.count(&format!("after {cpus}")), 1, "{}", o.stdout);
+}
+
 /// A process given a `BULKWIRE_SPMD_ENTRY` that names no function of the program (the ELF
 /// header, where a rank once jumped and crashed; a check that does not match) stops at its
 /// first call into the library with an error naming the variable and the value, and the
@@ -537,6 +566,35 @@ fn examples_check_their_answers() {
     }
 }
 
+/// The README's example with a size of its own: N is read after `bsp_init`, on pid 0
+/// only, and reaches the other processes in the section (under bsprun and started by
+/// itself).
+#[test]
+fn inner_product_with_a_size_of_its_own() {
+    let prog = program("inner_product");
+    let sum = |n: u64| n * (n + 1) * (2 * n + 1) / 6;
+    for (p, n) in [(4u32, 100u64), (3, 7), (2, 1000), (4, 1)] {
+        let o = bsprun(p, &prog, &[&n.to_string()], &[]);
+        o.ok(&format!("bsprun -n {p} inner_product {n}"));
+        let want = format!("inner product ok: n={n} p={p} sum={} ", sum(n));
+        assert_eq!(
+            o.stdout.lines().filter(|l| l.starts_with(&want)).count(),
+            1,
+            "p={p} n={n}: {}",
+            o.stdout
+        );
+    }
+    let o = alone(&prog, &["1000"], &[("BULKWIRE_NPROCS", "3")]);
+    o.ok("./inner_product 1000");
+    let want = format!("inner product ok: n=1000 p=3 sum={} ", sum(1000));
+    assert_eq!(
+        o.stdout.lines().filter(|l| l.starts_with(&want)).count(),
+        1,
+        "{}",
+        o.stdout
+    );
+}
+
 #[test]
 fn schedule_pacing_and_statistics() {
     let prog = program("drma");
@@ -736,6 +794,23 @@ fn misuse_stops_the_job_with_a_clear_message_printed_once() {
         o.stderr
     );
     assert_eq!(o.stderr.matches("aborted:").count(), 1, "{}", o.stderr);
+}
+
+/// Four processes that misuse a call at the same moment share one stderr: every message is
+/// written whole, in one write, so no line holds two processes' words.
+#[test]
+fn messages_of_processes_that_fail_at_once_are_whole_lines() {
+    let prog = program("misuse");
+    let line = "bsp_pid: called outside bsp_begin ... bsp_end";
+    for round in 0..5 {
+        let o = bsprun(4, &prog, &["pid_outside"], &[]);
+        assert_eq!(o.code, Some(1), "round {round}: {}", o.stderr);
+        let ours: Vec<&str> = o.stderr.lines().filter(|l| l.contains("bsp_pid")).collect();
+        assert!(!ours.is_empty(), "round {round}: {}", o.stderr);
+        for l in ours {
+            assert_eq!(l, line, "round {round}: {}", o.stderr);
+        }
+    }
 }
 
 /// Processes whose command line contains `path`.

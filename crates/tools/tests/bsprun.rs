@@ -380,3 +380,32 @@ fn bind_option_places_the_processes_or_says_what_it_takes() {
     assert_eq!(o.code, Some(2));
     assert!(o.stderr.contains("BULKWIRE_BIND=\"cores\""), "{}", o.stderr);
 }
+
+/// Without -n, bsprun starts one process per CPU it may run on (as `bsprun ./program` in
+/// BSPedupack's README); --serve still needs the count.
+#[test]
+fn without_n_one_process_per_available_cpu() {
+    let count = "echo n=$BULKWIRE_NPROCS";
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    let o = bsprun(&["--timeout", "20", "sh", "-c", count], &[], "");
+    assert_eq!(o.code, Some(0), "{}", o.stderr);
+    let want = format!("n={cpus}");
+    let lines = o.stdout.lines().filter(|l| *l == want).count();
+    assert_eq!(lines, cpus, "{}", o.stdout);
+    // Confined to one CPU (as in a scheduler's allocation of one core): one process.
+    match Command::new("taskset")
+        .args(["-c", "0", BSPRUN, "--timeout", "20", "sh", "-c", count])
+        .env_remove("BULKWIRE_NPROCS")
+        .stdin(Stdio::null())
+        .output()
+    {
+        Ok(o) => {
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            assert_eq!(String::from_utf8_lossy(&o.stdout), "n=1\n");
+        }
+        Err(e) => eprintln!("skipped the one-CPU case: taskset: {e}"),
+    }
+    let o = bsprun(&["--serve", "127.0.0.1:0"], &[], "");
+    assert_eq!(o.code, Some(2), "{}", o.stderr);
+    assert!(o.stderr.contains("--serve needs -n P"), "{}", o.stderr);
+}

@@ -97,6 +97,67 @@ fn conformance(launch: impl Fn(&Path, &[(&str, &str)]) -> Option<(Command, Strin
     }
 }
 
+/// A job of 4 under a foreign launcher is one BSP job, whichever way the program starts
+/// its section: `bsp_init` (main's code after it runs on pid 0 only, the SPMD function on
+/// every task) or `bsp_begin(P)` with P up to the job's size (the first P tasks). Each
+/// result line is printed once: no task starts a job of its own.
+fn one_job(launch: impl Fn(&Path, &[&str]) -> Option<(Command, String)>, what: &str) {
+    for (name, args, result) in [
+        ("init", &["4"][..], "init ok p=4"),
+        ("init", &["2"][..], "init ok p=2"),
+        ("drma", &["2", "2"][..], "drma ok p=2"),
+    ] {
+        let Some(c) = launch(&program(name), args) else {
+            return;
+        };
+        let o = run(c);
+        assert_eq!(o.code, Some(0), "{name} {args:?} under {what}: {o:?}");
+        let count = |l: &str| o.stdout.lines().filter(|x| *x == l).count();
+        assert_eq!(count(result), 1, "{name} {args:?} under {what}: {o:?}");
+        if name == "init" {
+            assert_eq!(count("sequential start"), 1, "{what}: {o:?}");
+            assert_eq!(count("sequential end"), 1, "{what}: {o:?}");
+        }
+    }
+}
+
+#[test]
+fn bsp_init_and_bsp_begin_programs_join_the_job_of_mpirun_and_mpiexec() {
+    one_job(|p, args| mpirun(4, p, args, &[]), "mpirun -np 4");
+    one_job(|p, args| hydra(4, p, args, &[]), "mpiexec -n 4");
+}
+
+/// As srun starts them (without PMI): four tasks, one job, one result line among them.
+#[test]
+fn bsp_init_programs_join_the_job_of_srun() {
+    let prog = program("init");
+    let m = testing::mark();
+    let job = format!("{}i", std::process::id());
+    let ts: Vec<_> = (0..4)
+        .map(|r| {
+            let mut c = srun_like(r, 4, &job, &prog, &m);
+            c.arg("4");
+            std::thread::spawn(move || testing::run(&mut c, LIMIT))
+        })
+        .collect();
+    let outs: Vec<Out> = ts.into_iter().map(|t| t.join().unwrap()).collect();
+    for (r, o) in outs.iter().enumerate() {
+        assert_eq!(o.code, Some(0), "rank {r}: {o:?}");
+    }
+    let all: String = outs.iter().map(|o| o.stdout.as_str()).collect();
+    assert_eq!(
+        all.lines().filter(|l| *l == "init ok p=4").count(),
+        1,
+        "{all}"
+    );
+    assert_eq!(
+        all.lines().filter(|l| *l == "sequential start").count(),
+        1,
+        "{all}"
+    );
+    testing::assert_no_leftovers(&m);
+}
+
 /// A job of 4 in which rank 3 kills itself: the launcher's status is non-zero, rank 3 is
 /// named (`names`: by the launcher's message or by the rendezvous in rank 0), and the
 /// rendezvous prints its line at most once: the launcher may end rank 0 before it can.
@@ -367,6 +428,9 @@ impl Drop for Slurm {
 fn srun_forms_the_job_through_pmi2_pmix_or_nothing() {
     let Some(slurm) = Slurm::start() else { return };
     for mpi in ["pmi2", "pmix", "none"] {
+        let o = run(slurm.srun(mpi, &program("init"), &["4"]));
+        assert_eq!(o.code, Some(0), "init under srun --mpi={mpi}: {o:?}");
+        assert_eq!(o.stdout.matches("init ok p=4").count(), 1, "{mpi}: {o:?}");
         for name in ["drma", "bsmp"] {
             let o = run(slurm.srun(mpi, &program(name), &[]));
             assert_eq!(o.code, Some(0), "{name} under srun --mpi={mpi}: {o:?}");

@@ -4,8 +4,9 @@
 //! bsprun -n 4 ./program args...            four processes, output as it comes
 //! bsprun -n 8 --host a:4,b:4 ./program     ranks 0-3 on host a, 4-7 on b, started
 //!                                          through ssh (--rsh CMD, BULKWIRE_RSH)
-//! bsprun --hostfile hosts ./program        Open MPI's hostfile format; -n defaults to
-//!                                          the slots
+//! bsprun ./program                         without -n: one process per CPU bsprun may
+//!                                          use (with --host or --hostfile: per slot)
+//! bsprun --hostfile hosts ./program        Open MPI's hostfile format
 //! bsprun -n 8 -H a:4,b:4 -x PATH ./prog    also pass PATH to the ranks on other hosts
 //! bsprun -n 4 --tag-output ./program       every line prefixed with its rank: "[3] ..."
 //! bsprun -n 4 --timeout 60 ./program       fail the job (status 124) after 60 s
@@ -62,13 +63,10 @@ use clap::Parser;
                   mpiexec need none (the job forms through their PMI or PMIx)."
 )]
 struct Args {
-    /// Number of processes (default with --host or --hostfile: every slot).
-    #[arg(
-        short = 'n',
-        long = "nprocs",
-        value_name = "P",
-        required_unless_present_any = ["help_env", "host", "hostfile"]
-    )]
+    /// Number of processes. Default: the slots of --host or --hostfile, else the CPUs
+    /// bsprun may run on (its CPU affinity, within a cgroup's CPU quota). Required with
+    /// --serve.
+    #[arg(short = 'n', long = "nprocs", value_name = "P")]
     nprocs: Option<u32>,
 
     /// Hosts and their slots, as mpirun takes them: a:4,b:4 (a host without :N has one
@@ -191,9 +189,20 @@ fn run(a: Args) -> Result<i32, (u8, String)> {
         return Ok(0);
     }
     let hosts = hosts(&a).map_err(|e| usage(e.to_string()))?;
-    let nprocs = a
-        .nprocs
-        .unwrap_or_else(|| bulkwire_launch::hosts::total_slots(&hosts));
+    if a.serve.is_some() && a.nprocs.is_none() {
+        return Err(usage(
+            "--serve needs -n P: the processes another launcher starts".into(),
+        ));
+    }
+    // Without -n, as Open MPI's mpirun: every slot given, else every CPU of this host
+    // that bsprun may use (a job of its own ranks runs here).
+    let nprocs = a.nprocs.unwrap_or_else(|| {
+        if hosts.is_empty() {
+            bulkwire_launch::available_cpus() as u32
+        } else {
+            bulkwire_launch::hosts::total_slots(&hosts)
+        }
+    });
     if nprocs == 0 {
         return Err(usage("-n must be at least 1".into()));
     }

@@ -15,6 +15,12 @@
 #   $(LIBDIR)/cmake/bulkwire     bulkwireConfig.cmake (find_package(bulkwire))
 #
 # PROFILE picks the cargo profile (release; `test` builds into target/debug).
+# STRIP removes from the installed libbulkwire.a what no C linker reads: the debug
+# information (of Rust's standard library: cargo strips what it links, the programs and
+# the shared library, but not a static library) and the LLVM bitcode kept for Rust's LTO
+# (.llvmbc, .llvmcmd), 66 MB of a 69 MB release archive. The symbols stay, so perf names
+# functions. The shared library loses its debug information too (a release build has
+# none; PROFILE=test's has). `make install STRIP=true` installs both as cargo built them.
 
 PREFIX ?= /usr/local
 BINDIR ?= $(PREFIX)/bin
@@ -23,6 +29,7 @@ INCLUDEDIR ?= $(PREFIX)/include
 DESTDIR ?=
 CARGO ?= cargo
 PROFILE ?= release
+STRIP ?= strip
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 # Where cargo puts PROFILE's output.
 BUILDDIR ?= $(TARGET_DIR)/$(if $(filter dev test,$(PROFILE)),debug,$(PROFILE))
@@ -64,7 +71,9 @@ install-files:
 	  $(DESTDIR)$(LIBDIR)/cmake/bulkwire $(DESTDIR)$(INCLUDEDIR)
 	install -m 755 $(TOOLS:%=$(BUILDDIR)/%) $(DESTDIR)$(BINDIR)/
 	install -m 644 $(BUILDDIR)/libbulkwire.a $(DESTDIR)$(LIBDIR)/
+	$(STRIP) --strip-debug -R .llvmbc -R .llvmcmd $(DESTDIR)$(LIBDIR)/libbulkwire.a
 	install -m 755 $(BUILDDIR)/libbulkwire.so $(DESTDIR)$(LIBDIR)/libbulkwire.so.$(VERSION)
+	$(STRIP) --strip-debug $(DESTDIR)$(LIBDIR)/libbulkwire.so.$(VERSION)
 	ln -sf libbulkwire.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libbulkwire.so.$(ABI)
 	ln -sf libbulkwire.so.$(ABI) $(DESTDIR)$(LIBDIR)/libbulkwire.so
 	install -m 644 $(HEADERS:%=crates/capi/include/%) $(DESTDIR)$(INCLUDEDIR)/

@@ -2,9 +2,11 @@
  * bulkwire.h: point-to-point messaging (MPI-style send, receive, wait) and collectives
  * (barrier, broadcast, scatter, gather, allgather, alltoall(v), reduce, allreduce) for C.
  *
- * Link with libbulkwire.a (or -lbulkwire) and -lpthread -ldl -lm. Run under
- * `bsprun -n P ./prog`, under Slurm or mpirun with BULKWIRE_RENDEZVOUS set, or alone
- * (bw_init makes a job of one process; bw_init_spawn(P) starts P copies itself).
+ * Build with bspcc, or with the flags of `pkg-config --cflags --libs bulkwire` (shared)
+ * or `bulkwire-static` (libbulkwire.a) after make install. Run under `bsprun -n P ./prog`,
+ * under srun, mpirun or mpiexec (the job forms through their PMI or PMIx service, or for
+ * srun without PMI from its job id: docs/launch.md), or alone (bw_init makes a job of one
+ * process; bw_init_spawn(P) starts P copies itself).
  *
  * Point-to-point messages are bytes: counts are in bytes. Tags are 0 to 2147483647.
  * Messages from one source with one tag are received in the order they were sent. A

@@ -538,3 +538,21 @@ fn launch_config(l: &Lookup) -> Result<LaunchConfig, ConfigError> {
 
 #[cfg(test)]
 mod tests;
+
+/// The Rust snippets of the documents, compiled as doctests (`cargo test -p
+/// bulkwire-config --doc`), so a snippet that does not match the API fails the tests.
+/// This crate depends on every layer a snippet uses; `build.rs` keeps only the
+/// documents' Rust blocks.
+#[cfg(doctest)]
+mod docs {
+    #[doc = include_str!(concat!(env!("OUT_DIR"), "/p2p.md"))]
+    struct P2p;
+    #[doc = include_str!(concat!(env!("OUT_DIR"), "/collectives.md"))]
+    struct Collectives;
+    #[doc = include_str!(concat!(env!("OUT_DIR"), "/bsp.md"))]
+    struct Bsp;
+    #[doc = include_str!(concat!(env!("OUT_DIR"), "/configuration.md"))]
+    struct Configuration;
+    #[doc = include_str!(concat!(env!("OUT_DIR"), "/launch.md"))]
+    struct Launch;
+}

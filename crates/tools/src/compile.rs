@@ -4,9 +4,11 @@
 //! Every argument goes to the compiler untouched, with the directory of bulkwire's
 //! headers added to the include path and, when linking, the static `libbulkwire.a` and
 //! the system libraries it needs added at the end. The headers (`bsp.h`, `mcbsp.h`,
-//! `mcbsp-affinity.h`, `mcbsp-profiling.h`, `mcbsp-resiliency.h`, `bulkwire.h`) are carried
-//! inside the executable and written to a cache directory
-//! (`$XDG_CACHE_HOME/bulkwire/include-<hash>`), so the wrapper works from any directory;
+//! `mcbsp-affinity.h`, `mcbsp-profiling.h`, `mcbsp-resiliency.h`, `bulkwire.h`) are those
+//! of `../include` beside the executable when all of them are there (an installed tree:
+//! `make install` puts them in `PREFIX/include`); otherwise (a build tree) the copies
+//! carried inside the executable, written to a cache directory
+//! (`$XDG_CACHE_HOME/bulkwire/include-<hash>`), so the wrapper works from any directory.
 //! `libbulkwire.a` is looked for in `$BULKWIRE_LIB_DIR`, next to the executable (where
 //! `cargo build --release` puts both) and in `../lib` beside it (an installed tree).
 //!
@@ -40,16 +42,10 @@ const HEADERS: &[(&str, &str)] = &[
     ("bulkwire.h", include_str!("../../capi/include/bulkwire.h")),
 ];
 const LIBRARY: &str = "libbulkwire.a";
-/// What a Rust static library needs from the system (`rustc --print native-static-libs`).
-const SYSTEM_LIBS: &[&str] = &[
-    "-lgcc_s",
-    "-lutil",
-    "-lrt",
-    "-lpthread",
-    "-lm",
-    "-ldl",
-    "-lc",
-];
+/// What a Rust static library needs from the system (`rustc --print native-static-libs`):
+/// the Makefile's SYSTEM_LIBS, which `pkg-config --libs bulkwire-static` gives (a test of
+/// `tests/install.rs` checks they agree).
+const SYSTEM_LIBS: &[&str] = &["-lgcc_s", "-lutil", "-lrt", "-lpthread", "-lm", "-ldl"];
 /// Oxford options with a value, and without, that only tune Oxford's library.
 const IGNORED_WITH_VALUE: &[&str] = &["-flibrary-level", "-fcombine-puts-buffer", "-bspfifo"];
 const IGNORED: &[&str] = &["-fcombine-puts", "-fnocombine-puts"];
@@ -326,8 +322,23 @@ fn fingerprint() -> u64 {
         })
 }
 
-/// A directory holding this version's headers, written there on first use.
+/// `../include` beside this executable when it holds every header: the headers
+/// installed with the library (`make install`), used in place so nothing is written.
+fn installed_headers() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?.parent()?.join("include");
+    HEADERS
+        .iter()
+        .all(|(name, _)| dir.join(name).is_file())
+        .then_some(dir)
+}
+
+/// The directory of the headers: the installed ones, else a directory holding this
+/// version's embedded headers, written there on first use.
 fn header_dir() -> Result<PathBuf, String> {
+    if let Some(dir) = installed_headers() {
+        return Ok(dir);
+    }
     let base = std::env::var_os("XDG_CACHE_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)

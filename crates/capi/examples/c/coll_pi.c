@@ -3,8 +3,7 @@
  * sums its share; bw_allreduce adds the shares up; bw_gather brings each process's share
  * to rank 0 for the report.
  *
- * cc -O2 -I crates/capi/include coll_pi.c target/release/libbulkwire.a \
- *    -lpthread -ldl -lm -lrt -lgcc_s -o coll_pi
+ * target/release/bspcc -O2 crates/capi/examples/c/coll_pi.c -o coll_pi
  * ./coll_pi 4            (starts 4 processes itself), or bsprun -n 4 ./coll_pi */
 #include "bulkwire.h"
 

@@ -4,8 +4,7 @@
  *
  * MPI:      mpicc -O2 -DUSE_MPI osu_pingbw.c -o osu_mpi
  *           mpirun --allow-run-as-root -np 2 --mca btl self,vader ./osu_mpi
- * bulkwire: cc -O2 -I crates/capi/include osu_pingbw.c target/release/libbulkwire.a \
- *              -lpthread -ldl -lm -lrt -lgcc_s -o osu_bw
+ * bulkwire: target/release/bspcc -O2 crates/capi/examples/c/osu_pingbw.c -o osu_bw
  *           ./osu_bw            (starts its second process itself), or bsprun -n 2 ./osu_bw
  *
  * Usage: prog [LAT_SIZE LAT_ITERS BW_SIZE BW_ITERS]  (defaults 8 100000 1048576 100) */

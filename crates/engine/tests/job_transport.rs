@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use bulkwire_engine::job::connect;
 use bulkwire_engine::{Event, Transport};
-use bulkwire_launch::{Control, JobEnv, Launcher, Server, ServerConfig};
+use bulkwire_launch::{Control, JobEnv, Server, ServerConfig};
 use bytes::Bytes;
 use common::{Checker, bytes_of, plan};
 
@@ -46,17 +46,7 @@ fn start(scenario: &str, hosts: &[&str], env: &[(&str, &str)]) -> Job {
     // The test, not the server, reaps the children (the server would otherwise wait for
     // them through pidfds and take their exit statuses).
     let server = Server::bind(SocketAddr::from(([127, 0, 0, 1], 0)), cfg).unwrap();
-    let job = JobEnv {
-        rank: 0,
-        nprocs: n,
-        secret,
-        job_id: 42,
-        rendezvous: server.local_addr(),
-        launcher: Launcher::Bulkwire,
-        host_id: None,
-        host_cpus: None,
-        entry: None,
-    };
+    let job = JobEnv::bulkwire(0, n, secret, 42, server.local_addr());
     let (tx, lines) = mpsc::channel();
     let mut children = Vec::new();
     for (r, host) in hosts.iter().enumerate() {

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use crate::LaunchError;
 use crate::bind::{self, Placement};
-use crate::env::{JobEnv, Launcher};
+use crate::env::JobEnv;
 use crate::launch::{OutputForwarder, die_with_parent};
 use crate::secret::Secret;
 use crate::sys::{self, ExitKind};
@@ -365,18 +365,8 @@ type Spawned = (Vec<Rank>, Option<crate::launch::ForwarderHandle>);
 /// Starts the host's ranks; on failure, the rank, why, and those already started.
 fn spawn_all(s: &Start, secret: &Secret) -> Result<Spawned, (u32, String, Vec<Rank>)> {
     let plan = bind::plan(s.ranks.len() as u32, s.placement);
-    let env = JobEnv {
-        rank: 0,
-        nprocs: s.nprocs,
-        secret: secret.clone(),
-        job_id: s.job_id,
-        rendezvous: s.rendezvous,
-        launcher: Launcher::Bulkwire,
-        host_id: None,
-        host_cpus: None,
-        // Later SPMD sections run on the first host only: its ranks are never agents'.
-        entry: None,
-    };
+    // No SPMD entry: later SPMD sections run on the first host only, never an agent's.
+    let env = JobEnv::bulkwire(0, s.nprocs, secret.clone(), s.job_id, s.rendezvous);
     let mut output = s.tag_output.then(OutputForwarder::default);
     let mut ranks = Vec::new();
     for (i, &rank) in s.ranks.iter().enumerate() {

@@ -63,6 +63,28 @@ pub struct JobEnv {
 }
 
 impl JobEnv {
+    /// Rank `rank` of a job of `nprocs` that bulkwire's own rendezvous at `rendezvous`
+    /// forms, with nothing overridden (host, CPUs, SPMD entry).
+    pub fn bulkwire(
+        rank: u32,
+        nprocs: u32,
+        secret: crate::Secret,
+        job_id: u64,
+        rendezvous: SocketAddr,
+    ) -> JobEnv {
+        JobEnv {
+            rank,
+            nprocs,
+            secret,
+            job_id,
+            rendezvous,
+            launcher: Launcher::Bulkwire,
+            host_id: None,
+            host_cpus: None,
+            entry: None,
+        }
+    }
+
     /// The identity of this process's host: the override, else [`crate::host_id`].
     pub fn host(&self) -> String {
         self.host_id.clone().unwrap_or_else(crate::host_id)

@@ -15,7 +15,7 @@ use crate::LaunchError;
 use crate::agent::{Start, agent_args, secret_preamble};
 use crate::bind::{self, CpuSet, Placement, Plan};
 use crate::control::Control;
-use crate::env::{JobEnv, LaunchConfig, Launcher};
+use crate::env::{JobEnv, LaunchConfig};
 use crate::hosts::{self, HostRanks, HostSlots};
 use crate::secret::Secret;
 use crate::server::{JobOutcome, Server, ServerConfig};
@@ -366,17 +366,7 @@ fn new_job(n: u32, bind: SocketAddr, cfg: ServerConfig) -> Result<(Server, JobEn
     let job_id = sys::random_u64();
     let secret = cfg.secret.clone();
     let server = Server::bind(bind, cfg)?;
-    let env = JobEnv {
-        rank: 0,
-        nprocs: n,
-        secret,
-        job_id,
-        rendezvous: server.local_addr(),
-        launcher: Launcher::Bulkwire,
-        host_id: None,
-        host_cpus: None,
-        entry: None,
-    };
+    let env = JobEnv::bulkwire(0, n, secret, job_id, server.local_addr());
     Ok((server, env))
 }
 

@@ -7,9 +7,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use bulkwire_launch::{
-    Control, JobEnv, JobOutcome, LaunchError, Launcher, Secret, Server, ServerConfig,
-};
+use bulkwire_launch::{Control, JobEnv, JobOutcome, LaunchError, Secret, Server, ServerConfig};
 
 fn secret() -> Secret {
     Secret::from_hex(&"a5".repeat(32)).unwrap()
@@ -26,17 +24,7 @@ fn server(n: u32) -> (SocketAddr, JoinHandle<JobOutcome>) {
 }
 
 fn env(addr: SocketAddr, rank: u32, nprocs: u32, secret: Secret) -> JobEnv {
-    JobEnv {
-        rank,
-        nprocs,
-        secret,
-        job_id: 7,
-        rendezvous: addr,
-        launcher: Launcher::Bulkwire,
-        host_id: None,
-        host_cpus: None,
-        entry: None,
-    }
+    JobEnv::bulkwire(rank, nprocs, secret, 7, addr)
 }
 
 /// One control frame from a blocking stream: type and payload.

@@ -7,7 +7,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bulkwire_launch::{
-    Card, Control, Failure, JobEnv, JobOutcome, LaunchError, Launcher, Secret, Server, ServerConfig,
+    Card, Control, Failure, JobEnv, JobOutcome, LaunchError, Secret, Server, ServerConfig,
 };
 
 /// The tests' job secret.
@@ -26,17 +26,7 @@ fn server(n: u32, timeout: Duration) -> (SocketAddr, JoinHandle<JobOutcome>) {
 }
 
 fn env(addr: SocketAddr, rank: u32, nprocs: u32) -> JobEnv {
-    JobEnv {
-        rank,
-        nprocs,
-        secret: secret(),
-        job_id: 7,
-        rendezvous: addr,
-        launcher: Launcher::Bulkwire,
-        host_id: None,
-        host_cpus: None,
-        entry: None,
-    }
+    JobEnv::bulkwire(rank, nprocs, secret(), 7, addr)
 }
 
 #[test]

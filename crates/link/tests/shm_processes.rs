@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use bulkwire_launch::{Control, JobEnv, Launcher, Server, ServerConfig};
+use bulkwire_launch::{Control, JobEnv, Server, ServerConfig};
 use bulkwire_link::{Link, RxBatch, ShmConfig, ShmLink, Tx};
 
 const CHILD_ENV: &str = "BWSHM_TEST_CHILD";
@@ -28,17 +28,7 @@ fn producers_and_a_sleeping_consumer_in_processes() {
     let mut cfg = ServerConfig::new(n, secret.clone());
     cfg.timeout = Some(LIMIT);
     let server = Server::bind(SocketAddr::from(([127, 0, 0, 1], 0)), cfg).unwrap();
-    let job = JobEnv {
-        rank: 0,
-        nprocs: n,
-        secret,
-        job_id: 9,
-        rendezvous: server.local_addr(),
-        launcher: Launcher::Bulkwire,
-        host_id: None,
-        host_cpus: None,
-        entry: None,
-    };
+    let job = JobEnv::bulkwire(0, n, secret, 9, server.local_addr());
     let srv = std::thread::spawn(move || server.run());
     let mut children: Vec<_> = (0..n)
         .map(|r| {

@@ -16,7 +16,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bulkwire_launch::testing::{Out, clean, leftovers, mark};
-use bulkwire_launch::{JobEnv, Launcher, Secret, Server, ServerConfig};
+use bulkwire_launch::{JobEnv, Secret, Server, ServerConfig};
 use bulkwire_protocol::wire::{Header, Kind, flags};
 
 const BSP_PROBE: &str = env!("CARGO_BIN_EXE_bsp-probe");
@@ -325,17 +325,7 @@ fn another_users_forged_hello_and_flood_do_not_stop_a_job() {
         assert!(!reply.to_lowercase().contains(&leak), "{leak:?} in {reply}");
     }
     // The ranks join while the other user holds its connections.
-    let env = JobEnv {
-        rank: 0,
-        nprocs: 2,
-        secret,
-        job_id: 7,
-        rendezvous: addr,
-        launcher: Launcher::Bulkwire,
-        host_id: None,
-        host_cpus: None,
-        entry: None,
-    };
+    let env = JobEnv::bulkwire(0, 2, secret, 7, addr);
     let m = mark();
     let t0 = Instant::now();
     let ranks: Vec<_> = (0..2)

@@ -167,23 +167,25 @@ fn killed_peer_ends_waits_with_an_error_naming_it() {
 
 /// A peer that stops answering (SIGSTOP: alive to the launcher, silent on the wire): the
 /// transport declares it dead after BULKWIRE_DEAD_AFTER_MS and the wait ends naming it.
-#[test]
-fn silent_peer_is_declared_dead_and_named() {
-    let out = probe(
-        &["-n", "2", "stop"],
-        &[("BULKWIRE_DEAD_AFTER_MS", "500")],
-        LIMIT,
-    );
+/// `p2p-probe stop` with `env`: rank 0's wait on the stopped rank 1 ends naming it, at
+/// least `floor_ms` after it stopped and within 5 s.
+fn stopped_peer_is_named(env: &[(&str, &str)], floor_ms: u64) {
+    let out = probe(&["-n", "2", "stop"], env, LIMIT);
     assert_ne!(out.code, Some(0));
     let l = out.lines("stop ")[0];
     assert!(l.contains("rank 1 is dead"), "{l}");
     assert!(l.contains("peer=Some(1)"), "{l}");
     let ms: u64 = field(l, "after_ms");
-    assert!((400..5000).contains(&ms), "{l}");
+    assert!((floor_ms..5000).contains(&ms), "{l}");
     assert!(
         out.stderr.contains("rank 0 aborted: rank 1 stopped"),
         "{out:#?}"
     );
+}
+
+#[test]
+fn silent_peer_is_declared_dead_and_named() {
+    stopped_peer_is_named(&[("BULKWIRE_DEAD_AFTER_MS", "500")], 400);
 }
 
 /// Over kernel TCP too: a stopped process keeps its connections open and its kernel
@@ -191,24 +193,11 @@ fn silent_peer_is_declared_dead_and_named() {
 /// within BULKWIRE_DEAD_AFTER_MS (it waited 20 s silently with 1 s set).
 #[test]
 fn silent_peer_over_tcp_is_declared_dead_and_named() {
-    let out = probe(
-        &["-n", "2", "stop"],
-        &[
-            ("BULKWIRE_PROTOCOL", "tcp"),
-            ("BULKWIRE_DEAD_AFTER_MS", "1000"),
-        ],
-        LIMIT,
-    );
-    assert_ne!(out.code, Some(0));
-    let l = out.lines("stop ")[0];
-    assert!(l.contains("rank 1 is dead"), "{l}");
-    assert!(l.contains("peer=Some(1)"), "{l}");
-    let ms: u64 = field(l, "after_ms");
-    assert!((900..5000).contains(&ms), "{l}");
-    assert!(
-        out.stderr.contains("rank 0 aborted: rank 1 stopped"),
-        "{out:#?}"
-    );
+    let env = [
+        ("BULKWIRE_PROTOCOL", "tcp"),
+        ("BULKWIRE_DEAD_AFTER_MS", "1000"),
+    ];
+    stopped_peer_is_named(&env, 900);
 }
 
 /// The kernel refuses process_vm_readv mid-job (non-dumpable sender, reader without

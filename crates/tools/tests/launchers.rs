@@ -370,8 +370,19 @@ impl Slurm {
         cmd
     }
 
-    /// `srun -n 4` (more tasks than cores allowed) with `--mpi=mpi`.
+    /// `srun -n 4` (more tasks than cores allowed) with `--mpi=mpi`; without PMI
+    /// (`none`), with the user's key that the derived rendezvous needs in the environment
+    /// srun passes on, as a user exports it.
     fn srun(&self, mpi: &str, prog: &Path, args: &[&str]) -> (Command, String) {
+        let (mut c, m) = self.srun_keyless(mpi, prog, args);
+        if mpi == "none" {
+            c.env("BULKWIRE_SECRET", "5eed".repeat(16));
+        }
+        (c, m)
+    }
+
+    /// [`Slurm::srun`] without a user key.
+    fn srun_keyless(&self, mpi: &str, prog: &Path, args: &[&str]) -> (Command, String) {
         let m = testing::mark();
         let mut c = self.cmd("srun");
         testing::clean(&mut c, &m);
@@ -437,6 +448,13 @@ fn srun_forms_the_job_through_pmi2_pmix_or_nothing() {
             assert!(o.stdout.contains(&format!("{name} ok p=4")), "{mpi}: {o:?}");
         }
     }
+    // Without PMI and without a key there is no private way to a job secret: refused,
+    // saying how to fix it (HOME: a directory without the key file).
+    let (mut c, m) = slurm.srun_keyless("none", &program("drma"), &[]);
+    c.env("HOME", &slurm.dir);
+    let o = run((c, m));
+    assert!(o.code.is_some_and(|c| c != 0), "{o:?}");
+    assert!(o.stderr.contains("no user key is set up"), "{o:?}");
     let o = run(slurm.srun("pmi2", &program("crash"), &["self", "3", "4"]));
     assert!(o.code.is_some_and(|c| c != 0), "{o:?}");
     assert_eq!(

@@ -423,23 +423,22 @@ impl Reassembler {
             self.advance();
             return Added::Ready;
         }
-        if !self.partial.contains_key(&msg) {
-            if self.partial.len() >= self.records {
+        let room = self.budget - self.held;
+        // One lookup per fragment: a new message takes a record only while there is one.
+        let records = self.partial.len();
+        let p = match self.partial.entry(msg) {
+            std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::btree_map::Entry::Vacant(_) if records >= self.records => {
                 return Added::Misbehaved(format!(
                     "sent fragments of more than {} incomplete messages at once",
                     self.records
                 ));
             }
-            self.partial.insert(
-                msg,
-                Partial {
-                    buf: FillBuf::new(total as usize),
-                    got: 0,
-                },
-            );
-        }
-        let room = self.budget - self.held;
-        let p = self.partial.get_mut(&msg).expect("inserted above");
+            std::collections::btree_map::Entry::Vacant(v) => v.insert(Partial {
+                buf: FillBuf::new(total as usize),
+                got: 0,
+            }),
+        };
         if p.buf.total() as u64 != total {
             return Added::Rejected;
         }

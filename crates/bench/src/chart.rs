@@ -211,7 +211,19 @@ fn ticks(a: &Axis, lo: f64, hi: f64, data: &[f64]) -> (Vec<f64>, f64, f64) {
                     }
                 }
             }
-            (t, lo - pad, hi + pad)
+            // Data far below the first tick or above the last would have no label to read
+            // it by (shared memory's 0.3 us under a first tick of 1 us): the axis reaches
+            // the next decade out.
+            let (mut from_at, mut to_at) = (lo - pad, hi + pad);
+            if t.first().is_none_or(|&f| f > lo + 0.3) {
+                t.insert(0, from as f64);
+                from_at = from_at.min(from as f64 - 0.02);
+            }
+            if t.last().is_none_or(|&l| l < hi - 0.3) {
+                t.push(to as f64);
+                to_at = to_at.max(to as f64 + 0.02);
+            }
+            (t, from_at, to_at)
         }
     }
 }
@@ -495,6 +507,21 @@ mod tests {
     }
 
     #[test]
+    fn data_below_the_first_decade_has_a_label_under_it() {
+        let time = Axis::log("half round trip", Scale::Seconds);
+        // 0.29 us (shared memory) to 1 ms: the axis must show 100 ns.
+        let (lo, hi) = (0.29e-6f64.log10(), 1e-3f64.log10());
+        let (t, from, _) = ticks(&time, lo, hi, &[]);
+        let labels: Vec<String> = t.iter().map(|&x| tick_label(&time, x)).collect();
+        assert_eq!(
+            labels.first().map(String::as_str),
+            Some("100 ns"),
+            "{labels:?}"
+        );
+        assert!(from <= -7.0 + 0.02 && from < lo);
+    }
+
+    #[test]
     fn ticks_read_as_a_user_writes_the_values() {
         let bytes = Axis::log("size", Scale::Bytes);
         let (lo, hi) = (8f64.log2(), (16usize << 20) as f64);
@@ -513,7 +540,11 @@ mod tests {
         let secs = Axis::log("wait", Scale::Seconds);
         let (t, ..) = ticks(&secs, (3e-5f64).log10(), 4f64.log10(), &[]);
         let labels: Vec<String> = t.iter().map(|&x| tick_label(&secs, x)).collect();
-        assert_eq!(labels[..5], ["100 us", "1 ms", "10 ms", "100 ms", "1 s"]);
+        // 30 us lies half a decade under 100 us: the axis reaches 10 us.
+        assert_eq!(
+            labels[..6],
+            ["10 us", "100 us", "1 ms", "10 ms", "100 ms", "1 s"]
+        );
         let rate = Axis::log("bw", Scale::BytesPerSecond);
         let (t, ..) = ticks(&rate, (3e8f64).log10(), (2.2e10f64).log10(), &[]);
         let labels: Vec<String> = t.iter().map(|&x| tick_label(&rate, x)).collect();

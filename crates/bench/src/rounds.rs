@@ -16,8 +16,13 @@ use crate::stats::Summary;
 pub struct Rounds {
     pub base: Vec<f64>,
     pub cand: Vec<f64>,
-    /// Rounds left out because a side had no valid figure (e.g. raw UDP lost datagrams).
+    /// Rounds left out because the baseline had no valid figure (e.g. raw UDP lost
+    /// datagrams, or its run failed).
     pub invalid: usize,
+    /// Rounds left out because bulkwire's side had no valid figure: its run failed, or a
+    /// fitted parameter came out negative or zero (a time or a rate never is, so such a fit
+    /// says nothing).
+    pub no_figure: usize,
 }
 
 /// A side of an alternating check.
@@ -38,19 +43,35 @@ pub fn order(i: usize) -> [Side; 2] {
 
 impl Rounds {
     /// The rounds of each round's (baseline, candidate) figures: a round counts when both
-    /// are finite and the baseline positive, and is left out otherwise.
+    /// are finite and positive (every figure a target compares is a time or a rate), and
+    /// is left out otherwise, counted against the side that failed (the baseline first).
     pub fn collect(figures: impl IntoIterator<Item = (Option<f64>, Option<f64>)>) -> Rounds {
+        let valid = |x: Option<f64>| x.filter(|x| x.is_finite() && *x > 0.0);
         let mut r = Rounds::default();
         for (b, c) in figures {
-            match (b, c) {
-                (Some(b), Some(c)) if b > 0.0 && b.is_finite() && c.is_finite() => {
+            match (valid(b), valid(c)) {
+                (Some(b), Some(c)) => {
                     r.base.push(b);
                     r.cand.push(c);
                 }
-                _ => r.invalid += 1,
+                (None, _) => r.invalid += 1,
+                (Some(_), None) => r.no_figure += 1,
             }
         }
         r
+    }
+
+    /// Why no round is valid, in the words of the targets table: "no baseline" when the
+    /// baseline failed in some round, "no fit" when only bulkwire's side did; `None` when
+    /// some round is valid.
+    pub fn missing(&self) -> Option<&'static str> {
+        if !self.base.is_empty() {
+            None
+        } else if self.invalid > 0 {
+            Some("no baseline")
+        } else {
+            Some("no fit")
+        }
     }
 
     /// Candidate over baseline, per valid round.
@@ -72,7 +93,16 @@ impl Rounds {
     pub fn describe(&self) -> String {
         let r = self.ratios();
         if r.is_empty() {
-            return format!("no valid round of {}", self.invalid);
+            let n = self.invalid + self.no_figure;
+            return match (self.invalid, self.no_figure) {
+                (0, 0) => "no round ran".into(),
+                (_, 0) => format!("no valid baseline in {n} rounds"),
+                (0, _) => format!("no valid figure of bulkwire's in {n} rounds"),
+                (b, c) => format!(
+                    "no valid round of {n}: {b} without a valid baseline, {c} without a valid \
+                     figure of bulkwire's"
+                ),
+            };
         }
         let s = Summary::of(&r);
         let mut d = format!(
@@ -85,6 +115,12 @@ impl Rounds {
         }
         if self.invalid > 0 {
             d += &format!("; {} left out, without a valid baseline", self.invalid);
+        }
+        if self.no_figure > 0 {
+            d += &format!(
+                "; {} left out, without a valid figure of bulkwire's",
+                self.no_figure
+            );
         }
         d
     }
@@ -136,12 +172,41 @@ mod tests {
         let bad = [
             (Some(0.0), Some(1.0)),
             (Some(f64::NAN), Some(1.0)),
-            (Some(1.0), None),
+            (None, None),
         ];
         let r = Rounds::collect(bad);
         assert_eq!(
-            (r.ratio(), r.describe()),
-            (None, "no valid round of 3".into())
+            (r.ratio(), r.describe(), r.missing()),
+            (
+                None,
+                "no valid baseline in 3 rounds".into(),
+                Some("no baseline")
+            )
+        );
+        let r = Rounds::collect([(Some(1.0), None), (None, Some(1.0))]);
+        assert_eq!(
+            (r.describe(), r.missing()),
+            (
+                "no valid round of 2: 1 without a valid baseline, 1 without a valid figure \
+                 of bulkwire's"
+                    .into(),
+                Some("no baseline")
+            )
+        );
+    }
+
+    #[test]
+    fn a_negative_or_zero_figure_of_bulkwires_is_no_fit() {
+        // A fitted g of -1.9 ns must never make a ratio, let alone meet a target.
+        let r = Rounds::collect([(Some(250e-9), Some(-1.9e-9)), (Some(250e-9), Some(0.0))]);
+        assert_eq!((r.ratio(), r.no_figure, r.invalid), (None, 2, 0));
+        assert_eq!(r.missing(), Some("no fit"));
+        let mixed = Rounds::collect([(Some(1.0), Some(-1.0)), (Some(1.0), Some(2.0))]);
+        assert_eq!(mixed.ratio(), Some(2.0));
+        assert!(
+            mixed
+                .describe()
+                .ends_with("1 left out, without a valid figure of bulkwire's")
         );
     }
 }

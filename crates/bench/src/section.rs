@@ -59,6 +59,9 @@ impl Table {
         for r in &self.rows {
             s += &format!("| {} |\n", r.join(" | "));
         }
+        if self.rows.is_empty() {
+            s += "\n_No row: nothing this table shows was measured in this run._\n";
+        }
         if !self.note.is_empty() {
             s += &format!("\n{}\n", self.note);
         }
@@ -246,12 +249,22 @@ pub struct Chart {
 }
 
 /// A figure with its target, checked.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct Target {
     pub what: String,
     pub measured: String,
     pub target: String,
+    /// `None`: not decided; [`Target::why`] says why.
     pub met: Option<bool>,
+    /// Why a target was not decided: "no baseline" (the baseline lost data or did not
+    /// run), "no fit" (bulkwire's figure came out negative or zero), or "failed" (the
+    /// target's own run failed: the report is partial).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+    /// The rounds disagree: some meet the target and some do not, so the median decided
+    /// it, and a busier or quieter machine may flip it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub split: bool,
 }
 
 impl Target {
@@ -271,12 +284,43 @@ impl Target {
             }
             _ => r.describe(),
         };
+        let ratios = r.ratios();
         Target {
             what: what.into(),
             measured,
             target: target.into(),
-            met: q.filter(|q| q.is_finite()).map(ok),
+            met: q.filter(|q| q.is_finite()).map(&ok),
+            why: r.missing().map(String::from),
+            split: ratios.iter().any(|&x| ok(x)) && ratios.iter().any(|&x| !ok(x)),
         }
+    }
+
+    /// The target `judge` would check, not decided because its run failed with `error`.
+    pub fn failed(what: &str, error: &str, judge: impl FnOnce(&str, &Rounds) -> Target) -> Target {
+        Target {
+            measured: format!("its run failed: {error}"),
+            met: None,
+            why: Some("failed".into()),
+            split: false,
+            ..judge(what, &Rounds::default())
+        }
+    }
+
+    /// The targets table's verdict: "yes", "**no**", or why it was not decided.
+    pub fn verdict(&self) -> String {
+        let split = if self.split { " (rounds split)" } else { "" };
+        match (self.met, &self.why) {
+            (Some(true), _) => format!("yes{split}"),
+            (Some(false), _) => format!("**no**{split}"),
+            (None, Some(w)) if w == "failed" => "**failed**".into(),
+            (None, Some(w)) => w.clone(),
+            (None, None) => "-".into(),
+        }
+    }
+
+    /// Whether the target's own run failed.
+    pub fn is_failed(&self) -> bool {
+        self.met.is_none() && self.why.as_deref() == Some("failed")
     }
 }
 
@@ -455,6 +499,8 @@ pub struct Section {
     pub rounds: Vec<(String, Rounds)>,
     /// Stacks that could not be measured, and why.
     pub skipped: Vec<String>,
+    /// Runs of the plan that failed, each with its error, named once.
+    pub failed: Vec<String>,
     /// Every run of the experiment's plan, timed.
     pub runs: Vec<RunTime>,
     /// The BSP layer at scale on the simulated cluster (`bwbench scale`).
@@ -486,6 +532,7 @@ impl Section {
             colls: Vec::new(),
             rounds: Vec::new(),
             skipped: Vec::new(),
+            failed: Vec::new(),
             runs: Vec::new(),
             scale: Vec::new(),
             apps: Vec::new(),
@@ -494,7 +541,8 @@ impl Section {
     }
 
     /// Records an alternating target check: its target as `judge` checks it, and its
-    /// rounds; or, when a run failed, why it was not measured.
+    /// rounds; or, when its run failed, the target as failed (the run's error is listed
+    /// once, with the failed runs).
     pub fn check(
         &mut self,
         what: String,
@@ -506,8 +554,22 @@ impl Section {
                 self.targets.push(judge(&what, &r));
                 self.rounds.push((what, r));
             }
-            Err(e) => self.skipped.push(format!("{what}: {e}")),
+            Err(e) => self.targets.push(Target::failed(&what, &e, judge)),
         }
+    }
+
+    /// The medians (baseline, bulkwire) of the target check whose name contains `key`,
+    /// for the summary: `Some(None)` when that target was not decided (its run failed, or
+    /// no round was valid), so that the summary says nothing the targets table does not;
+    /// `None` when no target checks it (the summary may take the tables' figures).
+    pub fn decided(&self, key: &str) -> Option<Option<(f64, f64)>> {
+        if let Some((_, r)) = self.rounds.iter().find(|(w, _)| w.contains(key)) {
+            return Some(r.medians());
+        }
+        self.targets
+            .iter()
+            .any(|t| t.what.contains(key))
+            .then_some(None)
     }
 
     /// Adds `f` to the findings if both its figures were measured.
@@ -529,10 +591,13 @@ impl Section {
         for c in &self.charts {
             s += &format!("![{}]({})\n\n", c.title, c.file);
         }
+        for k in &self.failed {
+            s += &format!("- **failed**: {k}\n");
+        }
         for k in &self.skipped {
             s += &format!("- not measured: {k}\n");
         }
-        if !self.skipped.is_empty() {
+        if !self.skipped.is_empty() || !self.failed.is_empty() {
             s += "\n";
         }
         if self.seconds > 0.0 {
@@ -540,6 +605,24 @@ impl Section {
         }
         s
     }
+}
+
+/// "`label`: `error`", with the label once: errors that pass through several layers (the
+/// worker, the job, the run) may each have put it in front already, and a job's error
+/// joins its processes' errors with "; ", which often say the same thing.
+pub fn named_once(label: &str, error: &str) -> String {
+    let prefix = format!("{label}: ");
+    let mut parts: Vec<&str> = Vec::new();
+    for part in error.split("; ") {
+        let mut e = part.trim();
+        while let Some(rest) = e.strip_prefix(&prefix) {
+            e = rest.trim_start();
+        }
+        if !e.is_empty() && !parts.contains(&e) {
+            parts.push(e);
+        }
+    }
+    format!("{prefix}{}", parts.join("; "))
 }
 
 /// Formats seconds as microseconds.
@@ -640,6 +723,17 @@ pub fn short_mpi(v: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_names_its_run_once() {
+        let e = "utopia/udp: utopia/udp: 262144 B stream: lost; utopia/udp: 262144 B \
+                 stream: rank 1 exited; rank 1 exited";
+        assert_eq!(
+            named_once("utopia/udp", e),
+            "utopia/udp: 262144 B stream: lost; 262144 B stream: rank 1 exited; rank 1 exited"
+        );
+        assert_eq!(named_once("raw UDP", "refused"), "raw UDP: refused");
+    }
 
     #[test]
     fn labels_and_ratios() {

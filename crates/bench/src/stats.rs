@@ -50,6 +50,15 @@ pub struct Line {
     pub r2: f64,
 }
 
+impl Line {
+    /// The line when both parameters can be a cost (a start-up time or latency `a` of at
+    /// least 0, a cost per unit `b` above 0), `None` otherwise: a fit through points that
+    /// bend or scatter can give a negative l or g, which says nothing about the machine.
+    pub fn physical(self) -> Option<Line> {
+        (self.a.is_finite() && self.b.is_finite() && self.a >= 0.0 && self.b > 0.0).then_some(self)
+    }
+}
+
 /// Fits y = a + b x by ordinary least squares. `None` with fewer than two distinct x.
 pub fn fit_line(pts: &[(f64, f64)]) -> Option<Line> {
     let n = pts.len() as f64;
@@ -108,15 +117,15 @@ pub fn fit_line_relative(pts: &[(f64, f64)]) -> Option<(f64, f64)> {
 }
 
 /// Fits Hockney's model to (bytes, seconds) points: time against size, by least squares
-/// of relative residuals ([`fit_line_relative`]). `None` when the fit is degenerate (no
-/// positive slope). A negative start-up time (the points bend away from a line) is
-/// reported as 0.
+/// of relative residuals ([`fit_line_relative`]). `None` when the fit is degenerate: no
+/// positive slope, or no positive start-up time (the points bend away from a line; a t0
+/// of 0 and an n1/2 of 0 B would be no figure of the machine).
 pub fn hockney(pts: &[(f64, f64)]) -> Option<Hockney> {
     let (a, b) = fit_line_relative(pts)?;
-    if b <= 0.0 {
+    if b <= 0.0 || a <= 0.0 || !a.is_finite() || !b.is_finite() {
         return None;
     }
-    let t0 = a.max(0.0);
+    let t0 = a;
     let r_inf = 1.0 / b;
     Some(Hockney {
         t0,
@@ -137,6 +146,17 @@ mod tests {
     }
 
     #[test]
+    fn only_a_line_with_non_negative_costs_is_a_fit() {
+        let line = |a, b| Line { a, b, r2: 1.0 };
+        assert!(line(1.0, 0.5).physical().is_some());
+        assert!(line(0.0, 0.5).physical().is_some());
+        assert!(line(-34.7, 0.5).physical().is_none());
+        assert!(line(1.0, -1.9e-9).physical().is_none());
+        assert!(line(1.0, 0.0).physical().is_none());
+        assert!(line(f64::NAN, 1.0).physical().is_none());
+    }
+
+    #[test]
     fn hockney_recovers_its_parameters() {
         // t0 = 10 us, r_inf = 1 GB/s.
         let pts: Vec<(f64, f64)> = (0..12)
@@ -151,6 +171,13 @@ mod tests {
         assert!((h.n_half - 10_000.0).abs() < 1e-3);
         assert!(hockney(&[(1.0, 1.0)]).is_none());
         assert!(hockney(&[(1.0, 2.0), (2.0, 1.0)]).is_none());
+        // Points on a line through a negative start-up time: no fit, not a t0 of 0.
+        let bent: Vec<(f64, f64)> = [1e3, 1e4, 1e5]
+            .iter()
+            .map(|&n| (n, -5e-6 + n / 1e9))
+            .filter(|p| p.1 > 0.0)
+            .collect();
+        assert!(hockney(&bent).is_none(), "{:?}", hockney(&bent));
     }
 
     #[test]

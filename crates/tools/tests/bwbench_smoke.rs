@@ -101,7 +101,15 @@ fn smoke_suite_writes_a_complete_report() {
                 t["title"]
             );
         }
-        // Every stack of bulkwire's must have been measured (MPI is left out on purpose).
+        // Every stack of bulkwire's must have been measured (MPI is left out on purpose):
+        // nothing left out but MPI, and no run failed.
+        let failed: Vec<&str> = s["failed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|x| x.as_str())
+            .collect();
+        assert!(failed.is_empty(), "{name}: failed: {failed:?}");
         let skipped: Vec<&str> = s["skipped"]
             .as_array()
             .unwrap()
@@ -148,11 +156,8 @@ fn smoke_suite_writes_a_complete_report() {
         for r in rounds {
             let valid = r[1]["base"].as_array().unwrap().len();
             assert_eq!(r[1]["cand"].as_array().unwrap().len(), valid);
-            assert_eq!(
-                valid + r[1]["invalid"].as_u64().unwrap() as usize,
-                1,
-                "{r:?}"
-            );
+            let left_out = r[1]["invalid"].as_u64().unwrap() + r[1]["no_figure"].as_u64().unwrap();
+            assert_eq!(valid + left_out as usize, 1, "{r:?}");
         }
     }
     let mut all = Vec::new();
@@ -163,5 +168,8 @@ fn smoke_suite_writes_a_complete_report() {
     }
     let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(md.contains("raw UDP") && md.contains("holefill/udp") && md.contains("utopia/shm"));
+    // The head says how busy the machine was, from /proc.
+    assert!(md.contains("Load: 1-minute load average"), "no load line");
+    assert!(json["machine"]["load"]["before"].as_f64().is_some());
     let _ = std::fs::remove_dir_all(&dir);
 }

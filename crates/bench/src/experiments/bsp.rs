@@ -230,8 +230,8 @@ impl Experiment for Bsp {
                 format!("bulkwire BSP, {label}"),
                 r.nprocs.to_string(),
                 format!("{:.2}", r.empty_us),
-                format!("{:.2}", r.l_us),
-                format!("{:.4}", r.g_us),
+                fitted(r.l_us, r.g_us, |l, _| format!("{l:.2}")),
+                fitted(r.l_us, r.g_us, |_, g| format!("{g:.4}")),
                 format!("{:.1}", r.exchange_us),
             ]);
         }
@@ -378,6 +378,8 @@ fn mpi_figures(outs: &[Outcome]) -> Figures {
         _ => None,
     };
     let (barrier, line) = mpi(0).map_or((None, None), mpi_fit);
+    // A negative l or g is no fit: never a figure a target is checked against.
+    let line = line.and_then(|f| f.physical());
     Figures {
         empty: barrier.map(|us| us * 1e-6),
         l: line.map(|f| f.a * 1e-6),
@@ -390,8 +392,8 @@ fn bsp_figures(outs: &[Outcome]) -> Figures {
     match outs.first() {
         Some(Outcome::Bsp(r)) => Figures {
             empty: Some(r.empty_us * 1e-6),
-            l: Some(r.l_us * 1e-6),
-            g: Some(r.g_us * 1e-6),
+            l: physical(r.l_us, r.g_us).map(|(l, _)| l * 1e-6),
+            g: physical(r.l_us, r.g_us).map(|(_, g)| g * 1e-6),
             exchange: (r.exchange_us > 0.0).then_some(r.exchange_us * 1e-6),
         },
         _ => Figures::default(),
@@ -404,38 +406,34 @@ fn in_ns(x: f64) -> String {
 
 /// The targets of one stack against MPI over `net`, each a median over the rounds.
 fn check_vs_mpi(sec: &mut Section, d: &Done<Tag>, over: Transport, net: MpiNet) {
-    let rounds = match d.rounds() {
-        Ok(r) => r,
-        Err(e) => {
-            sec.skipped.push(format!("{}: {e}", d.label));
-            return;
-        }
-    };
-    let figs: Vec<(Figures, Figures)> = rounds
-        .iter()
-        .map(|(b, c)| (mpi_figures(b), bsp_figures(c)))
-        .collect();
-    let pick = |f: fn(&Figures) -> Option<f64>, base_is_bsp: bool| {
-        Ok(Rounds::collect(figs.iter().map(|(m, b)| {
-            (if base_is_bsp { f(b) } else { f(m) }, f(b))
-        })))
+    // A failed run fails each of its targets (its error is listed once, with the runs).
+    let figs: Result<Vec<(Figures, Figures)>, String> = d.rounds().map(|rounds| {
+        rounds
+            .iter()
+            .map(|(b, c)| (mpi_figures(b), bsp_figures(c)))
+            .collect()
+    });
+    let pick = |f: fn(&Figures) -> Option<f64>| {
+        figs.clone()
+            .map(|figs| Rounds::collect(figs.iter().map(|(m, b)| (f(m), f(b)))))
     };
     let (ours, theirs) = (over.label(), net.label());
     let shm = net == MpiNet::Shm;
     sec.check(
         format!("g of 8-byte puts at p=2, {ours} vs MPI_Alltoallv over {theirs}"),
-        pick(|f| f.g, false),
+        pick(|f| f.g),
         |w, r| Target::of_rounds(w, r, "<= 2x", in_ns, |q| q <= 2.0),
     );
     if shm {
         sec.check(
             format!("l at p=2, {ours} vs its empty superstep"),
-            Ok(Rounds::collect(figs.iter().map(|(_, b)| (b.empty, b.l)))),
+            figs.clone()
+                .map(|figs| Rounds::collect(figs.iter().map(|(_, b)| (b.empty, b.l)))),
             |w, r| Target::of_rounds(w, r, "<= 2x", in_us, |q| q <= 2.0),
         );
         sec.check(
             format!("empty superstep at p=2, {ours} vs MPI_Barrier over {theirs}"),
-            pick(|f| f.empty, false),
+            pick(|f| f.empty),
             |w, r| Target::of_rounds(w, r, "<= 1.0x", in_us, |q| q <= 1.0),
         );
     }
@@ -446,7 +444,7 @@ fn check_vs_mpi(sec: &mut Section, d: &Done<Tag>, over: Transport, net: MpiNet) 
     };
     sec.check(
         format!("total exchange of 64 KiB per pair at p=2, {ours} (bsp_put) vs MPI_Alltoall over {theirs}"),
-        pick(|f| f.exchange, false),
+        pick(|f| f.exchange),
         |w, r| Target::of_rounds(w, r, target, in_us, |q| q <= limit),
     );
 }
@@ -501,6 +499,23 @@ fn large_table(s: &Suite, d: &Done<Tag>) -> Result<Table, String> {
     Ok(t)
 }
 
+/// l and g when both can be costs (l >= 0, g > 0); a fit through scattered points can
+/// give a negative one, which says nothing about the machine.
+fn physical(l: f64, g: f64) -> Option<(f64, f64)> {
+    Line {
+        a: l,
+        b: g,
+        r2: 1.0,
+    }
+    .physical()
+    .map(|f| (f.a, f.b))
+}
+
+/// A cell of a fitted l or g: "no fit" unless both are costs ([`physical`]).
+fn fitted(l: f64, g: f64, cell: impl Fn(f64, f64) -> String) -> String {
+    physical(l, g).map_or("no fit".into(), |(l, g)| cell(l, g))
+}
+
 fn table(p: &Params) -> Table {
     Table::new(
         "BSP parameters (bspbench method), and MPI's counterparts",
@@ -519,7 +534,9 @@ fn table(p: &Params) -> Table {
              per destination into one MPI_Alltoallv and copied to their places, MPI_Barrier \
              for h = 0, fitted the same way; the total exchange is one bsp_put per \
              destination against MPI_Alltoall, timed the same way. p above the core count \
-             is oversubscribed.",
+             is oversubscribed. \"no fit\": the least-squares line gave a negative l or g \
+             (the times scatter more than they grow with h), which is no figure of the \
+             machine and decides no target.",
             p.spec.hmax, p.spec.hstep, p.spec.batches, p.spec.iters
         ),
     )
@@ -560,8 +577,8 @@ fn mpi_rows(
                 format!("{name} {}", net.label()),
                 n.to_string(),
                 cell(empty, 2),
-                cell(fit.map(|f| f.a), 2),
-                cell(fit.map(|f| f.b), 4),
+                fit.map_or("-".into(), |f| fitted(f.a, f.b, |l, _| format!("{l:.2}"))),
+                fit.map_or("-".into(), |f| fitted(f.a, f.b, |_, g| format!("{g:.4}"))),
                 cell(exchange, 1),
             ]);
         }

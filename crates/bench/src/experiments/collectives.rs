@@ -406,8 +406,18 @@ struct TargetSet<'a> {
 
 /// One target per kind of `set`; `stacks` names what is compared ("bulkwire X / MPI Y").
 fn targets(sec: &mut Section, d: &Done<Tag>, stacks: &str, set: &TargetSet<'_>) {
-    // A failed round was listed as not measured with the run's label.
-    let Ok(rounds) = d.rounds() else { return };
+    let rounds = match d.rounds() {
+        Ok(r) => r,
+        Err(e) => {
+            // Each target of the run is listed as failed (the error once, with the runs).
+            for k in set.kinds {
+                let what = format!("{k} at p={}: {stacks}", set.p);
+                let judged = |w: &str, _: &Rounds| judge(w, &[], set.factor, set.want);
+                sec.targets.push(Target::failed(&what, &e, judged));
+            }
+            return;
+        }
+    };
     for (k, per_size) in by_size(rounds, set.kinds, set.sizes) {
         let what = format!("{k} at p={}: {stacks}", set.p);
         sec.targets
@@ -440,11 +450,25 @@ fn judge(what: &str, by_size: &[(usize, Rounds)], factor: f64, want: &str) -> Ta
         ),
         None => "no valid round".into(),
     };
+    // Undecided: "no baseline" if some size lost its baseline, else "no fit".
+    let why = worst.is_none().then(|| {
+        by_size
+            .iter()
+            .filter_map(|(_, r)| r.missing())
+            .min()
+            .unwrap_or("no fit")
+            .to_string()
+    });
     Target {
         what: what.into(),
         measured,
         target: format!("<= {factor}x ({want})"),
         met: worst.map(|w| w.1 <= factor),
+        why,
+        split: worst.is_some_and(|(_, _, r)| {
+            let q = r.ratios();
+            q.iter().any(|&x| x <= factor) && q.iter().any(|&x| x > factor)
+        }),
     }
 }
 
@@ -516,7 +540,7 @@ mod tests {
         let r = |base: &[f64], cand: &[f64]| Rounds {
             base: base.to_vec(),
             cand: cand.to_vec(),
-            invalid: 0,
+            ..Rounds::default()
         };
         // 8 B: ratios 0.5, 2.0, 0.8 -> median 0.8; 1 KiB: 0.9, 0.95, 1.1 -> 0.95.
         let by_size = vec![

@@ -296,14 +296,9 @@ fn findings(sec: &mut Section, n: usize) {
     let what =
         |who: &str, base: &str| format!("{} half round trip, {who} vs {base}", size_label(n));
     let at = |label: &str| sec.series(label).and_then(|s| s.at(n));
-    let medians = |key: &str| {
-        sec.rounds
-            .iter()
-            .find(|(w, _)| w.contains(key))
-            .and_then(|(_, r)| r.medians())
-    };
-    let (holefill, raw_udp) = match medians("vs raw UDP") {
-        Some((b, c)) => (Some(c), Some(b)),
+    // Where a target checks the comparison, its rounds alone speak for it.
+    let (holefill, raw_udp) = match sec.decided("vs raw UDP") {
+        Some(m) => (m.map(|m| m.1), m.map(|m| m.0)),
         None => (at("holefill/udp"), at("raw UDP")),
     };
     let mut v = vec![
@@ -328,8 +323,8 @@ fn findings(sec: &mut Section, n: usize) {
         .collect();
     for m in &mpi {
         if m.ends_with(" shm") {
-            let (shm, vader) = match medians("utopia/shm vs") {
-                Some((b, c)) => (Some(c), Some(b)),
+            let (shm, vader) = match sec.decided("utopia/shm vs") {
+                Some(m) => (m.map(|m| m.1), m.map(|m| m.0)),
                 None => (at("utopia/shm"), at(m)),
             };
             v.push(Finding::time(

@@ -396,7 +396,11 @@ fn table(p: &Params) -> Table {
              process's time), throughput and N/2 from broadcast times over the same sizes. MPI \
              rows: Open MPI's own ping-pong and streaming, the top of its stack. It receives a \
              window into one buffer (OSU's way) and, in the row so marked, each message into a \
-             buffer of its own, as bulkwire's p2p kernel does.",
+             buffer of its own, as bulkwire's p2p kernel does. On one host, p2p and the \
+             collectives over it read messages above BULKWIRE_EAGER_LOCAL (16 KiB) straight \
+             from the sender's buffer (one copy, process_vm_readv), and a broadcast repeated \
+             on one buffer reads it from cache: the large-size throughput of the rows over \
+             holefill/UDP is that copy's, not UDP's (the protocol row is UDP's).",
             p.iters,
             size_label(p.sizes[0]),
             size_label(p.top())

@@ -17,7 +17,7 @@ use std::time::Instant;
 use crate::mpi::{MpiJob, MpiNet};
 use crate::pair::{Measure, PairSpec};
 use crate::plan::{Done, Event, Job, Plan, Runner, Step, execute};
-use crate::section::{RunTime, Section, short_mpi};
+use crate::section::{RunTime, Section, named_once, short_mpi};
 use crate::stack::{Faults, Stack};
 use crate::suite::Suite;
 
@@ -149,12 +149,18 @@ impl<E: Experiment> Prepared for Ready<'_, E> {
         let mut skipped = plan.skipped.clone();
         let done = execute(plan, runner, progress);
         let mut sec = exp.report(suite, &done);
-        skipped.extend(done.iter().filter_map(|d| {
-            let e = d.result.as_ref().err()?;
-            Some(format!("{}: {e}", d.label))
+        let failed: Vec<String> = done
+            .iter()
+            .filter_map(|d| Some(named_once(&d.label, d.result.as_ref().err()?)))
+            .collect();
+        // What the report added is kept unless it repeats a failed run's error.
+        skipped.extend(sec.skipped.drain(..).filter(|k| {
+            !failed
+                .iter()
+                .any(|f| f.ends_with(k.as_str()) || k.ends_with(f.as_str()))
         }));
-        skipped.append(&mut sec.skipped);
         sec.skipped = skipped;
+        sec.failed = failed;
         sec.runs = done
             .iter()
             .map(|d| RunTime {
@@ -436,17 +442,28 @@ mod tests {
             let sec = p.run(&Fake { refuse: true }, &|_| {});
             for r in &sec.runs {
                 let want = format!("{}: refused", r.label);
+                assert_eq!(
+                    sec.failed.iter().filter(|f| **f == want).count(),
+                    1,
+                    "{}: {want} not once in {:?}",
+                    e.name(),
+                    sec.failed
+                );
                 assert!(
-                    sec.skipped.contains(&want),
-                    "{}: {want} not in {:?}",
+                    !sec.skipped.iter().any(|k| k.contains("refused")),
+                    "{}: a failure repeated among the skips: {:?}",
                     e.name(),
                     sec.skipped
                 );
             }
+            // Targets of failed runs stay in the table, undecided, never met or missed.
             assert!(
-                sec.targets.is_empty(),
-                "{}: a target without a measurement",
-                e.name()
+                sec.targets
+                    .iter()
+                    .all(|t| t.met.is_none() && t.why.is_some()),
+                "{}: a target decided without a measurement: {:?}",
+                e.name(),
+                sec.targets
             );
         }
     }

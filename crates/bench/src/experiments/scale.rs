@@ -359,6 +359,7 @@ fn targets(sec: &mut Section, points: &[Point], params: &Params, twice: Option<b
             ),
             target: "at most 10x (log p, not p)".into(),
             met: Some(r <= 10.0),
+            ..Default::default()
         });
     }
     let best = points
@@ -379,6 +380,7 @@ fn targets(sec: &mut Section, points: &[Point], params: &Params, twice: Option<b
             target: "at most 1.5x, drops under 0.1% of data packets (p = 1024 in the full run)"
                 .into(),
             met: Some(ok),
+            ..Default::default()
         });
     }
     if let Some(same) = twice {
@@ -387,6 +389,7 @@ fn targets(sec: &mut Section, points: &[Point], params: &Params, twice: Option<b
             measured: if same { "identical" } else { "different" }.into(),
             target: "identical schedules and figures".into(),
             met: Some(same),
+            ..Default::default()
         });
     }
 }

@@ -12,6 +12,7 @@
 //! ```
 
 use std::ffi::OsString;
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -20,7 +21,7 @@ use std::time::{Duration, Instant};
 use bulkwire_bench::experiments::{self, Entry, Prepared, cluster};
 use bulkwire_bench::plan::Event;
 use bulkwire_bench::profile::ParamSource;
-use bulkwire_bench::report::{Machine, Report};
+use bulkwire_bench::report::{LoadProbe, Machine, Report, Status};
 use bulkwire_bench::section::Section;
 use bulkwire_bench::suite::{Level, Suite};
 use clap::{Args as _, Command, CommandFactory, FromArgMatches, Parser};
@@ -48,9 +49,13 @@ struct Args {
     /// Directory the report is written to.
     #[arg(long, global = true, default_value = "bwbench-report")]
     out: PathBuf,
-    /// No progress bar (for logs).
+    /// No progress bar or progress lines.
     #[arg(long, global = true)]
     no_progress: bool,
+    /// Exit with status 0 when some runs failed (the report lists them); without it a
+    /// partial report exits with status 3.
+    #[arg(long, global = true)]
+    accept_partial: bool,
     /// List the runs the command would make, with their estimated times, and exit.
     #[arg(long, global = true)]
     plan: bool,
@@ -192,13 +197,48 @@ fn progress_bar(hidden: bool, plans: &[Box<dyn Prepared + '_>]) -> (ProgressBar,
     (bar, steps.len())
 }
 
-/// Runs `plans` in order with a progress bar (unless `hidden`): their sections.
-fn run_all(suite: &Suite, plans: Vec<Box<dyn Prepared + '_>>, hidden: bool) -> Vec<Section> {
-    let (bar, total) = progress_bar(hidden, &plans);
+/// How progress is shown on stderr.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Progress {
+    None,
+    /// A bar, redrawn in place (stderr is a terminal).
+    Bar,
+    /// A line as each experiment starts and ends (stderr is a log or a pipe).
+    Lines,
+}
+
+/// Runs `plans` in order, showing progress as `how` says: their sections.
+fn run_all(suite: &Suite, plans: Vec<Box<dyn Prepared + '_>>, how: Progress) -> Vec<Section> {
+    let (bar, total) = progress_bar(how != Progress::Bar, &plans);
+    if how == Progress::Lines {
+        let est: f64 = plans
+            .iter()
+            .flat_map(|p| p.steps())
+            .map(|s| s.estimate)
+            .sum();
+        eprintln!(
+            "bwbench: {total} runs in {} experiments, about {est:.0} s",
+            plans.len()
+        );
+    }
+    let t0 = Instant::now();
     let started = AtomicUsize::new(0);
     let mut sections = Vec::new();
-    for p in plans {
+    let n = plans.len();
+    for (i, p) in plans.into_iter().enumerate() {
         let name = p.name();
+        let (runs, est) = {
+            let steps = p.steps();
+            (steps.len(), steps.iter().map(|s| s.estimate).sum::<f64>())
+        };
+        let t1 = Instant::now();
+        if how == Progress::Lines {
+            eprintln!(
+                "bwbench: [{}/{n}] {name}: {runs} runs, about {est:.0} s (started at {:.0} s)",
+                i + 1,
+                t0.elapsed().as_secs_f64()
+            );
+        }
         let progress = |e: Event| match e {
             Event::Start(step) => {
                 let k = started.fetch_add(1, Ordering::Relaxed) + 1;
@@ -206,7 +246,19 @@ fn run_all(suite: &Suite, plans: Vec<Box<dyn Prepared + '_>>, hidden: bool) -> V
             }
             Event::End(step, _) => bar.inc((step.estimate * 1e3) as u64),
         };
-        sections.push(p.run(suite, &progress));
+        let sec = p.run(suite, &progress);
+        if how == Progress::Lines {
+            let failed = match sec.failed.len() {
+                0 => String::new(),
+                k => format!(", {k} failed"),
+            };
+            eprintln!(
+                "bwbench: [{}/{n}] {name}: done in {:.0} s{failed}",
+                i + 1,
+                t1.elapsed().as_secs_f64()
+            );
+        }
+        sections.push(sec);
     }
     bar.finish_and_clear();
     sections
@@ -293,12 +345,21 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let t0 = Instant::now();
-    let sections = run_all(&suite, plans, args.no_progress);
+    let load = LoadProbe::start();
+    let how = if args.no_progress {
+        Progress::None
+    } else if std::io::stderr().is_terminal() {
+        Progress::Bar
+    } else {
+        Progress::Lines
+    };
+    let sections = run_all(&suite, plans, how);
     let mpi = match suite.mpi() {
         Ok(m) => m.version.clone(),
         Err(e) => format!("not measured ({e})"),
     };
     let mut machine = Machine::here(&mpi);
+    machine.load = load.finish(machine.cores);
     machine.network = cluster::network_line(&sections, &machine.network);
     let report = Report {
         machine,
@@ -312,11 +373,13 @@ fn main() -> ExitCode {
         sections,
     };
     let _ = std::fs::remove_dir_all(&work);
-    write(&report, &args.out)
+    write(&report, &args.out, args.accept_partial)
 }
 
-/// Writes the report into `out` and prints it; fails if an experiment measured nothing.
-fn write(report: &Report, out: &std::path::Path) -> ExitCode {
+/// Writes the report into `out` and prints it. Exit status 1 if it cannot be written or
+/// an experiment measured nothing, 3 if runs failed (a partial report) unless
+/// `accept_partial`, 0 otherwise.
+fn write(report: &Report, out: &std::path::Path, accept_partial: bool) -> ExitCode {
     if let Err(e) = report.write(out) {
         eprintln!("bwbench: cannot write the report to {}: {e}", out.display());
         return ExitCode::FAILURE;
@@ -326,13 +389,20 @@ fn write(report: &Report, out: &std::path::Path) -> ExitCode {
         "Report written to {}/report.md (data: results.json, charts: *.svg).",
         out.display()
     );
-    let failed = report
-        .sections
-        .iter()
-        .any(|s| s.series.is_empty() && s.tables.is_empty());
-    if failed {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
+    match report.status() {
+        Status::Whole => {}
+        Status::Empty => return ExitCode::FAILURE,
+        Status::Partial { runs, undecided } if !accept_partial => {
+            eprintln!(
+                "bwbench: {runs} run{} failed ({undecided} target{} not decided because of \
+                 it): the report is partial; its summary names each. --accept-partial makes \
+                 this exit 0.",
+                if runs == 1 { "" } else { "s" },
+                if undecided == 1 { "" } else { "s" },
+            );
+            return ExitCode::from(3);
+        }
+        Status::Partial { .. } => {}
     }
+    ExitCode::SUCCESS
 }

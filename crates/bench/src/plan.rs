@@ -119,11 +119,13 @@ pub enum Outcome {
 
 /// What the estimates take a job to cost here (two cores, loopback): a message's fixed
 /// part and the bytes per second moved, starting a job of `bwbench` workers and starting
-/// `mpirun`, all in seconds.
+/// `mpirun`, all in seconds. Starting a job is what a busy machine slows most: these are
+/// the figures of `bwbench all --quick` with half of the two CPUs taken by other work
+/// (a job of two workers took 0.1-0.3 s more than its work).
 const PER_MESSAGE: f64 = 2e-6;
 const COPY_RATE: f64 = 6e9;
-const JOB_START: f64 = 0.06;
-const MPI_START: f64 = 0.15;
+const JOB_START: f64 = 0.12;
+const MPI_START: f64 = 0.2;
 
 impl Job {
     /// Roughly how long the job takes here, in seconds: for the progress bar's estimate,

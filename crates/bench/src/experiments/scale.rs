@@ -34,6 +34,18 @@ fn estimate(p: u32, work: f64) -> f64 {
     (p as f64 * work * 2e-5).max(0.05)
 }
 
+/// Host seconds of a run whose cost grows with p squared (every process's turn is
+/// scheduled among p threads, and a total exchange moves p^2 messages): `per` seconds per
+/// p^2, measured on a busy 2-core machine (half its CPUs taken by other work).
+fn estimate_sq(p: u32, per: f64) -> f64 {
+    (f64::from(p) * f64::from(p) * per).max(0.05)
+}
+
+/// Packets of one message of `size` bytes on the simulated cluster's jumbo frames.
+fn packets(size: usize) -> f64 {
+    size.div_ceil(8900).max(1) as f64
+}
+
 impl Experiment for ScaleExperiment {
     type Tag = Tag;
 
@@ -55,17 +67,20 @@ impl Experiment for ScaleExperiment {
             plan.add(
                 format!("fat tree, p = {fp}, {name}, paced"),
                 Tag::FatTree,
-                Job::Own(OwnJob::new(estimate(fp, fp as f64), move |_| {
-                    Ok(total_exchange(
-                        &Cluster::fat_tree(k),
-                        fp,
-                        size,
-                        sched,
-                        true,
-                        DISTINCT_LIMIT,
-                    )?
-                    .0)
-                })),
+                Job::Own(OwnJob::new(
+                    estimate_sq(fp, packets(size) * 4e-5),
+                    move |_| {
+                        Ok(total_exchange(
+                            &Cluster::fat_tree(k),
+                            fp,
+                            size,
+                            sched,
+                            true,
+                            DISTINCT_LIMIT,
+                        )?
+                        .0)
+                    },
+                )),
             );
         }
         let twice = params.clone();
@@ -83,10 +98,13 @@ impl Experiment for ScaleExperiment {
             plan.add(
                 format!("empty supersteps, p = {p}"),
                 Tag::Empty(p),
-                Job::Own(OwnJob::new(estimate(p, steps as f64 + 2.0), move |_| {
-                    let (ns, packets, _) = empty(&Cluster::ethernet25(), p, steps)?;
-                    Ok((ns, packets))
-                })),
+                Job::Own(OwnJob::new(
+                    estimate_sq(p, (steps as f64 + 2.0) * 6e-7),
+                    move |_| {
+                        let (ns, packets, _) = empty(&Cluster::ethernet25(), p, steps)?;
+                        Ok((ns, packets))
+                    },
+                )),
             );
             if p <= params.h_upto {
                 let (hs, reps) = (params.hs.clone(), params.reps);
@@ -104,10 +122,13 @@ impl Experiment for ScaleExperiment {
                 plan.add(
                     format!("total exchange, p = {p}, {sched:?}, {how}"),
                     Tag::Exchange(p),
-                    Job::Own(OwnJob::new(estimate(p, p as f64), move |_| {
-                        let c = Cluster::ethernet25();
-                        Ok(total_exchange(&c, p, size, sched, paced, DISTINCT_LIMIT)?.0)
-                    })),
+                    Job::Own(OwnJob::new(
+                        estimate_sq(p, packets(size) * 3e-5),
+                        move |_| {
+                            let c = Cluster::ethernet25();
+                            Ok(total_exchange(&c, p, size, sched, paced, DISTINCT_LIMIT)?.0)
+                        },
+                    )),
                 );
             }
             if p <= params.sort_upto {
@@ -115,7 +136,7 @@ impl Experiment for ScaleExperiment {
                 plan.add(
                     format!("sample sort, p = {p}"),
                     Tag::Sort(p),
-                    Job::Own(OwnJob::new(estimate(p, 8.0), move |_| {
+                    Job::Own(OwnJob::new(estimate_sq(p, 2e-5), move |_| {
                         let out = sample_sort(&Cluster::ethernet25(), p, keys)?;
                         Ok(out.results.iter().map(|&n| n as u64).sum::<u64>())
                     })),

@@ -3,7 +3,7 @@
 //! `report.md`, `results.json` and SVG charts.
 //!
 //! ```text
-//! bwbench all --quick          every experiment, about a minute
+//! bwbench all --quick          every experiment, about 2 minutes on two cores
 //! bwbench all                  every experiment, full sizes and repetitions
 //! bwbench latency              one experiment (also writes the report directory)
 //! bwbench all --hosts          and the experiments across two hosts (root: namespaces)
@@ -37,7 +37,7 @@ use indicatif::{ProgressBar, ProgressStyle};
     subcommand_required = true
 )]
 struct Args {
-    /// Fewer sizes and repetitions (about a minute for `all`).
+    /// Fewer sizes and repetitions (about 2 minutes for `all` on two cores).
     #[arg(long, global = true)]
     quick: bool,
     /// A few sizes and iterations only: checks that everything runs (used by the tests).

@@ -422,15 +422,18 @@ impl Runtime {
         match self.explain(e) {
             BspError::JobFailed { message, exit_code } => {
                 leaving();
-                // The launcher has printed the cause, unless it is the one that is gone.
-                let reported = self
-                    .job
-                    .as_ref()
-                    .and_then(|j| j.failure())
-                    .is_some_and(|f| {
-                        !matches!(f, Failure::LauncherLost { .. } | Failure::ServerGone { .. })
-                    });
-                if !reported {
+                // The launcher has printed the cause, unless it is the one that is gone:
+                // then every survivor learns it at once, and one of them says it, so the
+                // job prints it once (rank 0, or the rank after the one that ran the
+                // rendezvous).
+                let failure = self.job.as_ref().and_then(|j| j.failure());
+                let sayer = match failure {
+                    Some(Failure::ServerGone { rank, .. }) => Some((rank + 1) % self.p.max(1)),
+                    Some(Failure::LauncherLost { .. }) => Some(0),
+                    Some(_) => None,
+                    None => Some(self.pid),
+                };
+                if sayer == Some(self.pid) {
                     say(&format!("{call}: {message}"));
                 }
                 std::process::exit(exit_code.max(1))

@@ -195,6 +195,25 @@ fn a_rank_that_dies_under_mpirun_or_mpiexec_fails_the_job_naming_it() {
     // its pid and signal.
     a_death("rank 3", |p, args| mpirun(4, p, args, &[]));
     a_death("signal 9", |p, args| hydra(4, p, args, &[]));
+    // Hydra kills every other process with SIGKILL as soon as one fails, before the
+    // rendezvous in rank 0 can name it; told not to, it lets the rendezvous say it, once.
+    let Some((c, m)) = hydra(4, &program("crash"), &["self", "3", "4"], &[]) else {
+        return;
+    };
+    let args: Vec<_> = c.get_args().map(|a| a.to_owned()).collect();
+    let mut keep = Command::new(c.get_program());
+    keep.arg("-disable-auto-cleanup").args(args);
+    for (k, v) in c.get_envs() {
+        match v {
+            Some(v) => keep.env(k, v),
+            None => keep.env_remove(k),
+        };
+    }
+    let o = run((keep, m));
+    assert!(o.code.is_some_and(|c| c != 0), "{o:?}");
+    let all = format!("{}{}", o.stdout, o.stderr);
+    let ours = "rank 3 lost its control connection before finishing";
+    assert_eq!(all.matches(ours).count(), 1, "{all}");
 }
 
 /// What srun gives each task when no PMI plugin is asked for, with the user's key that a
@@ -258,6 +277,46 @@ fn a_task_that_never_starts_fails_the_job_within_the_join_deadline() {
         outs[0]
     );
     testing::assert_no_leftovers(&m);
+}
+
+/// Rank 0, which runs the rendezvous of a job formed through another launcher, dies: the
+/// survivors learn it when their control connection breaks, and one of them (rank 1)
+/// says so, in one line naming rank 0 and the rendezvous' address; the others exit
+/// quietly, all with a failure status. As srun starts tasks (each task's stderr is its
+/// own here, so the lines are counted over all of them) and under Open MPI's mpirun, which
+/// names the rank itself and may end the others before they can: at most one line there.
+#[test]
+fn the_death_of_rank_0_is_reported_once() {
+    let prog = program("crash");
+    let m = testing::mark();
+    let job = format!("{}d", std::process::id());
+    let ts: Vec<_> = (0..4)
+        .map(|r| {
+            let mut c = srun_like(r, 4, &job, &prog, &m);
+            c.args(["self", "0", "4"]);
+            std::thread::spawn(move || testing::run(&mut c, LIMIT))
+        })
+        .collect();
+    let outs: Vec<Out> = ts.into_iter().map(|t| t.join().unwrap()).collect();
+    let all: String = outs.iter().map(|o| o.stderr.as_str()).collect();
+    // Rank 0 by its signal, the others with a status.
+    assert!(outs.iter().all(|o| o.code != Some(0)), "{outs:?}");
+    let line = "rank 0 is gone: it ran the job's rendezvous";
+    assert_eq!(all.matches(line).count(), 1, "{all}");
+    assert!(outs[1].stderr.contains(line), "{outs:?}");
+    // Each line whole: the line naming rank 0 ends where its own text does.
+    for l in all.lines().filter(|l| l.contains(line)) {
+        assert!(l.contains("(rendezvous 127.0.0.1:"), "{l}");
+        assert_eq!(l.matches("rank 0 is gone").count(), 1, "{l}");
+    }
+    testing::assert_no_leftovers(&m);
+    if let Some(c) = mpirun(4, &prog, &["self", "0", "4"], &[]) {
+        let o = run(c);
+        assert!(o.code.is_some_and(|c| c != 0), "{o:?}");
+        let all = format!("{}{}", o.stdout, o.stderr);
+        assert!(all.matches(line).count() <= 1, "{all}");
+        assert!(all.contains("rank 0"), "{all}");
+    }
 }
 
 /// A one-host Slurm of our own (munged, slurmctld and slurmd as root, in a directory of
@@ -465,4 +524,13 @@ fn srun_forms_the_job_through_pmi2_pmix_or_nothing() {
         "{}",
         o.stderr
     );
+    // Rank 0, which ran the rendezvous, dies: srun names its task, and of the survivors
+    // only one may say so (srun may end them first), never each of them.
+    for mpi in ["pmi2", "none"] {
+        let o = run(slurm.srun(mpi, &program("crash"), &["self", "0", "4"]));
+        assert!(o.code.is_some_and(|c| c != 0), "{o:?}");
+        let all = format!("{}{}", o.stdout, o.stderr);
+        assert!(all.contains("task 0"), "{mpi}: {all}");
+        assert!(all.matches("rank 0 is gone").count() <= 1, "{mpi}: {all}");
+    }
 }

@@ -127,6 +127,35 @@ fn bsp_init_and_bsp_begin_programs_join_the_job_of_mpirun_and_mpiexec() {
     one_job(|p, args| hydra(4, p, args, &[]), "mpiexec -n 4");
 }
 
+/// Nested sections in a job of another launcher: each of its two tasks begins a nested
+/// section of its own (new processes it starts itself) and returns to the outer one.
+#[test]
+fn nested_sections_run_under_mpirun_and_mpiexec() {
+    for (what, launch) in [
+        (
+            "mpirun -np 2",
+            mpirun as fn(u32, &Path, &[&str], &[(&str, &str)]) -> _,
+        ),
+        ("mpiexec -n 2", hydra),
+    ] {
+        let Some(c) = launch(2, &program("nested"), &["3"], &[]) else {
+            continue;
+        };
+        let o = run(c);
+        assert_eq!(o.code, Some(0), "{what}: {o:?}");
+        let count = |l: &str| o.stdout.lines().filter(|x| *x == l).count();
+        for l in [
+            "outer 0: inner 3 ok sum 3",
+            "outer 1: inner 3 ok sum 303",
+            "outer 0 ok p=2",
+            "outer 1 ok p=2",
+            "nested done",
+        ] {
+            assert_eq!(count(l), 1, "{what}: {l:?} in {o:?}");
+        }
+    }
+}
+
 /// As srun starts them (without PMI): four tasks, one job, one result line among them.
 #[test]
 fn bsp_init_programs_join_the_job_of_srun() {

@@ -127,6 +127,34 @@ fn bsp_init_and_bsp_begin_programs_join_the_job_of_mpirun_and_mpiexec() {
     one_job(|p, args| hydra(4, p, args, &[]), "mpiexec -n 4");
 }
 
+/// bsp_abort under mpirun and mpiexec: the rendezvous in rank 0 prints the message once,
+/// in one line naming the rank, before the launcher ends the job.
+#[test]
+fn an_abort_under_mpirun_or_mpiexec_is_printed_once() {
+    for (what, launch) in [
+        (
+            "mpirun -np 3",
+            mpirun as fn(u32, &Path, &[&str], &[(&str, &str)]) -> _,
+        ),
+        ("mpiexec -n 3", hydra),
+    ] {
+        let Some(c) = launch(3, &program("abort_main"), &["3"], &[]) else {
+            continue;
+        };
+        let o = run(c);
+        assert!(o.code.is_some_and(|c| c != 0), "{what}: {o:?}");
+        let all = format!("{}{}", o.stdout, o.stderr);
+        let line = "abort_main: rank 1 aborted: stopped by pid 1";
+        assert_eq!(
+            all.lines().filter(|l| l.ends_with(line)).count(),
+            1,
+            "{what}: {all}"
+        );
+        assert_eq!(all.matches("stopped by pid").count(), 1, "{what}: {all}");
+        assert!(!all.contains("back in main"), "{what}: {all}");
+    }
+}
+
 /// Nested sections in a job of another launcher: each of its two tasks begins a nested
 /// section of its own (new processes it starts itself) and returns to the outer one.
 #[test]

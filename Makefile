@@ -10,7 +10,7 @@
 #   $(LIBDIR)       libbulkwire.a, libbulkwire.so.VERSION with its SONAME link
 #                   libbulkwire.so.ABI and the development link libbulkwire.so
 #   $(INCLUDEDIR)   bsp.h mcbsp.h mcbsp-affinity.h mcbsp-profiling.h mcbsp-resiliency.h
-#                   bulkwire.h
+#                   bulkwire.h bsp.hpp
 #   $(LIBDIR)/pkgconfig          bulkwire.pc (shared), bulkwire-static.pc (static)
 #   $(LIBDIR)/cmake/bulkwire     bulkwireConfig.cmake (find_package(bulkwire))
 #
@@ -43,7 +43,8 @@ ABI := $(if $(filter 0,$(MAJOR)),0.$(MINOR),$(MAJOR))
 SYSTEM_LIBS := -lgcc_s -lutil -lrt -lpthread -lm -ldl
 
 TOOLS := bspcc bspcxx bsprun bwbench
-HEADERS := bsp.h mcbsp.h mcbsp-affinity.h mcbsp-profiling.h mcbsp-resiliency.h bulkwire.h
+HEADERS := bsp.h mcbsp.h mcbsp-affinity.h mcbsp-profiling.h mcbsp-resiliency.h bulkwire.h \
+	bsp.hpp
 
 .PHONY: all build install install-files uninstall
 

@@ -4,7 +4,7 @@
 
 use std::cell::RefCell;
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -23,9 +23,20 @@ use crate::lock::UserSide;
 use crate::profile::Profiler;
 use crate::{BspError, stats};
 
-/// Set between `bsp_begin` and `bsp_end`: a failure notice then ends the process even if
-/// it is computing and never calls the library again.
-static IN_JOB: AtomicBool = AtomicBool::new(false);
+/// The sections this process is in (between `bsp_begin` and `bsp_end`; more than one
+/// when sections nest): while any is, a failure notice ends the process even if it is
+/// computing and never calls the library again.
+static IN_JOB: AtomicUsize = AtomicUsize::new(0);
+
+/// This process has left a section (its `bsp_end`); an outer one may still be running.
+fn left_section() {
+    let _ = IN_JOB.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+}
+
+/// This process is about to exit: no section of it is running any more.
+fn leaving() {
+    IN_JOB.store(0, Ordering::SeqCst);
+}
 
 /// How long a process that learnt of a failure may take to stop on its own (it normally
 /// does at its next call) before the watchdog ends it.
@@ -162,13 +173,13 @@ impl Runtime {
                 .name("bulkwire-watchdog".into())
                 .spawn(move || {
                     std::thread::sleep(WATCHDOG);
-                    if IN_JOB.load(Ordering::SeqCst) {
+                    if IN_JOB.load(Ordering::SeqCst) > 0 {
                         // SAFETY: _exit ends the process without running anything else.
                         unsafe { libc::_exit(code) };
                     }
                 });
         });
-        IN_JOB.store(true, Ordering::SeqCst);
+        IN_JOB.fetch_add(1, Ordering::SeqCst);
         // Our data to a process of this host goes over shared memory unless the links
         // are UDP or TCP for all: then large puts and get values may be lent to it.
         let lend_to: Vec<bool> = (0..p as usize)
@@ -355,7 +366,7 @@ impl Runtime {
                     .allgather(&blob)
                     .map_err(|e| explain_with(&self.job, e.into()))?;
                 drop(shared);
-                IN_JOB.store(false, Ordering::SeqCst);
+                left_section();
                 if self.pid == 0 && self.cfg.stats {
                     let snaps: Vec<stats::Snapshot> = all
                         .iter()
@@ -380,7 +391,7 @@ impl Runtime {
     /// Reports an error of [`Runtime::finish`] (the job failed, or the launcher is gone)
     /// and exits with the job's status.
     pub fn finish_failed(e: BspError) -> ! {
-        IN_JOB.store(false, Ordering::SeqCst);
+        leaving();
         match e {
             BspError::JobFailed { exit_code, .. } => std::process::exit(exit_code.max(1)),
             e => {
@@ -410,16 +421,19 @@ impl Runtime {
     pub fn fail(&self, call: &str, e: BspError) -> ! {
         match self.explain(e) {
             BspError::JobFailed { message, exit_code } => {
-                IN_JOB.store(false, Ordering::SeqCst);
-                // The launcher has printed the cause, unless it is the one that is gone.
-                let reported = self
-                    .job
-                    .as_ref()
-                    .and_then(|j| j.failure())
-                    .is_some_and(|f| {
-                        !matches!(f, Failure::LauncherLost { .. } | Failure::ServerGone { .. })
-                    });
-                if !reported {
+                leaving();
+                // The launcher has printed the cause, unless it is the one that is gone:
+                // then every survivor learns it at once, and one of them says it, so the
+                // job prints it once (rank 0, or the rank after the one that ran the
+                // rendezvous).
+                let failure = self.job.as_ref().and_then(|j| j.failure());
+                let sayer = match failure {
+                    Some(Failure::ServerGone { rank, .. }) => Some((rank + 1) % self.p.max(1)),
+                    Some(Failure::LauncherLost { .. }) => Some(0),
+                    Some(_) => None,
+                    None => Some(self.pid),
+                };
+                if sayer == Some(self.pid) {
                     say(&format!("{call}: {message}"));
                 }
                 std::process::exit(exit_code.max(1))
@@ -469,7 +483,7 @@ pub fn say(line: &str) {
 
 /// Aborts the job with `msg` (through the launcher when there is one) and exits 1.
 pub fn abort_job(ctl: Option<&Control>, pid: u32, msg: &str) -> ! {
-    IN_JOB.store(false, Ordering::SeqCst);
+    leaving();
     let msg = msg.trim_end_matches('\n');
     match ctl {
         Some(c) => c.abort(msg),

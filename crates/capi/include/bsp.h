@@ -39,7 +39,9 @@
  *     the current size.
  *   - After bsp_end only process 0 continues; the others exit with status 0. A later
  *     bsp_begin starts a new SPMD section on this host: its processes run the function
- *     last given to bsp_init.
+ *     last given to bsp_init. Inside a section, bsp_init then bsp_begin(Q) begins a
+ *     nested section of Q processes with the caller as pid 0 (MulticoreBSP's
+ *     hierarchical runs); its bsp_end returns the caller to the outer section.
  *   - bsp_nprocs may be called anywhere (before bsp_begin: how many processes a
  *     computation begun now would have); every other call outside bsp_begin ... bsp_end
  *     ends the program with a message naming it.

@@ -29,6 +29,10 @@ static OWNER: AtomicU64 = AtomicU64::new(0);
 /// Serialises `bsp_begin` (two threads beginning at once).
 static BEGIN: Mutex<()> = Mutex::new(());
 
+/// The runtimes of the sections this process is pid 0 of a nested section in, innermost
+/// last: `bsp_end` of the nested section makes the one it began in current again.
+static OUTER: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
 /// A number of this thread's, never 0 and never another thread's.
 #[inline]
 fn thread_token() -> u64 {
@@ -161,11 +165,32 @@ pub(crate) fn begin(call: &str, maxprocs: Option<u32>, shown: &dyn std::fmt::Dis
     };
     let _g = BEGIN.lock().unwrap_or_else(|e| e.into_inner());
     let later = !RT.load(Ordering::Acquire).is_null();
-    if later && current(call).is_some() {
-        with(call, |_| misuse::<()>(format!("{call}: called twice")));
+    let nested = later && current(call).is_some();
+    if nested && !spmd::named_inside_a_section() {
+        with(call, |_| {
+            misuse::<()>(format!(
+                "{call}: called twice (a nested SPMD section needs its function named \
+                 with bsp_init inside the running one: its new processes run it)"
+            ))
+        });
     }
     let (launch, cfg) = (&settings.launch, settings.bsp.clone());
-    let started = if later {
+    let started = if nested {
+        // MulticoreBSP's nested section: this process is its pid 0, the others are new
+        // processes on this host running the function bsp_init named last; the outer
+        // section waits in this process until the nested one's bsp_end.
+        let q = match maxprocs {
+            Some(q) if q >= 1 => q,
+            _ => with(call, |_| {
+                misuse(format!(
+                    "{call}: the number of processes of a nested section must be at least \
+                     1, got {shown}"
+                ))
+            }),
+        };
+        let entry = spmd::entry_for_next_section().unwrap_or_else(|why| fatal(why));
+        Runtime::begin_section(q, &entry, launch, cfg)
+    } else if later {
         // pid 0 after bsp_end: a new section, with new processes.
         let entry = spmd::entry_for_next_section().unwrap_or_else(|why| fatal(why));
         Runtime::begin_section(p, &entry, launch, cfg)
@@ -183,6 +208,13 @@ pub(crate) fn begin(call: &str, maxprocs: Option<u32>, shown: &dyn std::fmt::Dis
     };
     match started {
         Ok(rt) => {
+            if nested {
+                let outer = RT.load(Ordering::Acquire);
+                OUTER
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(outer as usize);
+            }
             OWNER.store(thread_token(), Ordering::Relaxed);
             RT.store(Box::into_raw(Box::new(rt)), Ordering::Release)
         }
@@ -215,6 +247,11 @@ pub extern "C" fn bsp_end() {
     if me != 0 {
         std::process::exit(0);
     }
+    // pid 0 of a nested section goes back to the section it began it in.
+    let outer = OUTER.lock().unwrap_or_else(|e| e.into_inner()).pop();
+    if let Some(outer) = outer {
+        RT.store(outer as *mut Runtime, Ordering::Release);
+    }
 }
 
 /// `bsp_init` in either dialect.
@@ -224,10 +261,13 @@ pub(crate) fn init(call: &str, spmd_part: Option<spmd::SpmdFn>) {
         say(&format!("{call}: the SPMD function is NULL"));
         std::process::exit(1)
     };
-    spmd::record(f);
+    // Inside a running section it names the function of a nested section (MulticoreBSP's
+    // hierarchical runs), and nothing is run here.
+    let inside = current(call).is_some();
+    spmd::record(f, inside);
     // The started processes of a job (not pid 0) run the SPMD part at once and leave;
     // pid 0 goes on with main and calls it after its sequential start.
-    if !spmd::entered() && crate::settings::or_exit(call).launch.is_spawned() {
+    if !inside && !spmd::entered() && crate::settings::or_exit(call).launch.is_spawned() {
         f();
         std::process::exit(0);
     }

@@ -5,7 +5,9 @@
 //!
 //! After `bsp_end` only pid 0 is left, so a later `bsp_begin` starts a new job on this host
 //! ([`bulkwire_bsp::Runtime::begin_section`]); a program started by itself does the same
-//! for its first section once it has named its SPMD function. The processes are fresh
+//! for its first section once it has named its SPMD function, and so does a process that
+//! begins a nested section (MulticoreBSP's hierarchical runs) after naming its function
+//! with `bsp_init` inside the running one. The processes are fresh
 //! copies of the program, which would run `main` from the top; instead, at their first
 //! call into the library (`bsp_init`, `bsp_begin` or `bsp_nprocs`, whichever `main` makes
 //! first) they run the SPMD function pid 0 last gave to `bsp_init`, then exit. pid 0 names
@@ -33,9 +35,22 @@ static ENTERED: AtomicBool = AtomicBool::new(false);
 
 pub(crate) type SpmdFn = extern "C" fn();
 
-/// Records `f` as the SPMD function of the sections to come.
-pub(crate) fn record(f: SpmdFn) {
+/// `bsp_init` was called inside a running section: a `bsp_begin` there begins a nested
+/// section rather than being a second `bsp_begin` by mistake.
+static NAMED_INSIDE: AtomicBool = AtomicBool::new(false);
+
+/// Records `f` as the SPMD function of the sections to come (`inside`: named inside a
+/// running section, for a nested one).
+pub(crate) fn record(f: SpmdFn, inside: bool) {
     SPMD.store(f as usize, Ordering::SeqCst);
+    if inside {
+        NAMED_INSIDE.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Whether the program named a function with `bsp_init` inside a running section.
+pub(crate) fn named_inside_a_section() -> bool {
+    NAMED_INSIDE.load(Ordering::SeqCst)
 }
 
 /// The function last given to `bsp_init`, encoded for the processes a section starts, if
@@ -297,7 +312,7 @@ mod tests {
 
     #[test]
     fn an_entry_names_the_same_function_again() {
-        record(probe);
+        record(probe, false);
         let e = entry_for_next_section().unwrap();
         let f = resolve(&e).unwrap();
         assert_eq!(f as usize, probe as *const () as usize, "{e}");
@@ -311,7 +326,7 @@ mod tests {
     /// check that does not match, and the form of earlier builds.
     #[test]
     fn entries_that_point_nowhere_are_refused() {
-        record(probe);
+        record(probe, false);
         let e = entry_for_next_section().unwrap();
         let (index, offset, check, name) = parse_entry(&e).unwrap();
         let (base, _) = nth_module(index).unwrap();

@@ -321,7 +321,6 @@ impl Control {
             let outcome = h.join().map_err(|_| {
                 LaunchError::Protocol("the rendezvous server thread panicked".into())
             })?;
-            crate::launch::spawned_job_finished();
             if let Some(f) = outcome.failures.into_iter().next() {
                 return Err(LaunchError::JobFailed(f));
             }

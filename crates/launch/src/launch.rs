@@ -7,7 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -456,8 +456,6 @@ fn relay_stdin(mut w: std::fs::File) -> io::Result<()> {
         .map(drop)
 }
 
-static SELF_SPAWNED: AtomicBool = AtomicBool::new(false);
-
 /// Joins the job this process belongs to or, if it belongs to none, starts one of `n`
 /// processes with itself as rank 0. This is what `bsp_begin(P)` calls, so that running
 /// `./program` behaves like `bsprun -n P ./program`:
@@ -486,31 +484,10 @@ pub fn self_spawn(n: u32, cfg: &LaunchConfig) -> Result<Control, LaunchError> {
 /// Starts a new job of `n` processes on this host with this process as rank 0, whether
 /// or not this process belongs to another job: the rest of [`self_spawn`]. `entry` goes
 /// to the started processes as [`JobEnv::entry`] (a later SPMD section of a BSPlib
-/// program names the function they run). One job at a time: another may start once this
-/// one's [`Control::finish`] has returned.
+/// program names the function they run). Jobs nest: a rank of a running job may start one
+/// of its own (a nested SPMD section); each job has its own server thread, and its
+/// processes are watched through their pidfds, so neither job reaps the other's.
 pub fn spawn_job(
-    n: u32,
-    cfg: &LaunchConfig,
-    entry: Option<String>,
-) -> Result<Control, LaunchError> {
-    if SELF_SPAWNED.swap(true, Ordering::SeqCst) {
-        return Err(LaunchError::Usage(
-            "this process has started a job that has not finished yet".into(),
-        ));
-    }
-    let r = spawn_job_now(n, cfg, entry);
-    if r.is_err() {
-        SELF_SPAWNED.store(false, Ordering::SeqCst);
-    }
-    r
-}
-
-/// The job this process started has finished (its rank 0 joined the server thread).
-pub(crate) fn spawned_job_finished() {
-    SELF_SPAWNED.store(false, Ordering::SeqCst);
-}
-
-fn spawn_job_now(
     n: u32,
     cfg: &LaunchConfig,
     entry: Option<String>,

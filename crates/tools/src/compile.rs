@@ -4,7 +4,8 @@
 //! Every argument goes to the compiler untouched, with the directory of bulkwire's
 //! headers added to the include path and, when linking, the static `libbulkwire.a` and
 //! the system libraries it needs added at the end. The headers (`bsp.h`, `mcbsp.h`,
-//! `mcbsp-affinity.h`, `mcbsp-profiling.h`, `mcbsp-resiliency.h`, `bulkwire.h`) are those
+//! `mcbsp-affinity.h`, `mcbsp-profiling.h`, `mcbsp-resiliency.h`, `bulkwire.h`, and
+//! MulticoreBSP's C++ interface `bsp.hpp`) are those
 //! of `../include` beside the executable when all of them are there (an installed tree:
 //! `make install` puts them in `PREFIX/include`); otherwise (a build tree) the copies
 //! carried inside the executable, written to a cache directory
@@ -40,6 +41,7 @@ const HEADERS: &[(&str, &str)] = &[
         include_str!("../../capi/include/mcbsp-resiliency.h"),
     ),
     ("bulkwire.h", include_str!("../../capi/include/bulkwire.h")),
+    ("bsp.hpp", include_str!("../../capi/include/bsp.hpp")),
 ];
 const LIBRARY: &str = "libbulkwire.a";
 /// What a Rust static library needs from the system (`rustc --print native-static-libs`):

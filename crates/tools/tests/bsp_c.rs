@@ -336,6 +336,49 @@ fn several_spmd_sections_in_one_program() {
     assert!(!o.stdout.contains("not reached"));
 }
 
+/// Nested sections (MulticoreBSP's `hierarchical` example): every process of a section
+/// begins one of its own after naming its function with bsp_init, as pid 0 of it; its
+/// bsp_end returns to the outer section, whose registrations and pids still hold. Started
+/// by itself (the outer pid 0 runs two jobs at once) and under bsprun, in each dialect.
+#[test]
+fn nested_spmd_sections_split_the_machine() {
+    let want = |o: &Out, q: u32, what: &str| {
+        o.ok(what);
+        for s in 0..2u32 {
+            let sum: u32 = (0..q).map(|k| 100 * s + k).sum();
+            assert_eq!(
+                o.count(&format!("outer {s}: inner {q} ok sum {sum}")),
+                1,
+                "{what}: {}",
+                o.stdout
+            );
+            assert_eq!(
+                o.count(&format!("outer {s} ok p=2")),
+                1,
+                "{what}: {}",
+                o.stdout
+            );
+        }
+        assert_eq!(o.count("nested done"), 1, "{what}: {}", o.stdout);
+        assert!(!o.stdout.contains("not reached"), "{what}: {}", o.stdout);
+    };
+    for d in Dialect::ALL {
+        let prog = program_in("nested", d);
+        want(&alone(&prog, &["3"], &[]), 3, &format!("nested {d:?}"));
+    }
+    let prog = program("nested");
+    want(
+        &alone(&prog, &["1"], &[]),
+        1,
+        "nested, inner sections of one",
+    );
+    want(
+        &bsprun(2, &prog, &["2"], &[]),
+        2,
+        "nested under bsprun -n 2",
+    );
+}
+
 /// A program that starts its own sections gives pid 0's thread its share of the CPUs in
 /// each, and all of them back at bsp_end: bsp_nprocs() outside the sections stays the
 /// CPU count, and the second section is as wide as the first.
@@ -425,6 +468,60 @@ fn cxx_programs_build_with_bspcxx_and_run() {
     let o = alone(&program("cxx_p2p"), &["3"], &[]);
     o.ok("cxx_p2p");
     assert_eq!(o.count("cxx p2p ok n=3"), 1, "{}", o.stdout);
+}
+
+/// MulticoreBSP's C++ interface, `bsp.hpp`: a class deriving from `mcbsp::BSP_program`
+/// begun with begin(P) and then begin() (bsp_nprocs() processes), as its hello_world_cpp
+/// does; built with plain bspcxx (the header selects MulticoreBSP's dialect) and with
+/// `--mcbsp`, run by itself and under bsprun. Pid 0's object holds what its spmd()
+/// gathered after begin() returns.
+#[test]
+fn multicorebsp_cxx_interface_runs_bsp_programs() {
+    let want = |o: &Out, p: u32, what: &str| {
+        o.ok(what);
+        let sum: u32 = (0..p).sum();
+        assert_eq!(
+            o.count(&format!("sum 1 = {sum} ({p} processes)")),
+            1,
+            "{what}: {}",
+            o.stdout
+        );
+        assert_eq!(o.count("between sections"), 1, "{what}: {}", o.stdout);
+        // The second section has what bsp_nprocs() gave before it: read it back.
+        let line = o
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("sum 2 = "))
+            .unwrap_or_else(|| panic!("{what}: no second section\n{}", o.stdout));
+        let n: u32 = line
+            .split('(')
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{what}: {line:?}"));
+        assert!(n >= 1, "{what}: {line}");
+        let sum: u32 = (0..n).sum();
+        assert_eq!(line, format!("sum 2 = {sum} ({n} processes)"), "{what}");
+        // Every process of each section says hello once.
+        let mut want: std::collections::HashMap<String, usize> = Default::default();
+        for m in [p, n] {
+            for s in 0..m {
+                *want.entry(format!("hello from {s} of {m}")).or_default() += 1;
+            }
+        }
+        for (l, c) in &want {
+            assert_eq!(o.count(l), *c, "{what}: {l:?} in {}", o.stdout);
+        }
+        let hellos = o.stdout.lines().filter(|l| l.starts_with("hello")).count();
+        assert_eq!(hellos, (p + n) as usize, "{what}: {}", o.stdout);
+    };
+    for d in [Dialect::Int, Dialect::Mcbsp] {
+        let prog = program_in("cxx_mcbsp", d);
+        want(&alone(&prog, &["3"], &[]), 3, &format!("bsp.hpp {d:?}"));
+        let o = bsprun(2, &prog, &["2"], &[]);
+        want(&o, 2, &format!("bsp.hpp {d:?} under bsprun -n 2"));
+        assert!(o.stdout.contains("sum 2 = 1 (2 processes)"), "{}", o.stdout);
+    }
 }
 
 #[test]
@@ -794,6 +891,33 @@ fn misuse_stops_the_job_with_a_clear_message_printed_once() {
         o.stderr
     );
     assert_eq!(o.stderr.matches("aborted:").count(), 1, "{}", o.stderr);
+}
+
+/// `bsp_abort` in MulticoreBSP's dialect does what it does in the int dialect (see
+/// docs/bsp.md): the job stops with status 1 and the message printed once, naming the
+/// process, and control does not return to main; self-started and under bsprun.
+#[test]
+fn bsp_abort_stops_the_program_in_every_dialect() {
+    for d in Dialect::ALL {
+        let prog = program_in("abort_main", d);
+        for (how, o) in [
+            ("self-started", alone(&prog, &["3"], &[])),
+            ("bsprun -n 3", bsprun(3, &prog, &["3"], &[])),
+        ] {
+            assert_eq!(o.code, Some(1), "{d:?} {how}: {}", o.stderr);
+            assert_eq!(
+                o.stderr.matches("rank 1 aborted: stopped by pid 1").count(),
+                1,
+                "{d:?} {how}: {}",
+                o.stderr
+            );
+            assert!(
+                !o.stdout.contains("back in main"),
+                "{d:?} {how}: {}",
+                o.stdout
+            );
+        }
+    }
 }
 
 /// Four processes that misuse a call at the same moment share one stderr: every message is

@@ -1,6 +1,7 @@
 //! `bsprun` end to end, with shell one-liners as the job's program.
 
 use std::io::{Read, Write};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -408,4 +409,54 @@ fn without_n_one_process_per_available_cpu() {
     let o = bsprun(&["--serve", "127.0.0.1:0"], &[], "");
     assert_eq!(o.code, Some(2), "{}", o.stderr);
     assert!(o.stderr.contains("--serve needs -n P"), "{}", o.stderr);
+}
+
+/// A host that cannot be reached: its remote shell hangs (a host that drops the
+/// connection) or fails (ssh's own error). Either way bsprun names the host within
+/// seconds, says its ranks never started, and never that they ran there.
+#[test]
+fn an_unreachable_host_is_named_within_seconds() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("rsh-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = |name: &str, body: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        p.to_string_lossy().into_owned()
+    };
+    // Hangs as ssh does while its connection attempt goes unanswered.
+    let hang = script("hang-rsh", "exec sleep 120");
+    // Fails at once as ssh does when the host refuses or has no route.
+    let fail = script(
+        "fail-rsh",
+        "echo \"ssh: connect to host $1 port 22: No route to host\" >&2; exit 255",
+    );
+    // An address of TEST-NET-1 (RFC 5737): never a host of this machine.
+    let hosts = "localhost:1,192.0.2.1:2";
+    for (rsh, words, within) in [
+        (
+            &hang,
+            "host 192.0.2.1 could not be reached (its agent did not connect within 10 s",
+            Duration::from_secs(20),
+        ),
+        (
+            &fail,
+            "cannot start ranks 1-2 on host 192.0.2.1: the remote shell ended (status 255)",
+            Duration::from_secs(5),
+        ),
+    ] {
+        let t0 = Instant::now();
+        let o = bsprun(&["-H", hosts, "--rsh", rsh, "sleep", "1"], &[], "");
+        let took = t0.elapsed();
+        assert_eq!(o.code, Some(1), "{rsh}: {}", o.stderr);
+        assert!(took < within, "{rsh}: took {took:?}: {}", o.stderr);
+        assert_eq!(o.stderr.matches(words).count(), 1, "{rsh}: {}", o.stderr);
+        assert!(!o.stderr.contains("ran there"), "{rsh}: {}", o.stderr);
+        if rsh == &hang {
+            assert!(o.stderr.contains("ranks 1-2 never started"), "{}", o.stderr);
+        } else {
+            assert!(o.stderr.contains("No route to host"), "{}", o.stderr);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

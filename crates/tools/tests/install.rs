@@ -165,6 +165,7 @@ fn an_installed_tree_builds_programs_with_pkg_config_cmake_and_the_wrappers() {
         "include/bsp.h",
         "include/mcbsp.h",
         "include/bulkwire.h",
+        "include/bsp.hpp",
         "lib/pkgconfig/bulkwire.pc",
         "lib/cmake/bulkwire/bulkwireConfig.cmake",
     ] {

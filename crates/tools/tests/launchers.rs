@@ -127,6 +127,63 @@ fn bsp_init_and_bsp_begin_programs_join_the_job_of_mpirun_and_mpiexec() {
     one_job(|p, args| hydra(4, p, args, &[]), "mpiexec -n 4");
 }
 
+/// bsp_abort under mpirun and mpiexec: the rendezvous in rank 0 prints the message once,
+/// in one line naming the rank, before the launcher ends the job.
+#[test]
+fn an_abort_under_mpirun_or_mpiexec_is_printed_once() {
+    for (what, launch) in [
+        (
+            "mpirun -np 3",
+            mpirun as fn(u32, &Path, &[&str], &[(&str, &str)]) -> _,
+        ),
+        ("mpiexec -n 3", hydra),
+    ] {
+        let Some(c) = launch(3, &program("abort_main"), &["3"], &[]) else {
+            continue;
+        };
+        let o = run(c);
+        assert!(o.code.is_some_and(|c| c != 0), "{what}: {o:?}");
+        let all = format!("{}{}", o.stdout, o.stderr);
+        let line = "abort_main: rank 1 aborted: stopped by pid 1";
+        assert_eq!(
+            all.lines().filter(|l| l.ends_with(line)).count(),
+            1,
+            "{what}: {all}"
+        );
+        assert_eq!(all.matches("stopped by pid").count(), 1, "{what}: {all}");
+        assert!(!all.contains("back in main"), "{what}: {all}");
+    }
+}
+
+/// Nested sections in a job of another launcher: each of its two tasks begins a nested
+/// section of its own (new processes it starts itself) and returns to the outer one.
+#[test]
+fn nested_sections_run_under_mpirun_and_mpiexec() {
+    for (what, launch) in [
+        (
+            "mpirun -np 2",
+            mpirun as fn(u32, &Path, &[&str], &[(&str, &str)]) -> _,
+        ),
+        ("mpiexec -n 2", hydra),
+    ] {
+        let Some(c) = launch(2, &program("nested"), &["3"], &[]) else {
+            continue;
+        };
+        let o = run(c);
+        assert_eq!(o.code, Some(0), "{what}: {o:?}");
+        let count = |l: &str| o.stdout.lines().filter(|x| *x == l).count();
+        for l in [
+            "outer 0: inner 3 ok sum 3",
+            "outer 1: inner 3 ok sum 303",
+            "outer 0 ok p=2",
+            "outer 1 ok p=2",
+            "nested done",
+        ] {
+            assert_eq!(count(l), 1, "{what}: {l:?} in {o:?}");
+        }
+    }
+}
+
 /// As srun starts them (without PMI): four tasks, one job, one result line among them.
 #[test]
 fn bsp_init_programs_join_the_job_of_srun() {
@@ -195,6 +252,25 @@ fn a_rank_that_dies_under_mpirun_or_mpiexec_fails_the_job_naming_it() {
     // its pid and signal.
     a_death("rank 3", |p, args| mpirun(4, p, args, &[]));
     a_death("signal 9", |p, args| hydra(4, p, args, &[]));
+    // Hydra kills every other process with SIGKILL as soon as one fails, before the
+    // rendezvous in rank 0 can name it; told not to, it lets the rendezvous say it, once.
+    let Some((c, m)) = hydra(4, &program("crash"), &["self", "3", "4"], &[]) else {
+        return;
+    };
+    let args: Vec<_> = c.get_args().map(|a| a.to_owned()).collect();
+    let mut keep = Command::new(c.get_program());
+    keep.arg("-disable-auto-cleanup").args(args);
+    for (k, v) in c.get_envs() {
+        match v {
+            Some(v) => keep.env(k, v),
+            None => keep.env_remove(k),
+        };
+    }
+    let o = run((keep, m));
+    assert!(o.code.is_some_and(|c| c != 0), "{o:?}");
+    let all = format!("{}{}", o.stdout, o.stderr);
+    let ours = "rank 3 lost its control connection before finishing";
+    assert_eq!(all.matches(ours).count(), 1, "{all}");
 }
 
 /// What srun gives each task when no PMI plugin is asked for, with the user's key that a
@@ -258,6 +334,46 @@ fn a_task_that_never_starts_fails_the_job_within_the_join_deadline() {
         outs[0]
     );
     testing::assert_no_leftovers(&m);
+}
+
+/// Rank 0, which runs the rendezvous of a job formed through another launcher, dies: the
+/// survivors learn it when their control connection breaks, and one of them (rank 1)
+/// says so, in one line naming rank 0 and the rendezvous' address; the others exit
+/// quietly, all with a failure status. As srun starts tasks (each task's stderr is its
+/// own here, so the lines are counted over all of them) and under Open MPI's mpirun, which
+/// names the rank itself and may end the others before they can: at most one line there.
+#[test]
+fn the_death_of_rank_0_is_reported_once() {
+    let prog = program("crash");
+    let m = testing::mark();
+    let job = format!("{}d", std::process::id());
+    let ts: Vec<_> = (0..4)
+        .map(|r| {
+            let mut c = srun_like(r, 4, &job, &prog, &m);
+            c.args(["self", "0", "4"]);
+            std::thread::spawn(move || testing::run(&mut c, LIMIT))
+        })
+        .collect();
+    let outs: Vec<Out> = ts.into_iter().map(|t| t.join().unwrap()).collect();
+    let all: String = outs.iter().map(|o| o.stderr.as_str()).collect();
+    // Rank 0 by its signal, the others with a status.
+    assert!(outs.iter().all(|o| o.code != Some(0)), "{outs:?}");
+    let line = "rank 0 is gone: it ran the job's rendezvous";
+    assert_eq!(all.matches(line).count(), 1, "{all}");
+    assert!(outs[1].stderr.contains(line), "{outs:?}");
+    // Each line whole: the line naming rank 0 ends where its own text does.
+    for l in all.lines().filter(|l| l.contains(line)) {
+        assert!(l.contains("(rendezvous 127.0.0.1:"), "{l}");
+        assert_eq!(l.matches("rank 0 is gone").count(), 1, "{l}");
+    }
+    testing::assert_no_leftovers(&m);
+    if let Some(c) = mpirun(4, &prog, &["self", "0", "4"], &[]) {
+        let o = run(c);
+        assert!(o.code.is_some_and(|c| c != 0), "{o:?}");
+        let all = format!("{}{}", o.stdout, o.stderr);
+        assert!(all.matches(line).count() <= 1, "{all}");
+        assert!(all.contains("rank 0"), "{all}");
+    }
 }
 
 /// A one-host Slurm of our own (munged, slurmctld and slurmd as root, in a directory of
@@ -465,4 +581,13 @@ fn srun_forms_the_job_through_pmi2_pmix_or_nothing() {
         "{}",
         o.stderr
     );
+    // Rank 0, which ran the rendezvous, dies: srun names its task, and of the survivors
+    // only one may say so (srun may end them first), never each of them.
+    for mpi in ["pmi2", "none"] {
+        let o = run(slurm.srun(mpi, &program("crash"), &["self", "0", "4"]));
+        assert!(o.code.is_some_and(|c| c != 0), "{o:?}");
+        let all = format!("{}{}", o.stdout, o.stderr);
+        assert!(all.contains("task 0"), "{mpi}: {all}");
+        assert!(all.matches("rank 0 is gone").count() <= 1, "{mpi}: {all}");
+    }
 }

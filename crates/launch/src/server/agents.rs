@@ -15,6 +15,12 @@ use crate::state::Failure;
 use crate::sys::{self, ExitKind};
 use crate::wire::{self, AgentHello};
 
+/// How long an agent may take to connect back once its remote shell started: an ssh
+/// connection and the start of a program take a second or two, and a host that does not
+/// answer must be named within seconds, not at the join deadline a minute later (the
+/// join timeout still bounds it when it is shorter).
+pub(crate) const AGENT_CONNECT: Duration = Duration::from_secs(10);
+
 /// One host's agent, as the server tracks it.
 pub(super) struct Agent {
     /// The host as the user named it.
@@ -23,6 +29,8 @@ pub(super) struct Agent {
     /// The START frame it gets when it connects.
     start: Bytes,
     conn: Option<usize>,
+    /// It connected once: its ranks were started (or their start failure reported).
+    connected: bool,
     heard: Instant,
     said: Instant,
     /// The remote-shell process that runs it, when this server's process started one.
@@ -59,6 +67,7 @@ impl Server {
             ranks: ranks.to_vec(),
             start: Bytes::from(start),
             conn: None,
+            connected: false,
             heard: now,
             said: now,
             shell: None,
@@ -177,6 +186,7 @@ impl Server {
         let now = Instant::now();
         let agent = &mut self.agents[a];
         agent.conn = Some(i);
+        agent.connected = true;
         agent.heard = now;
         agent.said = now;
         let start = agent.start.clone();
@@ -257,11 +267,20 @@ impl Server {
         if self.fatal.is_some() || alive.is_empty() {
             return;
         }
-        let msg = format!(
-            "host {} became unreachable ({why}) while ranks {} ran there",
-            agent.host,
-            rank_list(&alive)
-        );
+        // Ranks ran there only if its agent ever connected and started them.
+        let msg = if agent.connected {
+            format!(
+                "host {} became unreachable ({why}) while ranks {} ran there",
+                agent.host,
+                rank_list(&alive)
+            )
+        } else {
+            format!(
+                "host {} could not be reached ({why}): ranks {} never started",
+                agent.host,
+                rank_list(&alive)
+            )
+        };
         self.fail(Failure::Other {
             rank: alive.first().copied(),
             message: msg,
@@ -270,7 +289,7 @@ impl Server {
 
     /// The next time an agent must be heard from or spoken to.
     pub(super) fn agents_deadline(&self) -> Option<Instant> {
-        let join = self.cfg.join_timeout.map(|t| self.started + t);
+        let join = Some(self.started + self.agent_connect_limit());
         self.agents
             .iter()
             .filter(|a| !a.gone)
@@ -297,17 +316,26 @@ impl Server {
                     }
                 }
                 None => {
-                    if self
-                        .cfg
-                        .join_timeout
-                        .is_some_and(|t| now >= self.started + t)
-                    {
-                        let why = "its agent never connected (remote shell stuck?)";
-                        self.agent_lost(a, why);
+                    let limit = self.agent_connect_limit();
+                    if now >= self.started + limit {
+                        let why = format!(
+                            "its agent did not connect within {} of the remote shell's \
+                             start, and the remote shell is still running",
+                            secs(limit)
+                        );
+                        self.agent_lost(a, &why);
                     }
                 }
             }
         }
+    }
+
+    /// How long an agent may take to connect: [`AGENT_CONNECT`], or the join timeout
+    /// when that is shorter.
+    fn agent_connect_limit(&self) -> Duration {
+        self.cfg
+            .join_timeout
+            .map_or(AGENT_CONNECT, |t| t.min(AGENT_CONNECT))
     }
 
     /// Passes `sig` to the ranks on other hosts, through their agents.

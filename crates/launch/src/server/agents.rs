@@ -15,10 +15,11 @@ use crate::state::Failure;
 use crate::sys::{self, ExitKind};
 use crate::wire::{self, AgentHello};
 
-/// How long an agent may take to connect back once its remote shell started: an ssh
-/// connection and the start of a program take a second or two, and a host that does not
-/// answer must be named within seconds, not at the join deadline a minute later (the
-/// join timeout still bounds it when it is shorter).
+/// How long an agent may take to connect back once its remote shell started before the
+/// user is told: an ssh connection and the start of a program take a second or two, so a
+/// host silent this long is named within seconds. It is declared unreachable only at the
+/// join timeout: a host that is slow (a loaded node, a home directory mounted on first
+/// login) is not called dead for being slow.
 pub(crate) const AGENT_CONNECT: Duration = Duration::from_secs(10);
 
 /// One host's agent, as the server tracks it.
@@ -31,6 +32,8 @@ pub(super) struct Agent {
     conn: Option<usize>,
     /// It connected once: its ranks were started (or their start failure reported).
     connected: bool,
+    /// The user was told that it has not connected within [`AGENT_CONNECT`].
+    warned: bool,
     heard: Instant,
     said: Instant,
     /// The remote-shell process that runs it, when this server's process started one.
@@ -68,6 +71,7 @@ impl Server {
             start: Bytes::from(start),
             conn: None,
             connected: false,
+            warned: false,
             heard: now,
             said: now,
             shell: None,
@@ -289,13 +293,15 @@ impl Server {
 
     /// The next time an agent must be heard from or spoken to.
     pub(super) fn agents_deadline(&self) -> Option<Instant> {
-        let join = Some(self.started + self.agent_connect_limit());
+        let join = self.cfg.join_timeout.map(|t| self.started + t);
+        let warn = self.started + AGENT_CONNECT;
         self.agents
             .iter()
             .filter(|a| !a.gone)
             .filter_map(|a| match a.conn {
                 Some(_) => Some((a.heard + SILENCE).min(a.said + BEAT_EVERY)),
-                None => join,
+                None if a.warned => join,
+                None => Some(join.map_or(warn, |j| j.min(warn))),
             })
             .min()
     }
@@ -316,26 +322,35 @@ impl Server {
                     }
                 }
                 None => {
-                    let limit = self.agent_connect_limit();
-                    if now >= self.started + limit {
+                    let waited = now.saturating_duration_since(self.started);
+                    let join = self.cfg.join_timeout;
+                    if join.is_some_and(|t| waited >= t) {
                         let why = format!(
                             "its agent did not connect within {} of the remote shell's \
                              start, and the remote shell is still running",
-                            secs(limit)
+                            secs(waited)
                         );
                         self.agent_lost(a, &why);
+                    } else if !self.agents[a].warned && waited >= AGENT_CONNECT {
+                        self.agents[a].warned = true;
+                        let until = join.map_or("without a limit".into(), |t| {
+                            format!(
+                                "until the join timeout, {} (BULKWIRE_JOIN_TIMEOUT)",
+                                secs(t)
+                            )
+                        });
+                        let msg = format!(
+                            "host {} has not answered within {} of its remote shell's start \
+                             (ranks {} have not started); waiting {until}",
+                            self.agents[a].host,
+                            secs(AGENT_CONNECT),
+                            rank_list(&self.agents[a].ranks)
+                        );
+                        self.say(&msg);
                     }
                 }
             }
         }
-    }
-
-    /// How long an agent may take to connect: [`AGENT_CONNECT`], or the join timeout
-    /// when that is shorter.
-    fn agent_connect_limit(&self) -> Duration {
-        self.cfg
-            .join_timeout
-            .map_or(AGENT_CONNECT, |t| t.min(AGENT_CONNECT))
     }
 
     /// Passes `sig` to the ranks on other hosts, through their agents.

@@ -77,6 +77,7 @@ use bytes::Bytes;
 use crate::common::{
     Added, MAX_PARTIAL, OutQueue, ReadySet, Reassembler, Rtt, SeqSpace, Timers, announced_too_large,
 };
+use crate::congestion::Window;
 use crate::wire::{Header, Kind, flags};
 use crate::{
     Coloured, Common, Event, MS, MsgId, PeerDead, PeerMisbehaved, PeerStats, ProtoError, Protocol,
@@ -351,6 +352,8 @@ struct Peer {
     // Sending.
     /// Most unacknowledged packets toward this peer (the window, cut by the byte cap).
     send_window: u32,
+    /// Congestion window: bounds the unacknowledged packets below `send_window`.
+    cc: Window,
     /// New packets from this peer that make a requested ack due (n/(2p), capped at half
     /// the window the peer sends with).
     ack_every: u32,
@@ -462,6 +465,7 @@ impl Holefill {
             })
             .map(|(send_window, ack_every)| Peer {
                 send_window,
+                cc: Window::new(c.cc),
                 ack_every,
                 out: OutQueue::default(),
                 inflight: VecDeque::new(),
@@ -492,7 +496,8 @@ impl Holefill {
                 prod_pending: false,
                 prod_due: false,
                 rtt: Rtt::new(c.rto_initial, c.rto_min.max(RTO_FLOOR), c.rto_max)
-                    .with_max_backoff(RTO_MAX_BACKOFF),
+                    .with_max_backoff(RTO_MAX_BACKOFF)
+                    .following_queue(c.cc),
                 heard: false,
                 silent_timeouts: 0,
                 silent_prods: 0,
@@ -539,7 +544,9 @@ impl Holefill {
     /// Gap before a packet already resent may be resent again: one round trip with a
     /// margin of one mean deviation, so jitter does not make stale reports look fresh.
     fn resend_gap(rtt: &Rtt) -> Time {
-        rtt.estimate() + rtt.rttvar()
+        // Under congestion control, at least the longest recent round trip: a packet
+        // still queued behind a full port is not lost.
+        rtt.estimate().max(rtt.peak()) + rtt.rttvar()
     }
 
     fn prod_interval(&self, p: &Peer) -> Time {
@@ -597,7 +604,10 @@ impl Holefill {
     }
 
     fn can_send_new(&self, p: &Peer) -> bool {
-        !p.out.is_empty() && (p.inflight.len() as u32) < p.send_window && self.send_free > 0
+        !p.out.is_empty()
+            && (p.inflight.len() as u32) < p.send_window
+            && p.cc.allows(p.inflight.len())
+            && self.send_free > 0
     }
 
     /// The end of hole to report to `p`.
@@ -624,6 +634,7 @@ impl Holefill {
             }
         }
         p.snd_una = self.seq.add(p.snd_una, n as u32);
+        p.cc.on_ack(n as u32);
         if implicit {
             p.stats.implicit_acks += n as u64;
         } else {
@@ -703,6 +714,9 @@ impl Holefill {
         if let Some(i) = last {
             p.inflight[i].extra |= flags::ACK_REQ;
             self.ready.insert(peer);
+            // Every resend answers a loss: a hole, or a tail that did not arrive.
+            let rtt = p.rtt.estimate();
+            p.cc.on_loss(now, rtt);
         }
         n
     }
@@ -774,7 +788,13 @@ impl Holefill {
         let seq = self.seq;
         let window = self.cfg.window;
         let p = &mut self.peers[peer as usize];
-        let ack_every = p.ack_every;
+        // A sender under congestion control tells its window in `credit`: a requested
+        // ack is due every half window, or it would wait a prod interval for acks that
+        // open it.
+        let ack_every = match hdr.credit {
+            0 => p.ack_every,
+            w => p.ack_every.min((w as u32 / 2).max(1)),
+        };
         let req = hdr.has(flags::ACK_REQ);
         let mut urgent = hdr.has(flags::LAST_OF_PHASE) || hdr.has(flags::RETRANSMIT);
         let s = hdr.seq;
@@ -862,8 +882,11 @@ impl Holefill {
 
     /// Foresees running out of send buffers toward `p` within one round trip.
     fn low_on_buffers(&self, p: &Peer) -> bool {
+        // The congestion window counts as the send window it cuts: a sender it holds
+        // back must ask for the acknowledgements that open it.
         let free = p
             .send_window
+            .min(p.cc.packets())
             .saturating_sub(p.inflight.len() as u32)
             .min(self.send_free);
         free <= p.rate_prev.max(p.rate_cur)
@@ -919,6 +942,9 @@ impl Holefill {
         s.sends += 1;
         s.last_tx = now;
         h.flags = fl;
+        if p.cc.on() {
+            h.credit = p.cc.packets().min(u16::MAX as u32) as u16;
+        }
         h.seq = self.seq.add(p.snd_una, idx as u32);
         h.msg = s.msg;
         h.offset = s.offset;
@@ -1072,6 +1098,12 @@ impl Holefill {
                 }
             }
             p.last_activity = now;
+            // Only a packet resent before and still unacknowledged tells of
+            // congestion (see below: most timeouts only miss an ack).
+            if p.inflight[0].sends >= 2 {
+                let rtt = p.rtt.estimate();
+                p.cc.on_timeout(now, rtt);
+            }
             // Most timeouts on a quiet tail find the data delivered and only the ack
             // missing (the receiver does not ack unasked). For a large packet, ask with a
             // header-only probe first; an answer that shows the tail lost resends it.
@@ -1389,6 +1421,12 @@ mod tests {
     fn pair() -> (Holefill, Holefill) {
         let cfg = HolefillConfig::default();
         (node(0, 2, 1000, cfg.clone()), node(1, 2, 1000, cfg))
+    }
+
+    /// The paper's protocol alone, without congestion control (`BULKWIRE_CC=off`): what
+    /// the tests of its windows and acknowledgements count.
+    fn paper_node(rank: Rank, nprocs: u32, max_payload: usize, cfg: HolefillConfig) -> Holefill {
+        Holefill::new(Common::new(rank, nprocs, max_payload).with_cc(false), cfg).unwrap()
     }
 
     /// Everything `h` transmits now, with the source the engine would fill in.
@@ -1940,8 +1978,8 @@ mod tests {
             window: 16,
             ..HolefillConfig::default()
         };
-        let mut a = node(0, 2, 1000, cfg.clone());
-        let b = node(1, 2, 1000, cfg);
+        let mut a = paper_node(0, 2, 1000, cfg.clone());
+        let b = paper_node(1, 2, 1000, cfg);
         assert_eq!((a.config().window, a.ack_every()), (16, 8));
         for i in 0..40u8 {
             a.send(0, 1, Bytes::from(vec![i]), false).unwrap();
@@ -2232,7 +2270,13 @@ mod tests {
 
     #[test]
     fn symmetric_traffic_needs_almost_no_explicit_acks() {
-        let (a, b) = pair();
+        // The paper's claim, for its protocol: the congestion window's first round trips
+        // ask for a few acks more.
+        let cfg = HolefillConfig::default();
+        let (a, b) = (
+            paper_node(0, 2, 1000, cfg.clone()),
+            paper_node(1, 2, 1000, cfg),
+        );
         let mut net = Net::clean(vec![a, b]);
         for round in 0..50u32 {
             let t = round as Time * 200 * US;
@@ -2403,7 +2447,7 @@ mod tests {
         // 64 KiB packets: 4 MiB in flight is 64 of them, and the receiver acknowledges
         // every 32 (half the cut window). Small packets keep the configured 256.
         for (payload, window, ack_every) in [(65_536, 64, 32), (1_000, 256, 128)] {
-            let mut a = node(0, 2, payload, HolefillConfig::default());
+            let mut a = paper_node(0, 2, payload, HolefillConfig::default());
             a.send(0, 1, Bytes::from(vec![7u8; 40 << 20]), false)
                 .unwrap();
             let mut out = Vec::new();
@@ -2418,7 +2462,7 @@ mod tests {
             inflight_bytes: 1,
             ..HolefillConfig::default()
         };
-        let mut a = node(0, 2, 65_536, cfg);
+        let mut a = paper_node(0, 2, 65_536, cfg);
         a.send(0, 1, Bytes::from(vec![7u8; 4 << 20]), false)
             .unwrap();
         let mut out = Vec::new();

@@ -33,9 +33,9 @@ fn show(what: &str, s: &Steps) -> String {
 /// - gbn with the controller holds the links' bound within 1.5x and loses under 1 % of
 ///   its packets; without it, go-back-N resends whole windows into full ports and takes
 ///   more than twice as long.
-/// - holefill with it loses under 10 % (a fifth of what it loses without) at up to 2.5x
-///   the bound: in this simulation holefill without it is faster (its hole reports repair
-///   fast enough), at half its packets lost.
+/// - holefill stays the paper's under either setting (`holefill::WINDOWED` is off: with
+///   the window it lost a seventh as much but took 2.05x the bound against 1.39x): within
+///   1.5x the bound, at half its packets lost.
 /// - rmpp collapses without it (over half its packets lost), and with it too: its pacing
 ///   is written but off (`rmpp::PACED`), so the setting leaves it as the paper's.
 #[test]
@@ -53,9 +53,8 @@ fn total_exchange_on_a_100_mbit_switch() {
                 assert!(off.median() >= 2.0 * on.median(), "{both}");
             }
             "holefill" => {
-                assert!(on.median() <= 2.5 * on.bound_ns, "{both}");
-                assert!(on.drop_rate() < 0.1, "{both}");
-                assert!(off.drop_rate() >= 5.0 * on.drop_rate(), "{both}");
+                assert!(on.median() <= 1.5 * on.bound_ns, "{both}");
+                assert_eq!(on, off, "{both}");
             }
             _ => {
                 assert!(off.drop_rate() > 0.5, "{both}");
@@ -68,8 +67,9 @@ fn total_exchange_on_a_100_mbit_switch() {
 /// p - 1 senders into one 64 KiB port at p = 64, 16 KB each (a gather). A window cannot
 /// go below one packet, and 63 packets do not fit the port's 43: the first flight of
 /// every superstep overflows whatever the controller does (receiver grants, as Homa's,
-/// would be needed). What the controller does is recover without flooding: with it,
-/// no protocol loses more than without it, and each completes.
+/// would be needed). What the controller does is recover without flooding: with it, gbn
+/// sends a third of the packets and finishes in under half the time; the others are the
+/// same either way.
 #[test]
 fn incast_at_p_64() {
     for protocol in ["holefill", "gbn", "rmpp"] {
@@ -81,11 +81,15 @@ fn incast_at_p_64() {
         let (on, off) = (run(true), run(false));
         let (a, b) = (show("incast on", &on), show("incast off", &off));
         eprintln!("{protocol}: {a}\n{protocol}: {b}");
-        assert!(
-            on.drop_rate() <= off.drop_rate() * 1.05,
-            "{protocol}:\n{a}\n{b}"
-        );
-        assert!(on.median() <= 1.1 * off.median(), "{protocol}:\n{a}\n{b}");
+        if protocol == "gbn" {
+            assert!(
+                on.packets.data * 3 <= off.packets.data,
+                "{protocol}:\n{a}\n{b}"
+            );
+            assert!(on.median() * 2.0 <= off.median(), "{protocol}:\n{a}\n{b}");
+        } else {
+            assert_eq!(on, off, "{protocol}:\n{a}\n{b}");
+        }
     }
 }
 

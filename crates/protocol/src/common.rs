@@ -513,6 +513,8 @@ pub struct Rtt {
     /// the queue ([`Rtt::following_queue`]); 0 otherwise.
     peak: Time,
     follow: bool,
+    /// The shortest sample: the path without queues.
+    floor: Time,
 }
 
 impl Rtt {
@@ -527,6 +529,7 @@ impl Rtt {
             max,
             peak: 0,
             follow: false,
+            floor: 0,
         }
     }
 
@@ -557,6 +560,20 @@ impl Rtt {
     /// Mean deviation of the round trip (0 before any sample).
     pub fn rttvar(&self) -> Time {
         self.rttvar
+    }
+
+    /// The shortest sample so far (0 before any): the round trip of the path without
+    /// queues.
+    pub fn floor(&self) -> Time {
+        self.floor
+    }
+
+    /// Whether the smoothed round trip shows a queue: over twice the shortest sample, or
+    /// nothing measured yet (assume so). A loss with a queue is congestion; a loss on a
+    /// path whose round trip stays at its floor is the link's (noise, a flaky cable,
+    /// injected faults), which no smaller window relieves.
+    pub fn queued(&self) -> bool {
+        self.srtt == 0 || self.srtt > 2 * self.floor
     }
 
     /// The longest recent sample when the timeout follows the queue (0 otherwise).
@@ -590,6 +607,9 @@ impl Rtt {
         }
         if self.follow {
             self.peak = rtt.max(self.peak - self.peak / 8);
+        }
+        if self.floor == 0 || rtt < self.floor {
+            self.floor = rtt;
         }
         self.rto = (self.srtt + 4 * self.rttvar)
             .max(self.peak + self.peak / 4)

@@ -607,8 +607,7 @@ impl Gbn {
         {
             // A loss (or a full receive ring): one decrease per round trip, and the
             // go-back resends only what the smaller window holds.
-            let rtt = p.rtt.estimate();
-            p.cc.on_loss(now, rtt);
+            p.cc.on_loss(now, &p.rtt);
             self.go_back(from);
         }
         // Otherwise the slot is already marked RETRANSMIT, or was resent since the
@@ -793,8 +792,7 @@ impl Protocol for Gbn {
                     p.rtt.back_off();
                 }
             }
-            let rtt = p.rtt.estimate();
-            p.cc.on_timeout(now, rtt);
+            p.cc.on_timeout(now, &p.rtt);
             self.go_back(to);
         }
     }
@@ -1198,64 +1196,90 @@ mod tests {
     #[test]
     fn congestion_window_halves_once_and_bounds_the_go_back() {
         let (mut a, mut b) = pair(GbnConfig::default(), MP);
-        a.send(0, 1, pattern(8 * MP, 7), false).unwrap();
-        a.send(0, 1, pattern(3, 1), false).unwrap();
-        let d = tx(&mut a, 0);
-        assert_eq!(
-            d.len(),
-            8,
-            "the ring's 8 slots, under the initial window of 10"
-        );
-        for (i, t) in d.iter().enumerate() {
-            if i != 2 {
-                rx(&mut b, 0, t);
-            }
-        }
-        rx_all(&mut a, 0, &tx(&mut b, 0));
-        let r = tx(&mut a, MS);
-        assert_eq!(
-            r.iter().map(|t| t.hdr.seq).collect::<Vec<_>>(),
-            [2, 3, 4, 5, 6, 7],
-            "five NACKs, one halving"
-        );
-        rx_all(&mut b, MS, &r);
-        rx_all(&mut a, MS, &tx(&mut b, MS));
-        let r = tx(&mut a, MS);
-        assert_eq!(r.iter().map(|t| t.hdr.seq).collect::<Vec<_>>(), [8]);
-        rx_all(&mut b, MS, &r);
-        rx_all(&mut a, MS, &tx(&mut b, MS));
-        assert!(!a.outstanding(1));
-        assert_eq!(messages(&mut b).len(), 2);
-    }
-
-    /// Under congestion control a timeout leaves one packet in flight; when the ACK then
-    /// echoes the first transmission, the timeout was spurious (the packet was queued):
-    /// the window comes back and the round trip it took is a sample.
-    #[test]
-    fn a_late_ack_of_the_first_transmission_undoes_the_timeout() {
-        let (mut a, mut b) = pair(GbnConfig::default(), MP);
-        a.send(0, 1, pattern(1, 0), false).unwrap();
+        // A first message measures the bare path: 100 us.
+        a.send(0, 1, pattern(1, 9), false).unwrap();
         let d = tx(&mut a, 0);
         rx_all(&mut b, 50 * US, &d);
         rx_all(&mut a, 100 * US, &tx(&mut b, 50 * US));
-        a.send(MS, 1, pattern(8 * MP, 1), false).unwrap();
+        a.send(MS, 1, pattern(8 * MP, 7), false).unwrap();
+        a.send(MS, 1, pattern(3, 1), false).unwrap();
         let d = tx(&mut a, MS);
+        assert_eq!(d.len(), 8, "the ring's 8 slots, under the window of 11");
+        for (i, t) in d.iter().enumerate() {
+            if i != 2 {
+                rx(&mut b, MS, t);
+            }
+        }
+        // The answers come through a queue (2 ms): the loss is congestion.
+        rx_all(&mut a, 3 * MS, &tx(&mut b, MS));
+        let r = tx(&mut a, 3 * MS);
+        assert_eq!(
+            r.iter().map(|t| t.hdr.seq).collect::<Vec<_>>(),
+            [3, 4, 5, 6, 7, 8],
+            "five NACKs, one halving (13 to 6)"
+        );
+        rx_all(&mut b, 3 * MS, &r);
+        rx_all(&mut a, 3 * MS, &tx(&mut b, 3 * MS));
+        let r = tx(&mut a, 3 * MS);
+        assert_eq!(r.iter().map(|t| t.hdr.seq).collect::<Vec<_>>(), [9]);
+        rx_all(&mut b, 3 * MS, &r);
+        rx_all(&mut a, 3 * MS, &tx(&mut b, 3 * MS));
+        assert!(!a.outstanding(1));
+        assert_eq!(messages(&mut b).len(), 3);
+    }
+
+    /// A loss on a path whose round trip never left its floor is the link's: the window
+    /// stays, and the go-back resends everything after the loss, as the paper's.
+    #[test]
+    fn a_loss_without_a_queue_is_not_congestion() {
+        let (mut a, mut b) = pair(GbnConfig::default(), MP);
+        a.send(0, 1, pattern(8 * MP, 7), false).unwrap();
+        a.send(0, 1, pattern(3, 1), false).unwrap();
+        let d = tx(&mut a, 0);
+        for (i, t) in d.iter().enumerate() {
+            if i != 2 {
+                rx(&mut b, 50 * US, t);
+            }
+        }
+        rx_all(&mut a, 100 * US, &tx(&mut b, 50 * US));
+        let r = tx(&mut a, 100 * US);
+        assert_eq!(r.len(), 7, "six slots back and the new message");
+        assert_eq!(a.peer_cc(1), 12 * 16);
+    }
+
+    /// Under congestion control a timeout through a queue leaves a quarter of the window;
+    /// when the ACK then echoes the first transmission, the timeout was spurious (the
+    /// packet was queued): the window comes back and the round trip it took is a sample.
+    #[test]
+    fn a_late_ack_of_the_first_transmission_undoes_the_timeout() {
+        let (mut a, mut b) = pair(GbnConfig::default(), MP);
+        // Two messages: the bare path (100 us), then a queue (2 ms).
+        for (k, rtt) in [(0, 100 * US), (1, 2 * MS)] {
+            let t0 = k * 10 * MS;
+            a.send(t0, 1, pattern(1, k as u32), false).unwrap();
+            let d = tx(&mut a, t0);
+            rx_all(&mut b, t0, &d);
+            rx_all(&mut a, t0 + rtt, &tx(&mut b, t0));
+        }
+        let t0 = 20 * MS;
+        a.send(t0, 1, pattern(8 * MP, 1), false).unwrap();
+        let d = tx(&mut a, t0);
         assert_eq!(d.len(), 8);
         let t = a.poll_timeout().unwrap();
         a.handle_timeout(t);
-        assert_eq!(tx(&mut a, t).len(), 1, "one packet after the timeout");
+        assert_eq!(tx(&mut a, t).len(), 3, "a quarter of the window of 12");
         // The first transmissions were only queued: their ACKs come, echoing attempt 1.
         rx_all(&mut b, t + MS, &d);
         rx_all(&mut a, t + MS, &tx(&mut b, t + MS));
         assert!(!a.outstanding(1));
         assert!(
-            a.peer_stats(1).srtt_ns > 100 * US,
+            a.peer_stats(1).srtt_ns > 200 * US,
             "the late ACK was a sample"
         );
         assert_eq!(
             a.peer_cc(1),
-            19 * 16,
-            "the window before the timeout (11), and 8 ACKs"
+            20 * 16,
+            "the window before the timeout (12), and 8 ACKs"
         );
     }
 

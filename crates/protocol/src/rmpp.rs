@@ -921,8 +921,7 @@ impl Rmpp {
                 .iter()
                 .map(|&(a, b)| b.min(m.sent_hi).saturating_sub(a))
                 .sum();
-            let rtt = p.rtt.estimate();
-            p.cc.on_loss_share(now, rtt, m.sent_hi.saturating_sub(missing), m.sent_hi);
+            p.cc.on_loss_share(now, &p.rtt, m.sent_hi.saturating_sub(missing), m.sent_hi);
         }
         m.open = true;
         m.rts_due = false;
@@ -1153,8 +1152,7 @@ impl Rmpp {
                     m.rts_due = true;
                     p.stats.timeouts += 1;
                     // One packet lost (or its answer): a loss, not an empty path.
-                    let rtt = p.rtt.estimate();
-                    p.cc.on_loss(now, rtt);
+                    p.cc.on_loss(now, &p.rtt);
                     wake = true;
                 }
                 Some(t) => next = Some(next.map_or(t, |n: Time| n.min(t))),

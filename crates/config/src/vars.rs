@@ -114,7 +114,7 @@ vars! {
     CC: Stack, "BULKWIRE_CC",
         "on or off (also 1/0, true/false, yes/no)",
         "on",
-        "Congestion control for gbn and holefill: a window per peer that halves on a loss, grows while packets get through, and a timeout that follows the queue (rmpp's pacing is not on yet: it stays the paper's). off: the papers' protocols, which send as fast as their own windows allow and collapse on a switch whose buffers fill. Every process must agree.";
+        "Congestion control: for gbn, a window per peer that halves on a loss through a queue and grows while packets get through, and a timeout that follows the queue (holefill's window and rmpp's pacing are written but not on: they stay the papers'). off: the papers' protocols, which send as fast as their own windows allow; gbn's collapses on a switch whose buffers fill. Every process must agree.";
     PEER_BUDGET: Stack, "BULKWIRE_PEER_BUDGET",
         "a size in bytes from 1M to 1024G (suffixes K, M, G: powers of 1024)",
         "1G",

@@ -3,8 +3,9 @@
 //! (slow start, then additive increase; multiplicative decrease at most once per round
 //! trip; a small window again after a timeout; undone when the loss proves spurious),
 //! and pacing at the window's rate for a protocol that has no acknowledgement to clock
-//! its sending (rmpp streams a message without one; its pacing is written but off, see
-//! `rmpp::PACED`).
+//! its sending (rmpp streams a message without one). gbn's window is on; holefill's and
+//! rmpp's are written but off (`holefill::WINDOWED`, `rmpp::PACED`: on the simulated
+//! switch they made things worse; docs/protocols.md has the figures).
 //!
 //! Why this shape (figures in docs/protocols.md):
 //!
@@ -15,6 +16,8 @@
 //!   it again. A window that halves on a loss converges to the port's share whatever the
 //!   number of senders; UCX's UD transport does the same with a window of 2..1025 packets,
 //!   TCP Reno/NewReno with bytes.
+//! - Only a loss through a queue ([`Rtt::queued`]) is congestion: a link that loses at
+//!   random keeps its round trip at the floor, and a smaller window would only slow it.
 //! - At most one decrease per round trip: the losses of one overflow reach the sender as
 //!   several signals (one NACK, hole report or resend request per lost packet), and they
 //!   are one congestion event (NewReno's recovery).
@@ -22,8 +25,9 @@
 //!   packet per window of acknowledgements: a path that never loses reaches the
 //!   protocol's own window within a few round trips (loopback and shared memory lose
 //!   nothing, so there the controller only counts).
-//! - After a timeout (nothing came back for a whole timeout) one packet: the path held
-//!   nothing, so the next packet is also the probe (TCP's loss window).
+//! - After a timeout a quarter of the window, at least two packets (TCP's loss window of
+//!   one made every loss of a lone packet wait out a timeout, 45x the lossless time at
+//!   20 % random loss).
 //! - Incast (p - 1 senders into one port): a window of gbn or holefill cannot go below one
 //!   packet, and p - 1 packets may not fit the port (63 against 43 at p = 64): the first
 //!   flight of a burst overflows, and the window only keeps the recovery from flooding

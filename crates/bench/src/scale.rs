@@ -36,6 +36,9 @@ pub enum Topology {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Cluster {
     pub link_gbps: f64,
+    /// Each node's uplink into the switch, when faster than the switch's ports (a host
+    /// at its line rate on a shaped switch port); 0: `link_gbps`.
+    pub uplink_gbps: f64,
     pub mtu: usize,
     /// Propagation and forwarding per hop (node to switch, switch to node), ns.
     pub hop_ns: Time,
@@ -51,6 +54,8 @@ pub struct Cluster {
     pub cpu_per_message: Time,
     pub topology: Topology,
     pub protocol: String,
+    /// Congestion control (`BULKWIRE_CC`).
+    pub cc: bool,
     pub seed: u64,
 }
 
@@ -60,6 +65,7 @@ impl Cluster {
     pub fn ethernet25() -> Cluster {
         Cluster {
             link_gbps: 25.0,
+            uplink_gbps: 0.0,
             mtu: 9000,
             hop_ns: 1_000,
             switch_buffer: 512 << 10,
@@ -70,7 +76,28 @@ impl Cluster {
             cpu_per_message: 1_000,
             topology: Topology::OneSwitch,
             protocol: "holefill".into(),
+            cc: true,
             seed: 1,
+        }
+    }
+
+    /// The switched cluster of the papers' network experiments (and issue's test bed):
+    /// one switch whose ports run at `link_gbps` with 64 KiB output buffers, 1500-byte
+    /// frames, hosts that send at 10 Gb/s into it (so a burst meets the port's buffer at
+    /// full speed, as on a tc-shaped bridge), 20 us per hop, 256 KiB NIC queues and 4 MiB
+    /// socket buffers.
+    pub fn switched(link_gbps: f64, protocol: &str, cc: bool) -> Cluster {
+        Cluster {
+            link_gbps,
+            uplink_gbps: 10.0,
+            mtu: 1500,
+            hop_ns: 20_000,
+            switch_buffer: 64 << 10,
+            nic_queue: 256 << 10,
+            recv_buffer: 4 << 20,
+            protocol: protocol.into(),
+            cc,
+            ..Cluster::ethernet25()
         }
     }
 
@@ -90,10 +117,15 @@ impl Cluster {
                 format!("two-tier fat tree, {hosts_per_leaf} hosts per leaf, full bisection")
             }
         };
+        let uplink = if self.uplink_gbps > 0.0 {
+            format!(" ({} Gb/s uplinks)", self.uplink_gbps)
+        } else {
+            String::new()
+        };
         format!(
-            "{} Gb/s links, {}-byte frames, {} us per hop, {}; switch ports {} KiB, NIC \
-             queue {} KiB, receive buffer {} KiB; CPU {} ns per datagram received, {} ns \
-             per datagram sent, {} ns per message; {}, seed {}",
+            "{} Gb/s links{uplink}, {}-byte frames, {} us per hop, {}; switch ports {} KiB, \
+             NIC queue {} KiB, receive buffer {} KiB; CPU {} ns per datagram received, {} \
+             ns per datagram sent, {} ns per message; {}{}, seed {}",
             self.link_gbps,
             self.mtu,
             self.hop_ns as f64 / 1e3,
@@ -105,6 +137,11 @@ impl Cluster {
             self.cpu_per_send,
             self.cpu_per_message,
             self.protocol,
+            if self.cc {
+                ""
+            } else {
+                " without congestion control"
+            },
             self.seed
         )
     }
@@ -132,6 +169,7 @@ impl Cluster {
         net.mtu = self.mtu;
         net.latency = self.hop_ns;
         net.bandwidth_bps = (self.link_gbps * 1e9) as u64;
+        net.uplink_bps = (self.uplink_gbps * 1e9) as u64;
         net.send_buffer = self.nic_queue;
         net.switch_buffer = self.switch_buffer;
         net.recv_buffer = self.recv_buffer;
@@ -142,6 +180,7 @@ impl Cluster {
             net.hosts_per_leaf = Some(hosts_per_leaf);
         }
         let mut s = SimSetup::new(net, &self.protocol);
+        s.protocols.cc = self.cc;
         s.cpu_per_message = self.cpu_per_message;
         // A rank's stack holds the BSP calls and a program's locals: 256 KiB is ample,
         // and thousands of ranks then reserve little.
@@ -602,6 +641,127 @@ pub fn exchange_body(b: &mut Proc, size: usize, distinct: bool) -> RankResult<Sp
     b.pop_reg(&area)?;
     b.sync()?;
     Ok((t0, t1, counted))
+}
+
+/// Supersteps of one pattern repeated: each superstep's time and what the network saw.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Steps {
+    pub p: u32,
+    pub size: usize,
+    /// Each superstep, from the first process leaving the barrier before it to the last
+    /// leaving it, ns.
+    pub ns: Vec<f64>,
+    /// What the links allow for one superstep, ns.
+    pub bound_ns: f64,
+    /// Packets of all the timed supersteps.
+    pub packets: Packets,
+}
+
+impl Steps {
+    /// The median superstep, ns.
+    pub fn median(&self) -> f64 {
+        let mut v = self.ns.clone();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    }
+
+    /// The slowest superstep, ns.
+    pub fn worst(&self) -> f64 {
+        self.ns.iter().copied().fold(0.0, f64::max)
+    }
+
+    /// Switch and receiver drops per data packet sent.
+    pub fn drop_rate(&self) -> f64 {
+        let k = &self.packets;
+        (k.switch_drops + k.receiver_drops) as f64 / k.data.max(1) as f64
+    }
+}
+
+/// `steps` supersteps of the total exchange of `size` bytes per pair (the BSP layer's
+/// default schedule, the latin square, no pacing), every pair's bytes in its own place
+/// and checked after each superstep.
+pub fn exchange_steps(cluster: &Cluster, p: u32, size: usize, steps: u32) -> Result<Steps, String> {
+    steps_of(cluster, p, size, steps, |me, p| {
+        (0..p).filter(|&d| d != me).collect()
+    })
+    .map(|mut s| {
+        s.bound_ns = cluster.wire_ns(((p - 1) as usize * size) as f64);
+        s
+    })
+}
+
+/// `steps` supersteps in which every process but pid 0 puts `size` bytes into pid 0
+/// (a gather: p - 1 senders into one switch port), checked.
+pub fn incast_steps(cluster: &Cluster, p: u32, size: usize, steps: u32) -> Result<Steps, String> {
+    steps_of(cluster, p, size, steps, |me, _| {
+        if me == 0 { Vec::new() } else { vec![0] }
+    })
+    .map(|mut s| {
+        s.bound_ns = cluster.wire_ns(((p - 1) as usize * size) as f64);
+        s
+    })
+}
+
+/// Runs `steps` supersteps in which each process `me` puts `size` bytes of its own
+/// pattern to each of `dests(me, p)`, at `me`'s place in the destination's area.
+fn steps_of(
+    cluster: &Cluster,
+    p: u32,
+    size: usize,
+    steps: u32,
+    dests: impl Fn(u32, u32) -> Vec<u32> + Sync,
+) -> Result<Steps, String> {
+    let out = run(cluster, p, |t| {
+        let mut b = Proc::new(t, Config::default());
+        let (me, p) = (b.pid(), b.core.nprocs());
+        let area = vec![0u8; p as usize * size];
+        b.push_reg(&area);
+        b.sync()?;
+        let to = dests(me, p);
+        let k0 = b.packets();
+        let mut spans = Vec::with_capacity(steps as usize);
+        for step in 0..steps {
+            let t0 = b.now();
+            for &d in &to {
+                let src: Vec<u8> = (0..size).map(|k| pattern(me, d, k) ^ step as u8).collect();
+                b.put(d, &src, &area, me as usize * size)?;
+            }
+            b.sync()?;
+            spans.push((t0, b.now()));
+            for s in (0..p).filter(|&s| dests(s, p).contains(&me)) {
+                let at = s as usize * size;
+                if let Some(k) = (0..size).find(|&k| area[at + k] != pattern(s, me, k) ^ step as u8)
+                {
+                    return Err(format!(
+                        "pid {me}: superstep {step}: byte {k} from pid {s} is wrong"
+                    ));
+                }
+            }
+        }
+        let counted = b.packets().minus(k0);
+        b.pop_reg(&area)?;
+        b.sync()?;
+        b.end()?;
+        Ok((spans, counted))
+    })?;
+    let ns = (0..steps as usize)
+        .map(|i| {
+            let start = out.results.iter().map(|r| r.0[i].0).min().unwrap_or(0);
+            let end = out.results.iter().map(|r| r.0[i].1).max().unwrap_or(0);
+            (end - start) as f64
+        })
+        .collect();
+    let packets = out
+        .results
+        .iter()
+        .fold(Packets::default(), |a, r| a.plus(r.1));
+    Ok(Steps {
+        p,
+        size,
+        ns,
+        bound_ns: 0.0,
+        packets,
+    })
 }
 
 /// Sample sort with BSMP: `n` keys per process, regular sampling, buckets sent with

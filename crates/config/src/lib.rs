@@ -224,6 +224,8 @@ fn must_agree(
             if always_checksum { "always" } else { "auto" }.to_string(),
         ),
         (AUTH.name, auth.to_string()),
+        // One sender without congestion control takes a shared port from the others.
+        (CC.name, if p.cc { "on" } else { "off" }.to_string()),
     ];
     // Sequence numbers wrap at 2^bits: both ends must count alike.
     match protocol {
@@ -356,6 +358,7 @@ fn protocol_configs(l: &Lookup) -> Result<ProtocolConfigs, ConfigError> {
         peer_budget: l
             .get(&PEER_BUDGET, |v| size(v, 1 << 20, 1 << 40))?
             .unwrap_or(jobs.peer_budget),
+        cc: l.get(&CC, flag)?.unwrap_or(jobs.cc),
     })
 }
 

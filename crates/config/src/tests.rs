@@ -814,6 +814,7 @@ fn settings_that_must_agree_across_the_job() {
             "BULKWIRE_PROTOCOL",
             "BULKWIRE_CHECKSUM",
             "BULKWIRE_AUTH",
+            "BULKWIRE_CC",
             "BULKWIRE_HOLEFILL_SEQ_BITS"
         ]
     );
@@ -829,6 +830,22 @@ fn settings_that_must_agree_across_the_job() {
     assert!(a.contains(&("BULKWIRE_GBN_SEQ_BITS", "12".into())), "{a:?}");
     assert!(a.contains(&("BULKWIRE_TRANSPORT", "udp".into())), "{a:?}");
     assert!(!a.iter().any(|(k, _)| k.contains("HOLEFILL")), "{a:?}");
+}
+
+/// `BULKWIRE_CC` turns congestion control off for every protocol (the papers' protocols),
+/// is on by default, and must agree across the job.
+#[test]
+fn congestion_control_is_on_unless_turned_off() {
+    let s = settings(&[]).unwrap();
+    assert!(s.job().protocols.cc);
+    assert!(s.job().agree.contains(&("BULKWIRE_CC", "on".into())));
+    let s = settings(&[("BULKWIRE_CC", "off")]).unwrap();
+    assert!(!s.job().protocols.cc);
+    assert!(s.job().agree.contains(&("BULKWIRE_CC", "off".into())));
+    let e = settings(&[("BULKWIRE_CC", "maybe")])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("BULKWIRE_CC") && e.contains("maybe"), "{e}");
 }
 
 /// `BULKWIRE_SPMD_ENTRY` must have the form bsp_begin writes (a process jumps to what it

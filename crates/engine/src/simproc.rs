@@ -543,6 +543,8 @@ where
 {
     let p = setup.net.nodes;
     let mut sim = SimCluster::new(setup.net.clone(), setup.endpoint.clone(), |c| {
+        // The job's timers, peer budget and congestion control, as a real job's endpoint.
+        let c = setup.protocols.timers(c);
         bulkwire_protocol::by_name(&setup.protocol, c, &setup.protocols).expect("a known protocol")
     });
     sim.track_touched();

@@ -39,6 +39,10 @@ pub struct SimConfig {
     pub latency: Time,
     /// Bandwidth of each node's link, each direction, in bits per second.
     pub bandwidth_bps: u64,
+    /// Bandwidth of each node's uplink (its NIC into the switch), when faster than the
+    /// switch's ports; 0: `bandwidth_bps`. A host on a shaped switch port sends at its
+    /// own line rate, so bursts meet the port's buffer at full speed (a tc-shaped bridge).
+    pub uplink_bps: u64,
     /// Bytes a node's uplink may have queued before it refuses datagrams (send buffer).
     pub send_buffer: usize,
     /// Bytes the switch may queue per output port before it drops.
@@ -89,6 +93,7 @@ impl SimConfig {
             mtu: 9000,
             latency: 2_000,
             bandwidth_bps: 10_000_000_000,
+            uplink_bps: 0,
             send_buffer: 256 << 10,
             switch_buffer: 1 << 20,
             recv_buffer: 1 << 20,
@@ -137,6 +142,20 @@ impl SimConfig {
     /// Nanoseconds to serialize `bytes` onto one link.
     fn wire_time(&self, bytes: usize) -> Time {
         ((bytes as u128 * 8 * 1_000_000_000) / self.bandwidth_bps.max(1) as u128) as Time
+    }
+
+    /// Bits per second of a node's uplink.
+    fn uplink_rate(&self) -> u64 {
+        if self.uplink_bps == 0 {
+            self.bandwidth_bps
+        } else {
+            self.uplink_bps
+        }
+    }
+
+    /// Nanoseconds to serialize `bytes` onto a node's uplink.
+    fn uplink_time(&self, bytes: usize) -> Time {
+        ((bytes as u128 * 8 * 1_000_000_000) / self.uplink_rate().max(1) as u128) as Time
     }
 }
 
@@ -457,7 +476,9 @@ impl SimNet {
     /// When `rank`'s uplink will have room for a full datagram again.
     pub fn uplink_ready(&self, rank: Rank) -> Time {
         let n = self.lock();
-        let room_ns = n.cfg.wire_time(n.cfg.send_buffer.saturating_sub(n.cfg.mtu));
+        let room_ns = n
+            .cfg
+            .uplink_time(n.cfg.send_buffer.saturating_sub(n.cfg.mtu));
         n.nodes[rank as usize]
             .uplink_free
             .saturating_sub(room_ns)
@@ -548,13 +569,13 @@ impl Link for SimLink {
             }
             let backlog_ns = n.nodes[me].uplink_free.saturating_sub(now);
             let backlog =
-                (backlog_ns as u128 * n.cfg.bandwidth_bps as u128 / 8_000_000_000) as usize;
+                (backlog_ns as u128 * n.cfg.uplink_rate() as u128 / 8_000_000_000) as usize;
             if backlog + len > n.cfg.send_buffer {
                 n.nodes[me].stats.refused += 1;
                 return Ok(i);
             }
             let start = n.nodes[me].uplink_free.max(now);
-            let done = start + n.cfg.wire_time(len);
+            let done = start + n.cfg.uplink_time(len);
             n.nodes[me].uplink_free = done;
             n.nodes[me].stats.sent += 1;
             n.nodes[me].stats.sent_bytes += len as u64;

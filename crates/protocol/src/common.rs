@@ -509,6 +509,12 @@ pub struct Rtt {
     max_backoff: u32,
     min: Time,
     max: Time,
+    /// The longest recent sample, decaying by 1/8 per sample, when the timeout follows
+    /// the queue ([`Rtt::following_queue`]); 0 otherwise.
+    peak: Time,
+    follow: bool,
+    /// The shortest sample: the path without queues.
+    floor: Time,
 }
 
 impl Rtt {
@@ -521,7 +527,21 @@ impl Rtt {
             max_backoff: 20,
             min,
             max,
+            peak: 0,
+            follow: false,
+            floor: 0,
         }
+    }
+
+    /// This estimator with the timeout at least 5/4 of the longest recent sample (when
+    /// `on`; congestion control turns it on). Through a switch port whose buffer fills
+    /// and drains, the round trip swings between the bare path and the full queue (0.3
+    /// to 10 ms through two 64 KiB ports at 100 Mb/s) faster than the smoothed
+    /// estimate and its mean deviation follow, and a timeout between the two fires on
+    /// packets that are only queued; the go-back or resend it triggers then fills the
+    /// queue further. The peak keeps the timeout above the queue the path showed lately.
+    pub fn following_queue(self, on: bool) -> Rtt {
+        Rtt { follow: on, ..self }
     }
 
     /// This estimator with the timeout doubling at most `n` times (20 by default).
@@ -540,6 +560,25 @@ impl Rtt {
     /// Mean deviation of the round trip (0 before any sample).
     pub fn rttvar(&self) -> Time {
         self.rttvar
+    }
+
+    /// The shortest sample so far (0 before any): the round trip of the path without
+    /// queues.
+    pub fn floor(&self) -> Time {
+        self.floor
+    }
+
+    /// Whether the smoothed round trip shows a queue: over twice the shortest sample, or
+    /// nothing measured yet (assume so). A loss with a queue is congestion; a loss on a
+    /// path whose round trip stays at its floor is the link's (noise, a flaky cable,
+    /// injected faults), which no smaller window relieves.
+    pub fn queued(&self) -> bool {
+        self.srtt == 0 || self.srtt > 2 * self.floor
+    }
+
+    /// The longest recent sample when the timeout follows the queue (0 otherwise).
+    pub fn peak(&self) -> Time {
+        self.peak
     }
 
     /// A round-trip estimate for pacing decisions: the smoothed value, or the initial
@@ -566,7 +605,15 @@ impl Rtt {
             self.rttvar = (3 * self.rttvar + err) / 4;
             self.srtt = (7 * self.srtt + rtt) / 8;
         }
-        self.rto = (self.srtt + 4 * self.rttvar).clamp(self.min, self.max);
+        if self.follow {
+            self.peak = rtt.max(self.peak - self.peak / 8);
+        }
+        if self.floor == 0 || rtt < self.floor {
+            self.floor = rtt;
+        }
+        self.rto = (self.srtt + 4 * self.rttvar)
+            .max(self.peak + self.peak / 4)
+            .clamp(self.min, self.max);
         self.backoff = 0;
     }
 
@@ -582,7 +629,9 @@ impl Rtt {
         if self.srtt == 0 {
             return self.rto();
         }
-        let base = (self.srtt + 4 * self.rttvar).clamp(floor.min(self.max), self.max);
+        let base = (self.srtt + 4 * self.rttvar)
+            .max(self.peak + self.peak / 4)
+            .clamp(floor.min(self.max), self.max);
         (base << self.backoff.min(self.max_backoff)).min(self.max)
     }
 

@@ -86,6 +86,7 @@ use bytes::Bytes;
 use crate::common::{
     Added, OutQueue, ReadySet, Reassembler, Rtt, SeqSpace, Timers, announced_too_large,
 };
+use crate::congestion::Window;
 use crate::wire::{Header, Kind, flags};
 use crate::{
     Common, Event, MsgId, PeerDead, PeerMisbehaved, PeerStats, ProtoError, Protocol, Rank, Time,
@@ -228,6 +229,8 @@ struct Slot {
     attempts: u32,
     /// Time of the latest transmission.
     sent_at: Time,
+    /// Time of the first transmission.
+    first_at: Time,
 }
 
 /// Everything kept per peer: its send ring and its receive position.
@@ -242,6 +245,8 @@ struct Peer {
     /// Sequence number of `slots[0]`.
     una: u32,
     rtt: Rtt,
+    /// Congestion window: bounds the slots in transit (`cursor`) below `window`.
+    cc: Window,
     /// Receiver: next expected sequence number and the position it must carry.
     rcv_nxt: u32,
     rcv_msg: MsgId,
@@ -301,7 +306,9 @@ impl Gbn {
                 cursor: 0,
                 una: 0,
                 rtt: Rtt::new(c.rto_initial, c.rto_min, c.rto_max)
-                    .with_max_backoff(cfg.max_backoff),
+                    .with_max_backoff(cfg.max_backoff)
+                    .following_queue(c.cc),
+                cc: Window::new(c.cc),
                 rcv_nxt: 0,
                 rcv_msg: 0,
                 rcv_off: 0,
@@ -345,6 +352,11 @@ impl Gbn {
             .collect()
     }
 
+    /// `peer`'s congestion window, in sixteenths of a packet (diagnostics and tests).
+    pub fn peer_cc(&self, peer: Rank) -> u32 {
+        self.peers[peer as usize].cc.raw()
+    }
+
     /// Receive slots free now.
     pub fn rx_free(&self) -> u32 {
         self.cfg.rx_slots - self.rx_used
@@ -379,6 +391,7 @@ impl Gbn {
                 notify: f.notify,
                 attempts: 0,
                 sent_at: 0,
+                first_at: 0,
             });
         }
     }
@@ -387,7 +400,8 @@ impl Gbn {
     fn wake(&mut self, to: Rank) {
         let p = &self.peers[to as usize];
         let n = p.slots.len();
-        if p.cursor < n || (!p.out.is_empty() && n < self.cfg.window as usize) {
+        let sendable = p.cursor < n && p.cc.allows(p.cursor);
+        if sendable || (!p.out.is_empty() && n < self.cfg.window as usize) {
             self.ready.insert(to);
         }
     }
@@ -416,6 +430,7 @@ impl Gbn {
         }
         p.una = self.space.add(p.una, n as u32);
         p.cursor = p.cursor.saturating_sub(n);
+        p.cc.on_ack(n as u32);
         p.silent_timeouts = 0;
         // The timer covers the oldest packet in transit; RETRANSMIT and READY slots re-arm
         // it when they are sent.
@@ -559,6 +574,13 @@ impl Gbn {
         if s.attempts == 1 {
             // Karn: only a packet sent once gives an unambiguous round trip.
             p.rtt.sample(now.saturating_sub(s.sent_at));
+        } else if p.cc.on() && hdr.aux == 1 {
+            // The ACK echoes the first transmission (`aux`): the retransmission was
+            // spurious, the timer fired while the packet was queued. The echo makes the
+            // round trip unambiguous (as TCP's timestamps do), and the estimate learns the
+            // queue it missed; the window goes back to what it was (Eifel).
+            p.rtt.sample(now.saturating_sub(s.first_at));
+            p.cc.undo();
         } else {
             // New data acknowledged: the path works again, so the timeout returns to the
             // estimate (RFC 6298 section 5), even without a sample; otherwise a run of
@@ -568,7 +590,7 @@ impl Gbn {
         self.release(now, from, i + 1);
     }
 
-    fn on_nack(&mut self, from: Rank, hdr: &Header) {
+    fn on_nack(&mut self, now: Time, from: Rank, hdr: &Header) {
         let in_space = self.in_space(hdr.seq);
         let p = &mut self.peers[from as usize];
         p.stats.control_received += 1;
@@ -583,6 +605,9 @@ impl Gbn {
             && s.msg == hdr.msg
             && s.offset == hdr.offset
         {
+            // A loss (or a full receive ring): one decrease per round trip, and the
+            // go-back resends only what the smaller window holds.
+            p.cc.on_loss(now, &p.rtt);
             self.go_back(from);
         }
         // Otherwise the slot is already marked RETRANSMIT, or was resent since the
@@ -593,7 +618,7 @@ impl Gbn {
     fn next_data(&mut self, now: Time, to: Rank) -> Option<Transmit> {
         self.fill(to);
         let p = &mut self.peers[to as usize];
-        if p.closed.is_some() || p.cursor >= p.slots.len() {
+        if p.closed.is_some() || p.cursor >= p.slots.len() || !p.cc.allows(p.cursor) {
             return None;
         }
         let k = p.cursor;
@@ -604,6 +629,9 @@ impl Gbn {
         s.attempts = s.attempts.saturating_add(1);
         s.state = SlotState::InTransit;
         s.sent_at = now;
+        if s.attempts == 1 {
+            s.first_at = now;
+        }
         let mut hdr = Header::new(Kind::Data);
         hdr.dst = to;
         hdr.seq = seq;
@@ -693,7 +721,7 @@ impl Protocol for Gbn {
         match hdr.kind {
             Kind::Data => self.on_data(from, hdr, payload),
             Kind::Ack => self.on_ack(now, from, hdr),
-            Kind::Nack => self.on_nack(from, hdr),
+            Kind::Nack => self.on_nack(now, from, hdr),
             _ => self.peers[from as usize].ignored += 1,
         }
     }
@@ -764,6 +792,7 @@ impl Protocol for Gbn {
                     p.rtt.back_off();
                 }
             }
+            p.cc.on_timeout(now, &p.rtt);
             self.go_back(to);
         }
     }
@@ -838,6 +867,15 @@ mod tests {
         (
             Gbn::new(common(0, mp), cfg).unwrap(),
             Gbn::new(common(1, mp), cfg).unwrap(),
+        )
+    }
+
+    /// The paper's protocol alone, without congestion control (`BULKWIRE_CC=off`): what
+    /// the tests of its figures and tables count.
+    fn paper_pair(cfg: GbnConfig, mp: usize) -> (Gbn, Gbn) {
+        (
+            Gbn::new(common(0, mp).with_cc(false), cfg).unwrap(),
+            Gbn::new(common(1, mp).with_cc(false), cfg).unwrap(),
         )
     }
 
@@ -1056,7 +1094,7 @@ mod tests {
 
     #[test]
     fn send_slots_follow_figure_3() {
-        let (mut a, mut b) = pair(cfg(4, 8, 16), MP);
+        let (mut a, mut b) = paper_pair(cfg(4, 8, 16), MP);
         assert_eq!(a.send_slots(1), [Idle; 4]);
         for i in 0..3 {
             a.send(0, 1, pattern(10, i), i == 2).unwrap();
@@ -1151,12 +1189,106 @@ mod tests {
         assert_eq!((s.data_received, s.drop_duplicate, s.acks_sent), (2, 1, 2));
     }
 
+    /// With congestion control the NACKs are one loss: the window (10, grown to 12 by
+    /// the two ACKs before them) halves once, to 6, and the go-back resends only the six
+    /// slots in transit, not the new message the paper's protocol sends with them
+    /// (`lost_data_is_nacked_and_go_back_n_resends_in_order`); the ACKs reopen it.
+    #[test]
+    fn congestion_window_halves_once_and_bounds_the_go_back() {
+        let (mut a, mut b) = pair(GbnConfig::default(), MP);
+        // A first message measures the bare path: 100 us.
+        a.send(0, 1, pattern(1, 9), false).unwrap();
+        let d = tx(&mut a, 0);
+        rx_all(&mut b, 50 * US, &d);
+        rx_all(&mut a, 100 * US, &tx(&mut b, 50 * US));
+        a.send(MS, 1, pattern(8 * MP, 7), false).unwrap();
+        a.send(MS, 1, pattern(3, 1), false).unwrap();
+        let d = tx(&mut a, MS);
+        assert_eq!(d.len(), 8, "the ring's 8 slots, under the window of 11");
+        for (i, t) in d.iter().enumerate() {
+            if i != 2 {
+                rx(&mut b, MS, t);
+            }
+        }
+        // The answers come through a queue (2 ms): the loss is congestion.
+        rx_all(&mut a, 3 * MS, &tx(&mut b, MS));
+        let r = tx(&mut a, 3 * MS);
+        assert_eq!(
+            r.iter().map(|t| t.hdr.seq).collect::<Vec<_>>(),
+            [3, 4, 5, 6, 7, 8],
+            "five NACKs, one halving (13 to 6)"
+        );
+        rx_all(&mut b, 3 * MS, &r);
+        rx_all(&mut a, 3 * MS, &tx(&mut b, 3 * MS));
+        let r = tx(&mut a, 3 * MS);
+        assert_eq!(r.iter().map(|t| t.hdr.seq).collect::<Vec<_>>(), [9]);
+        rx_all(&mut b, 3 * MS, &r);
+        rx_all(&mut a, 3 * MS, &tx(&mut b, 3 * MS));
+        assert!(!a.outstanding(1));
+        assert_eq!(messages(&mut b).len(), 3);
+    }
+
+    /// A loss on a path whose round trip never left its floor is the link's: the window
+    /// stays, and the go-back resends everything after the loss, as the paper's.
+    #[test]
+    fn a_loss_without_a_queue_is_not_congestion() {
+        let (mut a, mut b) = pair(GbnConfig::default(), MP);
+        a.send(0, 1, pattern(8 * MP, 7), false).unwrap();
+        a.send(0, 1, pattern(3, 1), false).unwrap();
+        let d = tx(&mut a, 0);
+        for (i, t) in d.iter().enumerate() {
+            if i != 2 {
+                rx(&mut b, 50 * US, t);
+            }
+        }
+        rx_all(&mut a, 100 * US, &tx(&mut b, 50 * US));
+        let r = tx(&mut a, 100 * US);
+        assert_eq!(r.len(), 7, "six slots back and the new message");
+        assert_eq!(a.peer_cc(1), 12 * 16);
+    }
+
+    /// Under congestion control a timeout through a queue leaves a quarter of the window;
+    /// when the ACK then echoes the first transmission, the timeout was spurious (the
+    /// packet was queued): the window comes back and the round trip it took is a sample.
+    #[test]
+    fn a_late_ack_of_the_first_transmission_undoes_the_timeout() {
+        let (mut a, mut b) = pair(GbnConfig::default(), MP);
+        // Two messages: the bare path (100 us), then a queue (2 ms).
+        for (k, rtt) in [(0, 100 * US), (1, 2 * MS)] {
+            let t0 = k * 10 * MS;
+            a.send(t0, 1, pattern(1, k as u32), false).unwrap();
+            let d = tx(&mut a, t0);
+            rx_all(&mut b, t0, &d);
+            rx_all(&mut a, t0 + rtt, &tx(&mut b, t0));
+        }
+        let t0 = 20 * MS;
+        a.send(t0, 1, pattern(8 * MP, 1), false).unwrap();
+        let d = tx(&mut a, t0);
+        assert_eq!(d.len(), 8);
+        let t = a.poll_timeout().unwrap();
+        a.handle_timeout(t);
+        assert_eq!(tx(&mut a, t).len(), 3, "a quarter of the window of 12");
+        // The first transmissions were only queued: their ACKs come, echoing attempt 1.
+        rx_all(&mut b, t + MS, &d);
+        rx_all(&mut a, t + MS, &tx(&mut b, t + MS));
+        assert!(!a.outstanding(1));
+        assert!(
+            a.peer_stats(1).srtt_ns > 200 * US,
+            "the late ACK was a sample"
+        );
+        assert_eq!(
+            a.peer_cc(1),
+            20 * 16,
+            "the window before the timeout (12), and 8 ACKs"
+        );
+    }
+
     /// Table 1, DATA ">": a packet ahead of sequence is dropped and NACKed, and the
     /// sender goes back to the first unacknowledged packet, resending it and all after it
     /// in order.
     #[test]
     fn lost_data_is_nacked_and_go_back_n_resends_in_order() {
-        let (mut a, mut b) = pair(GbnConfig::default(), MP);
+        let (mut a, mut b) = paper_pair(GbnConfig::default(), MP);
         let msg = pattern(8 * MP, 7);
         a.send(0, 1, msg.clone(), false).unwrap();
         a.send(0, 1, pattern(3, 1), false).unwrap(); // waits for a free slot
@@ -1468,10 +1600,11 @@ mod tests {
     }
 
     /// Timeouts back off exponentially up to `rto_max`; round trips are sampled only
-    /// from packets sent once (Karn).
+    /// from packets sent once (Karn). (Under congestion control the ACK's echo of the
+    /// first transmission is a sample too: `a_late_ack_of_the_first_transmission_undoes_the_timeout`.)
     #[test]
     fn timeouts_back_off_and_karn_rule_holds() {
-        let (mut a, mut b) = pair(GbnConfig::default(), MP);
+        let (mut a, mut b) = paper_pair(GbnConfig::default(), MP);
         a.send(0, 1, pattern(1, 0), false).unwrap();
         let d = tx(&mut a, 0);
         rx_all(&mut b, 2 * MS, &d);

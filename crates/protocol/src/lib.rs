@@ -10,11 +10,13 @@
 //! - [`gbn`]: ParaStation2's ACK/NACK go-back-N (the ParaStation2 paper);
 //! - [`holefill`]: BSPlib's hole-filling selective retransmission (the BSPlib paper);
 //! - [`rmpp`]: Sandia's message-based protocol, one short connection per message (the RMPP paper);
-//! - [`common`]: what they share: fragmenting, reassembly, round-trip estimation.
+//! - [`common`]: what they share: fragmenting, reassembly, round-trip estimation;
+//! - [`congestion`]: the congestion window every recovering protocol sends under.
 
 #![forbid(unsafe_code)]
 
 pub mod common;
+pub mod congestion;
 pub mod gbn;
 pub mod holefill;
 pub mod rmpp;
@@ -175,6 +177,12 @@ pub struct Common {
     pub rto_min: Time,
     /// Ceiling of the retransmission timeout.
     pub rto_max: Time,
+    /// Congestion control ([`congestion::Window`]) on top of each protocol's own flow
+    /// control. Off: the papers' protocols, which send as fast as their windows allow
+    /// whatever the network drops. Jobs set it from `BULKWIRE_CC`; every process must
+    /// agree: one sender without it takes a
+    /// shared port's buffer from those with it.
+    pub cc: bool,
 }
 
 /// [`Common::peer_budget`] by default: 1 GiB. Memory a peer can make a process hold is
@@ -201,7 +209,13 @@ impl Common {
             rto_initial: MS,
             rto_min: 200 * US,
             rto_max: SEC,
+            cc: true,
         }
+    }
+
+    /// This setting with congestion control `on` or off.
+    pub fn with_cc(self, on: bool) -> Common {
+        Common { cc: on, ..self }
     }
 
     /// Checks that `peer` may be sent to.
@@ -412,12 +426,14 @@ pub struct ProtocolConfigs {
     pub rto_min: Time,
     /// [`Common::peer_budget`].
     pub peer_budget: u64,
+    /// [`Common::cc`].
+    pub cc: bool,
 }
 
 impl Default for ProtocolConfigs {
     /// What a job runs: gbn and rmpp with their recommended settings (the papers'
     /// protocols with cumulative ACKs and back-off only toward a silent peer), holefill
-    /// with its defaults, the timers of [`Common::new`].
+    /// with its defaults, the timers of [`Common::new`], congestion control on.
     fn default() -> ProtocolConfigs {
         let c = Common::new(0, 1, 1);
         ProtocolConfigs {
@@ -427,6 +443,7 @@ impl Default for ProtocolConfigs {
             rto_initial: c.rto_initial,
             rto_min: c.rto_min,
             peer_budget: c.peer_budget,
+            cc: c.cc,
         }
     }
 }
@@ -437,6 +454,7 @@ impl ProtocolConfigs {
         c.rto_initial = self.rto_initial;
         c.rto_min = self.rto_min;
         c.peer_budget = self.peer_budget;
+        c.cc = self.cc;
         c
     }
 }

@@ -87,6 +87,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use bytes::Bytes;
 
 use crate::common::{FillBuf, OutQueue, ReadySet, Rtt, Timers, announced_too_large};
+use crate::congestion::{MAX_WINDOW, Window};
 use crate::wire::{Header, Kind, flags};
 use crate::{
     Announcing, Common, Event, MsgId, PeerDead, PeerMisbehaved, PeerStats, ProtoError, Protocol,
@@ -271,6 +272,14 @@ const CTL_QUEUE_MAX: usize = 1 << 14;
 /// Most doublings of a timeout in [`RmppConfig::default`].
 const MAX_BACKOFF: u32 = 16;
 
+/// Whether congestion control paces rmpp's data ([`Window`] as a rate). Off: on the
+/// simulated switch of docs/performance.md ("Congestion control on the simulated switch")
+/// pacing at the window per round trip lost as many packets as streaming (rmpp learns of
+/// losses once per pass, and a pass's first window still leaves as a burst) and took
+/// longer; its timers following the queue alone made it slower still (3.8x the links'
+/// bound against 3.4x), so with it off `BULKWIRE_CC` leaves rmpp as the paper's.
+const PACED: bool = false;
+
 /// Most ranges one Resend lists.
 const MAX_RANGES: usize = 64;
 
@@ -337,6 +346,9 @@ struct Peer {
     /// Delivered connections still waiting for their Close.
     lingering: u32,
     rtt: Rtt,
+    /// Congestion window, as a rate: rmpp streams a pass without acknowledgements, so
+    /// its data leaves paced at the window per round trip.
+    cc: Window,
     /// The death the engine told of ([`Protocol::close_peer`]), boxed so that a live
     /// peer's state stays as small as with a flag.
     closed: Option<Box<PeerDead>>,
@@ -344,6 +356,9 @@ struct Peer {
     ignored_requests: u64,
     /// Latest arrival of new data from this peer, for any message.
     last_data: Time,
+    /// The pacing gap this peer's data says it keeps (`credit`, microseconds): its data
+    /// still flows while packets come this far apart.
+    peer_gap: Time,
     /// Latest arrival of anything from this peer.
     last_heard: Time,
     /// Bytes of the buffers of this peer's accepted messages not yet delivered (at most
@@ -396,10 +411,12 @@ impl Rmpp {
                 next_deliver: 0,
                 next_announce: 0,
                 lingering: 0,
-                rtt: Rtt::new(c.rto_initial, c.rto_min, c.rto_max),
+                rtt: Rtt::new(c.rto_initial, c.rto_min, c.rto_max).following_queue(c.cc && PACED),
+                cc: Window::new(c.cc && PACED),
                 closed: None,
                 ignored_requests: 0,
                 last_data: 0,
+                peer_gap: 0,
                 last_heard: 0,
                 held: 0,
                 stats: PeerStats::default(),
@@ -700,6 +717,7 @@ impl Rmpp {
         let id = hdr.msg;
         let p = &mut self.peers[from as usize];
         p.stats.data_received += 1;
+        p.peer_gap = hdr.credit as Time * crate::US;
         let len = payload.len() as u64;
         let Some(end) = hdr.offset.checked_add(len).filter(|&e| e <= hdr.total) else {
             let what = format!(
@@ -879,7 +897,9 @@ impl Rmpp {
             self.resend_overtaken(to, k);
         }
         let p = &mut self.peers[to as usize];
-        let half_rtt = p.rtt.srtt() / 2;
+        // Through a queue (congestion control follows its peak), the pass's last packets
+        // take up to the longest recent round trip to arrive.
+        let half_rtt = p.rtt.srtt().max(p.rtt.peak()) / 2;
         let m = &mut p.tx[k];
         let len = m.data.len() as u64;
         if ranges.iter().any(|&(a, b)| a >= b || b > len) {
@@ -893,6 +913,15 @@ impl Rmpp {
             // acting on this one would resend what is already on its way.
             p.ignored_requests += 1;
             return;
+        }
+        if m.open && hdr.kind == Kind::Resend {
+            // A pass ended with holes, or the receiver's timer asked again: a loss, in
+            // proportion to what is still missing of what was sent.
+            let missing: u64 = ranges
+                .iter()
+                .map(|&(a, b)| b.min(m.sent_hi).saturating_sub(a))
+                .sum();
+            p.cc.on_loss_share(now, &p.rtt, m.sent_hi.saturating_sub(missing), m.sent_hi);
         }
         m.open = true;
         m.rts_due = false;
@@ -942,6 +971,8 @@ impl Rmpp {
                 self.resend_overtaken(to, k);
                 let p = &mut self.peers[to as usize];
                 let m = p.tx.remove(k).expect("index just found");
+                let mp = self.c.max_payload[to as usize].max(1);
+                p.cc.on_ack(m.data.len().div_ceil(mp).max(1) as u32);
                 if m.notify {
                     self.events.push_back(Event::Sent { to, id });
                 }
@@ -1046,15 +1077,28 @@ impl Rmpp {
             n += 1;
         }
         let p = &mut self.peers[to as usize];
-        for m in p.tx.iter_mut() {
+        // The window per round trip through the queue: the bare path's round trip (a
+        // small Rts and its Cts) would set a rate far above what a shared port drains.
+        let gap = p.cc.pace_gap(p.rtt.srtt().max(p.rtt.peak()), MAX_WINDOW);
+        let burst = p.cc.packets();
+        let mut paced = false;
+        'msgs: for m in p.tx.iter_mut() {
             while n < budget {
+                if !p.cc.may_send(now) {
+                    paced = true;
+                    break 'msgs;
+                }
                 let Some((a, b)) = m.todo.pop_front(mp) else {
                     break;
                 };
+                p.cc.sent(now, gap, burst);
                 let mut h = Header::new(Kind::Data);
                 h.dst = to;
                 h.msg = m.id;
                 h.offset = a;
+                // The pacing gap, so that the receiver's timer does not take a paced
+                // stream for a stalled one.
+                h.credit = (gap / crate::US).min(u16::MAX as Time) as u16;
                 h.total = m.data.len() as u64;
                 h.len = (b - a) as u32;
                 if b == h.total {
@@ -1079,6 +1123,10 @@ impl Rmpp {
                 n += 1;
             }
         }
+        if paced {
+            // The pacing timer: `peer_timeout` puts the peer back on the ready list.
+            self.timers.set_earlier(to, p.cc.next_send());
+        }
         n
     }
 
@@ -1087,7 +1135,9 @@ impl Rmpp {
         let mut due_rx = Vec::new();
         // While new data from the peer keeps coming, it is working through its messages
         // to us, in order: a request for a later one would only duplicate what is queued.
-        let flowing_until = self.peers[peer as usize].last_data + self.rto(peer, 1);
+        let flowing_until = self.peers[peer as usize].last_data
+            + self.rto(peer, 1)
+            + 2 * self.peers[peer as usize].peer_gap;
         let p = &mut self.peers[peer as usize];
         if p.closed.is_some() {
             return;
@@ -1101,6 +1151,8 @@ impl Rmpp {
                     m.deadline = None;
                     m.rts_due = true;
                     p.stats.timeouts += 1;
+                    // One packet lost (or its answer): a loss, not an empty path.
+                    p.cc.on_loss(now, &p.rtt);
                     wake = true;
                 }
                 Some(t) => next = Some(next.map_or(t, |n: Time| n.min(t))),
@@ -1123,6 +1175,14 @@ impl Rmpp {
                 }
                 Some(t) => next = Some(next.map_or(t, |n: Time| n.min(t))),
                 None => {}
+            }
+        }
+        if p.cc.on() && p.tx.iter().any(|m| !m.todo.is_empty()) {
+            if p.cc.may_send(now) {
+                wake = true;
+            } else {
+                let t = p.cc.next_send();
+                next = Some(next.map_or(t, |n: Time| n.min(t)));
             }
         }
         // Deterministic order, whatever the hash map's.

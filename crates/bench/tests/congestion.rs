@@ -33,11 +33,11 @@ fn show(what: &str, s: &Steps) -> String {
 /// - gbn with the controller holds the links' bound within 1.5x and loses under 1 % of
 ///   its packets; without it, go-back-N resends whole windows into full ports and takes
 ///   more than twice as long.
-/// - holefill stays the paper's under either setting (`holefill::WINDOWED` is off: with
-///   the window it lost a seventh as much but took 2.05x the bound against 1.39x): within
-///   1.5x the bound, at half its packets lost.
+/// - holefill stays the paper's under either setting (its window is on only with
+///   `BULKWIRE_CC=all`: with it, it lost a seventh as much but took 2.05x the bound
+///   against 1.39x): within 1.5x the bound, at half its packets lost.
 /// - rmpp collapses without it (over half its packets lost), and with it too: its pacing
-///   is written but off (`rmpp::PACED`), so the setting leaves it as the paper's.
+///   is on only with `BULKWIRE_CC=all`, so the setting leaves it as the paper's.
 #[test]
 fn total_exchange_on_a_100_mbit_switch() {
     for protocol in ["gbn", "holefill", "rmpp"] {

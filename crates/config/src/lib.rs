@@ -225,7 +225,15 @@ fn must_agree(
         ),
         (AUTH.name, auth.to_string()),
         // One sender without congestion control takes a shared port from the others.
-        (CC.name, if p.cc { "on" } else { "off" }.to_string()),
+        (
+            CC.name,
+            match (p.cc, p.cc_all) {
+                (false, _) => "off",
+                (true, false) => "on",
+                (true, true) => "all",
+            }
+            .to_string(),
+        ),
     ];
     // Sequence numbers wrap at 2^bits: both ends must count alike.
     match protocol {
@@ -349,6 +357,14 @@ fn protocol_configs(l: &Lookup) -> Result<ProtocolConfigs, ConfigError> {
     rmpp.validate()
         .map_err(|e| ConfigError::invalid(&[&RMPP_WINDOW, &RMPP_BURST, &RMPP_ANNOUNCE_KIB], e))?;
     let timer = |var: &'static Var| l.get(var, |v| int(v, 1, 1_000_000));
+    // (on, all): `all` adds holefill's window and rmpp's pacing.
+    let cc = l.get(&CC, |v| {
+        if v.eq_ignore_ascii_case("all") {
+            Some((true, true))
+        } else {
+            flag(v).map(|on| (on, false))
+        }
+    })?;
     Ok(ProtocolConfigs {
         gbn,
         holefill,
@@ -358,7 +374,8 @@ fn protocol_configs(l: &Lookup) -> Result<ProtocolConfigs, ConfigError> {
         peer_budget: l
             .get(&PEER_BUDGET, |v| size(v, 1 << 20, 1 << 40))?
             .unwrap_or(jobs.peer_budget),
-        cc: l.get(&CC, flag)?.unwrap_or(jobs.cc),
+        cc: cc.map_or(jobs.cc, |(on, _)| on),
+        cc_all: cc.map_or(jobs.cc_all, |(_, all)| all),
     })
 }
 

@@ -842,6 +842,9 @@ fn congestion_control_is_on_unless_turned_off() {
     let s = settings(&[("BULKWIRE_CC", "off")]).unwrap();
     assert!(!s.job().protocols.cc);
     assert!(s.job().agree.contains(&("BULKWIRE_CC", "off".into())));
+    let s = settings(&[("BULKWIRE_CC", "all")]).unwrap();
+    assert!(s.job().protocols.cc && s.job().protocols.cc_all);
+    assert!(s.job().agree.contains(&("BULKWIRE_CC", "all".into())));
     let e = settings(&[("BULKWIRE_CC", "maybe")])
         .unwrap_err()
         .to_string();

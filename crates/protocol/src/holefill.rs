@@ -128,14 +128,6 @@ fn ack_every(cfg: &HolefillConfig, nprocs: u32, window: u32) -> u32 {
         .min((window / 2).max(1) as u64) as u32
 }
 
-/// Whether congestion control bounds holefill's window ([`Window`]). Off: on the
-/// simulated switch of docs/performance.md ("Congestion control on the simulated
-/// switch") holefill with the window lost a seventh as many packets but took 2.05x the
-/// links' bound against 1.39x without it (its hole reports repair a loss within a round
-/// trip, so flooding the port costs it less than waiting), and at 50 % random loss it
-/// took 1.2 s against 0.2 s (`crates/engine/tests/sim_heavy_loss.rs`). With it off,
-/// `BULKWIRE_CC` leaves holefill as the paper's.
-const WINDOWED: bool = false;
 
 /// The fewest packets a byte cap leaves in the window.
 pub const MIN_BYTE_WINDOW: u32 = 16;
@@ -474,7 +466,12 @@ impl Holefill {
             })
             .map(|(send_window, ack_every)| Peer {
                 send_window,
-                cc: Window::new(c.cc && WINDOWED),
+                // Only with `BULKWIRE_CC=all` ([`Common::cc_all`]): on the simulated switch of
+                // docs/performance.md holefill with the window lost a seventh as many packets
+                // but took 2.05x the links' bound against 1.39x without it (its hole reports
+                // repair a loss within a round trip), and at 50 % random loss it took 1.2 s
+                // against 0.2 s (`crates/engine/tests/sim_heavy_loss.rs`).
+                cc: Window::new(c.cc_all),
                 ack_every,
                 out: OutQueue::default(),
                 inflight: VecDeque::new(),

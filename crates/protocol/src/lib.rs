@@ -183,6 +183,10 @@ pub struct Common {
     /// agree: one sender without it takes a
     /// shared port's buffer from those with it.
     pub cc: bool,
+    /// With [`Common::cc`], also holefill's window and rmpp's pacing, which the
+    /// simulated switch measured slower than without (docs/protocols.md, "Congestion
+    /// control"): reachable for experiments (`BULKWIRE_CC=all`), not the default.
+    pub cc_all: bool,
 }
 
 /// [`Common::peer_budget`] by default: 1 GiB. Memory a peer can make a process hold is
@@ -210,12 +214,17 @@ impl Common {
             rto_min: 200 * US,
             rto_max: SEC,
             cc: true,
+            cc_all: false,
         }
     }
 
     /// This setting with congestion control `on` or off.
     pub fn with_cc(self, on: bool) -> Common {
-        Common { cc: on, ..self }
+        Common {
+            cc: on,
+            cc_all: on && self.cc_all,
+            ..self
+        }
     }
 
     /// Checks that `peer` may be sent to.
@@ -428,6 +437,8 @@ pub struct ProtocolConfigs {
     pub peer_budget: u64,
     /// [`Common::cc`].
     pub cc: bool,
+    /// [`Common::cc_all`].
+    pub cc_all: bool,
 }
 
 impl Default for ProtocolConfigs {
@@ -444,6 +455,7 @@ impl Default for ProtocolConfigs {
             rto_min: c.rto_min,
             peer_budget: c.peer_budget,
             cc: c.cc,
+            cc_all: c.cc_all,
         }
     }
 }
@@ -455,6 +467,7 @@ impl ProtocolConfigs {
         c.rto_min = self.rto_min;
         c.peer_budget = self.peer_budget;
         c.cc = self.cc;
+        c.cc_all = self.cc && self.cc_all;
         c
     }
 }

@@ -272,13 +272,6 @@ const CTL_QUEUE_MAX: usize = 1 << 14;
 /// Most doublings of a timeout in [`RmppConfig::default`].
 const MAX_BACKOFF: u32 = 16;
 
-/// Whether congestion control paces rmpp's data ([`Window`] as a rate). Off: on the
-/// simulated switch of docs/performance.md ("Congestion control on the simulated switch")
-/// pacing at the window per round trip lost as many packets as streaming (rmpp learns of
-/// losses once per pass, and a pass's first window still leaves as a burst) and took
-/// longer; its timers following the queue alone made it slower still (3.8x the links'
-/// bound against 3.4x), so with it off `BULKWIRE_CC` leaves rmpp as the paper's.
-const PACED: bool = false;
 
 /// Most ranges one Resend lists.
 const MAX_RANGES: usize = 64;
@@ -411,8 +404,14 @@ impl Rmpp {
                 next_deliver: 0,
                 next_announce: 0,
                 lingering: 0,
-                rtt: Rtt::new(c.rto_initial, c.rto_min, c.rto_max).following_queue(c.cc && PACED),
-                cc: Window::new(c.cc && PACED),
+                // Paced only with `BULKWIRE_CC=all` ([`Common::cc_all`]): on the simulated
+                // switch of docs/performance.md pacing at the window per round trip lost as
+                // many packets as streaming (rmpp learns of losses once per pass, and a
+                // pass's first window still leaves as a burst) and took longer; its timers
+                // following the queue alone made it slower still (3.8x the links' bound
+                // against 3.4x).
+                rtt: Rtt::new(c.rto_initial, c.rto_min, c.rto_max).following_queue(c.cc_all),
+                cc: Window::new(c.cc_all),
                 closed: None,
                 ignored_requests: 0,
                 last_data: 0,

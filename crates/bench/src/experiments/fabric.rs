@@ -497,6 +497,24 @@ fn all_cpus() -> String {
     format!("0-{}", n - 1)
 }
 
+/// What the report's network line says when the fabric section ran.
+pub const NETWORK: &str = "the fabric section: 2 to 16 network namespaces, one rank each, on a \
+                           bridge whose ports are shaped by tc tbf (100 Mb/s or 1 Gb/s, 64 KiB \
+                           buffers, MTU 1500, offloads off)";
+
+/// The report's network line `here`, with the fabric's added when `sections` include it
+/// and it measured something.
+pub fn network_line(sections: &[Section], here: &str) -> String {
+    if sections
+        .iter()
+        .any(|s| s.name == NAME && !s.tables.is_empty())
+    {
+        format!("{here}; {NETWORK}")
+    } else {
+        here.into()
+    }
+}
+
 /// Seconds to carry (p-1) x 60 KB into one port at `mbit` Mb/s: no exchange is faster.
 pub fn link_bound(hosts: usize, mbit: u64) -> f64 {
     (hosts - 1) as f64 * SIZE as f64 * 8.0 / (mbit * MBIT) as f64
@@ -725,6 +743,18 @@ mod tests {
             level,
             std::env::temp_dir(),
         )
+    }
+
+    #[test]
+    fn the_network_line_names_the_fabric_when_it_ran() {
+        let mut sec = Section::new(NAME, "t");
+        assert_eq!(network_line(&[sec.clone()], "loopback"), "loopback");
+        sec.tables.push(Table::new("t", &["a"], ""));
+        let line = network_line(&[sec], "loopback");
+        assert!(
+            line.starts_with("loopback; the fabric section: 2 to 16"),
+            "{line}"
+        );
     }
 
     #[test]

@@ -303,6 +303,7 @@ fn main() -> ExitCode {
     };
     let mut machine = Machine::here(&mpi);
     machine.network = cluster::network_line(&sections, &machine.network);
+    machine.network = fabric::network_line(&sections, &machine.network);
     let report = Report {
         machine,
         level,

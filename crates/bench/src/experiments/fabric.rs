@@ -541,7 +541,7 @@ fn ms(x: f64) -> String {
 }
 
 /// The rounds' runs of row `i` of `part`.
-fn runs_of<'a>(done: &'a [Done<Tag>], part: Part, i: usize) -> Vec<&'a FabRun> {
+fn runs_of(done: &[Done<Tag>], part: Part, i: usize) -> Vec<&FabRun> {
     done.iter()
         .filter(|d| d.tag.part == part && d.tag.row == i)
         .filter_map(|d| d.own::<FabRun>())

@@ -3,6 +3,7 @@
 //! layer's schedule), then `bsp_sync`. The result is, per superstep, the slowest
 //! process's time, so that a report can give the median and the worst superstep (the
 //! BSPlib paper's Table 1, and the RMPP paper's all-to-all of its Fig. 3 at p processes).
+//! Or incast: every process but 0 puts to process 0.
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -21,6 +22,10 @@ pub struct XchgSpec {
     /// Supersteps before the timed ones.
     pub warmup: usize,
     pub steps: usize,
+    /// Incast instead: every process but 0 puts `size` bytes to process 0 (the collectives'
+    /// gather and reduce pattern: p-1 senders into one port).
+    #[serde(default)]
+    pub incast: bool,
 }
 
 /// Seconds of each timed superstep, the slowest process's.
@@ -86,9 +91,15 @@ pub fn worker_main(args: &[OsString]) -> Result<(), String> {
     let mut mine = Vec::with_capacity(steps);
     for k in 0..w.spec.warmup + steps {
         let t0 = Instant::now();
-        for d in 1..pn {
-            let to = (me + d) % pn;
-            bsp.put(to as u32, &src, &dest, me * n).map_err(e)?;
+        if w.spec.incast {
+            if me != 0 {
+                bsp.put(0, &src, &dest, me * n).map_err(e)?;
+            }
+        } else {
+            for d in 1..pn {
+                let to = (me + d) % pn;
+                bsp.put(to as u32, &src, &dest, me * n).map_err(e)?;
+            }
         }
         bsp.sync().map_err(e)?;
         if k >= w.spec.warmup {

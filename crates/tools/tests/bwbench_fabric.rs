@@ -1,8 +1,8 @@
 //! `bwbench fabric` at smoke level, where root, `ip netns` and `tc` are available: hosts on
 //! an emulated switch with shaped ports, the total exchange over every protocol that
-//! recovers, the collectives and the all-to-all against p; every table carries the switch's
-//! drops and the CPU use, and nothing is left behind (no namespace, no process). Open MPI
-//! is left out (`--no-mpi`).
+//! recovers, the collectives, the all-to-all against p and incast; every table carries the
+//! switch's drops and the CPU use, and nothing is left behind (no namespace, no process).
+//! Open MPI is left out (`--no-mpi`).
 
 use std::process::Command;
 use std::time::Duration;
@@ -95,7 +95,8 @@ fn smoke_run_on_a_switch_writes_drops_and_cpu_use_and_cleans_up() {
         .map(|t| t["title"].as_str().unwrap())
         .collect();
     assert!(titles[0].starts_with("Total exchange of 60 KB per pair at 4 hosts, 100 Mb/s"));
-    assert_eq!(titles.len(), 3, "{titles:?}");
+    assert_eq!(titles.len(), 4, "{titles:?}");
+    assert!(titles[3].starts_with("Incast: 3 senders"), "{titles:?}");
     for t in tables {
         let header: Vec<&str> = t["header"]
             .as_array()

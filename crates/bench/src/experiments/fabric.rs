@@ -11,6 +11,8 @@
 //!   `MPI_Alltoall` over TCP; at 100 Mb/s and (full run) 1 Gb/s.
 //! - `bulkwire.h`'s alltoall and allgather at 60 KB beside Open MPI's.
 //! - The RMPP paper's Fig. 3: per-node bandwidth of the all-to-all against p.
+//! - Incast: p-1 senders into one host's port (the collectives' gather pattern), beside
+//!   `MPI_Gather`.
 //!
 //! Every row shows the switch's drops and the frames it forwarded (`tc -s`, summed over
 //! its ports, over the whole job), and rows are measured in alternating rounds. Each job
@@ -61,6 +63,8 @@ pub enum Part {
     Coll,
     /// All-to-all against p, 100 Mb/s.
     Fig3,
+    /// p-1 senders into one host's port, 100 Mb/s.
+    Incast,
 }
 
 /// What a run is: a row of a part's table, in a round.
@@ -74,10 +78,11 @@ pub struct Tag {
 /// What a row runs.
 #[derive(Clone, Debug, PartialEq)]
 enum What {
-    /// The BSP exchange over `protocol`, with the row's settings in `env`.
+    /// The BSP exchange (or incast) over `protocol`, with the row's settings in `env`.
     Bsp {
         protocol: Protocol,
         env: Vec<(String, String)>,
+        incast: bool,
     },
     /// Open MPI's collective `kind` over TCP.
     Mpi { kind: &'static str },
@@ -141,6 +146,7 @@ fn bsp(label: String, hosts: usize, protocol: Protocol, env: &[(&str, String)]) 
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.clone()))
                 .collect(),
+            incast: false,
         },
     }
 }
@@ -227,6 +233,22 @@ fn rows(part: Part, p: &Params, mpi: Option<&str>) -> Vec<Row> {
                 }
             }
         }
+        Part::Incast => {
+            for proto in [Protocol::Holefill, Protocol::Gbn, Protocol::Rmpp] {
+                let mut r = bsp(format!("BSP, {}", proto.name()), h, proto, &[]);
+                if let What::Bsp { incast, .. } = &mut r.what {
+                    *incast = true;
+                }
+                v.push(r);
+            }
+            if let Some(m) = mpi {
+                v.push(Row {
+                    label: format!("{m} MPI_Gather over TCP"),
+                    hosts: h,
+                    what: What::Mpi { kind: "gather" },
+                });
+            }
+        }
         Part::Fig3 => {
             let protos: &[Protocol] = if p.fig3_all {
                 &[Protocol::Holefill, Protocol::Gbn, Protocol::Rmpp]
@@ -258,7 +280,12 @@ fn capital(k: &str) -> String {
 }
 
 fn parts(p: &Params) -> Vec<Part> {
-    let mut v = vec![Part::Exchange { mbit: 100 }, Part::Coll, Part::Fig3];
+    let mut v = vec![
+        Part::Exchange { mbit: 100 },
+        Part::Coll,
+        Part::Fig3,
+        Part::Incast,
+    ];
     if p.gigabit {
         v.insert(1, Part::Exchange { mbit: 1000 });
     }
@@ -268,7 +295,7 @@ fn parts(p: &Params) -> Vec<Part> {
 fn mbit_of(part: Part) -> u64 {
     match part {
         Part::Exchange { mbit } => mbit,
-        Part::Coll | Part::Fig3 => 100,
+        Part::Coll | Part::Fig3 | Part::Incast => 100,
     }
 }
 
@@ -430,11 +457,16 @@ fn run_row(
 ) -> Result<(f64, f64), String> {
     let n = row.hosts as u32;
     match &row.what {
-        What::Bsp { protocol, env } => {
+        What::Bsp {
+            protocol,
+            env,
+            incast,
+        } => {
             let spec = XchgSpec {
                 size: SIZE,
                 warmup,
                 steps,
+                incast: *incast,
             };
             let limit = if *protocol == Protocol::Utopia {
                 UTOPIA_TIMEOUT
@@ -697,6 +729,46 @@ fn table(part: Part, p: &Params, rows: &[Row], done: &[Done<Tag>]) -> Table {
                     ms(f.median),
                     ms(f.worst),
                     ratio(f.median, mpi_of(kind, p.hosts)),
+                    drops_cell(f),
+                    f.switch.packets.to_string(),
+                    cpu_cell(f.cpu),
+                ]);
+            }
+            t
+        }
+        Part::Incast => {
+            let bound = link_bound(p.hosts, 100);
+            let mut t = Table::new(
+                format!(
+                    "Incast: {} senders of 60 KB each into one host's 100 Mb/s port (ms)",
+                    p.hosts - 1
+                ),
+                &[
+                    "stack",
+                    "median",
+                    "worst",
+                    "x link bound",
+                    "x MPI",
+                    "switch drops",
+                    "frames",
+                    "CPU",
+                ],
+                format!(
+                    "The gather and reduce pattern of the collectives: every process but one \
+                     puts 60 KB to it, then bsp_sync (MPI: MPI_Gather of 60 KB blocks). The \
+                     link bound is (p-1) x 60 KB into the one port: {} ms. {common}",
+                    ms(bound)
+                ),
+            );
+            let base = mpi_of("gather", p.hosts);
+            for (r, f) in rows.iter().zip(&figures) {
+                let Some(f) = f else { continue };
+                t.rows.push(vec![
+                    r.label.clone(),
+                    ms(f.median),
+                    ms(f.worst),
+                    format!("{:.2}x", f.median / bound),
+                    ratio(f.median, base),
                     drops_cell(f),
                     f.switch.packets.to_string(),
                     cpu_cell(f.cpu),

@@ -67,6 +67,7 @@ pub fn run_on(
         faults: &Faults::none(),
         timeout,
         across,
+        env: &[],
     };
     jobs::run(exe, &job, spec)
 }

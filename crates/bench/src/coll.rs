@@ -86,6 +86,18 @@ pub fn run_on(
     timeout: Duration,
     across: Option<&jobs::Across>,
 ) -> Result<CollResult, String> {
+    run_with(exe, n, spec, timeout, across, &[])
+}
+
+/// [`run_on`] with `env` added to the stack's settings.
+pub fn run_with(
+    exe: &Path,
+    n: u32,
+    spec: &CollSpec,
+    timeout: Duration,
+    across: Option<&jobs::Across>,
+    env: &[(String, String)],
+) -> Result<CollResult, String> {
     if let Some(k) = spec.kinds.iter().find(|k| !KINDS.contains(&k.as_str())) {
         return Err(format!("unknown collective {k:?}"));
     }
@@ -99,6 +111,7 @@ pub fn run_on(
         faults: &Faults::none(),
         timeout,
         across,
+        env,
     };
     jobs::run(exe, &job, spec)
 }

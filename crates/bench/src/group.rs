@@ -86,6 +86,7 @@ pub fn run(exe: &Path, n: u32, spec: &GroupSpec, timeout: Duration) -> Result<Gr
         faults: &Faults::none(),
         timeout,
         across: None,
+        env: &[],
     };
     jobs::run(exe, &job, spec)
 }

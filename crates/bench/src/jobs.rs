@@ -27,6 +27,8 @@ pub struct Job<'a> {
     pub timeout: Duration,
     /// Where the processes run when they span hosts; `None`: all on this host.
     pub across: Option<&'a Across>,
+    /// Settings added to the stack's environment (`BULKWIRE_*` of a row of a table).
+    pub env: &'a [(String, String)],
 }
 
 /// Where a job's processes run when they span hosts: the launcher runs in network
@@ -71,6 +73,7 @@ pub fn run<S: Serialize, R: DeserializeOwned>(
         env: stack::env(job.stack, job.faults)
             .into_iter()
             .map(|(k, v)| (k.into(), v.into()))
+            .chain(job.env.iter().map(|(k, v)| (k.into(), v.into())))
             .collect(),
         ..LaunchOpts::default()
     };

@@ -36,3 +36,4 @@ pub mod stack;
 pub mod stats;
 pub mod suite;
 pub mod timeline;
+pub mod xchg;

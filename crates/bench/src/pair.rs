@@ -160,6 +160,7 @@ pub fn run_on(
         faults: &spec.faults,
         timeout,
         across,
+        env: &[],
     };
     jobs::run(exe, &job, spec).map_err(|e| format!("{}: {e}", spec.stack.label()))
 }

@@ -200,104 +200,55 @@ pub fn make_undumpable() {
     unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
 }
 
-/// A test bed of two "hosts" on one machine: network namespaces joined by a veth pair at a
-/// given MTU, as two machines on one Ethernet segment. Needs root and `ip`. Dropping it
-/// kills whatever still runs in the namespaces and deletes them, so a failing test leaves
-/// nothing behind.
+mod fabric;
+
+pub use fabric::{
+    CPU_BOUND, CpuTimes, CpuUse, DEFAULT_BUFFER, Fabric, FabricSpec, HOST_QUEUE, MAX_HOSTS,
+    PortCounters, parse_qdisc,
+};
+
+/// A test bed of two "hosts" on one machine: a [`Fabric`] of two network namespaces on an
+/// unshaped switch at a given MTU, as two machines on one Ethernet segment. Needs root and
+/// `ip`. Dropping it kills whatever still runs in the namespaces and deletes them, so a
+/// failing test leaves nothing behind.
 pub struct Testbed {
     /// The namespaces' names (`ip netns exec NAME ...`).
     pub names: [String; 2],
-    /// Each namespace's address on the veth pair.
+    /// Each namespace's address on the segment.
     pub addrs: [String; 2],
     pub mtu: u32,
-}
-
-fn ip_ok(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| format!("ip: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
+    fabric: Fabric,
 }
 
 impl Testbed {
     /// Makes the pair; `Err` says why (not root, no `ip`), and what was made is removed.
     pub fn new(mtu: u32) -> Result<Testbed, String> {
-        static N: AtomicU32 = AtomicU32::new(0);
-        // Room for a hundred beds per process: with ten, the eleventh test bed of one test
-        // binary took the first one's names, and the first one's drop killed its processes.
-        let id = std::process::id() % 1000 * 100 + N.fetch_add(1, Ordering::SeqCst) % 100;
-        // 10.236.0.0/14 by pid and count: test beds of concurrent runs get apart subnets
-        // (netns-rsh finds a host by its address among every namespace of the machine).
-        let net = format!("10.{}.{}", 236 + id / 256 % 4, id % 256);
-        let tb = Testbed {
-            names: [format!("bwt{id}a"), format!("bwt{id}b")],
-            addrs: [format!("{net}.1"), format!("{net}.2")],
+        let fabric = Fabric::new(FabricSpec::unshaped(2, mtu))?;
+        Ok(Testbed {
+            names: [fabric.names[0].clone(), fabric.names[1].clone()],
+            addrs: [fabric.addrs[0].clone(), fabric.addrs[1].clone()],
             mtu,
-        };
-        let [a, b] = &tb.names;
-        let (va, vb) = (format!("{a}v"), format!("{b}v"));
-        let m = mtu.to_string();
-        ip_ok(&["netns", "add", a])?;
-        ip_ok(&["netns", "add", b])?;
-        ip_ok(&[
-            "link", "add", &va, "netns", a, "type", "veth", "peer", "name", &vb, "netns", b,
-        ])?;
-        for (ns, dev, addr) in [(a, &va, &tb.addrs[0]), (b, &vb, &tb.addrs[1])] {
-            ip_ok(&["-n", ns, "link", "set", "lo", "up"])?;
-            ip_ok(&["-n", ns, "link", "set", dev, "mtu", &m, "up"])?;
-            ip_ok(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev])?;
-        }
-        Ok(tb)
+            fabric,
+        })
+    }
+
+    /// The fabric underneath.
+    pub fn fabric(&self) -> &Fabric {
+        &self.fabric
     }
 
     /// `program` to be run inside namespace `i`.
     pub fn command(&self, i: usize, program: impl AsRef<std::ffi::OsStr>) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.names[i]]).arg(program);
-        c
+        self.fabric.command(i, program)
     }
 
     /// Cuts host `i` off the segment (its veth goes down), as a cable pulled out.
     pub fn unplug(&self, i: usize) -> Result<(), String> {
-        let dev = format!("{}v", self.names[i]);
-        ip_ok(&["-n", &self.names[i], "link", "set", &dev, "down"])
+        self.fabric.unplug(i)
     }
 
     /// Pids of the processes in namespace `i`.
     pub fn pids(&self, i: usize) -> Vec<u32> {
-        Command::new("ip")
-            .args(["netns", "pids", &self.names[i]])
-            .output()
-            .map(|o| {
-                String::from_utf8_lossy(&o.stdout)
-                    .split_whitespace()
-                    .filter_map(|p| p.parse().ok())
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for Testbed {
-    fn drop(&mut self) {
-        for i in 0..2 {
-            for p in self.pids(i) {
-                // SAFETY: kill(2) with a pid and a signal; these processes run in the test
-                // bed's namespaces, which exist only for this test.
-                unsafe { libc::kill(p as i32, libc::SIGKILL) };
-            }
-        }
-        for n in &self.names {
-            let _ = ip_ok(&["netns", "del", n]);
-        }
+        self.fabric.pids(i)
     }
 }

@@ -78,11 +78,12 @@ fn the_plan_lists_the_runs_or_why_they_are_left_out() {
     testing::assert_no_leftovers(&mark);
 }
 
-/// The test bed names a run of process `pid` can have made (see `Testbed::new`).
+/// The test bed names a run of process `pid` can have made (see `Fabric::new`): its
+/// hosts' and its switch's.
 fn beds_of(pid: u32) -> Vec<String> {
-    (0..10)
-        .map(|k| pid % 10_000 * 10 + k)
-        .flat_map(|id| [format!("bwt{id}a"), format!("bwt{id}b")])
+    (0..100)
+        .map(|k| pid % 1000 * 100 + k)
+        .flat_map(|id| ["a", "b", "s"].map(|h| format!("bwt{id}{h}")))
         .collect()
 }
 

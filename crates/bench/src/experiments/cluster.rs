@@ -262,7 +262,7 @@ impl Experiment for Cluster {
 }
 
 /// Why the test bed cannot be made here, if it cannot.
-fn prerequisites(s: &Suite) -> Result<(), String> {
+pub(crate) fn prerequisites(s: &Suite) -> Result<(), String> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return Err("the test bed of network namespaces needs root".into());
@@ -288,7 +288,7 @@ fn prerequisites(s: &Suite) -> Result<(), String> {
 }
 
 /// The remote shell that enters a test bed's namespace, beside the bwbench binary.
-fn rsh_of(s: &Suite) -> PathBuf {
+pub(crate) fn rsh_of(s: &Suite) -> PathBuf {
     s.exe().with_file_name("netns-rsh")
 }
 

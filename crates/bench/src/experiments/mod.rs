@@ -28,6 +28,7 @@ pub mod bsp;
 pub mod cluster;
 pub mod collectives;
 pub mod exchange;
+pub mod fabric;
 pub mod latency;
 pub mod layers;
 pub mod loss;
@@ -49,6 +50,7 @@ pub static REGISTRY: &[&dyn Entry] = &[
     &scale::ScaleExperiment,
     &apps::Apps,
     &cluster::Cluster,
+    &fabric::FabricExperiment,
 ];
 
 /// The experiment named `name`.

@@ -6,7 +6,7 @@
 //! bwbench all --quick          every experiment, about 2 minutes on two cores
 //! bwbench all                  every experiment, full sizes and repetitions
 //! bwbench latency              one experiment (also writes the report directory)
-//! bwbench all --hosts          and the experiments across two hosts (root: namespaces)
+//! bwbench all --hosts          and the experiments across hosts (root: namespaces)
 //! bwbench profile cg.prof      a BSP cost profile (bsprun --profile cg.prof) as tables,
 //!                              a timeline (cg.prof.svg) and W + H g + S l
 //! ```
@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use bulkwire_bench::experiments::{self, Entry, Prepared, cluster};
+use bulkwire_bench::experiments::{self, Entry, Prepared, cluster, fabric};
 use bulkwire_bench::plan::Event;
 use bulkwire_bench::profile::ParamSource;
 use bulkwire_bench::report::{LoadProbe, Machine, Report, Status};
@@ -59,8 +59,8 @@ struct Args {
     /// List the runs the command would make, with their estimated times, and exit.
     #[arg(long, global = true)]
     plan: bool,
-    /// `all`: add the experiments across two hosts (network namespaces over veth; needs
-    /// root, `ip netns`, and netns-rsh beside bwbench).
+    /// `all`: add the experiments across hosts (network namespaces over veth, and on an
+    /// emulated switch; needs root, `ip netns`, `tc`, and netns-rsh beside bwbench).
     #[arg(long, global = true)]
     hosts: bool,
 }
@@ -100,10 +100,10 @@ struct ProfileArgs {
 /// The command line: [`Args`], `all`, a subcommand per registered experiment, and
 /// `profile`.
 fn command() -> Command {
-    let mut cmd = Args::command().subcommand(
-        Command::new("all")
-            .about("Every experiment below, into one report (cluster only with --hosts)"),
-    );
+    let mut cmd =
+        Args::command().subcommand(Command::new("all").about(
+            "Every experiment below, into one report (cluster and fabric only with --hosts)",
+        ));
     for e in experiments::REGISTRY {
         cmd = cmd.subcommand(Command::new(e.name()).about(e.about()));
     }
@@ -272,6 +272,7 @@ fn worker(argv: &[OsString]) -> Option<ExitCode> {
         "__group" => bulkwire_bench::group::worker_main,
         "__bsp" => bulkwire_bench::bspk::worker_main,
         "__coll" => bulkwire_bench::coll::worker_main,
+        "__xchg" => bulkwire_bench::xchg::worker_main,
         // The host agent of a job across hosts (the cluster experiment).
         "__agent" => {
             let rest: Vec<String> = argv[2..]
@@ -317,7 +318,9 @@ fn main() -> ExitCode {
         Some("all") | None => experiments::REGISTRY
             .iter()
             .copied()
-            .filter(|e| e.in_all() || (args.hosts && e.name() == cluster::NAME))
+            .filter(|e| {
+                e.in_all() || (args.hosts && [cluster::NAME, fabric::NAME].contains(&e.name()))
+            })
             .collect(),
         Some(name) => experiments::find(name).into_iter().collect(),
     };
@@ -361,6 +364,7 @@ fn main() -> ExitCode {
     let mut machine = Machine::here(&mpi);
     machine.load = load.finish(machine.cores);
     machine.network = cluster::network_line(&sections, &machine.network);
+    machine.network = fabric::network_line(&sections, &machine.network);
     let report = Report {
         machine,
         level,

@@ -1,0 +1,924 @@
+//! `bwbench fabric`: the papers' network experiments on an emulated switched cluster
+//! ([`Fabric`]): hosts as network namespaces, one rank each, on one Linux bridge whose
+//! ports are shaped by `tc tbf` to a link rate (100 Mb/s as in the papers, and 1 Gb/s) with
+//! a 64 KiB output buffer, MTU 1500, offloads off. Here the wire and the switch's buffers
+//! decide, not the CPUs, as long as the CPUs are not busy: every row says how busy they
+//! were and is marked CPU-bound above 85 %.
+//!
+//! - The BSPlib paper's Table 1: a BSP total exchange of 60 KB per pair (one `bsp_put` per
+//!   destination, then `bsp_sync`) at 8 hosts, per superstep, in latin-square, pid and
+//!   random order, with and without pacing, over every protocol, beside Open MPI's
+//!   `MPI_Alltoall` over TCP; at 100 Mb/s and (full run) 1 Gb/s.
+//! - `bulkwire.h`'s alltoall and allgather at 60 KB beside Open MPI's.
+//! - The RMPP paper's Fig. 3: per-node bandwidth of the all-to-all against p.
+//! - Incast: p-1 senders into one host's port (the collectives' gather pattern), beside
+//!   `MPI_Gather`.
+//!
+//! Every row shows the switch's drops and the frames it forwarded (`tc -s`, summed over
+//! its ports, over the whole job), and rows are measured in alternating rounds. Each job
+//! makes a fabric of its own and removes it when it ends. Needs root, `ip netns`, `tc`,
+//! and `netns-rsh` beside the bwbench binary; the plan says which is missing. Not part of
+//! `bwbench all` unless `--hosts` is given.
+
+use std::process::Command;
+use std::time::Duration;
+
+use bulkwire_launch::HostSlots;
+use bulkwire_launch::testing::{
+    CpuTimes, CpuUse, DEFAULT_BUFFER, Fabric, FabricSpec, PortCounters,
+};
+
+use super::Experiment;
+use super::cluster::{prerequisites, rsh_of};
+use crate::coll::{self, CollResult, CollSpec};
+use crate::jobs::Across;
+use crate::mpi::{MpiAcross, MpiPoint};
+use crate::plan::{Done, Job, OwnJob, Plan};
+use crate::section::{Section, Table, short_mpi};
+use crate::stack::{CollAlgo, Protocol, Stack, Transport};
+use crate::suite::Suite;
+use crate::xchg::{self, XchgResult, XchgSpec};
+
+pub struct FabricExperiment;
+
+/// The experiment's name: its subcommand, and its section's in `results.json`.
+pub const NAME: &str = "fabric";
+
+/// Bytes per pair of the total exchange (the papers' 60 KB).
+pub const SIZE: usize = 60_000;
+const MTU: u32 = 1500;
+const MBIT: u64 = 1_000_000;
+/// A job of bulkwire's is given this long (gbn and rmpp take seconds per superstep).
+const TIMEOUT: Duration = Duration::from_secs(240);
+/// utopia has no recovery: on a switch that drops, it does not finish; it is given this.
+const UTOPIA_TIMEOUT: Duration = Duration::from_secs(30);
+const MPI_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The tables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// The total exchange at 8 hosts at a link rate in Mb/s.
+    Exchange { mbit: u64 },
+    /// `bulkwire.h` collectives at 8 hosts, 100 Mb/s.
+    Coll,
+    /// All-to-all against p, 100 Mb/s.
+    Fig3,
+    /// p-1 senders into one host's port, 100 Mb/s.
+    Incast,
+}
+
+/// What a run is: a row of a part's table, in a round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tag {
+    pub part: Part,
+    pub row: usize,
+    pub round: usize,
+}
+
+/// What a row runs.
+#[derive(Clone, Debug, PartialEq)]
+enum What {
+    /// The BSP exchange (or incast) over `protocol`, with the row's settings in `env`.
+    Bsp {
+        protocol: Protocol,
+        env: Vec<(String, String)>,
+        incast: bool,
+    },
+    /// Open MPI's collective `kind` over TCP.
+    Mpi { kind: &'static str },
+    /// bulkwire.h's collective `kind` over holefill.
+    Coll { kind: &'static str },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct Row {
+    label: String,
+    hosts: usize,
+    what: What,
+}
+
+/// What one job measured.
+#[derive(Clone, Debug)]
+pub struct FabRun {
+    pub hosts: usize,
+    /// Seconds per superstep or call (the slowest process's), median and worst.
+    pub median: f64,
+    pub worst: f64,
+    /// The switch's ports summed, over the whole job (start-up included).
+    pub switch: PortCounters,
+    /// Frames the hosts' own queues dropped (zero when they held their senders back).
+    pub host_drops: u64,
+    pub cpu: CpuUse,
+}
+
+/// The level's sizes of things.
+struct Params {
+    hosts: usize,
+    warmup: usize,
+    steps: usize,
+    rounds: usize,
+    /// Hosts of the Fig. 3 table.
+    fig3: Vec<usize>,
+    /// Every protocol in Fig. 3 (else holefill and MPI).
+    fig3_all: bool,
+    gigabit: bool,
+}
+
+fn params(s: &Suite) -> Params {
+    Params {
+        hosts: s.pick(4, 8, 8),
+        warmup: s.pick(1, 2, 3),
+        steps: s.pick(3, 10, 20),
+        rounds: s.pick(1, 2, 3),
+        fig3: s.pick(vec![2, 4], vec![2, 4, 8], vec![2, 4, 8, 16]),
+        fig3_all: s.pick(false, false, true),
+        gigabit: s.pick(false, true, true),
+    }
+}
+
+fn bsp(label: String, hosts: usize, protocol: Protocol, env: &[(&str, String)]) -> Row {
+    Row {
+        label,
+        hosts,
+        what: What::Bsp {
+            protocol,
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+            incast: false,
+        },
+    }
+}
+
+/// Pacing at the link rate, in bytes per second: what one receiver's port takes.
+fn pace(mbit: u64) -> String {
+    (mbit * MBIT / 8).to_string()
+}
+
+/// The rows of `part` (MPI's included when `mpi` names it).
+fn rows(part: Part, p: &Params, mpi: Option<&str>) -> Vec<Row> {
+    let h = p.hosts;
+    let mut v = Vec::new();
+    match part {
+        Part::Exchange { mbit } => {
+            let sched = |s: &str| ("BULKWIRE_BSP_SCHEDULE", s.to_string());
+            let rate = ("BULKWIRE_BSP_RATE", pace(mbit));
+            let full = mbit == 100;
+            for s in ["latin", "pid", "random"] {
+                if !full && s == "random" {
+                    continue;
+                }
+                let what = if s == "latin" {
+                    "latin square (default)".to_string()
+                } else {
+                    format!("BULKWIRE_BSP_SCHEDULE={s}")
+                };
+                v.push(bsp(
+                    format!("BSP, holefill, {what}"),
+                    h,
+                    Protocol::Holefill,
+                    &[sched(s)],
+                ));
+                if full {
+                    v.push(bsp(
+                        format!("BSP, holefill, {what}, paced at the link rate"),
+                        h,
+                        Protocol::Holefill,
+                        &[sched(s), rate.clone()],
+                    ));
+                }
+            }
+            // Ranks that spin while they wait take cores from those with work when the
+            // hosts share a few CPUs: the default beside waits that sleep at once.
+            v.push(bsp(
+                "BSP, holefill, latin square, BULKWIRE_SPIN_US=0".into(),
+                h,
+                Protocol::Holefill,
+                &[sched("latin"), ("BULKWIRE_SPIN_US", "0".into())],
+            ));
+            for proto in [Protocol::Gbn, Protocol::Rmpp, Protocol::Utopia] {
+                // utopia does not finish where the switch drops; once is enough to say so.
+                if !full && proto == Protocol::Utopia {
+                    continue;
+                }
+                v.push(bsp(
+                    format!("BSP, {}, latin square", proto.name()),
+                    h,
+                    proto,
+                    &[],
+                ));
+            }
+            if let Some(m) = mpi {
+                v.push(Row {
+                    label: format!("{m} MPI_Alltoall over TCP"),
+                    hosts: h,
+                    what: What::Mpi { kind: "alltoall" },
+                });
+            }
+        }
+        Part::Coll => {
+            for kind in ["alltoall", "allgather"] {
+                v.push(Row {
+                    label: format!("bulkwire.h {kind}, holefill"),
+                    hosts: h,
+                    what: What::Coll { kind },
+                });
+                if let Some(m) = mpi {
+                    v.push(Row {
+                        label: format!("{m} MPI_{} over TCP", capital(kind)),
+                        hosts: h,
+                        what: What::Mpi { kind },
+                    });
+                }
+            }
+        }
+        Part::Incast => {
+            for proto in [Protocol::Holefill, Protocol::Gbn, Protocol::Rmpp] {
+                let mut r = bsp(format!("BSP, {}", proto.name()), h, proto, &[]);
+                if let What::Bsp { incast, .. } = &mut r.what {
+                    *incast = true;
+                }
+                v.push(r);
+            }
+            if let Some(m) = mpi {
+                v.push(Row {
+                    label: format!("{m} MPI_Gather over TCP"),
+                    hosts: h,
+                    what: What::Mpi { kind: "gather" },
+                });
+            }
+        }
+        Part::Fig3 => {
+            let protos: &[Protocol] = if p.fig3_all {
+                &[Protocol::Holefill, Protocol::Gbn, Protocol::Rmpp]
+            } else {
+                &[Protocol::Holefill]
+            };
+            for &n in &p.fig3 {
+                for &proto in protos {
+                    v.push(bsp(format!("BSP, {}", proto.name()), n, proto, &[]));
+                }
+                if let Some(m) = mpi {
+                    v.push(Row {
+                        label: format!("{m} MPI_Alltoall over TCP"),
+                        hosts: n,
+                        what: What::Mpi { kind: "alltoall" },
+                    });
+                }
+            }
+        }
+    }
+    v
+}
+
+fn capital(k: &str) -> String {
+    let mut c = k.chars();
+    c.next()
+        .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+        .unwrap_or_default()
+}
+
+fn parts(p: &Params) -> Vec<Part> {
+    let mut v = vec![
+        Part::Exchange { mbit: 100 },
+        Part::Coll,
+        Part::Fig3,
+        Part::Incast,
+    ];
+    if p.gigabit {
+        v.insert(1, Part::Exchange { mbit: 1000 });
+    }
+    v
+}
+
+fn mbit_of(part: Part) -> u64 {
+    match part {
+        Part::Exchange { mbit } => mbit,
+        Part::Coll | Part::Fig3 | Part::Incast => 100,
+    }
+}
+
+impl Experiment for FabricExperiment {
+    type Tag = Tag;
+
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn about(&self) -> &'static str {
+        "The papers' network experiments on an emulated switch: 2-16 network namespaces on a \
+         bridge with tbf-shaped 100 Mb/s ports and 64 KiB buffers; total exchange, \
+         collectives and all-to-all beside Open MPI over TCP, with switch drops and CPU use \
+         (needs root; in `all` with --hosts)"
+    }
+
+    fn in_all(&self) -> bool {
+        false
+    }
+
+    fn plan(&self, s: &Suite) -> Plan<Tag> {
+        let ready = prerequisites(s).and_then(|()| {
+            Command::new("tc")
+                .arg("-V")
+                .output()
+                .map_err(|e| format!("the fabric needs `tc` ({e})"))
+                .map(|_| ())
+        });
+        if let Err(why) = ready {
+            let mut plan = Plan::default();
+            plan.skip(format!("everything: {why}"));
+            return plan;
+        }
+        let mpi = s.mpi().map_err(String::from).and_then(|m| {
+            if m.version.contains("Open MPI") {
+                Ok(short_mpi(&m.version))
+            } else {
+                Err(format!(
+                    "only Open MPI's mpirun is driven across hosts (found {})",
+                    m.version
+                ))
+            }
+        });
+        plan_runs(s, mpi)
+    }
+
+    fn report(&self, s: &Suite, done: &[Done<Tag>]) -> Section {
+        let p = params(s);
+        let mut sec = Section::new(
+            NAME,
+            "A switched network: hosts as namespaces on a shaped bridge, beside Open MPI over \
+             TCP",
+        );
+        let mpi = s.mpi().ok().map(|m| short_mpi(&m.version));
+        for part in parts(&p) {
+            let t = table(part, &p, &rows(part, &p, mpi.as_deref()), done);
+            if !t.rows.is_empty() {
+                sec.tables.push(t);
+            }
+        }
+        sec
+    }
+}
+
+/// Every run, given MPI's short name (or why it is left out).
+fn plan_runs(s: &Suite, mpi: Result<String, String>) -> Plan<Tag> {
+    let p = params(s);
+    let mut plan = Plan::default();
+    let mpi = match mpi {
+        Ok(name) => Some(name),
+        Err(e) => {
+            plan.skip(format!("Open MPI over TCP: {e}"));
+            None
+        }
+    };
+    if Command::new("mpiexec.mpich")
+        .arg("--version")
+        .output()
+        .is_ok()
+    {
+        plan.skip("MPICH: only Open MPI's mpirun is driven across the fabric's hosts");
+    }
+    for part in parts(&p) {
+        let rows = rows(part, &p, mpi.as_deref());
+        // Alternating rounds: every row once per round, so that a slow spell of the
+        // machine falls on every row alike.
+        for round in 0..p.rounds {
+            for (i, r) in rows.iter().enumerate() {
+                let label = format!(
+                    "{} hosts, {} Mb/s: {} (round {})",
+                    r.hosts,
+                    mbit_of(part),
+                    r.label,
+                    round + 1
+                );
+                let tag = Tag {
+                    part,
+                    row: i,
+                    round,
+                };
+                plan.add(label, tag, job(r.clone(), mbit_of(part), &p));
+            }
+        }
+    }
+    plan
+}
+
+/// The job of `row` on a fabric of its own at `mbit` Mb/s.
+fn job(row: Row, mbit: u64, p: &Params) -> Job {
+    let (warmup, steps) = (p.warmup, p.steps);
+    let bound = link_bound(row.hosts, mbit);
+    // For the progress bar only: gbn and rmpp take 40-90 times the bound.
+    let per_step = match &row.what {
+        What::Bsp { protocol, .. } => match protocol {
+            Protocol::Gbn => 90.0 * bound,
+            Protocol::Rmpp => 40.0 * bound,
+            Protocol::Utopia => UTOPIA_TIMEOUT.as_secs_f64() / (warmup + steps) as f64,
+            _ => 2.0 * bound,
+        },
+        _ => 3.0 * bound,
+    };
+    let estimate = 1.0 + 0.2 * row.hosts as f64 + per_step * (warmup + steps) as f64;
+    Job::Own(OwnJob::new(estimate, move |s: &Suite| {
+        let spec = FabricSpec::shaped(row.hosts, MTU, mbit * MBIT, DEFAULT_BUFFER);
+        let fab = Fabric::new(spec).map_err(|e| format!("no fabric ({e})"))?;
+        let (ports0, cpu0) = (fab.ports()?, CpuTimes::read());
+        let (median, worst) = run_row(s, &fab, &row, warmup, steps)?;
+        let cpu = CpuTimes::read().since(&cpu0);
+        let ports = fab.ports()?;
+        let switch = PortCounters::sum(
+            &ports
+                .iter()
+                .zip(&ports0)
+                .map(|(a, b)| a.since(b))
+                .collect::<Vec<_>>(),
+        );
+        let host_drops = (0..row.hosts)
+            .map(|i| fab.host_queue(i).map(|q| q.drops))
+            .sum::<Result<u64, String>>()?;
+        Ok(FabRun {
+            hosts: row.hosts,
+            median,
+            worst,
+            switch,
+            host_drops,
+            cpu,
+        })
+    }))
+}
+
+/// Runs `row` on `fab`: the median and worst superstep (or call), in seconds.
+fn run_row(
+    s: &Suite,
+    fab: &Fabric,
+    row: &Row,
+    warmup: usize,
+    steps: usize,
+) -> Result<(f64, f64), String> {
+    let n = row.hosts as u32;
+    match &row.what {
+        What::Bsp {
+            protocol,
+            env,
+            incast,
+        } => {
+            let spec = XchgSpec {
+                size: SIZE,
+                warmup,
+                steps,
+                incast: *incast,
+            };
+            let limit = if *protocol == Protocol::Utopia {
+                UTOPIA_TIMEOUT
+            } else {
+                TIMEOUT
+            };
+            let over = Transport::udp(*protocol);
+            let r: XchgResult =
+                xchg::run_on(s.exe(), n, &spec, over, env, limit, Some(&across(s, fab)))?;
+            Ok((r.median(), r.worst()))
+        }
+        What::Coll { kind } => {
+            let spec = CollSpec {
+                kinds: vec![kind.to_string()],
+                sizes: vec![SIZE],
+                warmup,
+                iters: steps,
+                stack: Stack::Coll {
+                    over: Transport::udp(Protocol::Holefill),
+                    algo: CollAlgo::P2p,
+                },
+            };
+            let r: CollResult =
+                coll::run_with(s.exe(), n, &spec, TIMEOUT, Some(&across(s, fab)), &[])?;
+            let pt = r.points.first().ok_or("no result")?;
+            let worst = pt.seconds.iter().copied().fold(f64::NAN, f64::max);
+            Ok((pt.summary().median, worst))
+        }
+        What::Mpi { kind } => {
+            let m = s.mpi().map_err(|e| format!("MPI: {e}"))?;
+            let a = mpi_across(s, fab);
+            let run = || m.run_across(kind, n, warmup, steps, 0.0, &[SIZE], MPI_TIMEOUT, &a);
+            // Open MPI's TCP set-up between namespaces fails now and then: one more try.
+            let v: Vec<MpiPoint> = run().or_else(|_| run())?;
+            let pt = v.first().ok_or("no result")?;
+            Ok((pt.median, pt.max))
+        }
+    }
+}
+
+/// One rank on each host; the launcher in the first host, the others' ranks through
+/// their agents. No binding: the hosts share the machine's CPUs, as the CPU column says.
+fn across(s: &Suite, fab: &Fabric) -> Across {
+    Across {
+        netns: fab.names[0].clone(),
+        hosts: fab
+            .addrs
+            .iter()
+            .map(|a| HostSlots {
+                name: a.clone(),
+                slots: 1,
+            })
+            .collect(),
+        rsh: vec![rsh_of(s).into_os_string()],
+        cpus: None,
+    }
+}
+
+fn mpi_across(s: &Suite, fab: &Fabric) -> MpiAcross {
+    let all = all_cpus();
+    MpiAcross {
+        netns: fab.names[0].clone(),
+        hosts: fab.addrs.iter().map(|a| format!("{a}:1")).collect(),
+        rsh: rsh_of(s),
+        subnet: fab.subnet(),
+        cpus: [all.clone(), all],
+    }
+}
+
+fn all_cpus() -> String {
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    format!("0-{}", n - 1)
+}
+
+/// What the report's network line says when the fabric section ran.
+pub const NETWORK: &str = "the fabric section: 2 to 16 network namespaces, one rank each, on a \
+                           bridge whose ports are shaped by tc tbf (100 Mb/s or 1 Gb/s, 64 KiB \
+                           buffers, MTU 1500, offloads off)";
+
+/// The report's network line `here`, with the fabric's added when `sections` include it
+/// and it measured something.
+pub fn network_line(sections: &[Section], here: &str) -> String {
+    if sections
+        .iter()
+        .any(|s| s.name == NAME && !s.tables.is_empty())
+    {
+        format!("{here}; {NETWORK}")
+    } else {
+        here.into()
+    }
+}
+
+/// Seconds to carry (p-1) x 60 KB into one port at `mbit` Mb/s: no exchange is faster.
+pub fn link_bound(hosts: usize, mbit: u64) -> f64 {
+    (hosts - 1) as f64 * SIZE as f64 * 8.0 / (mbit * MBIT) as f64
+}
+
+fn ms(x: f64) -> String {
+    if x.is_finite() {
+        format!("{:.1}", x * 1e3)
+    } else {
+        "-".into()
+    }
+}
+
+/// The rounds' runs of row `i` of `part`.
+fn runs_of(done: &[Done<Tag>], part: Part, i: usize) -> Vec<&FabRun> {
+    done.iter()
+        .filter(|d| d.tag.part == part && d.tag.row == i)
+        .filter_map(|d| d.own::<FabRun>())
+        .collect()
+}
+
+/// A row's figures over its rounds: the median of the rounds' medians, the worst of all,
+/// the drops and frames of the median round, and the busiest round's CPU use.
+fn combine(runs: &[&FabRun]) -> Option<FabRun> {
+    let mut v: Vec<&FabRun> = runs.to_vec();
+    v.sort_by(|a, b| a.median.total_cmp(&b.median));
+    let mid = *v.get(v.len() / 2)?;
+    let worst = v.iter().map(|r| r.worst).fold(f64::NAN, f64::max);
+    let busiest = v
+        .iter()
+        .map(|r| r.cpu)
+        .max_by(|a, b| a.busy.total_cmp(&b.busy))
+        .unwrap_or_default();
+    Some(FabRun {
+        worst,
+        cpu: busiest,
+        ..mid.clone()
+    })
+}
+
+fn cpu_cell(c: CpuUse) -> String {
+    let mut s = format!("{:.0} %", c.busy * 100.0);
+    if c.steal >= 0.005 {
+        s += &format!(" ({:.0} % steal)", c.steal * 100.0);
+    }
+    if c.cpu_bound() {
+        s += ", CPU-bound";
+    }
+    s
+}
+
+fn drops_cell(r: &FabRun) -> String {
+    let total = r.switch.packets + r.switch.drops;
+    let pct = if total > 0 {
+        100.0 * r.switch.drops as f64 / total as f64
+    } else {
+        0.0
+    };
+    let mut s = format!("{} ({pct:.2} %)", r.switch.drops);
+    if r.host_drops > 0 {
+        s += &format!(", {} in hosts' queues", r.host_drops);
+    }
+    s
+}
+
+fn ratio(x: f64, base: Option<f64>) -> String {
+    match base {
+        Some(b) if b > 0.0 && x.is_finite() => format!("{:.2}x", x / b),
+        _ => "-".into(),
+    }
+}
+
+fn table(part: Part, p: &Params, rows: &[Row], done: &[Done<Tag>]) -> Table {
+    let figures: Vec<Option<FabRun>> = (0..rows.len())
+        .map(|i| combine(&runs_of(done, part, i)))
+        .collect();
+    let mpi_of = |kind: &str, hosts: usize| {
+        rows.iter()
+            .zip(&figures)
+            .find(|(r, _)| r.hosts == hosts && matches!(r.what, What::Mpi { kind: k } if k == kind))
+            .and_then(|(_, f)| f.as_ref().map(|f| f.median))
+    };
+    let common = format!(
+        "{} supersteps (or calls) after {} untimed, the slowest process's time each; the \
+         median of {} alternating round(s), and the worst superstep of all. Switch drops: \
+         frames the switch's ports dropped over the whole job (start-up included), and their \
+         share of the frames they forwarded and dropped. CPU: the whole machine's busy share \
+         during the job (other work on it included; ranks that spin while they wait count as \
+         busy); above 85 % the row is marked CPU-bound, and is about the CPUs, not the \
+         network. Ports shaped by tc tbf with {} KiB buffers, MTU {MTU}, offloads off.",
+        p.steps,
+        p.warmup,
+        p.rounds,
+        DEFAULT_BUFFER / 1024
+    );
+    match part {
+        Part::Exchange { mbit } => {
+            let bound = link_bound(p.hosts, mbit);
+            let mut t = Table::new(
+                format!(
+                    "Total exchange of 60 KB per pair at {} hosts, {mbit} Mb/s ports (ms)",
+                    p.hosts
+                ),
+                &[
+                    "stack",
+                    "median",
+                    "worst",
+                    "x link bound",
+                    "x MPI",
+                    "switch drops",
+                    "frames",
+                    "CPU",
+                ],
+                format!(
+                    "The link bound is (p-1) x 60 KB into one port: {} ms. BSP: one bsp_put of \
+                     60 KB per destination, then bsp_sync; the schedule orders the sends \
+                     (BULKWIRE_BSP_SCHEDULE), pacing caps a process's rate at the link's \
+                     (BULKWIRE_BSP_RATE). utopia has no recovery and is given {} s. {common}",
+                    ms(bound),
+                    UTOPIA_TIMEOUT.as_secs()
+                ),
+            );
+            let base = mpi_of("alltoall", p.hosts);
+            for (r, f) in rows.iter().zip(&figures) {
+                let Some(f) = f else { continue };
+                t.rows.push(vec![
+                    r.label.clone(),
+                    ms(f.median),
+                    ms(f.worst),
+                    format!("{:.2}x", f.median / bound),
+                    ratio(f.median, base),
+                    drops_cell(f),
+                    f.switch.packets.to_string(),
+                    cpu_cell(f.cpu),
+                ]);
+            }
+            t
+        }
+        Part::Coll => {
+            let mut t = Table::new(
+                format!(
+                    "Collectives of 60 KB blocks at {} hosts, 100 Mb/s ports (ms)",
+                    p.hosts
+                ),
+                &[
+                    "collective",
+                    "median",
+                    "worst",
+                    "x MPI",
+                    "switch drops",
+                    "frames",
+                    "CPU",
+                ],
+                format!(
+                    "bulkwire.h's point-to-point algorithms over holefill/udp against Open \
+                     MPI's over TCP; 60 KB per block (alltoall: per pair). Calls, not \
+                     supersteps: {common}"
+                ),
+            );
+            for (r, f) in rows.iter().zip(&figures) {
+                let Some(f) = f else { continue };
+                let kind = match r.what {
+                    What::Coll { kind } | What::Mpi { kind } => kind,
+                    What::Bsp { .. } => continue,
+                };
+                t.rows.push(vec![
+                    r.label.clone(),
+                    ms(f.median),
+                    ms(f.worst),
+                    ratio(f.median, mpi_of(kind, p.hosts)),
+                    drops_cell(f),
+                    f.switch.packets.to_string(),
+                    cpu_cell(f.cpu),
+                ]);
+            }
+            t
+        }
+        Part::Incast => {
+            let bound = link_bound(p.hosts, 100);
+            let mut t = Table::new(
+                format!(
+                    "Incast: {} senders of 60 KB each into one host's 100 Mb/s port (ms)",
+                    p.hosts - 1
+                ),
+                &[
+                    "stack",
+                    "median",
+                    "worst",
+                    "x link bound",
+                    "x MPI",
+                    "switch drops",
+                    "frames",
+                    "CPU",
+                ],
+                format!(
+                    "The gather and reduce pattern of the collectives: every process but one \
+                     puts 60 KB to it, then bsp_sync (MPI: MPI_Gather of 60 KB blocks). The \
+                     link bound is (p-1) x 60 KB into the one port: {} ms. {common}",
+                    ms(bound)
+                ),
+            );
+            let base = mpi_of("gather", p.hosts);
+            for (r, f) in rows.iter().zip(&figures) {
+                let Some(f) = f else { continue };
+                t.rows.push(vec![
+                    r.label.clone(),
+                    ms(f.median),
+                    ms(f.worst),
+                    format!("{:.2}x", f.median / bound),
+                    ratio(f.median, base),
+                    drops_cell(f),
+                    f.switch.packets.to_string(),
+                    cpu_cell(f.cpu),
+                ]);
+            }
+            t
+        }
+        Part::Fig3 => {
+            let mut t = Table::new(
+                "All-to-all of 60 KB messages against p, 100 Mb/s ports: per-node bandwidth \
+                 (the RMPP paper's Fig. 3)",
+                &[
+                    "p",
+                    "stack",
+                    "MB/s per node",
+                    "x link",
+                    "median (ms)",
+                    "switch drops",
+                    "CPU",
+                ],
+                format!(
+                    "Per-node bandwidth: the (p-1) x 60 KB a process sends in the median \
+                     superstep (MPI: call), over its time; the link carries 12.5 MB/s. \
+                     {common}"
+                ),
+            );
+            for (r, f) in rows.iter().zip(&figures) {
+                let Some(f) = f else { continue };
+                let bw = (r.hosts - 1) as f64 * SIZE as f64 / f.median;
+                t.rows.push(vec![
+                    r.hosts.to_string(),
+                    r.label.clone(),
+                    format!("{:.2}", bw / 1e6),
+                    format!("{:.2}", bw * 8.0 / (100 * MBIT) as f64),
+                    ms(f.median),
+                    drops_cell(f),
+                    cpu_cell(f.cpu),
+                ]);
+            }
+            t
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::plan::{Outcome, Output, Own, Work};
+    use crate::suite::Level;
+
+    fn suite(level: Level) -> Suite {
+        Suite::new(
+            PathBuf::from("/nonexistent/bwbench"),
+            level,
+            std::env::temp_dir(),
+        )
+    }
+
+    #[test]
+    fn the_network_line_names_the_fabric_when_it_ran() {
+        let mut sec = Section::new(NAME, "t");
+        assert_eq!(network_line(&[sec.clone()], "loopback"), "loopback");
+        sec.tables.push(Table::new("t", &["a"], ""));
+        let line = network_line(&[sec], "loopback");
+        assert!(
+            line.starts_with("loopback; the fabric section: 2 to 16"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn the_link_bound_is_the_papers() {
+        // 7 x 60 KB into a 100 Mb/s port: 33.6 ms.
+        assert!((link_bound(8, 100) - 0.0336).abs() < 1e-9);
+        assert!((link_bound(8, 1000) - 0.00336).abs() < 1e-9);
+    }
+
+    #[test]
+    fn without_the_bed_everything_is_skipped_with_the_reason() {
+        let plan = FabricExperiment.plan(&suite(Level::Quick));
+        assert!(plan.runs.is_empty());
+        assert!(
+            plan.skipped[0].starts_with("everything: "),
+            "{:?}",
+            plan.skipped
+        );
+    }
+
+    #[test]
+    fn the_plan_and_the_report_agree() {
+        for level in [Level::Smoke, Level::Quick, Level::Full] {
+            let s = suite(level);
+            let p = params(&s);
+            let plan = plan_runs(&s, Ok("Open MPI 4.1.4".into()));
+            let per_round: usize = parts(&p)
+                .iter()
+                .map(|&part| rows(part, &p, Some("Open MPI 4.1.4")).len())
+                .sum();
+            assert_eq!(plan.runs.len(), per_round * p.rounds);
+            let done: Vec<Done<Tag>> = plan
+                .runs
+                .into_iter()
+                .map(|r| {
+                    let Work::One(_) = r.work else {
+                        panic!("{}", r.label)
+                    };
+                    // MPI's rows take 2x the BSP rows' time; every row drops 10 of 990.
+                    let mpi = r.label.contains("MPI_");
+                    let median = if mpi { 0.08 } else { 0.04 };
+                    let run = FabRun {
+                        hosts: 8,
+                        median,
+                        worst: 2.0 * median,
+                        switch: PortCounters {
+                            packets: 990,
+                            bytes: 0,
+                            drops: 10,
+                        },
+                        host_drops: 0,
+                        cpu: CpuUse {
+                            busy: 0.9,
+                            steal: 0.0,
+                        },
+                    };
+                    Done {
+                        label: r.label,
+                        tag: r.tag,
+                        result: Ok(Output::One(Box::new(Outcome::Own(Own(Arc::new(run)))))),
+                        seconds: 1.0,
+                        estimate: 1.0,
+                        jobs: 1,
+                    }
+                })
+                .collect();
+            let sec = FabricExperiment.report(&s, &done);
+            assert_eq!(sec.tables.len(), parts(&p).len());
+            for t in &sec.tables {
+                for r in &t.rows {
+                    assert_eq!(r.len(), t.header.len(), "{}: {r:?}", t.title);
+                }
+            }
+            // The exchange at 100 Mb/s: BSP at half MPI's time, drops 1 %, CPU-bound.
+            let x = &sec.tables[0];
+            assert_eq!(x.rows[0][1], "40.0");
+            assert_eq!(x.rows[0][4], "0.50x");
+            assert_eq!(x.rows[0][5], "10 (1.00 %)");
+            assert_eq!(x.rows[0][7], "90 %, CPU-bound");
+        }
+    }
+}

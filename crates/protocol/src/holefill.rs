@@ -128,7 +128,6 @@ fn ack_every(cfg: &HolefillConfig, nprocs: u32, window: u32) -> u32 {
         .min((window / 2).max(1) as u64) as u32
 }
 
-
 /// The fewest packets a byte cap leaves in the window.
 pub const MIN_BYTE_WINDOW: u32 = 16;
 

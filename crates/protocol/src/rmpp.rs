@@ -272,7 +272,6 @@ const CTL_QUEUE_MAX: usize = 1 << 14;
 /// Most doublings of a timeout in [`RmppConfig::default`].
 const MAX_BACKOFF: u32 = 16;
 
-
 /// Most ranges one Resend lists.
 const MAX_RANGES: usize = 64;
 

@@ -50,8 +50,6 @@ const MTU: u32 = 1500;
 const MBIT: u64 = 1_000_000;
 /// A job of bulkwire's is given this long (gbn and rmpp take seconds per superstep).
 const TIMEOUT: Duration = Duration::from_secs(240);
-/// utopia has no recovery: on a switch that drops, it does not finish; it is given this.
-const UTOPIA_TIMEOUT: Duration = Duration::from_secs(30);
 const MPI_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The tables.
@@ -197,11 +195,9 @@ fn rows(part: Part, p: &Params, mpi: Option<&str>) -> Vec<Row> {
                 Protocol::Holefill,
                 &[sched("latin"), ("BULKWIRE_SPIN_US", "0".into())],
             ));
-            for proto in [Protocol::Gbn, Protocol::Rmpp, Protocol::Utopia] {
-                // utopia does not finish where the switch drops; once is enough to say so.
-                if !full && proto == Protocol::Utopia {
-                    continue;
-                }
+            // utopia is left out (the plan says why): it has no recovery, so on a switch
+            // that drops its job ends at the first lost frame, a failed run every time.
+            for proto in [Protocol::Gbn, Protocol::Rmpp] {
                 v.push(bsp(
                     format!("BSP, {}, latin square", proto.name()),
                     h,
@@ -378,6 +374,10 @@ fn plan_runs(s: &Suite, mpi: Result<String, String>) -> Plan<Tag> {
         .is_ok()
     {
         plan.skip("MPICH: only Open MPI's mpirun is driven across the fabric's hosts");
+        plan.skip(
+            "BSP over utopia: it has no recovery, so on a switch that drops (every 100 Mb/s \
+             exchange here) its job ends at the first lost frame, saying so",
+        );
     }
     for part in parts(&p) {
         let rows = rows(part, &p, mpi.as_deref());
@@ -413,7 +413,6 @@ fn job(row: Row, mbit: u64, p: &Params) -> Job {
         What::Bsp { protocol, .. } => match protocol {
             Protocol::Gbn => 90.0 * bound,
             Protocol::Rmpp => 40.0 * bound,
-            Protocol::Utopia => UTOPIA_TIMEOUT.as_secs_f64() / (warmup + steps) as f64,
             _ => 2.0 * bound,
         },
         _ => 3.0 * bound,
@@ -468,11 +467,7 @@ fn run_row(
                 steps,
                 incast: *incast,
             };
-            let limit = if *protocol == Protocol::Utopia {
-                UTOPIA_TIMEOUT
-            } else {
-                TIMEOUT
-            };
+            let limit = TIMEOUT;
             let over = Transport::udp(*protocol);
             let r: XchgResult =
                 xchg::run_on(s.exe(), n, &spec, over, env, limit, Some(&across(s, fab)))?;
@@ -676,9 +671,8 @@ fn table(part: Part, p: &Params, rows: &[Row], done: &[Done<Tag>]) -> Table {
                     "The link bound is (p-1) x 60 KB into one port: {} ms. BSP: one bsp_put of \
                      60 KB per destination, then bsp_sync; the schedule orders the sends \
                      (BULKWIRE_BSP_SCHEDULE), pacing caps a process's rate at the link's \
-                     (BULKWIRE_BSP_RATE). utopia has no recovery and is given {} s. {common}",
+                     (BULKWIRE_BSP_RATE). {common}",
                     ms(bound),
-                    UTOPIA_TIMEOUT.as_secs()
                 ),
             );
             let base = mpi_of("alltoall", p.hosts);

@@ -1292,7 +1292,9 @@ mod tests {
             assert_eq!(bw.rows.len(), 6);
             assert_eq!(bw.rows[2][0], "holefill/udp");
             assert_eq!(bw.rows[2][1], "6.00 (0.48, 1.00x)");
-            assert_eq!(bw.rows[2][2], "11.00 (0.88, 1.00x)");
+            if p.bw_sizes.len() > 1 {
+                assert_eq!(bw.rows[2][2], "11.00 (0.88, 1.00x)");
+            }
             let lat = sec
                 .tables
                 .iter()

@@ -48,8 +48,17 @@ fn smoke_run_on_a_switch_writes_drops_and_cpu_use_and_cleans_up() {
     let _ = std::fs::remove_dir_all(&dir);
     let mark = testing::mark();
     let mut c = Command::new(BWBENCH);
-    c.args(["fabric", "--smoke", "--no-mpi", "--no-progress", "--out"])
-        .arg(&dir);
+    // utopia fails its run where the switch drops a frame, which it may or may not:
+    // the report is then partial, and the failures are checked below.
+    c.args([
+        "fabric",
+        "--smoke",
+        "--no-mpi",
+        "--no-progress",
+        "--accept-partial",
+        "--out",
+    ])
+    .arg(&dir);
     testing::clean(&mut c, &mark);
     let child = c
         .stdin(std::process::Stdio::null())
@@ -189,6 +198,11 @@ fn smoke_run_on_a_switch_writes_drops_and_cpu_use_and_cleans_up() {
                 || (k.contains("utopia") && k.contains("no recovery")),
             "{k}"
         );
+    }
+    // Failed: utopia only, where the switch dropped a frame.
+    for k in sec["failed"].as_array().unwrap() {
+        let k = k.as_str().unwrap();
+        assert!(k.contains("utopia") && k.contains("no recovery"), "{k}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -30,14 +30,6 @@ fn no_bed() -> Option<String> {
     None
 }
 
-fn namespaces() -> Vec<String> {
-    let o = Command::new("ip").args(["netns", "list"]).output().unwrap();
-    String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().next().map(String::from))
-        .collect()
-}
-
 #[test]
 fn smoke_run_on_a_switch_writes_drops_and_cpu_use_and_cleans_up() {
     if let Some(why) = no_bed() {
@@ -75,7 +67,7 @@ fn smoke_run_on_a_switch_writes_drops_and_cpu_use_and_cleans_up() {
     assert!(status.success(), "bwbench fabric --smoke: {status:?}");
     testing::assert_no_leftovers(&mark);
     // The fabrics of that process: `bwt<pid % 1000 * 100 + k><host or s>`.
-    let left: Vec<String> = namespaces()
+    let left: Vec<String> = testing::namespaces()
         .into_iter()
         .filter(|n| {
             (0..100).any(|k| {

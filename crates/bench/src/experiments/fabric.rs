@@ -34,7 +34,7 @@ use bulkwire_launch::testing::{
 };
 
 use super::Experiment;
-use super::cluster::{prerequisites, rsh_of};
+use super::cluster::{open_mpi, prerequisites, rsh_of};
 use crate::coll::{self, CollResult, CollSpec};
 use crate::jobs::Across;
 use crate::mpi::{MpiAcross, MpiPoint};
@@ -414,17 +414,7 @@ impl Experiment for FabricExperiment {
             plan.skip(format!("everything: {why}"));
             return plan;
         }
-        let mpi = s.mpi().map_err(String::from).and_then(|m| {
-            if m.version.contains("Open MPI") {
-                Ok(short_mpi(&m.version))
-            } else {
-                Err(format!(
-                    "only Open MPI's mpirun is driven across hosts (found {})",
-                    m.version
-                ))
-            }
-        });
-        plan_runs(s, mpi)
+        plan_runs(s, open_mpi(s))
     }
 
     fn report(&self, s: &Suite, done: &[Done<Tag>]) -> Section {
@@ -818,6 +808,32 @@ fn combine(runs: &[&FabRun]) -> Option<FabRun> {
     })
 }
 
+/// The rows of a table against the link bound: label, median, worst, x bound, x MPI,
+/// drops, frames, CPU.
+fn bound_rows(
+    rows: &[Row],
+    figures: &[Option<FabRun>],
+    bound: f64,
+    base: Option<f64>,
+) -> Vec<Vec<String>> {
+    rows.iter()
+        .zip(figures)
+        .filter_map(|(r, f)| {
+            let f = f.as_ref()?;
+            Some(vec![
+                r.label.clone(),
+                ms(f.median),
+                ms(f.worst),
+                format!("{:.2}x", f.median / bound),
+                ratio(f.median, base),
+                drops_cell(f),
+                f.switch.packets.to_string(),
+                cpu_cell(f.cpu),
+            ])
+        })
+        .collect()
+}
+
 fn cpu_cell(c: CpuUse) -> String {
     let mut s = format!("{:.0} %", c.busy * 100.0);
     if c.steal >= 0.005 {
@@ -900,19 +916,7 @@ fn table(part: Part, p: &Params, rows: &[Row], done: &[Done<Tag>]) -> Table {
                 ),
             );
             let base = mpi_of("alltoall", p.hosts);
-            for (r, f) in rows.iter().zip(&figures) {
-                let Some(f) = f else { continue };
-                t.rows.push(vec![
-                    r.label.clone(),
-                    ms(f.median),
-                    ms(f.worst),
-                    format!("{:.2}x", f.median / bound),
-                    ratio(f.median, base),
-                    drops_cell(f),
-                    f.switch.packets.to_string(),
-                    cpu_cell(f.cpu),
-                ]);
-            }
+            t.rows.extend(bound_rows(rows, &figures, bound, base));
             t
         }
         Part::Coll => {
@@ -982,19 +986,7 @@ fn table(part: Part, p: &Params, rows: &[Row], done: &[Done<Tag>]) -> Table {
                 ),
             );
             let base = mpi_of("gather", p.hosts);
-            for (r, f) in rows.iter().zip(&figures) {
-                let Some(f) = f else { continue };
-                t.rows.push(vec![
-                    r.label.clone(),
-                    ms(f.median),
-                    ms(f.worst),
-                    format!("{:.2}x", f.median / bound),
-                    ratio(f.median, base),
-                    drops_cell(f),
-                    f.switch.packets.to_string(),
-                    cpu_cell(f.cpu),
-                ]);
-            }
+            t.rows.extend(bound_rows(rows, &figures, bound, base));
             t
         }
         Part::Pair { mbit, stream } => pair_table(mbit, stream, p, rows, &figures),

@@ -56,14 +56,15 @@ pub struct Communicator {
 }
 
 impl Communicator {
+    /// A communicator of `group` as world rank `me` (a member) of a job of `world`
+    /// processes sees it.
     fn new(
         group: Arc<Group>,
         ctx: u16,
         topo: Option<Topo>,
         errhandler: Raw,
-        world: u32,
+        (world, me): (u32, u32),
     ) -> Communicator {
-        let me = crate::runtime::world_rank();
         let mut inv = vec![u32::MAX; world as usize];
         for (i, &w) in group.ranks.iter().enumerate() {
             inv[w as usize] = i as u32;
@@ -181,7 +182,7 @@ pub(crate) fn init_world(size: u32, rank: u32) {
         WORLD_CTX,
         None,
         MPI_ERRORS_ARE_FATAL,
-        size,
+        (size, rank),
     );
     *w.name.lock().unwrap_or_else(|e| e.into_inner()) = "MPI_COMM_WORLD".into();
     let _ = WORLD_COMM.set(Arc::new(w));
@@ -190,7 +191,7 @@ pub(crate) fn init_world(size: u32, rank: u32) {
         SELF_CTX,
         None,
         MPI_ERRORS_ARE_FATAL,
-        size,
+        (size, rank),
     );
     *s.name.lock().unwrap_or_else(|e| e.into_inner()) = "MPI_COMM_SELF".into();
     let _ = SELF_COMM.set(Arc::new(s));
@@ -242,6 +243,12 @@ pub fn errhandler_of(comm: Raw) -> Raw {
         Ok(c) => *c.errhandler.lock().unwrap_or_else(|e| e.into_inner()),
         Err(_) => MPI_ERRORS_ARE_FATAL,
     }
+}
+
+/// The job's size and this process's world rank.
+fn job() -> Result<(u32, u32), c_int> {
+    let p = p2p()?;
+    Ok((p.size(), p.rank()))
 }
 
 fn store(c: Communicator) -> Raw {
@@ -349,8 +356,7 @@ pub(crate) fn create_sub(
     let ctx =
         take_ctx(ctx).map_err(|e| fail(parent_h, e, format!("{call}: no context id is free")))?;
     let eh = *parent.errhandler.lock().unwrap_or_else(|e| e.into_inner());
-    let world = p2p()?.size();
-    Ok(store(Communicator::new(group, ctx, topo, eh, world)))
+    Ok(store(Communicator::new(group, ctx, topo, eh, job()?)))
 }
 
 /// `MPI_Comm_split` (and Cartesian sub-grids): every member of `parent` calls with a
@@ -392,13 +398,12 @@ pub(crate) fn split(
     let ctx =
         take_ctx(ctx).map_err(|e| fail(parent_h, e, format!("{call}: no context id is free")))?;
     let eh = *parent.errhandler.lock().unwrap_or_else(|e| e.into_inner());
-    let world = p2p()?.size();
     Ok(store(Communicator::new(
         Arc::new(group),
         ctx,
         topo,
         eh,
-        world,
+        job()?,
     )))
 }
 
@@ -629,7 +634,7 @@ pub unsafe extern "C" fn MPI_Comm_create_group(
         format!("{CALL}: invalid group handle {group:#x}")
     )));
     tri!(subset(CALL, &c, comm, &g));
-    if tag < 0 || tag > TAG_UB {
+    if !(0..=TAG_UB).contains(&tag) {
         return fail(
             comm,
             MPI_ERR_TAG,
@@ -661,8 +666,7 @@ pub unsafe extern "C" fn MPI_Comm_create_group(
         ))
     );
     let eh = *c.errhandler.lock().unwrap_or_else(|e| e.into_inner());
-    let world = tri!(p2p()).size();
-    let h = store(Communicator::new(g, ctx, None, eh, world));
+    let h = store(Communicator::new(g, ctx, None, eh, tri!(job())));
     // SAFETY: the caller's contract.
     unsafe { put(newcomm, h) };
     MPI_SUCCESS

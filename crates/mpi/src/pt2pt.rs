@@ -966,8 +966,8 @@ pub unsafe extern "C" fn MPI_Get_count(
     MPI_SUCCESS
 }
 
-/// Basic elements received. With the predefined datatypes these are the datatype's
-/// elements.
+/// Basic elements received: for a datatype made of one basic type, the bytes over that
+/// type's size (a partial last element counts its whole basic elements).
 ///
 /// # Safety
 /// `status` valid for a read; `count` for a write.
@@ -1001,13 +1001,17 @@ pub unsafe extern "C" fn MPI_Get_elements_x(
     count: *mut i64,
 ) -> c_int {
     let (bytes, dt) = tri!(count_of("MPI_Get_elements", status, datatype));
-    let size = dt.size() as i64;
-    let n = if size == 0 {
+    let unit = match dt.basic() {
+        Some((b, _)) => b.size() as i64,
+        // Mixed basic types: whole elements only.
+        None => dt.size() as i64,
+    };
+    let n = if unit == 0 {
         0
-    } else if bytes % size != 0 {
+    } else if bytes % unit != 0 {
         i64::from(MPI_UNDEFINED)
     } else {
-        bytes / size
+        bytes / unit
     };
     // SAFETY: the caller's contract.
     unsafe { put(count, n) };

@@ -77,16 +77,18 @@ impl Basic {
 }
 
 pub fn lookup(h: Raw) -> Result<Arc<Datatype>, c_int> {
-    static TYPES: OnceLock<Vec<(Raw, Arc<Datatype>)>> = OnceLock::new();
+    // Indexed by the handle's offset from 0x200 (the ABI's datatype range).
+    static TYPES: OnceLock<Vec<Option<Arc<Datatype>>>> = OnceLock::new();
     let t = TYPES.get_or_init(|| {
-        PREDEFINED
-            .iter()
-            .map(|&(h, size)| (h, Arc::new(Datatype { size })))
-            .collect()
+        let mut t = vec![None; 0x100];
+        for &(h, size) in PREDEFINED {
+            t[h - 0x200] = Some(Arc::new(Datatype { size }));
+        }
+        t
     });
-    t.iter()
-        .find(|p| p.0 == h)
-        .map(|p| p.1.clone())
+    h.checked_sub(0x200)
+        .and_then(|i| t.get(i))
+        .and_then(Clone::clone)
         .ok_or(MPI_ERR_TYPE)
 }
 

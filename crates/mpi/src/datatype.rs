@@ -142,9 +142,6 @@ pub(crate) struct Layout {
     pub true_ub: isize,
     /// The largest alignment of a value inside: a struct's extent is rounded up to it.
     pub align: usize,
-    /// Bounds set by `MPI_Type_create_resized` somewhere inside: a struct built on such a
-    /// type keeps them as they are, unpadded (as MPICH and Open MPI do).
-    pub sticky: bool,
     pub basic: Option<(Basic, usize)>,
     /// Sizes of the basic values in type-map order, as (size, how many in a row).
     pub prims: Vec<(usize, usize)>,
@@ -212,7 +209,6 @@ impl Layout {
             true_lb: 0,
             true_ub,
             align: b.align(),
-            sticky: false,
             basic: Some((b, 1)),
             prims,
         }
@@ -237,7 +233,6 @@ impl Layout {
         let mut bounds: Option<(isize, isize)> = None;
         let mut true_bounds: Option<(isize, isize)> = None;
         let mut align = 1;
-        let mut sticky = false;
         let mut basic: Option<Option<(Basic, usize)>> = None;
         for b in blocks {
             // A struct's empty blocks add nothing, not even their alignment (the
@@ -246,7 +241,6 @@ impl Layout {
                 continue;
             }
             align = align.max(b.old.align);
-            sticky |= b.old.sticky;
             let old = b.old;
             let ext = old.extent();
             let span = (b.count as isize - 1).checked_mul(ext).ok_or(ovf)?;
@@ -319,7 +313,8 @@ impl Layout {
         }
         let (lb, mut ub) = bounds.unwrap_or((0, 0));
         let (true_lb, true_ub) = true_bounds.unwrap_or((0, 0));
-        if pad && !sticky {
+        // Always, even around a resized type: MPICH does so, and its tests expect it.
+        if pad {
             let rem = (ub - lb).rem_euclid(align as isize);
             if rem != 0 {
                 ub += align as isize - rem;
@@ -344,17 +339,14 @@ impl Layout {
             true_lb,
             true_ub,
             align,
-            sticky,
             basic,
             prims,
         })
     }
 
-    /// A type made of copies of `old` alone keeps its alignment and explicit bounds even
-    /// with no copies.
+    /// A type made of copies of `old` alone keeps its alignment even with no copies.
     pub(crate) fn inherit(mut self, old: &Layout) -> Layout {
         self.align = old.align;
-        self.sticky = old.sticky;
         self
     }
 
@@ -363,7 +355,6 @@ impl Layout {
         let mut l = self.clone();
         l.lb = lb;
         l.ub = lb.checked_add(extent).ok_or(MPI_ERR_ARG)?;
-        l.sticky = true;
         Ok(l)
     }
 }

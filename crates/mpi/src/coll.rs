@@ -9,7 +9,6 @@
 pub mod algo;
 pub mod plan;
 pub mod sched;
-pub(crate) mod shim;
 
 #[cfg(test)]
 mod tests;

@@ -7,6 +7,7 @@
 //! Handle types and constant values follow the MPI 5.0 standard ABI (`mpi_abi.h`).
 
 pub mod coll;
+pub mod datatype;
 pub mod error;
 pub mod handle;
 pub mod net;

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use bulkwire_collectives::op::{Builtin, Datatype as CDt, builtin};
 
-use crate::coll::shim::{self as datatype, Basic, Datatype};
+use crate::datatype::{self, Basic, Datatype};
 use crate::error::{MPI_ERR_ARG, MPI_ERR_OP, MPI_SUCCESS};
 use crate::handle::{Kind as HKind, Raw, Table};
 
@@ -395,6 +395,8 @@ fn class(b: Basic) -> (Class, Num) {
         TwoInt => (Class::Pair, Num::I(4)),
         ShortInt => (Class::Pair, Num::I(2)),
         LongDoubleInt => (Class::Pair, Num::F80),
+        TwoFloat => (Class::Pair, Num::F32),
+        TwoDouble => (Class::Pair, Num::F64),
         _ => (Class::Other, Num::None),
     }
 }
@@ -745,9 +747,14 @@ unsafe fn pair_kernel(
     n: usize,
     packed: bool,
 ) -> Result<(), c_int> {
-    let vsize = b.size() - 4;
+    // Fortran's pairs (2REAL, 2DOUBLE_PRECISION) carry the index in the value's type.
+    let (vsize, iw) = match b {
+        Basic::TwoFloat => (4, 4),
+        Basic::TwoDouble => (8, 8),
+        _ => (b.size() - 4, 4),
+    };
     let (ioff, stride) = if packed {
-        (vsize, vsize + 4)
+        (vsize, vsize + iw)
     } else {
         match b {
             Basic::ShortInt => (4, 8),
@@ -755,8 +762,8 @@ unsafe fn pair_kernel(
             _ => (vsize, vsize * 2),
         }
     };
-    let len = (n - 1) * stride + ioff + 4;
-    // SAFETY: n values of `stride` bytes, the last one up to its integer's end.
+    let len = (n - 1) * stride + ioff + iw;
+    // SAFETY: n values of `stride` bytes, the last one up to its index's end.
     let (lo, hi) = unsafe {
         (
             std::slice::from_raw_parts(input, len),
@@ -767,18 +774,23 @@ unsafe fn pair_kernel(
         hi.copy_from_slice(lo);
         return Ok(());
     }
-    let idx = |s: &[u8]| i32::from_ne_bytes(s[ioff..ioff + 4].try_into().unwrap_or([0; 4]));
+    let inum = match b {
+        Basic::TwoFloat => Num::F32,
+        Basic::TwoDouble => Num::F64,
+        _ => Num::I(4),
+    };
+    let iend = ioff + iw;
     for k in 0..n {
         let at = k * stride;
-        let l = &lo[at..at + ioff + 4];
-        let h = &mut hi[at..at + ioff + 4];
+        let l = &lo[at..at + iend];
+        let h = &mut hi[at..at + iend];
         let c = cmp_value(num, &l[..vsize], &h[..vsize]);
         let better = if p == Predef::MinLoc { c < 0 } else { c > 0 };
         if better {
             h[..vsize].copy_from_slice(&l[..vsize]);
-            h[ioff..ioff + 4].copy_from_slice(&l[ioff..ioff + 4]);
-        } else if c == 0 && idx(l) < idx(h) {
-            h[ioff..ioff + 4].copy_from_slice(&l[ioff..ioff + 4]);
+            h[ioff..iend].copy_from_slice(&l[ioff..iend]);
+        } else if c == 0 && cmp_value(inum, &l[ioff..iend], &h[ioff..iend]) < 0 {
+            h[ioff..iend].copy_from_slice(&l[ioff..iend]);
         }
     }
     Ok(())

@@ -12,7 +12,7 @@ use bulkwire_collectives::Thresholds;
 
 use super::algo;
 use super::sched::{Reduction, Sched, Slice};
-use super::shim::Datatype;
+use crate::datatype::Datatype;
 use crate::error::MPI_ERR_OP;
 use crate::handle::Raw;
 use crate::op::{self, Op};

@@ -15,7 +15,7 @@
 use std::os::raw::c_int;
 use std::sync::Arc;
 
-use crate::coll::shim::Datatype;
+use crate::datatype::Datatype;
 use crate::error::MPI_ERR_TRUNCATE;
 use crate::handle::Raw;
 use crate::net::{Net, ReqId};

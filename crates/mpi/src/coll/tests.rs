@@ -14,7 +14,7 @@ use bulkwire_p2p::{Comm, Config as P2pConfig, ReqId, SingleCopy, Source, Tag};
 
 use super::plan::{self, Arg, Blocks, Env, IN_PLACE};
 use super::sched::Sched;
-use super::shim::{self, Datatype};
+use crate::datatype::{self, Datatype};
 use crate::error::MPI_ERR_OTHER;
 use crate::handle::Raw;
 use crate::net::Net;
@@ -152,7 +152,7 @@ where
 }
 
 fn dt(h: Raw) -> Arc<Datatype> {
-    shim::lookup(h).expect("predefined type")
+    datatype::lookup(h).expect("predefined type")
 }
 
 fn val(rank: u32, i: usize) -> i32 {
@@ -800,5 +800,104 @@ fn non_blocking_schedules_progress_together() {
             }
             assert_eq!(bc, data(99, n));
         });
+    }
+}
+
+/// `vector(2, 1, 2, MPI_INT)`: two ints with a gap between them (extent 12 bytes), and
+/// its handle.
+fn gappy() -> (Arc<Datatype>, Raw) {
+    let t = datatype::build::vector(2, 1, 2, false, &dt(INT)).expect("vector");
+    t.commit();
+    let t = Arc::new(t);
+    (t.clone(), datatype::register(t))
+}
+
+/// A commutative sum that walks `gappy`'s layout, as a user function must.
+unsafe extern "C" fn gappy_sum(a: *mut c_void, b: *mut c_void, len: *mut c_int, _: *mut Raw) {
+    // SAFETY: `len` elements of 3 ints' extent, data at ints 0 and 2 of each.
+    unsafe {
+        let (a, b) = (a.cast::<i32>(), b.cast::<i32>());
+        for k in 0..*len as usize {
+            for j in [3 * k, 3 * k + 2] {
+                *b.add(j) = (*a.add(j)).wrapping_add(*b.add(j));
+            }
+        }
+    }
+}
+
+/// `n` elements of `gappy` holding rank `q`'s values, gaps set to -7.
+fn gappy_data(q: u32, n: usize) -> Vec<i32> {
+    (0..3 * n)
+        .map(|i| if i % 3 == 1 { -7 } else { val(q, i) })
+        .collect()
+}
+
+#[test]
+fn derived_types_with_gaps() {
+    for p in 1..=6 {
+        for t in [small(), large()] {
+            job(p, t, move |r| {
+                let me = r.me;
+                let (vt, vh) = gappy();
+                let n = 5;
+                let want: Vec<i32> = (0..3 * n)
+                    .map(|i| {
+                        if i % 3 == 1 {
+                            -7
+                        } else {
+                            (0..p).map(|q| val(q, i)).sum()
+                        }
+                    })
+                    .collect();
+                let user = op::lookup(op::create(gappy_sum, true)).unwrap();
+                for o in [op::lookup(SUM).unwrap(), user] {
+                    let red = plan::reduction(&o, &vt, vh).unwrap();
+                    let mine = gappy_data(me, n);
+                    let mut out: Vec<i32> = vec![-7; 3 * n];
+                    let e = r.env();
+                    // SAFETY: the buffers outlive the schedule.
+                    r.run(unsafe {
+                        plan::reduce(&e, cp(&mine), mp(&mut out), n, red.clone(), None)
+                    });
+                    assert_eq!(out, want, "allreduce p {p} {o:?}");
+                    let mut io = gappy_data(me, n);
+                    let e = r.env();
+                    // SAFETY: as above.
+                    r.run(unsafe { plan::scan(&e, IN_PLACE, mp(&mut io), n, red, false) });
+                    for (i, x) in io.iter().enumerate() {
+                        let w = if i % 3 == 1 {
+                            -7
+                        } else {
+                            (0..=me).map(|q| val(q, i)).sum()
+                        };
+                        assert_eq!(*x, w, "scan p {p} rank {me}");
+                    }
+                }
+                // bcast and allgather keep the gaps untouched
+                let mut b = if me == p - 1 {
+                    gappy_data(me, n)
+                } else {
+                    vec![-7; 3 * n]
+                };
+                let e = r.env();
+                // SAFETY: as above.
+                r.run(unsafe { plan::bcast(&e, &Arg::new(mp(&mut b), n, &vt), p - 1) });
+                assert_eq!(b, gappy_data(p - 1, n));
+                let mine = gappy_data(me, n);
+                let mut all = vec![-7; 3 * n * p as usize];
+                let e = r.env();
+                // SAFETY: as above.
+                r.run(unsafe {
+                    plan::allgather(
+                        &e,
+                        &Arg::new(cp(&mine), n, &vt),
+                        &Arg::new(mp(&mut all), n, &vt),
+                        None,
+                    )
+                });
+                let w: Vec<i32> = (0..p).flat_map(|q| gappy_data(q, n)).collect();
+                assert_eq!(all, w, "allgather p {p}");
+            });
+        }
     }
 }

@@ -265,6 +265,13 @@ fn minloc_and_maxloc_break_ties_by_the_smaller_index() {
     h.extend_from_slice(&8i32.to_ne_bytes());
     run(Predef::MinLoc, Basic::DoubleInt, &lo, &mut h, 1).unwrap();
     assert_eq!(i32::from_ne_bytes(h[8..12].try_into().unwrap()), 5);
+    // MPI_2DOUBLE_PRECISION: the index is a double too.
+    let lo = bytes(&[1.0f64, 3.0, 2.0, 9.0]);
+    let mut h = bytes(&[1.0f64, 2.0, 5.0, 1.0]);
+    run(Predef::MaxLoc, Basic::TwoDouble, &lo, &mut h, 2).unwrap();
+    assert_eq!(back::<f64>(&h), [1.0, 2.0, 5.0, 1.0]);
+    run(Predef::MinLoc, Basic::TwoDouble, &lo, &mut h, 2).unwrap();
+    assert_eq!(back::<f64>(&h), [1.0, 2.0, 2.0, 9.0]);
     let mut lo = f80(-1.0).to_vec();
     lo.extend_from_slice(&4i32.to_ne_bytes());
     let mut h = f80(3.0).to_vec();

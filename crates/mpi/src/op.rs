@@ -259,6 +259,30 @@ impl Op {
     }
 }
 
+/// `inout = input op inout` over packed values of `dt`'s predefined value type, whole
+/// values only (what `MPI_Accumulate` applies at the target: predefined operations).
+pub fn apply_packed_values(
+    op: Raw,
+    dt: &Datatype,
+    input: &[u8],
+    inout: &mut [u8],
+) -> Result<(), c_int> {
+    let p = Predef::from_handle(op).ok_or(MPI_ERR_OP)?;
+    let n = input.len().min(inout.len());
+    match p {
+        Predef::NoOp => Ok(()),
+        Predef::Replace => {
+            inout[..n].copy_from_slice(&input[..n]);
+            Ok(())
+        }
+        _ => {
+            let (b, _) = dt.basic().ok_or(MPI_ERR_OP)?;
+            // SAFETY: both slices hold at least n / size whole packed values of b.
+            unsafe { kernel(p, b, input.as_ptr(), inout.as_mut_ptr(), n / b.size(), true) }
+        }
+    }
+}
+
 /// Bytes spanned by `count` elements of `dt` from its true lower bound.
 fn layout_span(dt: &Datatype, count: usize) -> usize {
     if count == 0 {

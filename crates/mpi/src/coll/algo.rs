@@ -14,7 +14,8 @@
 //!   steps), ring otherwise (p - 1 steps, each process sends each block once);
 //! - alltoall(v/w): everything posted at once for small blocks, pairwise exchange (one
 //!   partner per step, so no process is flooded) from `alltoall_long`;
-//! - reduce: binomial tree; allreduce: recursive doubling (with the fold of the extra
+//! - reduce: binomial tree; from `reduce_long` (commutative, at least p elements) ring
+//!   reduce-scatter and the blocks sent to the root; allreduce: recursive doubling (with the fold of the extra
 //!   processes when p is not a power of two) below `allreduce_long`, ring reduce-scatter
 //!   and ring allgather beyond (Rabenseifner's bandwidth-optimal volume, 2n(p-1)/p per
 //!   process) for commutative operations with at least p elements;
@@ -317,8 +318,37 @@ pub fn reduce(
     root: u32,
     input: Option<Slice>,
     out: Option<Slice>,
+    esize: usize,
     commutative: bool,
+    t: &Thresholds,
 ) {
+    let count = len_of(input, out) / esize.max(1);
+    if commutative && len_of(input, out) >= t.reduce_long && count >= p as usize && p > 1 {
+        // Rabenseifner: ring reduce-scatter of p blocks, then each block to the root; every
+        // process sends about 2n(p-1)/p bytes where the tree's inner nodes send n log2 p.
+        let input = if me == root { input.or(out) } else { input };
+        let acc = s.tmp(len_of(input, out));
+        if let Some(i) = input {
+            s.copy(i, acc);
+        }
+        s.end_round();
+        let blocks = even_blocks(acc, count, esize, p);
+        reduce_scatter_ring(s, me, p, &blocks, 0);
+        match out {
+            Some(o) if me == root => {
+                let mine = even_blocks(o, count, esize, p);
+                for i in 0..p {
+                    if i != me {
+                        s.recv(i, mine[i as usize]);
+                    }
+                }
+                s.copy(blocks[me as usize], mine[me as usize]);
+            }
+            _ => s.send(root, blocks[me as usize]),
+        }
+        s.end_round();
+        return;
+    }
     // A tree rooted at rank 0 combines in rank order; a commutative one may start anywhere.
     let top = if commutative { root } else { 0 };
     let r = rel(me, top, p);
@@ -363,6 +393,10 @@ pub fn reduce(
         }
         s.end_round();
     }
+}
+
+fn len_of(a: Option<Slice>, b: Option<Slice>) -> usize {
+    a.or(b).map_or(0, |x| x.len)
 }
 
 /// Allreduce in place in `buf` (`count` packed elements of size `esize`).
@@ -501,7 +535,7 @@ pub fn reduce_scatter(
     } else {
         None
     };
-    reduce(s, me, p, 0, Some(input), whole, false);
+    reduce(s, me, p, 0, Some(input), whole, esize, false, t);
     let blocks: Vec<Slice> = match whole {
         Some(w) => counts
             .iter()

@@ -308,7 +308,7 @@ pub unsafe fn reduce(
         Some(root) => {
             // SAFETY: the caller's contract covers every buffer of the call.
             let out = (me == root).then(|| unsafe { region(&mut s, &recv, inplace, true) });
-            algo::reduce(&mut s, me, e.p, root, input, out, commutative);
+            algo::reduce(&mut s, me, e.p, root, input, out, esize, commutative, &e.t);
         }
         None => {
             // SAFETY: the caller's contract covers every buffer of the call.

@@ -356,3 +356,30 @@ fn the_collectives_layer_gets_the_same_operations() {
     assert!(sum.for_collectives(Basic::CDoubleComplex).is_none());
     assert!(band.for_collectives(Basic::Double).is_none());
 }
+
+#[test]
+fn accumulate_applies_packed_values() {
+    let int = crate::datatype::lookup(0x209).unwrap();
+    let mut io = bytes(&[1i32, 2, 3]);
+    apply_packed_values(
+        Predef::Sum.handle(),
+        &int,
+        &bytes(&[10i32, 20, 30]),
+        &mut io,
+    )
+    .unwrap();
+    assert_eq!(back::<i32>(&io), [11, 22, 33]);
+    apply_packed_values(
+        Predef::Replace.handle(),
+        &int,
+        &bytes(&[7i32, 8, 9]),
+        &mut io,
+    )
+    .unwrap();
+    assert_eq!(back::<i32>(&io), [7, 8, 9]);
+    let h = create(minus, false);
+    assert_eq!(
+        apply_packed_values(h, &int, &bytes(&[1i32]), &mut io),
+        Err(MPI_ERR_OP)
+    );
+}

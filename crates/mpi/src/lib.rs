@@ -10,3 +10,4 @@ pub mod datatype;
 pub mod error;
 pub mod handle;
 pub mod net;
+pub mod rma;

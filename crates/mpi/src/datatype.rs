@@ -711,6 +711,12 @@ fn predefined_table() -> &'static [Option<Arc<Datatype>>] {
     })
 }
 
+/// The predefined handle of a value type (its first name in the ABI's list), as a
+/// message names the type of the values it carries.
+pub fn predefined_for(b: Basic) -> Option<Raw> {
+    PREDEFINED.iter().find(|p| p.2 == b).map(|p| p.0)
+}
+
 static TYPES: Mutex<Table<Arc<Datatype>>> = Mutex::new(Table::new(Kind::Datatype));
 
 /// The type behind a handle, predefined or derived; `MPI_ERR_TYPE` for anything else

@@ -12,3 +12,4 @@ pub mod error;
 pub mod handle;
 pub mod net;
 pub mod op;
+pub mod rma;

@@ -26,14 +26,17 @@ mod shim {
         code
     }
 
-    /// The byte count of a received message, kept as an i64 in `MPI_internal[0..2]` of
-    /// `MPI_Status { int MPI_SOURCE, MPI_TAG, MPI_ERROR; int MPI_internal[5]; }`.
+    /// The byte count of a received message, kept in `MPI_internal[0]` (low 32 bits) and
+    /// `MPI_internal[1]` (high) of `MPI_Status { int MPI_SOURCE, MPI_TAG, MPI_ERROR;
+    /// int MPI_internal[5]; }`, as core's request module writes it.
     ///
     /// # Safety
     /// `status` points to an `MPI_Status`.
     pub unsafe fn status_bytes(status: *const c_int) -> i64 {
-        // SAFETY: MPI_internal[0..2] are bytes 12..20 of the status the caller vouches for.
-        unsafe { std::ptr::read_unaligned(status.add(3) as *const i64) }
+        // SAFETY: MPI_internal[0] and [1] are ints 3 and 4 of the status the caller
+        // vouches for.
+        let (lo, hi) = unsafe { (*status.add(3), *status.add(4)) };
+        (i64::from(hi) << 32) | i64::from(lo as u32)
     }
 }
 

@@ -15,7 +15,6 @@
 pub mod algo;
 pub mod plan;
 pub mod sched;
-pub(crate) mod shim;
 pub mod world;
 
 #[cfg(test)]
@@ -27,13 +26,13 @@ use std::sync::Arc;
 
 use self::plan::{Arg, Blocks, Env, IN_PLACE};
 use self::sched::Sched;
-use self::shim::comm::{self, Communicator};
-use self::shim::request::{self, Operation};
-use self::shim::runtime;
+use crate::comm::{self, Communicator};
 use crate::datatype::{self, Datatype};
 use crate::error::*;
 use crate::handle::Raw;
 use crate::op::{self, Op};
+use crate::request::{self, Operation};
+use crate::runtime;
 
 const MPI_COMM_WORLD: Raw = 0x101;
 

@@ -860,6 +860,18 @@ pub fn create(f: UserFn, commute: bool) -> Raw {
         }))
 }
 
+/// Drops user operation `h` (operations in flight keep their reference).
+pub fn free(h: Raw) -> Result<(), c_int> {
+    if Predef::from_handle(h).is_some() {
+        return Err(MPI_ERR_OP);
+    }
+    USER.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(h)
+        .map(|_| ())
+        .ok_or(MPI_ERR_OP)
+}
+
 /// `MPI_Op_create`: a user operation.
 ///
 /// # Safety
@@ -895,8 +907,7 @@ pub unsafe extern "C" fn MPI_Op_free(op: *mut Raw) -> c_int {
             format_args!("MPI_Op_free: operation {h:#x} is predefined"),
         );
     }
-    let gone = USER.lock().unwrap_or_else(|e| e.into_inner()).remove(h);
-    if gone.is_none() {
+    if free(h).is_err() {
         return crate::coll::fail_world(
             MPI_ERR_OP,
             format_args!("MPI_Op_free: {h:#x} is not an operation"),

@@ -23,11 +23,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bulkwire_collectives::{Algorithm, Coll, Error as CErr};
 
 use super::plan::Arg;
-use super::shim::comm::Communicator;
-use super::shim::runtime;
+use crate::comm::Communicator;
 use crate::datatype::Datatype;
 use crate::error::*;
 use crate::op::Op;
+use crate::runtime;
 
 type Res = Result<(), (c_int, String)>;
 

@@ -647,42 +647,7 @@ pub unsafe extern "C" fn MPI_Win_get_name(
     MPI_SUCCESS
 }
 
-/// `MPI_Alloc_mem`: memory from `malloc` (every window can use any memory).
-///
-/// # Safety
-/// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MPI_Alloc_mem(size: isize, _info: Raw, baseptr: *mut c_void) -> c_int {
-    if size < 0 {
-        return err(
-            MPI_ERR_SIZE,
-            &format!("MPI_Alloc_mem: size {size} is negative"),
-        );
-    }
-    if baseptr.is_null() {
-        return err(MPI_ERR_ARG, "MPI_Alloc_mem: baseptr is NULL");
-    }
-    // SAFETY: plain malloc of at least one byte.
-    let p = unsafe { libc::malloc((size as usize).max(1)) };
-    if p.is_null() {
-        return err(
-            MPI_ERR_NO_MEM,
-            &format!("MPI_Alloc_mem: {size} bytes could not be allocated"),
-        );
-    }
-    // SAFETY: baseptr is the address of a pointer.
-    unsafe { (baseptr as *mut *mut c_void).write(p) };
-    MPI_SUCCESS
-}
-
-/// # Safety
-/// `base` came from `MPI_Alloc_mem` (or is null).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MPI_Free_mem(base: *mut c_void) -> c_int {
-    // SAFETY: the caller's contract.
-    unsafe { libc::free(base) };
-    MPI_SUCCESS
-}
+// MPI_Alloc_mem and MPI_Free_mem are runtime.rs's (merge of mpicore and mpitypes).
 
 macro_rules! unsupported {
     ($($name:ident ( $($arg:ident : $t:ty),* ) => $why:literal;)*) => {$(

@@ -1,11 +1,11 @@
 //! A stand-in for the `datatype` module (the types part of the MPI layer) with the
 //! predefined contiguous datatypes only, so that point-to-point and communicator calls
 //! build and are tested before derived datatypes are merged. To be replaced by
-//! `crate::datatype` (same interface: `lookup`, `Datatype::{size, extent, true_lb,
-//! contiguous, pack, unpack}`): `lib.rs` names the module in use as `dt`.
+//! `crate::datatype` (same interface: `lookup`, `Datatype::{size, true_lb, contiguous,
+//! basic, pack, unpack}`, `Basic::size`): `lib.rs` names the module in use as `dt`.
 
 use std::os::raw::c_int;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::error::MPI_ERR_TYPE;
 use crate::handle::Raw;
@@ -66,11 +66,27 @@ const PREDEFINED: &[(Raw, usize)] = &[
     (0x259, 8),
 ];
 
+/// A predefined type's one basic element (the real module's `Basic`, by size only).
+#[derive(Clone, Copy)]
+pub struct Basic(usize);
+
+impl Basic {
+    pub fn size(self) -> usize {
+        self.0
+    }
+}
+
 pub fn lookup(h: Raw) -> Result<Arc<Datatype>, c_int> {
-    PREDEFINED
-        .iter()
+    static TYPES: OnceLock<Vec<(Raw, Arc<Datatype>)>> = OnceLock::new();
+    let t = TYPES.get_or_init(|| {
+        PREDEFINED
+            .iter()
+            .map(|&(h, size)| (h, Arc::new(Datatype { size })))
+            .collect()
+    });
+    t.iter()
         .find(|p| p.0 == h)
-        .map(|&(_, size)| Arc::new(Datatype { size }))
+        .map(|p| p.1.clone())
         .ok_or(MPI_ERR_TYPE)
 }
 
@@ -83,6 +99,9 @@ impl Datatype {
     }
     pub fn contiguous(&self) -> bool {
         true
+    }
+    pub fn basic(&self) -> Option<(Basic, usize)> {
+        Some((Basic(self.size), 1))
     }
 
     /// # Safety

@@ -472,7 +472,7 @@ pub unsafe extern "C" fn MPI_Recv(
                 a.bytes(),
             )
         };
-        status_of(&a.comm, true, r)
+        status_of(&a.comm, r)
     } else {
         let body = tri!(start_recv(CALL, &a));
         request::wait_body(body, comm)
@@ -671,7 +671,7 @@ pub unsafe extern "C" fn MPI_Probe(
     match p.probe(self::source(&a), a.comm.tag_sel(a.tag)) {
         Ok(st) => {
             // SAFETY: the caller's contract.
-            unsafe { put(status, status_of(&a.comm, true, Ok(st))) };
+            unsafe { put(status, status_of(&a.comm, Ok(st))) };
             MPI_SUCCESS
         }
         Err(e) => p2p_err(CALL, comm, &e),
@@ -714,7 +714,7 @@ pub unsafe extern "C" fn MPI_Iprobe(
             unsafe {
                 put(flag, c_int::from(found.is_some()));
                 if let Some(st) = found {
-                    put(status, status_of(&a.comm, true, Ok(st)));
+                    put(status, status_of(&a.comm, Ok(st)));
                 }
             }
             MPI_SUCCESS
@@ -769,7 +769,7 @@ fn matched_probe(
             // SAFETY: the caller's contract.
             unsafe {
                 put(message, h);
-                put(status, status_of(&a.comm, true, Ok(st)));
+                put(status, status_of(&a.comm, Ok(st)));
             }
             Ok(true)
         }

@@ -149,21 +149,13 @@ fn remove(h: Raw) {
 }
 
 /// The MPI status of a finished p2p request of `comm`.
-pub(crate) fn status_of(
-    comm: &Communicator,
-    recv: bool,
-    r: Result<Status, bulkwire_p2p::Error>,
-) -> MpiStatus {
+pub(crate) fn status_of(comm: &Communicator, r: Result<Status, bulkwire_p2p::Error>) -> MpiStatus {
     match r {
         Ok(st) => {
             let src = comm
                 .rank_of(st.source)
                 .map_or(MPI_UNDEFINED, |r| r as c_int);
-            let tag = if recv {
-                st.tag & 0xffff
-            } else {
-                st.tag & 0xffff
-            };
+            let tag = st.tag & 0xffff;
             MpiStatus::new(src, tag, MPI_SUCCESS, st.len as i64)
         }
         Err(bulkwire_p2p::Error::Cancelled) => {
@@ -186,13 +178,10 @@ pub(crate) fn status_of(
 
 /// Finishes a p2p body with its outcome: unpacks a staged receive.
 fn finish_p2p(body: Body, r: Result<Status, bulkwire_p2p::Error>) -> MpiStatus {
-    let Body::P2p {
-        comm, recv, unpack, ..
-    } = body
-    else {
+    let Body::P2p { comm, unpack, .. } = body else {
         return MpiStatus::EMPTY;
     };
-    let st = status_of(&comm, recv, r.clone());
+    let st = status_of(&comm, r.clone());
     if let (Some(u), Ok(s)) = (unpack, r) {
         // SAFETY: the receive's buffer holds `count` elements of `dt`, by the contract of
         // the call that started it.

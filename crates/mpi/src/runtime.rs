@@ -100,6 +100,12 @@ fn fatal(code: c_int, what: &str) -> ! {
     };
     let line = format!("{line} ({})", class_text(code));
     match p2p() {
+        // The job has failed already (another process aborted first): that process's
+        // report is the one to read; this one's is a consequence.
+        Ok(c) if c.job_failure().is_some() => {
+            eprintln!("{line}");
+            std::process::exit(1)
+        }
         Ok(c) => c.abort(&line),
         Err(_) => {
             eprintln!("{line}");

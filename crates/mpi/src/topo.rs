@@ -179,7 +179,10 @@ pub unsafe extern "C" fn MPI_Cart_create(
     MPI_SUCCESS
 }
 
-fn cart(call: &str, comm: Raw) -> Result<(Arc<Communicator>, Vec<c_int>, Vec<bool>), c_int> {
+/// A Cartesian communicator with its dimensions and periods.
+type Cart = (Arc<Communicator>, Vec<c_int>, Vec<bool>);
+
+fn cart(call: &str, comm: Raw) -> Result<Cart, c_int> {
     let c = comm::get(call, comm)?;
     match &c.topo {
         Some(Topo::Cart { dims, periods }) => {

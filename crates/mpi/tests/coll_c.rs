@@ -1,6 +1,6 @@
 //! The collectives from C: `tests/c/coll.c` compiled with the system C compiler (`cc`, or
 //! `$CC`) against `mpi.h` and the built `libbulkwire.a`, run under `bsprun -n P` for
-//! p = 1 to 4 and 7, bounded in time. The program checks every collective, blocking and
+//! p = 1 to 4 and 7 (and with `BULKWIRE_COLL=p2p` at p = 3 and 4), bounded in time. The program checks every collective, blocking and
 //! non-blocking, on `MPI_COMM_WORLD` (through the collectives layer) and on a reordered
 //! communicator (the schedules), and aborts on the first wrong value.
 //!
@@ -54,8 +54,8 @@ fn compile(lib: &Path) -> PathBuf {
     out
 }
 
-/// Runs `bsprun -n p prog` with no `BULKWIRE_` settings; exit status and output.
-fn run(bsprun: &Path, prog: &Path, p: u32) -> (Option<i32>, String) {
+/// Runs `bsprun -n p prog` with no `BULKWIRE_` settings but `env`; exit status and output.
+fn run(bsprun: &Path, prog: &Path, p: u32, env: &[(&str, &str)]) -> (Option<i32>, String) {
     let mut c = Command::new(bsprun);
     c.args(["-n", &p.to_string(), "--timeout", "60"])
         .arg(prog)
@@ -67,6 +67,7 @@ fn run(bsprun: &Path, prog: &Path, p: u32) -> (Option<i32>, String) {
             c.env_remove(k);
         }
     }
+    c.envs(env.iter().copied());
     let mut child = c.spawn().expect("start bsprun");
     let start = Instant::now();
     loop {
@@ -98,9 +99,16 @@ fn every_collective_from_c_under_bsprun() {
         }
     };
     let prog = compile(&lib);
-    for p in [1, 2, 3, 4, 7] {
-        let (code, out) = run(&bsprun, &prog, p);
-        assert_eq!(code, Some(0), "p = {p}:\n{out}");
+    // The default (the network cache on this host for world-like communicators), then the
+    // collectives layer's point-to-point algorithms.
+    let runs = [1, 2, 3, 4, 7]
+        .map(|p| (p, None))
+        .into_iter()
+        .chain([(3, Some("p2p")), (4, Some("p2p"))]);
+    for (p, mode) in runs {
+        let env: Vec<(&str, &str)> = mode.map(|m| ("BULKWIRE_COLL", m)).into_iter().collect();
+        let (code, out) = run(&bsprun, &prog, p, &env);
+        assert_eq!(code, Some(0), "p = {p} {mode:?}:\n{out}");
         for r in 0..p {
             assert!(
                 out.lines().any(|l| l == format!("COLL OK rank={r}")),

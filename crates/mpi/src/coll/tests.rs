@@ -901,3 +901,65 @@ fn derived_types_with_gaps() {
         }
     }
 }
+
+#[test]
+fn large_messages_beyond_the_eager_limit() {
+    // The test transport's eager limit is 4 KiB: these go by rendezvous, with the default
+    // thresholds choosing the large-message algorithms.
+    for p in [2, 3, 4, 5] {
+        job(p, Thresholds::default(), move |r| {
+            let me = r.me;
+            let n = 40_000;
+            let mut v = if me == 1 { data(1, n) } else { vec![0; n] };
+            let e = r.env();
+            // SAFETY: the buffers outlive the schedules.
+            r.run(unsafe { plan::bcast(&e, &Arg::new(mp(&mut v), n, &dt(INT)), 1) });
+            assert_eq!(v, data(1, n));
+            let mine = data(me, n);
+            let mut out = vec![0; n];
+            let e = r.env();
+            // SAFETY: as above.
+            r.run(unsafe { plan::reduce(&e, cp(&mine), mp(&mut out), n, sum_red(), None) });
+            for (i, x) in out.iter().enumerate().step_by(997) {
+                assert_eq!(*x, (0..p).map(|q| val(q, i)).sum::<i32>());
+            }
+            let e = r.env();
+            // SAFETY: as above.
+            r.run(unsafe { plan::reduce(&e, cp(&mine), mp(&mut out), n, sum_red(), Some(p - 1)) });
+            if me == p - 1 {
+                for (i, x) in out.iter().enumerate().step_by(991) {
+                    assert_eq!(*x, (0..p).map(|q| val(q, i)).sum::<i32>());
+                }
+            }
+            let b = 9000;
+            let pu = p as usize;
+            let send: Vec<i32> = (0..p).flat_map(|q| data(me * 16 + q, b)).collect();
+            let mut recv = vec![0; b * pu];
+            let types = vec![dt(INT); pu];
+            let counts = vec![b; pu];
+            let displs: Vec<isize> = (0..pu).map(|q| (q * b * 4) as isize).collect();
+            let e = r.env();
+            let rp = mp(&mut recv);
+            // SAFETY: as above.
+            r.run(unsafe {
+                plan::alltoall(
+                    &e,
+                    &Blocks {
+                        ptr: cp(&send),
+                        counts: &counts,
+                        displs: &displs,
+                        types: &types,
+                    },
+                    &Blocks {
+                        ptr: rp,
+                        counts: &counts,
+                        displs: &displs,
+                        types: &types,
+                    },
+                )
+            });
+            let want: Vec<i32> = (0..p).flat_map(|q| data(q * 16 + me, b)).collect();
+            assert_eq!(recv, want);
+        });
+    }
+}

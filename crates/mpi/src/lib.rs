@@ -28,7 +28,5 @@ pub mod rma;
 pub mod runtime;
 pub mod topo;
 
-/// The predefined contiguous datatypes, standing in for `datatype` until it is merged.
-mod dtshim;
 /// The datatype module the layer uses.
-pub(crate) use dtshim as dt;
+pub(crate) use datatype as dt;

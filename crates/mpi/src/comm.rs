@@ -467,7 +467,9 @@ pub(crate) fn split(
     key: c_int,
     topo: Option<Topo>,
 ) -> Result<Raw, c_int> {
-    intra(call, parent, parent_h)?;
+    if let Some(remote) = &parent.remote {
+        return split_inter(call, parent, parent_h, remote, color, key);
+    }
     let mut mine = Vec::with_capacity(8);
     mine.extend_from_slice(&color.to_le_bytes());
     mine.extend_from_slice(&key.to_le_bytes());
@@ -505,6 +507,62 @@ pub(crate) fn split(
         eh,
         job()?,
     )))
+}
+
+/// `MPI_Comm_split` of an intercommunicator: each new intercommunicator joins the
+/// processes of one colour on each side (`MPI_COMM_NULL` where a side has none).
+fn split_inter(
+    call: &str,
+    parent: &Communicator,
+    parent_h: Raw,
+    remote: &Group,
+    color: c_int,
+    key: c_int,
+) -> Result<Raw, c_int> {
+    let everyone = parent.everyone();
+    let mut mine = Vec::with_capacity(8);
+    mine.extend_from_slice(&color.to_le_bytes());
+    mine.extend_from_slice(&key.to_le_bytes());
+    let (ctx, out) =
+        agree_ctx(&everyone, parent.ctx / 2, &mine, color != MPI_UNDEFINED).map_err(|e| {
+            fail(
+                parent_h,
+                e,
+                format!("{call}: agreeing on a context id failed"),
+            )
+        })?;
+    if color == MPI_UNDEFINED {
+        return Ok(MPI_COMM_NULL);
+    }
+    // Colour and key of world rank w, from its place in `everyone`.
+    let of = |w: u32| {
+        let i = everyone.iter().position(|&x| x == w).unwrap_or(0) * 8;
+        let rd = |j: usize| c_int::from_le_bytes(out[j..j + 4].try_into().unwrap_or_default());
+        (rd(i), rd(i + 4))
+    };
+    let pick = |g: &Group| {
+        let mut v: Vec<(c_int, usize, u32)> = g
+            .ranks
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &w)| {
+                let (c, k) = of(w);
+                (c == color).then_some((k, i, w))
+            })
+            .collect();
+        v.sort();
+        Group {
+            ranks: v.into_iter().map(|x| x.2).collect(),
+        }
+    };
+    let (local, far) = (pick(&parent.group), pick(remote));
+    if far.ranks.is_empty() {
+        release_ctx(ctx);
+        return Ok(MPI_COMM_NULL);
+    }
+    let eh = *parent.errhandler.lock().unwrap_or_else(|e| e.into_inner());
+    let c = Communicator::new(Arc::new(local), ctx, None, eh, job()?).with_remote(Arc::new(far));
+    Ok(store(c))
 }
 
 // ---- the calls ------------------------------------------------------------------------

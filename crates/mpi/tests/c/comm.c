@@ -168,6 +168,14 @@ static void intercomms(void) {
         CHECK(st.MPI_SOURCE == hr && st.MPI_TAG == 3);
         CHECK(got == (rank % 2 ? rank - 1 : rank + 1));
     }
+    /* A split of an intercommunicator: one colour, reversed by key. */
+    MPI_Comm sub;
+    int srs;
+    OK(MPI_Comm_split(inter, 0, -rank, &sub));
+    OK(MPI_Comm_remote_size(sub, &srs));
+    OK(MPI_Comm_rank(sub, &r));
+    CHECK(srs == rs && r == hs - 1 - hr);
+    OK(MPI_Comm_free(&sub));
     OK(MPI_Intercomm_merge(inter, rank % 2, &merged));
     int mr, ms;
     OK(MPI_Comm_rank(merged, &mr));
@@ -178,7 +186,6 @@ static void intercomms(void) {
     OK(MPI_Comm_free(&inter2));
     OK(MPI_Comm_free(&inter));
     OK(MPI_Comm_free(&half));
-    (void)hs;
 }
 
 static void cartesian(void) {

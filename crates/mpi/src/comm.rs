@@ -565,6 +565,61 @@ fn split_inter(
     Ok(store(c))
 }
 
+/// `MPI_Comm_create` of an intercommunicator: each side names a subgroup of its own
+/// group; the new intercommunicator joins the two (`MPI_COMM_NULL` outside them, or
+/// where the other side's is empty).
+fn create_inter(
+    call: &str,
+    parent: &Communicator,
+    parent_h: Raw,
+    remote: &Group,
+    group: Arc<Group>,
+) -> Result<Raw, c_int> {
+    if let Some(w) = group.ranks.iter().find(|&&w| parent.rank_of(w).is_none()) {
+        return Err(fail(
+            parent_h,
+            MPI_ERR_GROUP,
+            format!("{call}: world rank {w} of the group is not in the local group"),
+        ));
+    }
+    let everyone = parent.everyone();
+    // Each process's place in its side's new group, or -1.
+    let idx = group
+        .rank_of(crate::runtime::world_rank())
+        .map_or(-1, |r| r as c_int);
+    let (ctx, out) =
+        agree_ctx(&everyone, parent.ctx / 2, &idx.to_le_bytes(), idx >= 0).map_err(|e| {
+            fail(
+                parent_h,
+                e,
+                format!("{call}: agreeing on a context id failed"),
+            )
+        })?;
+    if idx < 0 {
+        return Ok(MPI_COMM_NULL);
+    }
+    let mut far: Vec<(c_int, u32)> = remote
+        .ranks
+        .iter()
+        .filter_map(|&w| {
+            let i = everyone.iter().position(|&x| x == w)? * 4;
+            let v = c_int::from_le_bytes(out[i..i + 4].try_into().ok()?);
+            (v >= 0).then_some((v, w))
+        })
+        .collect();
+    far.sort();
+    if far.is_empty() {
+        release_ctx(ctx);
+        return Ok(MPI_COMM_NULL);
+    }
+    let far = Group {
+        ranks: far.into_iter().map(|x| x.1).collect(),
+    };
+    let eh = *parent.errhandler.lock().unwrap_or_else(|e| e.into_inner());
+    let c = Communicator::new(group, ctx, None, eh, job()?).with_remote(Arc::new(far));
+    Ok(store(c))
+}
+
 // ---- the calls ------------------------------------------------------------------------
 
 /// # Safety
@@ -674,19 +729,213 @@ pub unsafe extern "C" fn MPI_Comm_dup_with_info(comm: Raw, _info: Raw, newcomm: 
     MPI_SUCCESS
 }
 
-/// Duplicates at once (the agreement is short) and returns a completed request.
+/// Duplicates without blocking: the agreement on the context id runs as a request
+/// (`IdupOp`), so processes may reach their `MPI_Comm_idup` at different times while
+/// they keep communicating.
 ///
 /// # Safety
-/// Pointers valid for writes.
+/// Pointers valid for writes; `newcomm` stays valid until the request completes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Comm_idup(comm: Raw, newcomm: *mut Raw, request: *mut Raw) -> c_int {
-    let h = tri!(dup("MPI_Comm_idup", comm));
+    const CALL: &str = "MPI_Comm_idup";
+    let c = tri!(get(CALL, comm));
+    let p = tri!(p2p());
+    let op = IdupOp {
+        members: c.everyone(),
+        tag: (i32::from(CREATE_CTX) << 16) | i32::from(c.ctx / 2),
+        me: p.rank(),
+        parent: c,
+        parent_h: comm,
+        out: Out(newcomm),
+        round: Round::Start,
+        ctx: 0,
+        took: false,
+        reqs: Vec::new(),
+        bufs: Vec::new(),
+    };
     // SAFETY: the caller's contract.
-    unsafe {
-        put(newcomm, h);
-        put(request, crate::request::completed());
-    }
+    unsafe { put(request, crate::request::start_operation(Box::new(op))) };
     MPI_SUCCESS
+}
+
+/// Where `MPI_Comm_idup` writes the new handle.
+struct Out(*mut Raw);
+// SAFETY: the program's variable, valid until the request completes (MPI's rules); any
+// thread may complete the request.
+unsafe impl Send for Out {}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Round {
+    Start,
+    /// Bitmaps on their way to the first member, the chosen id on its way back.
+    Pick,
+    /// Whether each member could take the id, and the verdict.
+    Confirm,
+}
+
+/// [`agree_ctx`] as a state machine of non-blocking messages.
+struct IdupOp {
+    members: Vec<u32>,
+    tag: i32,
+    me: u32,
+    parent: Arc<Communicator>,
+    parent_h: Raw,
+    out: Out,
+    round: Round,
+    ctx: u16,
+    took: bool,
+    /// The round's requests in flight, and the buffers they use.
+    reqs: Vec<ReqId>,
+    bufs: Vec<Vec<u8>>,
+}
+
+impl IdupOp {
+    fn root(&self) -> bool {
+        self.me == self.members[0]
+    }
+
+    /// Starts a round: this member's `mine`; the first member also receives everyone's
+    /// (`len` bytes each), others receive the verdict (`answer` bytes).
+    fn start(&mut self, mine: Vec<u8>, len: usize, answer: usize) -> Result<(), c_int> {
+        let p = p2p()?;
+        let e = |e: bulkwire_p2p::Error| code_of(&e);
+        self.reqs.clear();
+        self.bufs.clear();
+        if self.root() {
+            self.bufs.push(mine);
+            for i in 1..self.members.len() {
+                self.bufs.push(vec![0; len]);
+                let b = self.bufs[i].as_mut_ptr();
+                // SAFETY: the buffer lives in `bufs` (its heap block does not move) until
+                // the request completes.
+                let id = unsafe {
+                    p.irecv_raw(Source::Rank(self.members[i]), Tag::Is(self.tag), b, len)
+                }
+                .map_err(e)?;
+                self.reqs.push(id);
+            }
+        } else {
+            self.bufs.push(mine);
+            self.bufs.push(vec![0; answer]);
+            let (s, r) = (self.bufs[0].as_ptr(), self.bufs[1].as_mut_ptr());
+            let root = self.members[0];
+            // SAFETY: as above.
+            let id = unsafe { p.isend_raw(root, self.tag, s, self.bufs[0].len()) }.map_err(e)?;
+            self.reqs.push(id);
+            // SAFETY: as above.
+            let id = unsafe { p.irecv_raw(Source::Rank(root), Tag::Is(self.tag), r, answer) }
+                .map_err(e)?;
+            self.reqs.push(id);
+        }
+        Ok(())
+    }
+
+    /// Whether the round's requests have completed.
+    fn arrived(&mut self) -> Result<bool, c_int> {
+        let p = p2p()?;
+        while let Some(&id) = self.reqs.first() {
+            match p.test_raw(id) {
+                None => return Ok(false),
+                Some(Err(e)) => return Err(code_of(&e)),
+                Some(Ok(_)) => {
+                    self.reqs.remove(0);
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// The first member sends `answer` to every other (and waits for the sends).
+    fn answer(&mut self, answer: Vec<u8>) -> Result<(), c_int> {
+        let p = p2p()?;
+        let e = |e: bulkwire_p2p::Error| code_of(&e);
+        let mut ids = Vec::new();
+        for &m in &self.members[1..] {
+            // SAFETY: `answer` outlives the sends, waited for below.
+            ids.push(
+                unsafe { p.isend_raw(m, self.tag, answer.as_ptr(), answer.len()) }.map_err(e)?,
+            );
+        }
+        for id in ids {
+            p.wait_raw(id).map_err(e)?;
+        }
+        Ok(())
+    }
+
+    fn step(&mut self) -> Result<Option<()>, c_int> {
+        loop {
+            match self.round {
+                Round::Start => {
+                    self.start(used_bitmap(), BITMAP_BYTES, 2)?;
+                    self.round = Round::Pick;
+                }
+                Round::Pick => {
+                    if !self.arrived()? {
+                        return Ok(None);
+                    }
+                    let ans = if self.root() {
+                        let a = lowest_free(self.bufs.iter().map(Vec::as_slice)).to_vec();
+                        self.answer(a.clone())?;
+                        a
+                    } else {
+                        self.bufs[1].clone()
+                    };
+                    self.ctx = u16::from_le_bytes([ans[0], ans[1]]);
+                    if self.ctx == WORLD_CTX {
+                        return Err(MPI_ERR_INTERN);
+                    }
+                    self.took = try_take(self.ctx);
+                    self.start(vec![u8::from(self.took)], 1, 1)?;
+                    self.round = Round::Confirm;
+                }
+                Round::Confirm => {
+                    if !self.arrived()? {
+                        return Ok(None);
+                    }
+                    let ok = if self.root() {
+                        let ok = self.bufs.iter().all(|b| b.first() == Some(&1));
+                        self.answer(vec![u8::from(ok)])?;
+                        ok
+                    } else {
+                        self.bufs[1].first() == Some(&1)
+                    };
+                    if ok {
+                        return Ok(Some(()));
+                    }
+                    if self.took {
+                        release_ctx(self.ctx);
+                    }
+                    self.round = Round::Start;
+                }
+            }
+        }
+    }
+}
+
+impl crate::request::Operation for IdupOp {
+    fn progress(&mut self) -> Option<Result<(), c_int>> {
+        match self.step() {
+            Ok(None) => None,
+            Err(e) => Some(Err(e)),
+            Ok(Some(())) => {
+                let c = &self.parent;
+                let eh = *c.errhandler.lock().unwrap_or_else(|e| e.into_inner());
+                let job = match job() {
+                    Ok(j) => j,
+                    Err(e) => return Some(Err(e)),
+                };
+                let mut n = Communicator::new(c.group.clone(), self.ctx, c.topo.clone(), eh, job);
+                if let Some(r) = &c.remote {
+                    n = n.with_remote(r.clone());
+                }
+                let h = store(n);
+                let res = copy_attrs(self.parent_h, c, h);
+                // SAFETY: the program's variable, valid until this request completes.
+                unsafe { put(self.out.0, h) };
+                Some(res)
+            }
+        }
+    }
 }
 
 /// # Safety
@@ -769,6 +1018,17 @@ fn subset(call: &str, c: &Communicator, comm: Raw, g: &Group) -> Result<(), c_in
 pub unsafe extern "C" fn MPI_Comm_create(comm: Raw, group: Raw, newcomm: *mut Raw) -> c_int {
     const CALL: &str = "MPI_Comm_create";
     let c = tri!(get(CALL, comm));
+    if let Some(remote) = &c.remote {
+        let g = tri!(group::lookup(group).map_err(|e| fail(
+            comm,
+            e,
+            format!("{CALL}: invalid group handle {group:#x}")
+        )));
+        let h = tri!(create_inter(CALL, &c, comm, remote, g));
+        // SAFETY: the caller's contract.
+        unsafe { put(newcomm, h) };
+        return MPI_SUCCESS;
+    }
     let g = tri!(group::lookup(group).map_err(|e| fail(
         comm,
         e,

@@ -77,8 +77,11 @@ fn check(
             format!("{call}: count {count} is negative"),
         ));
     }
-    let dt = dt::lookup(datatype)
-        .map_err(|e| fail(comm_h, e, format!("{call}: invalid datatype {datatype:#x}")))?;
+    // Nothing moves to or from MPI_PROC_NULL: its datatype may be MPI_DATATYPE_NULL.
+    let dt = match dt::lookup(datatype) {
+        Err(_) if peer == MPI_PROC_NULL && datatype == MPI_DATATYPE_NULL => dt::lookup(0x247)?,
+        r => r.map_err(|e| fail(comm_h, e, format!("{call}: invalid datatype {datatype:#x}")))?,
+    };
     let any_tag = recv && tag == MPI_ANY_TAG;
     if !any_tag && !(0..=TAG_UB).contains(&tag) {
         return Err(fail(

@@ -38,6 +38,33 @@ static void isolation(void) {
     CHECK(dup == MPI_COMM_NULL);
 }
 
+static void idup(void) {
+    MPI_Comm dup;
+    int r;
+    /* MPI_Comm_idup does not block: rank 0 starts its own only after every other rank
+     * has started theirs and then sent it a synchronous message. */
+    MPI_Request q;
+    int v = rank;
+    if (rank == 0) {
+        for (int p = 1; p < size; p++) OK(MPI_Recv(&v, 1, MPI_INT, p, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        OK(MPI_Comm_idup(MPI_COMM_WORLD, &dup, &q));
+    } else {
+        OK(MPI_Comm_idup(MPI_COMM_WORLD, &dup, &q));
+        OK(MPI_Ssend(&v, 1, MPI_INT, 0, 9, MPI_COMM_WORLD));
+    }
+    OK(MPI_Wait(&q, MPI_STATUS_IGNORE));
+    OK(MPI_Comm_rank(dup, &r));
+    CHECK(r == rank);
+    int sum = rank, got;
+    for (int p = 0; p < size; p++) {
+        if (p == rank) continue;
+        OK(MPI_Sendrecv(&rank, 1, MPI_INT, p, 1, &got, 1, MPI_INT, p, 1, dup, MPI_STATUS_IGNORE));
+        sum += got;
+    }
+    CHECK(sum == size * (size - 1) / 2);
+    OK(MPI_Comm_free(&dup));
+}
+
 static void splits(void) {
     /* Even and odd ranks, reversed by key. */
     MPI_Comm half;
@@ -381,6 +408,7 @@ int main(int argc, char **argv) {
     cartesian();
     handlers_and_attributes();
     environment();
+    idup();
     printf("comm OK rank=%d\n", rank);
     OK(MPI_Finalize());
     int flag;

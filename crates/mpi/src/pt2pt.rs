@@ -481,7 +481,7 @@ pub unsafe extern "C" fn MPI_Recv(
         request::wait_body(body, comm)
     };
     // SAFETY: the caller's contract.
-    unsafe { put(status, st) };
+    unsafe { request::put_status(status, st) };
     if st.error != MPI_SUCCESS {
         return fail(comm, st.error, format!("{CALL}: {}", recv_problem(&st)));
     }
@@ -577,7 +577,7 @@ pub unsafe extern "C" fn MPI_Sendrecv(
     let sb = tri!(start_send(CALL, &s, Mode::Standard));
     let (sst, rst) = (request::wait_body(sb, comm), request::wait_body(rb, comm));
     // SAFETY: the caller's contract.
-    unsafe { put(status, rst) };
+    unsafe { request::put_status(status, rst) };
     pair_result(CALL, comm, &sst, &rst)
 }
 
@@ -641,7 +641,7 @@ pub unsafe extern "C" fn MPI_Sendrecv_replace(
         unsafe { user_dt.unpack(&inbox[..n], user_buf, user_count) };
     }
     // SAFETY: the caller's contract.
-    unsafe { put(status, rst) };
+    unsafe { request::put_status(status, rst) };
     pair_result(CALL, comm, &sst, &rst)
 }
 
@@ -669,14 +669,14 @@ pub unsafe extern "C" fn MPI_Probe(
     ));
     if a.peer.is_none() && !a.any {
         // SAFETY: the caller's contract.
-        unsafe { put(status, proc_null_status()) };
+        unsafe { request::put_status(status, proc_null_status()) };
         return MPI_SUCCESS;
     }
     let p = tri!(p2p());
     match p.probe(self::source(&a), a.comm.tag_sel(a.tag)) {
         Ok(st) => {
             // SAFETY: the caller's contract.
-            unsafe { put(status, status_of(&a.comm, Ok(st))) };
+            unsafe { request::put_status(status, status_of(&a.comm, Ok(st))) };
             MPI_SUCCESS
         }
         Err(e) => p2p_err(CALL, comm, &e),
@@ -708,7 +708,7 @@ pub unsafe extern "C" fn MPI_Iprobe(
         // SAFETY: the caller's contract.
         unsafe {
             put(flag, 1);
-            put(status, proc_null_status());
+            request::put_status(status, proc_null_status());
         }
         return MPI_SUCCESS;
     }
@@ -719,7 +719,7 @@ pub unsafe extern "C" fn MPI_Iprobe(
             unsafe {
                 put(flag, c_int::from(found.is_some()));
                 if let Some(st) = found {
-                    put(status, status_of(&a.comm, Ok(st)));
+                    request::put_status(status, status_of(&a.comm, Ok(st)));
                 }
             }
             MPI_SUCCESS
@@ -751,7 +751,7 @@ fn matched_probe(
         // SAFETY: the caller's contract.
         unsafe {
             put(message, MPI_MESSAGE_NO_PROC);
-            put(status, proc_null_status());
+            request::put_status(status, proc_null_status());
         }
         return Ok(true);
     }
@@ -774,7 +774,7 @@ fn matched_probe(
             // SAFETY: the caller's contract.
             unsafe {
                 put(message, h);
-                put(status, status_of(&a.comm, Ok(st)));
+                request::put_status(status, status_of(&a.comm, Ok(st)));
             }
             Ok(true)
         }

@@ -156,19 +156,65 @@ static REQS: Mutex<Table<Shared>> = Mutex::new(Table::new(Kind::Request));
 
 /// A new request handle for `body`.
 pub(crate) fn insert(body: Body, persistent: Option<Starter>, comm_h: Raw) -> Raw {
-    let r = Req {
+    let op = matches!(body, Body::Op(_));
+    let r = Arc::new(Mutex::new(Req {
         body,
         persistent,
         comm_h,
-    };
-    REQS.lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(Arc::new(Mutex::new(r)))
+    }));
+    if op {
+        OPS.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Arc::downgrade(&r));
+    }
+    REQS.lock().unwrap_or_else(|e| e.into_inner()).insert(r)
 }
 
-/// A new request for a non-blocking operation (non-blocking collectives).
-pub fn start_operation(op: Box<dyn Operation>) -> Raw {
-    insert(Body::Op(op), None, MPI_COMM_WORLD)
+/// Operations in flight: every wait drives them all (MPI's progress rule), not only the
+/// one it waits for, so that operations that processes start in different orders (two
+/// overlapping `MPI_Comm_idup`) complete.
+static OPS: Mutex<Vec<std::sync::Weak<Mutex<Req>>>> = Mutex::new(Vec::new());
+
+/// Drives every operation in flight once (those another thread is polling are skipped).
+fn progress_ops() {
+    let ops: Vec<Shared> = {
+        let mut v = OPS.lock().unwrap_or_else(|e| e.into_inner());
+        v.retain(|w| w.strong_count() > 0);
+        v.iter().filter_map(std::sync::Weak::upgrade).collect()
+    };
+    let mut done = false;
+    for s in ops {
+        if let Ok(mut r) = s.try_lock()
+            && matches!(r.body, Body::Op(_))
+        {
+            poll(&mut r);
+        } else if let Ok(r) = s.try_lock()
+            && !matches!(r.body, Body::Op(_))
+        {
+            done = true;
+        }
+    }
+    if done {
+        let mut v = OPS.lock().unwrap_or_else(|e| e.into_inner());
+        v.retain(|w| {
+            w.upgrade()
+                .is_some_and(|s| s.try_lock().map_or(true, |r| matches!(r.body, Body::Op(_))))
+        });
+    }
+}
+
+/// A new request for a non-blocking operation (non-blocking collectives), driven once
+/// at once so that its first messages leave now.
+pub fn start_operation(mut op: Box<dyn Operation>) -> Raw {
+    let body = match op.progress() {
+        None => Body::Op(op),
+        Some(res) => {
+            let mut s = MpiStatus::EMPTY;
+            s.error = res.err().unwrap_or(MPI_SUCCESS);
+            Body::Done(s)
+        }
+    };
+    insert(body, None, MPI_COMM_WORLD)
 }
 
 /// A request already completed, with an empty status.
@@ -302,6 +348,7 @@ fn idle() {
         p.progress();
     }
     progress_detached();
+    progress_ops();
     std::thread::yield_now();
 }
 
@@ -321,11 +368,19 @@ fn collect(h: &mut Raw, s: &Shared) -> MpiStatus {
     st
 }
 
+/// Writes the status of a call that completes one operation: every field but
+/// `MPI_ERROR`, which such calls leave alone (they return the error; MPI-3.1 §3.2.5).
+///
 /// # Safety
-/// `p` null or valid for a write.
-unsafe fn put_status(p: *mut MpiStatus, s: MpiStatus) {
-    // SAFETY: forwarded contract.
-    unsafe { put(p, s) };
+/// `p` null or valid for reads and writes.
+pub(crate) unsafe fn put_status(p: *mut MpiStatus, mut s: MpiStatus) {
+    if !p.is_null() {
+        // SAFETY: non-null, valid by the caller's contract.
+        unsafe {
+            s.error = (*p).error;
+            p.write(s);
+        }
+    }
 }
 
 fn comm_of(s: &Shared) -> Raw {
@@ -549,8 +604,14 @@ pub unsafe extern "C" fn MPI_Waitall(
             }
         }
     } else {
-        for s in rs.iter().flatten() {
-            wait_shared(s);
+        // Every request is driven each round: operations may need each other's
+        // progress (on this process or through their peers).
+        while !rs
+            .iter()
+            .flatten()
+            .all(|s| poll(&mut s.lock().unwrap_or_else(|e| e.into_inner())))
+        {
+            idle();
         }
     }
     let mut failed = None;

@@ -94,9 +94,11 @@ static void probes(void) {
     } else if (rank == 0) {
         MPI_Status st;
         int c, flag = 0;
+        /* Calls that complete one operation leave MPI_ERROR alone. */
+        st.MPI_ERROR = MPI_ERR_DIMS;
         OK(MPI_Probe(1, 8, MPI_COMM_WORLD, &st));
         OK(MPI_Get_count(&st, MPI_INT, &c));
-        CHECK(c == 5 && st.MPI_TAG == 8 && st.MPI_SOURCE == 1);
+        CHECK(c == 5 && st.MPI_TAG == 8 && st.MPI_SOURCE == 1 && st.MPI_ERROR == MPI_ERR_DIMS);
         while (!flag) OK(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, &st));
         CHECK(st.MPI_TAG == 7);
         /* A matched probe takes the message out of matching. */
@@ -191,7 +193,7 @@ static void truncation(void) {
         int rc = MPI_Recv(b, 2, MPI_INT, 1, 5, MPI_COMM_WORLD, &st);
         int cls;
         OK(MPI_Error_class(rc, &cls));
-        CHECK(cls == MPI_ERR_TRUNCATE && st.MPI_ERROR == MPI_ERR_TRUNCATE);
+        CHECK(cls == MPI_ERR_TRUNCATE);
         static int small[100];
         MPI_Request r;
         OK(MPI_Irecv(small, 100, MPI_INT, 1, 6, MPI_COMM_WORLD, &r));

@@ -50,6 +50,9 @@ pub struct Communicator {
     pub topo: Option<Topo>,
     pub(crate) errhandler: Mutex<Raw>,
     pub(crate) attrs: Mutex<BTreeMap<c_int, usize>>,
+    /// The keys of `attrs` in the order they were set (deleted last-set first at
+    /// `MPI_Finalize`, MPI-3.1 8.7.1).
+    attr_order: Mutex<Vec<c_int>>,
     pub(crate) name: Mutex<String>,
     coll_seq: AtomicU16,
     /// Communicator rank of each world rank (`u32::MAX`: not a member).
@@ -82,6 +85,7 @@ impl Communicator {
             topo,
             errhandler: Mutex::new(errhandler),
             attrs: Mutex::new(BTreeMap::new()),
+            attr_order: Mutex::new(Vec::new()),
             name: Mutex::new(String::new()),
             coll_seq: AtomicU16::new(0),
             inv,
@@ -683,6 +687,10 @@ fn copy_attrs(from_h: Raw, from: &Communicator, to_h: Raw) -> Result<(), c_int> 
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(k, v);
+            to.attr_order
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(k);
         }
     }
     Ok(())
@@ -1094,12 +1102,10 @@ pub unsafe extern "C" fn MPI_Comm_create_group(
 pub(crate) fn delete_all_attrs(comm: Raw) {
     let Ok(c) = lookup(comm) else { return };
     let keys: Vec<c_int> = c
-        .attrs
+        .attr_order
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .keys()
-        .copied()
-        .collect();
+        .clone();
     for k in keys.into_iter().rev() {
         let _ = delete_attr(comm, &c, k);
     }
@@ -1326,6 +1332,10 @@ fn delete_attr(comm: Raw, c: &Communicator, k: c_int) -> Result<bool, c_int> {
         }
     }
     c.attrs.lock().unwrap_or_else(|e| e.into_inner()).remove(&k);
+    c.attr_order
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|&x| x != k);
     Ok(true)
 }
 
@@ -1355,6 +1365,10 @@ pub extern "C" fn MPI_Comm_set_attr(
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .insert(comm_keyval, attribute_val as usize);
+    c.attr_order
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(comm_keyval);
     MPI_SUCCESS
 }
 

@@ -67,7 +67,7 @@ pub fn dims_create(n: c_int, dims: &mut [c_int]) -> Result<(), String> {
             "{n} processes do not divide into the fixed dimensions"
         ));
     }
-    let mut rest = i64::from(n) / fixed;
+    let rest = i64::from(n) / fixed;
     if free == 0 {
         return if rest == 1 {
             Ok(())
@@ -75,31 +75,71 @@ pub fn dims_create(n: c_int, dims: &mut [c_int]) -> Result<(), String> {
             Err(format!("the dimensions multiply to {fixed}, not {n}"))
         };
     }
-    // Prime factors, largest first, each given to the smallest dimension so far.
-    let mut primes = Vec::new();
-    let mut p = 2;
-    while p * p <= rest {
-        while rest % p == 0 {
-            primes.push(p);
-            rest /= p;
-        }
-        p += 1;
-    }
-    if rest > 1 {
-        primes.push(rest);
-    }
-    primes.sort_unstable_by(|a, b| b.cmp(a));
-    let mut f = vec![1i64; free];
-    for q in primes {
-        let i = (0..free).min_by_key(|&i| f[i]).unwrap_or(0);
-        f[i] *= q;
-    }
-    f.sort_unstable_by(|a, b| b.cmp(a));
+    // The factorisation of `rest` into `free` factors whose largest and smallest differ
+    // least (the standard asks for dimensions as close to each other as possible).
+    let f = balanced(rest, free);
     let mut it = f.into_iter();
     for d in dims.iter_mut().filter(|d| **d == 0) {
         *d = it.next().unwrap_or(1) as c_int;
     }
     Ok(())
+}
+
+/// `n` as `k` factors, largest first, with the least spread between the largest and the
+/// smallest: an exhaustive search over divisors (their number is small).
+fn balanced(n: i64, k: usize) -> Vec<i64> {
+    type Best = Option<((i64, Vec<i64>), Vec<i64>)>;
+    fn go(n: i64, k: usize, cap: i64, best: &mut Best, cur: &mut Vec<i64>) {
+        if k == 1 {
+            if n <= cap {
+                cur.push(n);
+                // Least spread, then the largest smallest factors (compared from the
+                // smallest up), as MPICH chooses.
+                let score = (
+                    cur[0] - n,
+                    cur.iter().rev().map(|&x| -x).collect::<Vec<i64>>(),
+                );
+                if best.as_ref().is_none_or(|b| score < b.0) {
+                    *best = Some((score, cur.clone()));
+                }
+                cur.pop();
+            }
+            return;
+        }
+        // The next factor d: a divisor of n, at most cap, with d^k >= n (the rest must
+        // fit under d), largest first.
+        let mut divs = Vec::new();
+        let mut i = 1;
+        while i * i <= n {
+            if n % i == 0 {
+                divs.push(i);
+                divs.push(n / i);
+            }
+            i += 1;
+        }
+        divs.sort_unstable_by(|a, b| b.cmp(a));
+        divs.dedup();
+        for d in divs {
+            if d > cap {
+                continue;
+            }
+            // d^k < n (an overflowing power is large enough).
+            if i64::try_from(k)
+                .ok()
+                .and_then(|k| u32::try_from(k).ok())
+                .and_then(|k| d.checked_pow(k))
+                .is_some_and(|p| p < n)
+            {
+                break;
+            }
+            cur.push(d);
+            go(n / d, k - 1, d, best, cur);
+            cur.pop();
+        }
+    }
+    let mut best = None;
+    go(n, k, n, &mut best, &mut Vec::new());
+    best.map_or_else(|| vec![1; k], |b| b.1)
 }
 
 /// # Safety
@@ -587,6 +627,13 @@ mod tests {
         let mut d = [7];
         dims_create(7, &mut d).unwrap();
         assert_eq!(d, [7]);
+        // The closest pair, not the one prime factors dealt out give.
+        let mut d = [0, 0];
+        dims_create(72, &mut d).unwrap();
+        assert_eq!(d, [9, 8]);
+        let mut d = [0, 0];
+        dims_create(240, &mut d).unwrap();
+        assert_eq!(d, [16, 15]);
     }
 
     #[test]

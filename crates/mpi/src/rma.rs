@@ -19,11 +19,16 @@
 //! - `MPI_Win_lock`: the target's service thread grants locks in request order (shared
 //!   ones together); the origin waits for the grant.
 //!
+//! - `MPI_Win_post`/`start`/`complete`/`wait`: a post is a message to each origin, which
+//!   `MPI_Win_start` waits for; `MPI_Win_complete` sends a marker after the operations,
+//!   which `MPI_Win_wait` waits for.
+//!
+//! Dynamic windows (`MPI_Win_create_dynamic`) check each operation against the regions
+//! attached at the target when it arrives (the origin cannot know them).
+//!
 //! Left out (they return `MPI_ERR_UNSUPPORTED_OPERATION`): shared-memory windows
-//! (`MPI_Win_allocate_shared`, `MPI_Win_shared_query`), dynamic windows
-//! (`MPI_Win_create_dynamic`, `attach`, `detach`), general active target
-//! synchronisation (`MPI_Win_post`/`start`/`complete`/`wait`/`test`) and the request-based
-//! operations (`MPI_Rput`, `MPI_Rget`, `MPI_Raccumulate`, `MPI_Rget_accumulate`).
+//! (`MPI_Win_allocate_shared`, `MPI_Win_shared_query`) and the request-based operations
+//! (`MPI_Rput`, `MPI_Rget`, `MPI_Raccumulate`, `MPI_Rget_accumulate`).
 //! Limits: one thread per window; an operation is one message (its target type's runs
 //! and its data).
 
@@ -50,6 +55,7 @@ pub const MPI_LOCK_EXCLUSIVE: c_int = 301;
 pub const MPI_LOCK_SHARED: c_int = 302;
 pub const MPI_WIN_FLAVOR_CREATE: c_int = 311;
 pub const MPI_WIN_FLAVOR_ALLOCATE: c_int = 312;
+pub const MPI_WIN_FLAVOR_DYNAMIC: c_int = 313;
 pub const MPI_WIN_UNIFIED: c_int = 321;
 pub const MPI_MODE_NOSUCCEED: c_int = 16384;
 pub const MPI_PROC_NULL: c_int = -3;
@@ -69,12 +75,14 @@ mod msg {
     pub const FENCE: u8 = 9;
     pub const FREE: u8 = 10;
     pub const STOP: u8 = 11;
+    pub const COMPLETE: u8 = 12;
 
     pub const DATA: u8 = 20;
     pub const LOCKED: u8 = 21;
     pub const UNLOCKED: u8 = 22;
     pub const FLUSHED: u8 = 23;
     pub const INFO: u8 = 24;
+    pub const POSTED: u8 = 25;
 }
 
 /// A message: a kind byte, then 8-byte words, then bytes.
@@ -163,6 +171,9 @@ struct Target {
     window_rank: HashMap<u32, u32>,
     base: usize,
     size: usize,
+    /// A dynamic window: displacements are addresses, valid inside attached regions.
+    dynamic: bool,
+    regions: Mutex<Vec<(usize, usize)>>,
     st: Mutex<TargetState>,
     cv: Condvar,
 }
@@ -172,12 +183,17 @@ struct TargetState {
     /// Fence markers received, by fence number.
     fences: HashMap<u64, u32>,
     frees: u32,
+    /// Ends of access epochs (`MPI_Win_complete`) received, by origin.
+    completes: HashMap<u32, u32>,
     exclusive: Option<u32>,
     shared: u32,
     waiting: VecDeque<(u32, bool)>,
-    /// A request the service thread could not apply (outside the window, a bad op):
-    /// reported by the next synchronisation call.
-    error: Option<(c_int, String)>,
+    /// Fence markers received from each origin: the fence epoch its next request is in.
+    marks: HashMap<u32, u64>,
+    /// Requests the service thread could not apply (outside a dynamic window's attached
+    /// memory, a bad op), with the origin's fence epoch: reported by the target's
+    /// synchronisation call that ends that epoch (or by any other).
+    errors: Vec<(u64, c_int, String)>,
     /// The service thread's receive failed (the job failed).
     dead: bool,
 }
@@ -185,6 +201,14 @@ struct TargetState {
 impl Target {
     /// The window's bytes at `runs`, checked against its size.
     fn check(&self, runs: &[(u64, u64)]) -> bool {
+        if self.dynamic {
+            let regions = self.regions.lock().unwrap();
+            return runs.iter().all(|&(o, n)| {
+                regions.iter().any(|&(a, len)| {
+                    o >= a as u64 && o.checked_add(n).is_some_and(|e| e <= (a + len) as u64)
+                })
+            });
+        }
         runs.iter()
             .all(|&(o, n)| o.checked_add(n).is_some_and(|e| e <= self.size as u64))
     }
@@ -213,9 +237,10 @@ impl Target {
         }
     }
 
-    fn fail(&self, what: String) {
+    fn fail(&self, from: u32, code: c_int, what: String) {
         let mut st = self.st.lock().unwrap();
-        st.error.get_or_insert((MPI_ERR_RMA_RANGE, what));
+        let e = st.marks.get(&from).copied().unwrap_or(0);
+        st.errors.push((e, code, what));
     }
 
     fn reply(&self, to: u32, m: Writer) {
@@ -248,10 +273,14 @@ impl Target {
             msg::PUT => {
                 let Some(runs) = r.runs() else { return true };
                 if !self.check(&runs) {
-                    self.fail(format!(
-                        "MPI_Put: rank {from} wrote outside the window of {} bytes",
-                        self.size
-                    ));
+                    self.fail(
+                        from,
+                        MPI_ERR_RMA_RANGE,
+                        format!(
+                            "MPI_Put: rank {from} wrote outside the window of {} bytes",
+                            self.size
+                        ),
+                    );
                     return true;
                 }
                 self.scatter(&runs, r.rest());
@@ -287,18 +316,21 @@ impl Target {
                         .and_then(|t| ops::apply(op as Raw, &t, r.rest(), &mut cur))
                     {
                         Ok(()) => self.scatter(&runs, &cur),
-                        Err(code) => {
-                            self.st.lock().unwrap().error.get_or_insert((
-                                code,
-                                format!("MPI_Accumulate: the operation {op:#x} does not apply to the type {ty:#x}"),
-                            ));
-                        }
+                        Err(code) => self.fail(
+                            from,
+                            code,
+                            format!("MPI_Accumulate: the operation {op:#x} does not apply to the type {ty:#x}"),
+                        ),
                     }
                 } else {
-                    self.fail(format!(
-                        "MPI_Accumulate: rank {from} reached outside the window of {} bytes",
-                        self.size
-                    ));
+                    self.fail(
+                        from,
+                        MPI_ERR_RMA_RANGE,
+                        format!(
+                            "MPI_Accumulate: rank {from} reached outside the window of {} bytes",
+                            self.size
+                        ),
+                    );
                 }
                 if kind == msg::GET_ACC {
                     self.reply(from, Writer::new(msg::DATA).u64(id).bytes(&old));
@@ -344,11 +376,18 @@ impl Target {
             msg::FLUSH => self.reply(from, Writer::new(msg::FLUSHED)),
             msg::FENCE => {
                 let Some(e) = r.u64() else { return true };
-                *self.st.lock().unwrap().fences.entry(e).or_default() += 1;
+                let mut st = self.st.lock().unwrap();
+                *st.fences.entry(e).or_default() += 1;
+                *st.marks.entry(from).or_default() += 1;
+                drop(st);
                 self.cv.notify_all();
             }
             msg::FREE => {
                 self.st.lock().unwrap().frees += 1;
+                self.cv.notify_all();
+            }
+            msg::COMPLETE => {
+                *self.st.lock().unwrap().completes.entry(from).or_default() += 1;
                 self.cv.notify_all();
             }
             msg::STOP => return false,
@@ -410,6 +449,13 @@ struct Origin {
     fence: u64,
     /// An access epoch of fences is open (a fence was called, not with NOSUCCEED).
     fenced: bool,
+    /// Exposure epochs opened by each target for this process (`MPI_Win_post`), not yet
+    /// started.
+    posted: Vec<u32>,
+    /// The targets of the open access epoch of `MPI_Win_start`.
+    started: Option<Vec<u32>>,
+    /// The origins of the open exposure epoch of `MPI_Win_post`.
+    exposed: Option<Vec<u32>>,
     /// The lock held at each target (true: exclusive).
     locked: Vec<Option<bool>>,
     lock_all: bool,
@@ -470,11 +516,14 @@ impl Window {
             .enumerate()
             .map(|(i, &w)| (w, i as u32))
             .collect();
+        let dynamic = flavor == MPI_WIN_FLAVOR_DYNAMIC;
         let target = Arc::new(Target {
             ch,
             window_rank,
             base,
             size,
+            dynamic,
+            regions: Mutex::new(Vec::new()),
             st: Mutex::new(TargetState::default()),
             cv: Condvar::new(),
         });
@@ -488,6 +537,9 @@ impl Window {
                 info: vec![None; p as usize],
                 fence: 0,
                 fenced: false,
+                posted: vec![0; p as usize],
+                started: None,
+                exposed: None,
                 locked: vec![None; p as usize],
                 lock_all: false,
             }),
@@ -495,7 +547,7 @@ impl Window {
             service: Mutex::new(None),
             owned,
             comm,
-            attr_size: size as isize,
+            attr_size: if dynamic { 0 } else { size as isize },
             attr_disp: disp_unit,
             attr_flavor: flavor,
             attr_model: MPI_WIN_UNIFIED,
@@ -607,6 +659,7 @@ impl Window {
             msg::UNLOCKED | msg::FLUSHED => {
                 o.owed[from as usize] = o.owed[from as usize].saturating_sub(1);
             }
+            msg::POSTED => o.posted[from as usize] += 1,
             msg::INFO => {
                 let (Some(s), Some(d)) = (r.u64(), r.u64()) else {
                     return;
@@ -617,12 +670,22 @@ impl Window {
         }
     }
 
-    /// A request the service thread could not apply, once.
-    fn take_error(&self) -> Result<(), Failure> {
-        match self.target.st.lock().unwrap().error.take() {
-            Some(e) => Err(e),
+    /// A request the service thread could not apply, once: of the fence epochs up to
+    /// `epoch` (`u64::MAX`: any).
+    fn take_error_upto(&self, epoch: u64) -> Result<(), Failure> {
+        let mut st = self.target.st.lock().unwrap();
+        match st.errors.iter().position(|e| e.0 <= epoch) {
+            Some(i) => {
+                let (_, c, w) = st.errors.remove(i);
+                st.errors.retain(|e| e.0 > epoch);
+                Err((c, w))
+            }
             None => Ok(()),
         }
+    }
+
+    fn take_error(&self) -> Result<(), Failure> {
+        self.take_error_upto(u64::MAX)
     }
 
     /// The target's bytes for `count` elements of `dt` at displacement `disp`: absolute
@@ -659,7 +722,8 @@ impl Window {
 
     fn check_epoch(&self, call: &str, target: u32) -> Result<(), Failure> {
         let o = self.origin.lock().unwrap();
-        if o.fenced || o.lock_all || o.locked[target as usize].is_some() {
+        let started = o.started.as_ref().is_some_and(|g| g.contains(&target));
+        if o.fenced || started || o.lock_all || o.locked[target as usize].is_some() {
             Ok(())
         } else {
             Err(rma_err(format!(
@@ -825,7 +889,7 @@ impl Window {
         o.fence += 1;
         o.fenced = assert & MPI_MODE_NOSUCCEED == 0;
         drop(o);
-        self.take_error()
+        self.take_error_upto(e)
     }
 
     /// Sends `kind` to each of `targets` and waits for their acknowledgements (and so for
@@ -958,6 +1022,143 @@ impl Window {
         self.handshake(call, &targets, msg::FLUSH, None)
     }
 
+    /// The window ranks of the world ranks `group` (a group's members).
+    pub fn window_ranks(&self, call: &str, group: &[u32]) -> Result<Vec<u32>, Failure> {
+        group
+            .iter()
+            .map(|w| {
+                self.target.window_rank.get(w).copied().ok_or((
+                    MPI_ERR_GROUP,
+                    format!("{call}: process {w} of the group is not in the window"),
+                ))
+            })
+            .collect()
+    }
+
+    /// `MPI_Win_post`: opens an exposure epoch for the origins `group` (window ranks).
+    pub fn post(&self, group: &[u32]) -> Result<(), Failure> {
+        let call = "MPI_Win_post";
+        {
+            let mut o = self.origin.lock().unwrap();
+            if o.exposed.is_some() {
+                return Err(rma_err(format!(
+                    "{call}: an exposure epoch is open already (MPI_Win_wait)"
+                )));
+            }
+            o.exposed = Some(group.to_vec());
+        }
+        let ch = self.ch();
+        for &r in group {
+            ch.send(r, ch.rep_tag(), Writer::new(msg::POSTED))
+                .map_err(|c| (c, format!("{call}: sending to rank {r} failed")))?;
+        }
+        Ok(())
+    }
+
+    /// `MPI_Win_start`: waits until every target of `group` has posted.
+    pub fn start(&self, group: &[u32]) -> Result<(), Failure> {
+        let call = "MPI_Win_start";
+        if self.origin.lock().unwrap().started.is_some() {
+            return Err(rma_err(format!(
+                "{call}: an access epoch is open already (MPI_Win_complete)"
+            )));
+        }
+        self.wait_replies(|o| group.iter().all(|&t| o.posted[t as usize] > 0))?;
+        let mut o = self.origin.lock().unwrap();
+        for &t in group {
+            o.posted[t as usize] -= 1;
+        }
+        o.started = Some(group.to_vec());
+        Ok(())
+    }
+
+    /// `MPI_Win_complete`: ends the access epoch; each target learns it after the
+    /// operations (they travel in order).
+    pub fn complete(&self) -> Result<(), Failure> {
+        let call = "MPI_Win_complete";
+        let Some(group) = self.origin.lock().unwrap().started.take() else {
+            return Err(rma_err(format!(
+                "{call}: no access epoch is open (MPI_Win_start)"
+            )));
+        };
+        self.wait_replies(|o| o.pending.is_empty())?;
+        let ch = self.ch();
+        for &t in &group {
+            ch.send(t, ch.req_tag(), Writer::new(msg::COMPLETE))
+                .map_err(|c| (c, format!("{call}: sending to rank {t} failed")))?;
+        }
+        self.take_error()
+    }
+
+    /// `MPI_Win_wait` (`block`) and `MPI_Win_test`: whether every origin of the exposure
+    /// epoch has completed; the epoch is closed then.
+    pub fn wait_exposure(&self, block: bool) -> Result<bool, Failure> {
+        let call = if block {
+            "MPI_Win_wait"
+        } else {
+            "MPI_Win_test"
+        };
+        let Some(group) = self.origin.lock().unwrap().exposed.clone() else {
+            return Err(rma_err(format!(
+                "{call}: no exposure epoch is open (MPI_Win_post)"
+            )));
+        };
+        let mut done = false;
+        self.target
+            .wait(|st| {
+                done = group
+                    .iter()
+                    .all(|o| st.completes.get(o).copied().unwrap_or(0) > 0);
+                if done {
+                    for o in &group {
+                        if let Some(n) = st.completes.get_mut(o) {
+                            *n -= 1;
+                        }
+                    }
+                }
+                done || !block
+            })
+            .map_err(|c| (c, format!("{call}: the job failed")))?;
+        if done {
+            self.origin.lock().unwrap().exposed = None;
+            self.take_error()?;
+        }
+        Ok(done)
+    }
+
+    /// `MPI_Win_attach` on a dynamic window.
+    pub fn attach(&self, base: usize, size: usize) -> Result<(), Failure> {
+        if !self.target.dynamic {
+            return Err((
+                MPI_ERR_RMA_FLAVOR,
+                "MPI_Win_attach: the window is not dynamic (MPI_Win_create_dynamic)".to_string(),
+            ));
+        }
+        self.target.regions.lock().unwrap().push((base, size));
+        Ok(())
+    }
+
+    /// `MPI_Win_detach`.
+    pub fn detach(&self, base: usize) -> Result<(), Failure> {
+        if !self.target.dynamic {
+            return Err((
+                MPI_ERR_RMA_FLAVOR,
+                "MPI_Win_detach: the window is not dynamic (MPI_Win_create_dynamic)".to_string(),
+            ));
+        }
+        let mut r = self.target.regions.lock().unwrap();
+        match r.iter().position(|&(a, _)| a == base) {
+            Some(i) => {
+                r.remove(i);
+                Ok(())
+            }
+            None => Err((
+                MPI_ERR_RMA_ATTACH,
+                format!("MPI_Win_detach: nothing is attached at {base:#x}"),
+            )),
+        }
+    }
+
     /// `MPI_Win_free`, collective: returns once no process will send this window
     /// anything more; the service thread is stopped then.
     pub fn free(&self) -> Result<(), Failure> {
@@ -966,6 +1167,11 @@ impl Window {
             if o.lock_all || o.locked.iter().any(Option::is_some) {
                 return Err(rma_err(
                     "MPI_Win_free: a passive-target epoch is still open (MPI_Win_unlock)",
+                ));
+            }
+            if o.started.is_some() || o.exposed.is_some() {
+                return Err(rma_err(
+                    "MPI_Win_free: an epoch of MPI_Win_start or MPI_Win_post is still open",
                 ));
             }
         }

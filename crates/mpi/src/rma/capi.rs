@@ -21,7 +21,8 @@ const MPI_WIN_MODEL: c_int = 605;
 /// - `dup`: `MPI_Comm_dup(comm, &mut h)`, then `crate::comm::lookup(h)` gives `c` and the
 ///   channel is `Channel { p2p: crate::runtime::p2p()?, ranks: c.group.ranks.clone(),
 ///   me: c.rank, ctx: c.ctx }`;
-/// - `free_comm`: `MPI_Comm_free(&mut h)`; `comm_group`: `MPI_Comm_group(h, group)`.
+/// - `free_comm`: `MPI_Comm_free(&mut h)`; `comm_group`: `MPI_Comm_group(h, group)`;
+/// - `group_ranks`: `crate::group::lookup(h)?.ranks.clone()`.
 mod shim {
     use super::*;
 
@@ -37,6 +38,10 @@ mod shim {
     }
 
     pub fn free_comm(_h: Raw) {}
+
+    pub fn group_ranks(_h: Raw) -> Result<Vec<u32>, c_int> {
+        Err(MPI_ERR_GROUP)
+    }
 
     pub fn comm_group(_h: Raw, _group: *mut Raw) -> c_int {
         MPI_ERR_UNSUPPORTED_OPERATION
@@ -702,19 +707,6 @@ unsupported! {
         "shared-memory windows are not supported (use MPI_Win_allocate)";
     MPI_Win_shared_query(a: Raw, b: c_int, c: *mut isize, d: *mut c_int, e: *mut c_void) =>
         "shared-memory windows are not supported";
-    MPI_Win_create_dynamic(a: Raw, b: Raw, c: *mut Raw) => "dynamic windows are not supported";
-    MPI_Win_attach(a: Raw, b: *mut c_void, c: isize) => "dynamic windows are not supported";
-    MPI_Win_detach(a: Raw, b: *const c_void) => "dynamic windows are not supported";
-    MPI_Win_post(a: Raw, b: c_int, c: Raw) =>
-        "post/start/complete/wait synchronisation is not supported (use MPI_Win_fence or MPI_Win_lock)";
-    MPI_Win_start(a: Raw, b: c_int, c: Raw) =>
-        "post/start/complete/wait synchronisation is not supported (use MPI_Win_fence or MPI_Win_lock)";
-    MPI_Win_complete(a: Raw) =>
-        "post/start/complete/wait synchronisation is not supported (use MPI_Win_fence or MPI_Win_lock)";
-    MPI_Win_wait(a: Raw) =>
-        "post/start/complete/wait synchronisation is not supported (use MPI_Win_fence or MPI_Win_lock)";
-    MPI_Win_test(a: Raw, b: *mut c_int) =>
-        "post/start/complete/wait synchronisation is not supported (use MPI_Win_fence or MPI_Win_lock)";
     MPI_Rput(a: *const c_void, b: c_int, c: Raw, d: c_int, e: isize, f: c_int, g: Raw, h: Raw, i: *mut Raw) =>
         "request-based RMA is not supported (use MPI_Put and MPI_Win_flush)";
     MPI_Rget(a: *mut c_void, b: c_int, c: Raw, d: c_int, e: isize, f: c_int, g: Raw, h: Raw, i: *mut Raw) =>
@@ -723,4 +715,101 @@ unsupported! {
         "request-based RMA is not supported (use MPI_Accumulate and MPI_Win_flush)";
     MPI_Rget_accumulate(a: *const c_void, b: c_int, c: Raw, d: *mut c_void, e: c_int, f: Raw, g: c_int, h: isize, i: c_int, j: Raw, k: Raw, l: Raw, m: *mut Raw) =>
         "request-based RMA is not supported (use MPI_Get_accumulate and MPI_Win_flush)";
+}
+
+fn group(call: &str, w: &Window, h: Raw) -> Result<Vec<u32>, Failure> {
+    let g = shim::group_ranks(h).map_err(|c| (c, format!("{call}: {h:#x} is not a group")))?;
+    w.window_ranks(call, &g)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn MPI_Win_post(grp: Raw, _assert: c_int, win: Raw) -> c_int {
+    let call = "MPI_Win_post";
+    let w = tri!(super::capi::win(call, win));
+    let g = tri!(group(call, &w, grp));
+    tri!(w.post(&g));
+    MPI_SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn MPI_Win_start(grp: Raw, _assert: c_int, win: Raw) -> c_int {
+    let call = "MPI_Win_start";
+    let w = tri!(super::capi::win(call, win));
+    let g = tri!(group(call, &w, grp));
+    tri!(w.start(&g));
+    MPI_SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn MPI_Win_complete(win: Raw) -> c_int {
+    let w = tri!(super::capi::win("MPI_Win_complete", win));
+    tri!(w.complete());
+    MPI_SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn MPI_Win_wait(win: Raw) -> c_int {
+    let w = tri!(super::capi::win("MPI_Win_wait", win));
+    tri!(w.wait_exposure(true));
+    MPI_SUCCESS
+}
+
+/// # Safety
+/// The C caller passes valid pointers.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Win_test(win: Raw, flag: *mut c_int) -> c_int {
+    let w = tri!(super::capi::win("MPI_Win_test", win));
+    if flag.is_null() {
+        return err(MPI_ERR_ARG, "MPI_Win_test: flag is NULL");
+    }
+    let done = tri!(w.wait_exposure(false));
+    // SAFETY: non-null; the C caller passes an int.
+    unsafe { *flag = done as c_int };
+    MPI_SUCCESS
+}
+
+/// # Safety
+/// The C caller passes valid pointers.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Win_create_dynamic(_info: Raw, comm: Raw, win: *mut Raw) -> c_int {
+    let call = "MPI_Win_create_dynamic";
+    tri!(check_create(call, 0, 1, win));
+    // SAFETY: win checked. Displacements are addresses: base 0, unbounded, unit 1.
+    tri!(unsafe {
+        create_common(
+            call,
+            0,
+            isize::MAX,
+            1,
+            comm,
+            MPI_WIN_FLAVOR_DYNAMIC,
+            None,
+            win,
+        )
+    });
+    MPI_SUCCESS
+}
+
+/// # Safety
+/// The C caller passes valid pointers.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Win_attach(win: Raw, base: *mut c_void, size: isize) -> c_int {
+    let w = tri!(super::capi::win("MPI_Win_attach", win));
+    if size < 0 {
+        return err(
+            MPI_ERR_SIZE,
+            &format!("MPI_Win_attach: size {size} is negative"),
+        );
+    }
+    tri!(w.attach(base as usize, size as usize));
+    MPI_SUCCESS
+}
+
+/// # Safety
+/// The C caller passes valid pointers.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Win_detach(win: Raw, base: *const c_void) -> c_int {
+    let w = tri!(super::capi::win("MPI_Win_detach", win));
+    tri!(w.detach(base as usize));
+    MPI_SUCCESS
 }

@@ -335,3 +335,83 @@ fn shim_ops() {
         "BAND on doubles"
     );
 }
+
+#[test]
+fn post_start_complete_wait_epochs() {
+    run(3, 1 << 16, |c, me| {
+        let mut buf = vec![0i32; 4];
+        let w = window(c, me, &mut buf);
+        for round in 1..=5 {
+            if me == 0 {
+                w.post(&[1, 2]).unwrap();
+                if round % 2 == 0 {
+                    w.wait_exposure(true).unwrap();
+                } else {
+                    while !w.wait_exposure(false).unwrap() {
+                        std::thread::yield_now();
+                    }
+                }
+                assert_eq!(buf[1..3], [round * 10 + 1, round * 10 + 2], "round {round}");
+            } else {
+                w.start(&[0]).unwrap();
+                put(&w, &[round * 10 + me as i32], 0, me as isize).unwrap();
+                w.complete().unwrap();
+                let e = put(&w, &[0], 0, 0).unwrap_err();
+                assert_eq!(e.0, MPI_ERR_RMA_SYNC, "the access epoch is over");
+            }
+        }
+        assert_eq!(w.complete().unwrap_err().0, MPI_ERR_RMA_SYNC);
+        w.free().unwrap();
+    });
+}
+
+#[test]
+fn dynamic_windows_reach_attached_memory() {
+    run(2, 1 << 16, |c, me| {
+        let ch = Channel {
+            p2p: c,
+            ranks: vec![0, 1],
+            me,
+            ctx: 9,
+        };
+        let w = Window::create(
+            ch,
+            0,
+            isize::MAX as usize,
+            1,
+            MPI_WIN_FLAVOR_DYNAMIC,
+            None,
+            0,
+        )
+        .unwrap();
+        let mut mem = vec![0i32; 8];
+        let addr = mem.as_mut_ptr() as usize;
+        w.attach(addr, 32).unwrap();
+        // Swap addresses outside the window (p2p tag 5).
+        c.send(1 - me, 5, &(addr as u64).to_le_bytes()).unwrap();
+        let mut b = [0u8; 8];
+        c.recv(1 - me, 5, &mut b).unwrap();
+        let peer = u64::from_le_bytes(b) as isize;
+        w.fence(0).unwrap();
+        put(&w, &[me as i32 + 7; 2], 1 - me, peer + 8).unwrap();
+        w.fence(0).unwrap();
+        assert_eq!(mem[2..4], [8 - me as i32, 8 - me as i32]);
+        if me == 0 {
+            put(&w, &[1], 1, peer + 32).unwrap(); // just past the attached region
+        }
+        let r = w.fence(0);
+        if me == 1 {
+            assert_eq!(
+                r.unwrap_err().0,
+                MPI_ERR_RMA_RANGE,
+                "reported by the target"
+            );
+        } else {
+            r.unwrap();
+        }
+        assert_eq!(w.detach(addr + 4).unwrap_err().0, MPI_ERR_RMA_ATTACH);
+        w.detach(addr).unwrap();
+        w.fence(MPI_MODE_NOSUCCEED).unwrap();
+        w.free().unwrap();
+    });
+}

@@ -13,7 +13,9 @@
 //! **Completion**: messages of one origin to one target arrive in order, so a marker sent
 //! after an origin's operations means they have all been applied when the target sees it:
 //! - `MPI_Win_fence`: every process sends a fence marker to every process and waits for
-//!   the markers of all (its window is then complete) and for the replies to its own gets;
+//!   the markers of all (its window is then complete) and for the replies to its own gets,
+//!   then says so to all and waits until all have: when a fence returns, every window
+//!   is complete, as after a barrier (2(p-1) small messages per process);
 //! - `MPI_Win_flush`/`MPI_Win_unlock`: the origin sends a flush (unlock) message and waits
 //!   for the target's acknowledgement, which follows the replies to its gets;
 //! - `MPI_Win_lock`: the target's service thread grants locks in request order (shared
@@ -26,8 +28,11 @@
 //! Dynamic windows (`MPI_Win_create_dynamic`) check each operation against the regions
 //! attached at the target when it arrives (the origin cannot know them).
 //!
-//! Left out (they return `MPI_ERR_UNSUPPORTED_OPERATION`): shared-memory windows
-//! (`MPI_Win_allocate_shared`, `MPI_Win_shared_query`) and the request-based operations
+//! Shared-memory windows (`MPI_Win_allocate_shared`) are one file in `/dev/shm` that
+//! every process maps; loads and stores reach the peers' segments directly, and the RMA
+//! calls work on them as on any window.
+//!
+//! Left out (they return `MPI_ERR_UNSUPPORTED_OPERATION`): the request-based operations
 //! (`MPI_Rput`, `MPI_Rget`, `MPI_Raccumulate`, `MPI_Rget_accumulate`).
 //! Limits: one thread per window; an operation is one message (its target type's runs
 //! and its data).
@@ -56,6 +61,7 @@ pub const MPI_LOCK_SHARED: c_int = 302;
 pub const MPI_WIN_FLAVOR_CREATE: c_int = 311;
 pub const MPI_WIN_FLAVOR_ALLOCATE: c_int = 312;
 pub const MPI_WIN_FLAVOR_DYNAMIC: c_int = 313;
+pub const MPI_WIN_FLAVOR_SHARED: c_int = 314;
 pub const MPI_WIN_UNIFIED: c_int = 321;
 pub const MPI_MODE_NOSUCCEED: c_int = 16384;
 pub const MPI_PROC_NULL: c_int = -3;
@@ -180,7 +186,7 @@ struct Target {
 
 #[derive(Default)]
 struct TargetState {
-    /// Fence markers received, by fence number.
+    /// Fence markers received, by 2 * fence number + phase.
     fences: HashMap<u64, u32>,
     frees: u32,
     /// Ends of access epochs (`MPI_Win_complete`) received, by origin.
@@ -375,10 +381,13 @@ impl Target {
             }
             msg::FLUSH => self.reply(from, Writer::new(msg::FLUSHED)),
             msg::FENCE => {
+                // Word: 2 * fence number + phase (1: that process's window is complete).
                 let Some(e) = r.u64() else { return true };
                 let mut st = self.st.lock().unwrap();
                 *st.fences.entry(e).or_default() += 1;
-                *st.marks.entry(from).or_default() += 1;
+                if e % 2 == 0 {
+                    *st.marks.entry(from).or_default() += 1;
+                }
                 drop(st);
                 self.cv.notify_all();
             }
@@ -468,8 +477,8 @@ pub struct Window {
     /// (size, disp_unit) of every process's window.
     remote: Vec<(u64, i64)>,
     service: Mutex<Option<JoinHandle<()>>>,
-    /// Memory `MPI_Win_allocate` allocated, freed with the window.
-    owned: Option<(usize, std::alloc::Layout)>,
+    /// Memory the window allocated, freed with it.
+    owned: Option<Memory>,
     /// The window's communicator (a duplicate), freed with it.
     pub comm: Raw,
     // The values the predefined attributes point to.
@@ -480,12 +489,32 @@ pub struct Window {
     name: Mutex<String>,
 }
 
+/// Memory a window allocated.
+pub enum Memory {
+    /// `MPI_Win_allocate`: from the allocator.
+    Heap(usize, std::alloc::Layout),
+    /// `MPI_Win_allocate_shared`: a mapping of a file in `/dev/shm` shared by the
+    /// window's processes, of `len` bytes at `addr` here; every process's segment as
+    /// (offset, size, displacement unit).
+    Map {
+        addr: usize,
+        len: usize,
+        segs: Vec<(usize, usize, c_int)>,
+    },
+}
+
 impl Drop for Window {
     fn drop(&mut self) {
-        if let Some((p, l)) = self.owned.take() {
-            // SAFETY: allocated in `allocate` with this layout; the service thread that
-            // wrote into it has been joined (`free`) or never started.
-            unsafe { std::alloc::dealloc(p as *mut u8, l) };
+        // The service thread that wrote into the memory has been joined (`free`) or
+        // never started.
+        match self.owned.take() {
+            // SAFETY: allocated with this layout by `MPI_Win_allocate`.
+            Some(Memory::Heap(p, l)) => unsafe { std::alloc::dealloc(p as *mut u8, l) },
+            Some(Memory::Map { addr, len, .. }) => {
+                // SAFETY: mapped by `allocate_shared` with this length.
+                unsafe { libc::munmap(addr as *mut libc::c_void, len) };
+            }
+            None => {}
         }
     }
 }
@@ -506,7 +535,7 @@ impl Window {
         size: usize,
         disp_unit: c_int,
         flavor: c_int,
-        owned: Option<(usize, std::alloc::Layout)>,
+        owned: Option<Memory>,
         comm: Raw,
     ) -> Result<Arc<Window>, Failure> {
         let p = ch.size();
@@ -593,6 +622,30 @@ impl Window {
             })?;
         *w.service.get_mut().unwrap() = Some(h);
         Ok(Arc::new(w))
+    }
+
+    /// `MPI_Win_shared_query`: the segment of window rank `rank` (`None`: the first
+    /// non-empty one) as (address here, size, displacement unit).
+    pub fn shared_segment(&self, rank: Option<u32>) -> Result<(usize, usize, c_int), Failure> {
+        let Some(Memory::Map { addr, segs, .. }) = &self.owned else {
+            return Err((
+                MPI_ERR_RMA_FLAVOR,
+                "MPI_Win_shared_query: the window was not made by MPI_Win_allocate_shared"
+                    .to_string(),
+            ));
+        };
+        let seg = match rank {
+            Some(r) => segs.get(r as usize).copied().ok_or((
+                MPI_ERR_RANK,
+                format!("MPI_Win_shared_query: rank {r} is outside the window's group"),
+            ))?,
+            None => segs.iter().copied().find(|s| s.1 > 0).unwrap_or((
+                0,
+                0,
+                segs.first().map_or(1, |s| s.2),
+            )),
+        };
+        Ok((addr + seg.0, seg.1, seg.2))
     }
 
     pub fn base(&self) -> usize {
@@ -870,21 +923,31 @@ impl Window {
             }
             (o.fence, ch.size())
         };
-        for r in 0..p {
-            ch.send(r, ch.req_tag(), Writer::new(msg::FENCE).u64(e))
-                .map_err(|c| (c, format!("MPI_Win_fence: sending to rank {r} failed")))?;
+        // Two rounds: the first marker follows this process's operations, so once all
+        // first markers are in, this window is complete; the second says so. A fence
+        // returns once every window is complete, as a barrier after the operations
+        // would: a load from a shared window, or a get of the next epoch from another
+        // process's window, sees what any process put before the fence.
+        for phase in 0..2 {
+            let word = 2 * e + phase;
+            for r in 0..p {
+                ch.send(r, ch.req_tag(), Writer::new(msg::FENCE).u64(word))
+                    .map_err(|c| (c, format!("MPI_Win_fence: sending to rank {r} failed")))?;
+            }
+            if phase == 0 {
+                self.wait_replies(|o| o.pending.is_empty())?;
+            }
+            self.target
+                .wait(|st| {
+                    if st.fences.get(&word) == Some(&p) {
+                        st.fences.remove(&word);
+                        true
+                    } else {
+                        false
+                    }
+                })
+                .map_err(|c| (c, "MPI_Win_fence: the job failed".to_string()))?;
         }
-        self.wait_replies(|o| o.pending.is_empty())?;
-        self.target
-            .wait(|st| {
-                if st.fences.get(&e) == Some(&p) {
-                    st.fences.remove(&e);
-                    true
-                } else {
-                    false
-                }
-            })
-            .map_err(|c| (c, "MPI_Win_fence: the job failed".to_string()))?;
         let mut o = self.origin.lock().unwrap();
         o.fence += 1;
         o.fenced = assert & MPI_MODE_NOSUCCEED == 0;
@@ -1195,6 +1258,141 @@ impl Window {
         res?;
         self.take_error()
     }
+}
+
+/// `MPI_Win_allocate_shared`, collective: one file in `/dev/shm` mapped by every process
+/// (`same_host`: all of them share this host), holding their segments one after the
+/// other in rank order.
+pub fn allocate_shared(
+    ch: Channel,
+    size: usize,
+    disp_unit: c_int,
+    comm: Raw,
+    same_host: bool,
+) -> Result<Arc<Window>, Failure> {
+    let call = "MPI_Win_allocate_shared";
+    if !same_host {
+        return Err((
+            MPI_ERR_RMA_SHARED,
+            format!(
+                "{call}: the processes of the communicator do not all share this host (split it with MPI_COMM_TYPE_SHARED)"
+            ),
+        ));
+    }
+    let p = ch.size();
+    let rep = ch.rep_tag();
+    let io = |e: std::io::Error| {
+        (
+            MPI_ERR_NO_MEM,
+            format!("{call}: the shared memory file: {e}"),
+        )
+    };
+    let lost = |e| (MPI_ERR_OTHER, format!("{call}: {e}"));
+    // Sizes to rank 0, which lays the segments out and names the file; replies on the
+    // reply tag from one known process at a time, before the window exists.
+    ch.send(
+        0,
+        rep,
+        Writer::new(msg::INFO)
+            .u64(size as u64)
+            .u64(disp_unit as i64 as u64),
+    )
+    .map_err(|c| (c, format!("{call}: sending the size failed")))?;
+    let (path, len, segs) = if ch.me == 0 {
+        let mut segs = Vec::with_capacity(p as usize);
+        let mut at = 0usize;
+        for r in 0..p {
+            let (m, _) = ch
+                .p2p
+                .recv_vec(Source::Rank(ch.ranks[r as usize]), Tag::Is(rep), 64)
+                .map_err(lost)?;
+            let mut rd = Reader(&m[1..]);
+            let (Some(s), Some(d)) = (rd.u64(), rd.u64()) else {
+                return Err((MPI_ERR_INTERN, format!("{call}: a bad size message")));
+            };
+            segs.push((at, s as usize, d as i64 as c_int));
+            // Segments start on cache lines.
+            at += (s as usize).div_ceil(64) * 64;
+        }
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = format!(
+            "/dev/shm/bulkwire-win-{}-{}-{n}",
+            std::process::id(),
+            ch.ctx
+        );
+        let f = std::fs::File::create_new(&path).map_err(io)?;
+        let len = at.max(1);
+        f.set_len(len as u64).map_err(io)?;
+        let mut m = Writer::new(msg::INFO).u64(len as u64).u64(p as u64);
+        for &(o, s, d) in &segs {
+            m = m.u64(o as u64).u64(s as u64).u64(d as i64 as u64);
+        }
+        m = m.bytes(path.as_bytes());
+        for r in 1..p {
+            ch.send(r, rep, Writer(m.0.clone()))
+                .map_err(|c| (c, format!("{call}: sending the layout failed")))?;
+        }
+        (path, len, segs)
+    } else {
+        let (m, _) = ch
+            .p2p
+            .recv_vec(Source::Rank(ch.ranks[0]), Tag::Is(rep), usize::MAX)
+            .map_err(lost)?;
+        let mut rd = Reader(&m[1..]);
+        let bad = || (MPI_ERR_INTERN, format!("{call}: a bad layout message"));
+        let (len, n) = (rd.u64().ok_or_else(bad)?, rd.u64().ok_or_else(bad)?);
+        let mut segs = Vec::new();
+        for _ in 0..n {
+            let (o, s, d) = (
+                rd.u64().ok_or_else(bad)?,
+                rd.u64().ok_or_else(bad)?,
+                rd.u64().ok_or_else(bad)?,
+            );
+            segs.push((o as usize, s as usize, d as i64 as c_int));
+        }
+        let path = String::from_utf8_lossy(rd.rest()).into_owned();
+        (path, len as usize, segs)
+    };
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(io)?;
+    use std::os::fd::AsRawFd;
+    // SAFETY: a shared read-write mapping of the whole file, which is `len` bytes long.
+    let addr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    if addr == libc::MAP_FAILED {
+        return Err(io(std::io::Error::last_os_error()));
+    }
+    let addr = addr as usize;
+    let (off, mine, _) = segs[ch.me as usize];
+    let me = ch.me;
+    let owned = Memory::Map { addr, len, segs };
+    let w = Window::create(
+        ch,
+        addr + off,
+        mine,
+        disp_unit,
+        MPI_WIN_FLAVOR_SHARED,
+        Some(owned),
+        comm,
+    );
+    // Every process has mapped the file once the window exists (each sent its window
+    // information after mapping, and creation waits for all of them): the name can go.
+    if me == 0 {
+        let _ = std::fs::remove_file(&path);
+    }
+    w
 }
 
 /// Accumulate's operations.

@@ -39,6 +39,16 @@ mod shim {
 
     pub fn free_comm(_h: Raw) {}
 
+    /// Whether all of the channel's processes run on this host: REPLACE with
+    /// `ch.p2p.host_local()` over `ch.ranks` (this process counted as local).
+    pub fn same_host(ch: &Channel) -> bool {
+        let local = ch.p2p.host_local();
+        let me = ch.ranks[ch.me as usize];
+        ch.ranks
+            .iter()
+            .all(|&r| r == me || local.get(r as usize).copied().unwrap_or(false))
+    }
+
     pub fn group_ranks(_h: Raw) -> Result<Vec<u32>, c_int> {
         Err(MPI_ERR_GROUP)
     }
@@ -130,7 +140,7 @@ unsafe fn create_common(
     disp_unit: c_int,
     comm: Raw,
     flavor: c_int,
-    owned: Option<(usize, std::alloc::Layout)>,
+    owned: Option<Memory>,
     out: *mut Raw,
 ) -> Result<(), Failure> {
     let (h, ch) = shim::dup(comm).map_err(|(c, w)| (c, format!("{call}: {w}")))?;
@@ -221,7 +231,7 @@ pub unsafe extern "C" fn MPI_Win_allocate(
             disp_unit,
             comm,
             MPI_WIN_FLAVOR_ALLOCATE,
-            Some((p as usize, layout)),
+            Some(Memory::Heap(p as usize, layout)),
             win,
         )
     };
@@ -703,10 +713,6 @@ macro_rules! unsupported {
 }
 
 unsupported! {
-    MPI_Win_allocate_shared(a: isize, b: c_int, c: Raw, d: Raw, e: *mut c_void, f: *mut Raw) =>
-        "shared-memory windows are not supported (use MPI_Win_allocate)";
-    MPI_Win_shared_query(a: Raw, b: c_int, c: *mut isize, d: *mut c_int, e: *mut c_void) =>
-        "shared-memory windows are not supported";
     MPI_Rput(a: *const c_void, b: c_int, c: Raw, d: c_int, e: isize, f: c_int, g: Raw, h: Raw, i: *mut Raw) =>
         "request-based RMA is not supported (use MPI_Put and MPI_Win_flush)";
     MPI_Rget(a: *mut c_void, b: c_int, c: Raw, d: c_int, e: isize, f: c_int, g: Raw, h: Raw, i: *mut Raw) =>
@@ -811,5 +817,67 @@ pub unsafe extern "C" fn MPI_Win_attach(win: Raw, base: *mut c_void, size: isize
 pub unsafe extern "C" fn MPI_Win_detach(win: Raw, base: *const c_void) -> c_int {
     let w = tri!(super::capi::win("MPI_Win_detach", win));
     tri!(w.detach(base as usize));
+    MPI_SUCCESS
+}
+
+/// # Safety
+/// The C caller passes valid pointers.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Win_allocate_shared(
+    size: isize,
+    disp_unit: c_int,
+    _info: Raw,
+    comm: Raw,
+    baseptr: *mut c_void,
+    win: *mut Raw,
+) -> c_int {
+    let call = "MPI_Win_allocate_shared";
+    tri!(check_create(call, size, disp_unit, win));
+    if baseptr.is_null() {
+        return err(MPI_ERR_ARG, "MPI_Win_allocate_shared: baseptr is NULL");
+    }
+    let (h, ch) = tri!(shim::dup(comm).map_err(|(c, w)| (c, format!("{call}: {w}"))));
+    let local = shim::same_host(&ch);
+    let w = tri!(allocate_shared(ch, size as usize, disp_unit, h, local));
+    // SAFETY: baseptr is the address of a pointer; win checked.
+    unsafe {
+        (baseptr as *mut *mut c_void).write(w.base() as *mut c_void);
+        win.write(register(w));
+    }
+    MPI_SUCCESS
+}
+
+/// # Safety
+/// The C caller passes valid pointers.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Win_shared_query(
+    win: Raw,
+    rank: c_int,
+    size: *mut isize,
+    disp_unit: *mut c_int,
+    baseptr: *mut c_void,
+) -> c_int {
+    let call = "MPI_Win_shared_query";
+    let w = tri!(super::capi::win(call, win));
+    if size.is_null() || disp_unit.is_null() || baseptr.is_null() {
+        return err(
+            MPI_ERR_ARG,
+            "MPI_Win_shared_query: an output argument is NULL",
+        );
+    }
+    let r = if rank == MPI_PROC_NULL {
+        None
+    } else if rank < 0 {
+        return err(MPI_ERR_RANK, &format!("{call}: rank {rank} is negative"));
+    } else {
+        Some(rank as u32)
+    };
+    let (a, s, d) = tri!(w.shared_segment(r));
+    // SAFETY: checked non-null; the C caller passes writable outputs.
+    unsafe {
+        *size = s as isize;
+        *disp_unit = d;
+        (baseptr as *mut *mut c_void).write(a as *mut c_void);
+    }
     MPI_SUCCESS
 }

@@ -415,3 +415,64 @@ fn dynamic_windows_reach_attached_memory() {
         w.free().unwrap();
     });
 }
+
+#[test]
+fn shared_windows_are_loads_and_stores_apart() {
+    run(3, 1 << 16, |c, me| {
+        let ch = Channel {
+            p2p: c,
+            ranks: vec![0, 1, 2],
+            me,
+            ctx: 11,
+        };
+        // Segments of 12, 0 and 40 bytes.
+        let size = [12usize, 0, 40][me as usize];
+        let w = allocate_shared(ch, size, 4, 0, true).unwrap();
+        let (first, fsize, unit) = w.shared_segment(None).unwrap();
+        assert_eq!(
+            (fsize, unit),
+            (12, 4),
+            "rank 0's segment is the first non-empty one"
+        );
+        let (mine, msize, _) = w.shared_segment(Some(me)).unwrap();
+        assert_eq!((mine, msize), (w.base(), size));
+        w.fence(0).unwrap();
+        if me == 2 {
+            // A store into rank 0's segment, through this process's mapping.
+            // SAFETY: rank 0's segment holds 3 ints; nobody else touches it this epoch.
+            unsafe { (first as *mut i32).add(1).write(42) };
+        }
+        // RMA on a shared window works as on any other.
+        if me == 0 {
+            put(&w, &[7, 8], 2, 8).unwrap();
+        }
+        w.fence(0).unwrap();
+        // SAFETY: the fence ordered the store before these loads.
+        assert_eq!(unsafe { (first as *const i32).add(1).read() }, 42);
+        let (two, _, _) = w.shared_segment(Some(2)).unwrap();
+        assert_eq!(
+            // SAFETY: rank 2's segment holds 10 ints.
+            unsafe {
+                [
+                    (two as *const i32).add(8).read(),
+                    (two as *const i32).add(9).read(),
+                ]
+            },
+            [7, 8]
+        );
+        w.fence(MPI_MODE_NOSUCCEED).unwrap();
+        w.free().unwrap();
+    });
+    let left: Vec<_> = std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .starts_with(&format!("bulkwire-win-{}-", std::process::id()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(left.is_empty(), "the mapping's file is removed");
+}

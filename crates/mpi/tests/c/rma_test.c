@@ -1,7 +1,8 @@
 /* One-sided communication, checked from C: fence epochs (put, get, accumulate with
  * strided types on both sides), passive target (exclusive locks around a
  * read-modify-write, shared locks with fetch-and-op and compare-and-swap, flush),
- * MPI_Win_allocate and the window's attributes. Any number of processes; prints "ok"
+ * MPI_Win_allocate and the window's attributes, a shared window among the processes of a
+ * host. Any number of processes (Open MPI 4.1 needs `--mca osc sm,pt2pt` here); prints "ok"
  * on rank 0 and exits 0, or names the first failed check and aborts. */
 #include <mpi.h>
 #include <stdio.h>
@@ -37,6 +38,12 @@ static void fence_ring(void) {
     OK(MPI_Get(got, 20, MPI_INT, next, (rank % 3) * 20, 20, MPI_INT, win));
     OK(MPI_Win_fence(MPI_MODE_NOSUCCEED, win));
     for (int k = 0; k < 20; k++) CHECK(got[k] == data[k], "get: %d is %d", k, got[k]);
+    /* What a third process put before a fence is there for a get after it. */
+    OK(MPI_Win_fence(0, win));
+    int far = (rank + 2) % size, writer = (rank + 1) % size, third[20];
+    OK(MPI_Get(third, 20, MPI_INT, far, (writer % 3) * 20, 20, MPI_INT, win));
+    OK(MPI_Win_fence(MPI_MODE_NOSUCCEED, win));
+    for (int k = 0; k < 20; k++) CHECK(third[k] == writer * 100 + k, "get after a fence: %d", third[k]);
     OK(MPI_Win_free(&win));
     CHECK(win == MPI_WIN_NULL, "the freed window's handle is MPI_WIN_NULL");
 }
@@ -105,6 +112,30 @@ static void exclusive_counter(void) {
     OK(MPI_Win_free(&win));
 }
 
+/* A shared window among the processes of this host: stores by one, loads by another. */
+static void shared_window(void) {
+    MPI_Comm node;
+    OK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    int nr, np;
+    OK(MPI_Comm_rank(node, &nr));
+    OK(MPI_Comm_size(node, &np));
+    int *mine;
+    MPI_Win win;
+    OK(MPI_Win_allocate_shared(4 * sizeof(int), sizeof(int), MPI_INFO_NULL, node, &mine, &win));
+    MPI_Aint sz;
+    int unit, *next;
+    OK(MPI_Win_shared_query(win, (nr + 1) % np, &sz, &unit, &next));
+    CHECK(sz == 4 * sizeof(int) && unit == sizeof(int), "shared_query: %ld %d", (long)sz, unit);
+    OK(MPI_Win_fence(0, win));
+    for (int i = 0; i < 4; i++) next[i] = nr * 10 + i;
+    OK(MPI_Win_fence(0, win));
+    int prev = (nr + np - 1) % np;
+    for (int i = 0; i < 4; i++) CHECK(mine[i] == prev * 10 + i, "shared slot %d: %d", i, mine[i]);
+    OK(MPI_Win_fence(MPI_MODE_NOSUCCEED, win));
+    OK(MPI_Win_free(&win));
+    OK(MPI_Comm_free(&node));
+}
+
 /* Fetch-and-op under lock_all: each fetch sees a larger value; one compare-and-swap wins. */
 static void atomics(void) {
     int buf[2] = {0, 0};
@@ -141,6 +172,7 @@ int main(int argc, char **argv) {
     accumulate_strided();
     exclusive_counter();
     atomics();
+    shared_window();
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0) printf("ok\n");
     MPI_Finalize();

@@ -45,6 +45,7 @@ SYSTEM_LIBS := -lgcc_s -lutil -lrt -lpthread -lm -ldl
 TOOLS := bspcc bspcxx bsprun bwbench
 HEADERS := bsp.h mcbsp.h mcbsp-affinity.h mcbsp-profiling.h mcbsp-resiliency.h bulkwire.h \
 	bsp.hpp
+MPI_HEADERS := mpi.h
 
 .PHONY: all build install install-files uninstall
 
@@ -78,6 +79,7 @@ install-files:
 	ln -sf libbulkwire.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libbulkwire.so.$(ABI)
 	ln -sf libbulkwire.so.$(ABI) $(DESTDIR)$(LIBDIR)/libbulkwire.so
 	install -m 644 $(HEADERS:%=crates/capi/include/%) $(DESTDIR)$(INCLUDEDIR)/
+	install -m 644 $(MPI_HEADERS:%=crates/mpi/include/%) $(DESTDIR)$(INCLUDEDIR)/
 	$(SUBST) install/bulkwire.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/bulkwire.pc
 	$(SUBST) install/bulkwire-static.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/bulkwire-static.pc
 	$(SUBST) install/bulkwireConfig.cmake.in > $(DESTDIR)$(LIBDIR)/cmake/bulkwire/bulkwireConfig.cmake
@@ -85,7 +87,8 @@ install-files:
 	  > $(DESTDIR)$(LIBDIR)/cmake/bulkwire/bulkwireConfigVersion.cmake
 
 uninstall:
-	rm -f $(TOOLS:%=$(DESTDIR)$(BINDIR)/%) $(HEADERS:%=$(DESTDIR)$(INCLUDEDIR)/%)
+	rm -f $(TOOLS:%=$(DESTDIR)$(BINDIR)/%) $(HEADERS:%=$(DESTDIR)$(INCLUDEDIR)/%) \
+	  $(MPI_HEADERS:%=$(DESTDIR)$(INCLUDEDIR)/%)
 	rm -f $(DESTDIR)$(LIBDIR)/libbulkwire.a $(DESTDIR)$(LIBDIR)/libbulkwire.so \
 	  $(DESTDIR)$(LIBDIR)/libbulkwire.so.$(ABI) $(DESTDIR)$(LIBDIR)/libbulkwire.so.$(VERSION)
 	rm -f $(DESTDIR)$(LIBDIR)/pkgconfig/bulkwire.pc $(DESTDIR)$(LIBDIR)/pkgconfig/bulkwire-static.pc

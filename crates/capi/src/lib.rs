@@ -8,11 +8,14 @@
 //!   affinity, profiling and checkpointing calls;
 //! - [`p2p`]: point-to-point messaging (`include/bulkwire.h`);
 //! - [`coll`]: collectives (`include/bulkwire.h`), on the communicator of [`p2p`];
-//! - [`settings`]: the environment, read once per process for all of them.
+//! - [`settings`]: the environment, read once per process for all of them;
+//! - [`mpi`]: MPI (`crates/mpi/include/mpi.h`), the `bulkwire-mpi` crate, whose `MPI_*`
+//!   functions the libraries carry.
 
 pub mod bsp;
 pub mod coll;
 pub mod mcbsp;
 pub mod p2p;
 pub mod settings;
+pub use bulkwire_mpi as mpi;
 mod spmd;

@@ -32,8 +32,12 @@
 //! every process maps; loads and stores reach the peers' segments directly, and the RMA
 //! calls work on them as on any window.
 //!
-//! Left out (they return `MPI_ERR_UNSUPPORTED_OPERATION`): the request-based operations
-//! (`MPI_Rput`, `MPI_Rget`, `MPI_Raccumulate`, `MPI_Rget_accumulate`).
+//! Request-based operations (`MPI_Rput`, `MPI_Rget`, `MPI_Raccumulate`,
+//! `MPI_Rget_accumulate`) are requests of core's table: a put is complete at once (its
+//! data is in the message), a get once its reply has arrived (polled by `MPI_Test`).
+//!
+//! Error handlers of windows are those of the window's communicator: a handler made by
+//! `MPI_Win_create_errhandler` is called with the communicator's handle.
 //! Limits: one thread per window; an operation is one message (its target type's runs
 //! and its data).
 
@@ -861,9 +865,9 @@ impl Window {
         tdt: &Datatype,
         acc: Option<(Raw, Raw, Vec<u8>)>,
         cas: Option<(Vec<u8>, Vec<u8>)>,
-    ) -> Result<(), Failure> {
+    ) -> Result<u64, Failure> {
         let Some(t) = self.check_rank(call, target)? else {
-            return Ok(());
+            return Ok(0);
         };
         self.check_epoch(call, t)?;
         if rcount * rdt.size() != tcount * tdt.size() {
@@ -907,8 +911,50 @@ impl Window {
             (None, None) => Writer::new(msg::GET).u64(id).runs(&runs),
         };
         let ch = self.ch();
-        ch.send(t, ch.req_tag(), m)
-            .map_err(|c| (c, format!("{call}: sending to rank {t} failed")))
+        match ch.send(t, ch.req_tag(), m) {
+            Ok(()) => Ok(id),
+            Err(c) => {
+                self.origin.lock().unwrap().pending.remove(&id);
+                Err((c, format!("{call}: sending to rank {t} failed")))
+            }
+        }
+    }
+
+    /// Takes the replies that have arrived, without waiting.
+    pub fn poll_replies(&self) -> Result<(), Failure> {
+        let ch = self.ch();
+        loop {
+            let st = ch
+                .p2p
+                .iprobe(Source::Any, Tag::Is(ch.rep_tag()))
+                .map_err(|e| (MPI_ERR_OTHER, format!("polling a window's replies: {e}")))?;
+            let Some(st) = st else { return Ok(()) };
+            let (m, st) = ch
+                .p2p
+                .recv_vec(Source::Rank(st.source), Tag::Is(ch.rep_tag()), usize::MAX)
+                .map_err(|e| (MPI_ERR_OTHER, format!("receiving a window's reply: {e}")))?;
+            if let Some(&from) = self.target.window_rank.get(&st.source) {
+                self.on_reply(from, &m);
+            }
+        }
+    }
+
+    /// Whether the get (or fetching operation) `id` has its data.
+    pub fn arrived(&self, id: u64) -> bool {
+        !self.origin.lock().unwrap().pending.contains_key(&id)
+    }
+
+    /// Request-based operations need a passive-target epoch at their target.
+    pub fn check_passive(&self, call: &str, target: c_int) -> Result<(), Failure> {
+        let o = self.origin.lock().unwrap();
+        let t = target as usize;
+        if target == MPI_PROC_NULL || o.lock_all || o.locked.get(t).is_some_and(Option::is_some) {
+            Ok(())
+        } else {
+            Err(rma_err(format!(
+                "{call}: request-based operations need a passive-target epoch (MPI_Win_lock or MPI_Win_lock_all) at rank {target}"
+            )))
+        }
     }
 
     /// `MPI_Win_fence`.

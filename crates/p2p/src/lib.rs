@@ -58,6 +58,7 @@ use bulkwire_engine::{Transport, WaitPolicy};
 use bulkwire_launch::{Control, JobState, LaunchConfig};
 use bulkwire_link::Rank;
 use bytes::Bytes;
+use matching::Sel;
 
 pub use state::{Keep, ReqId, Stats};
 use state::{RecvBuf, Settings, State};
@@ -164,6 +165,10 @@ impl Source {
 pub enum Tag {
     Any,
     Is(i32),
+    /// Any tag of context `c`, the tags `c << 16 ..= c << 16 | 0xffff` (`c` < 32768): a
+    /// layer that puts a context (an MPI communicator) in a tag's upper half receives
+    /// "any tag" of its own context only.
+    AnyIn(u16),
 }
 
 impl From<i32> for Tag {
@@ -183,10 +188,12 @@ fn user_tag(tag: i32) -> Result<i32, Error> {
     }
 }
 
-fn tag_sel(t: Tag) -> Result<Option<i32>, Error> {
+fn tag_sel(t: Tag) -> Result<Sel, Error> {
     match t {
-        Tag::Any => Ok(None),
-        Tag::Is(t) => user_tag(t).map(Some),
+        Tag::Any => Ok(Sel::Any),
+        Tag::Is(t) => user_tag(t).map(Sel::Is),
+        Tag::AnyIn(c) if c < 0x8000 => Ok(Sel::In(c)),
+        Tag::AnyIn(c) => Err(Error::InvalidTag(i64::from(c) << 16)),
     }
 }
 
@@ -506,7 +513,7 @@ impl Comm {
         };
         // SAFETY: forwarded contract.
         self.shared
-            .with(|s| unsafe { s.irecv(Some(src), Some(tag), buf, Keep::None, 0) })
+            .with(|s| unsafe { s.irecv(Some(src), Sel::Is(tag), buf, Keep::None, 0) })
     }
 
     // ---- waiting ----------------------------------------------------------------------
@@ -610,6 +617,93 @@ impl Comm {
         // SAFETY: forwarded contract.
         self.shared
             .with(|s| unsafe { s.irecv(src.get(), tag, buf, Keep::None, 0) })
+    }
+
+    /// [`Comm::isend_raw`] in synchronous mode: the send goes by rendezvous whatever its
+    /// length, so it completes only once a receive on `dest` has matched it (MPI_Ssend).
+    ///
+    /// # Safety
+    /// As for [`Comm::isend_raw`].
+    pub unsafe fn issend_raw(
+        &self,
+        dest: Rank,
+        tag: i32,
+        ptr: *const u8,
+        len: usize,
+    ) -> Result<ReqId, Error> {
+        let tag = user_tag(tag)?;
+        // SAFETY: forwarded contract.
+        self.shared
+            .with(|s| unsafe { s.isend_mode(dest, tag, ptr, len, Keep::None, 0, true) })
+    }
+
+    /// Cancels a raw receive that nothing has matched yet: true if it was cancelled (it
+    /// then completes with [`Error::Cancelled`], to be collected as usual); false if it had
+    /// matched, completed, or is a send.
+    pub fn cancel_raw(&self, id: ReqId) -> bool {
+        self.shared.with(|s| s.cancel_posted(id))
+    }
+
+    /// The outcome of a raw request if it has completed, without collecting it (the
+    /// handle stays valid); drives progress once.
+    pub fn peek_raw(&self, id: ReqId) -> Option<Result<Status, Error>> {
+        self.shared.with(|s| {
+            if !s.is_done(id) {
+                s.pump();
+            }
+            s.peek(id)
+        })
+    }
+
+    /// Takes the earliest arrived message a receive for (`src`, `tag`) would match out of
+    /// matching, if one has arrived: its status and a claim for
+    /// [`Comm::irecv_claimed_raw`] (MPI_Improbe). No other receive can take it then.
+    pub fn iclaim(
+        &self,
+        src: impl Into<Source>,
+        tag: impl Into<Tag>,
+    ) -> Result<Option<(Status, u64)>, Error> {
+        let (src, tag) = (src.into().get(), tag_sel(tag.into())?);
+        self.shared.with(|s| {
+            s.pump();
+            match s.claim(src, tag) {
+                Some(x) => Ok(Some(x)),
+                None => s.failure().cloned().map_or(Ok(None), Err),
+            }
+        })
+    }
+
+    /// Waits for a message a receive for (`src`, `tag`) would match and claims it
+    /// (MPI_Mprobe); see [`Comm::iclaim`].
+    pub fn claim(
+        &self,
+        src: impl Into<Source>,
+        tag: impl Into<Tag>,
+    ) -> Result<(Status, u64), Error> {
+        let (src, tag) = (src.into().get(), tag_sel(tag.into())?);
+        self.wait_until(|s| match s.claim(src, tag) {
+            Some(x) => Some(Ok(x)),
+            None => s.failure().cloned().map(Err),
+        })
+    }
+
+    /// Posts the receive of a claimed message (MPI_Imrecv).
+    ///
+    /// # Safety
+    /// As for [`Comm::irecv_raw`].
+    pub unsafe fn irecv_claimed_raw(
+        &self,
+        claim: u64,
+        ptr: *mut u8,
+        cap: usize,
+    ) -> Result<ReqId, Error> {
+        let buf = RecvBuf::Ptr {
+            ptr: state::Mem(ptr),
+            cap,
+        };
+        // SAFETY: forwarded contract.
+        self.shared
+            .with(|s| unsafe { s.irecv_claimed(claim, buf, Keep::None, 0) })
     }
 
     /// Waits for a raw request; the handle is spent afterwards.

@@ -11,7 +11,9 @@
 //! (source, tag), so an exact receive takes a front, a wildcard one compares fronts.
 //!
 //! A wildcard tag matches only user tags (>= 0): p2p's own traffic (negative tags) is
-//! never taken by a user's `ANY_TAG` receive.
+//! never taken by a user's `ANY_TAG` receive. A context wildcard ([`Sel::In`]) matches the
+//! 65536 tags `c << 16 ..= c << 16 | 0xffff` of one context `c`: an MPI communicator's
+//! `MPI_ANY_TAG`, which must not take another communicator's messages.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -52,11 +54,55 @@ type Fast = BuildHasherDefault<FastHasher>;
 /// allocate and free a queue per message) until there are this many, then swept.
 const EMPTY_BUCKETS: usize = 256;
 
-fn tag_matches(want: Option<i32>, tag: i32) -> bool {
-    match want {
-        Some(t) => t == tag,
-        None => tag >= 0,
+/// Which tags a receive accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sel {
+    Is(i32),
+    /// Any user tag (>= 0).
+    Any,
+    /// Any tag of context `c`: `c << 16 ..= c << 16 | 0xffff` (`c` < 32768).
+    In(u16),
+}
+
+impl From<Option<i32>> for Sel {
+    fn from(t: Option<i32>) -> Sel {
+        t.map_or(Sel::Any, Sel::Is)
     }
+}
+
+impl From<i32> for Sel {
+    fn from(t: i32) -> Sel {
+        Sel::Is(t)
+    }
+}
+
+impl Sel {
+    /// The one tag this selector accepts, if it names one.
+    pub fn exact(self) -> Option<i32> {
+        match self {
+            Sel::Is(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    pub fn matches(self, tag: i32) -> bool {
+        match self {
+            Sel::Is(t) => t == tag,
+            Sel::Any => tag >= 0,
+            Sel::In(c) => tag >= 0 && ctx_of(tag) == c,
+        }
+    }
+}
+
+/// The context of a (non-negative) tag, as [`Sel::In`] reads it.
+fn ctx_of(tag: i32) -> u16 {
+    (tag >> 16) as u16
+}
+
+/// The tags of context `c`.
+fn ctx_range(c: u16) -> (i32, i32) {
+    let lo = i32::from(c) << 16;
+    (lo, lo | 0xffff)
 }
 
 /// Posted receives, in posting order, by what they match.
@@ -67,6 +113,9 @@ pub struct Posted<K> {
     any_src: HashMap<i32, VecDeque<(Seq, K)>, Fast>,
     any_tag: HashMap<Rank, VecDeque<(Seq, K)>, Fast>,
     any: VecDeque<(Seq, K)>,
+    /// Context wildcards: (source, context) and any source.
+    ctx_tag: HashMap<(Rank, u16), VecDeque<(Seq, K)>, Fast>,
+    ctx_any: HashMap<u16, VecDeque<(Seq, K)>, Fast>,
     len: usize,
     /// Receives posted with a wildcard (empty buckets outlive them, see EMPTY_BUCKETS).
     wild: usize,
@@ -80,6 +129,21 @@ enum Family {
     AnySrc(i32),
     AnyTag(Rank),
     Any,
+    CtxTag(Rank, u16),
+    CtxAny(u16),
+}
+
+impl Family {
+    fn of(src: Option<Rank>, tag: Sel) -> Family {
+        match (src, tag) {
+            (Some(r), Sel::Is(t)) => Family::Exact(r, t),
+            (None, Sel::Is(t)) => Family::AnySrc(t),
+            (Some(r), Sel::Any) => Family::AnyTag(r),
+            (None, Sel::Any) => Family::Any,
+            (Some(r), Sel::In(c)) => Family::CtxTag(r, c),
+            (None, Sel::In(c)) => Family::CtxAny(c),
+        }
+    }
 }
 
 impl<K: Copy + PartialEq> Posted<K> {
@@ -90,6 +154,8 @@ impl<K: Copy + PartialEq> Posted<K> {
             any_src: HashMap::default(),
             any_tag: HashMap::default(),
             any: VecDeque::new(),
+            ctx_tag: HashMap::default(),
+            ctx_any: HashMap::default(),
             len: 0,
             wild: 0,
             emptied: 0,
@@ -104,19 +170,23 @@ impl<K: Copy + PartialEq> Posted<K> {
         self.len == 0
     }
 
-    /// Posts a receive for `src` (None: any) and `tag` (None: any user tag).
-    pub fn post(&mut self, src: Option<Rank>, tag: Option<i32>, k: K) {
+    /// Posts a receive for `src` (None: any) and `tag` (`None` or [`Sel::Any`]: any user
+    /// tag).
+    pub fn post(&mut self, src: Option<Rank>, tag: impl Into<Sel>, k: K) {
         let s = self.seq;
         self.seq += 1;
         self.len += 1;
-        if src.is_none() || tag.is_none() {
+        let f = Family::of(src, tag.into());
+        if !matches!(f, Family::Exact(..)) {
             self.wild += 1;
         }
-        let q = match (src, tag) {
-            (Some(r), Some(t)) => self.exact.entry((r, t)).or_default(),
-            (None, Some(t)) => self.any_src.entry(t).or_default(),
-            (Some(r), None) => self.any_tag.entry(r).or_default(),
-            (None, None) => &mut self.any,
+        let q = match f {
+            Family::Exact(r, t) => self.exact.entry((r, t)).or_default(),
+            Family::AnySrc(t) => self.any_src.entry(t).or_default(),
+            Family::AnyTag(r) => self.any_tag.entry(r).or_default(),
+            Family::Any => &mut self.any,
+            Family::CtxTag(r, c) => self.ctx_tag.entry((r, c)).or_default(),
+            Family::CtxAny(c) => self.ctx_any.entry(c).or_default(),
         };
         q.push_back((s, k));
     }
@@ -128,6 +198,8 @@ impl<K: Copy + PartialEq> Posted<K> {
             Family::AnySrc(t) if !self.any_src.is_empty() => self.any_src.get_mut(&t),
             Family::AnyTag(r) if !self.any_tag.is_empty() => self.any_tag.get_mut(&r),
             Family::Any => Some(&mut self.any),
+            Family::CtxTag(r, c) if !self.ctx_tag.is_empty() => self.ctx_tag.get_mut(&(r, c)),
+            Family::CtxAny(c) if !self.ctx_any.is_empty() => self.ctx_any.get_mut(&c),
             _ => None,
         }
     }
@@ -148,6 +220,8 @@ impl<K: Copy + PartialEq> Posted<K> {
             self.exact.retain(|_, q| !q.is_empty());
             self.any_src.retain(|_, q| !q.is_empty());
             self.any_tag.retain(|_, q| !q.is_empty());
+            self.ctx_tag.retain(|_, q| !q.is_empty());
+            self.ctx_any.retain(|_, q| !q.is_empty());
         }
     }
 
@@ -169,12 +243,17 @@ impl<K: Copy + PartialEq> Posted<K> {
             Family::AnySrc(tag),
             Family::Any,
             Family::Any,
+            Family::Any,
+            Family::Any,
         ];
         let mut n = 2;
         if tag >= 0 {
+            let c = ctx_of(tag);
             cands[2] = Family::AnyTag(src);
             cands[3] = Family::Any;
-            n = 4;
+            cands[4] = Family::CtxTag(src, c);
+            cands[5] = Family::CtxAny(c);
+            n = 6;
         }
         let mut best: Option<(Seq, Family)> = None;
         for &f in &cands[..n] {
@@ -195,13 +274,8 @@ impl<K: Copy + PartialEq> Posted<K> {
     }
 
     /// Removes a posted receive (cancelled, or failed with its source).
-    pub fn remove(&mut self, src: Option<Rank>, tag: Option<i32>, k: K) -> bool {
-        let f = match (src, tag) {
-            (Some(r), Some(t)) => Family::Exact(r, t),
-            (None, Some(t)) => Family::AnySrc(t),
-            (Some(r), None) => Family::AnyTag(r),
-            (None, None) => Family::Any,
-        };
+    pub fn remove(&mut self, src: Option<Rank>, tag: impl Into<Sel>, k: K) -> bool {
+        let f = Family::of(src, tag.into());
         let Some(q) = self.queue(f) else {
             return false;
         };
@@ -224,7 +298,16 @@ impl<K: Copy + PartialEq> Posted<K> {
         for key in keys {
             got.extend(self.exact.remove(&key).unwrap_or_default());
         }
-        let wild = self.any_tag.remove(&src).unwrap_or_default();
+        let mut wild = self.any_tag.remove(&src).unwrap_or_default();
+        let keys: Vec<(Rank, u16)> = self
+            .ctx_tag
+            .keys()
+            .filter(|k| k.0 == src)
+            .copied()
+            .collect();
+        for key in keys {
+            wild.extend(self.ctx_tag.remove(&key).unwrap_or_default());
+        }
         self.wild -= wild.len();
         got.extend(wild);
         got.sort_by_key(|&(s, _)| s);
@@ -282,7 +365,7 @@ impl<T> Unexpected<T> {
     /// The bucket holding the earliest message matching (`src`, `tag`). Any message a
     /// receive matches is preceded in its bucket only by messages it also matches, so the
     /// answer is always a bucket's front.
-    fn find(&self, src: Option<Rank>, tag: Option<i32>) -> Option<(Rank, i32)> {
+    fn find(&self, src: Option<Rank>, tag: Sel) -> Option<(Rank, i32)> {
         let front = |k: &(Rank, i32)| self.buckets.get(k).and_then(|q| q.front()).map(|f| f.0);
         let mut best: Option<(Seq, (Rank, i32))> = None;
         let mut consider = |s: Seq, k: (Rank, i32)| {
@@ -291,24 +374,42 @@ impl<T> Unexpected<T> {
             }
         };
         match (src, tag) {
-            (Some(r), Some(t)) => return front(&(r, t)).map(|_| (r, t)),
-            (Some(r), None) => {
+            (Some(r), Sel::Is(t)) => return front(&(r, t)).map(|_| (r, t)),
+            (Some(r), Sel::Any) => {
                 for (k, q) in self.buckets.range((r, 0)..=(r, i32::MAX)) {
                     if let Some(f) = q.front() {
                         consider(f.0, *k);
                     }
                 }
             }
-            (None, Some(t)) => {
+            (Some(r), Sel::In(c)) => {
+                let (lo, hi) = ctx_range(c);
+                for (k, q) in self.buckets.range((r, lo)..=(r, hi)) {
+                    if let Some(f) = q.front() {
+                        consider(f.0, *k);
+                    }
+                }
+            }
+            (None, Sel::In(c)) => {
+                let (lo, hi) = ctx_range(c);
+                for r in 0..self.nprocs {
+                    for (k, q) in self.buckets.range((r, lo)..=(r, hi)) {
+                        if let Some(f) = q.front() {
+                            consider(f.0, *k);
+                        }
+                    }
+                }
+            }
+            (None, Sel::Is(t)) => {
                 for r in 0..self.nprocs {
                     if let Some(s) = front(&(r, t)) {
                         consider(s, (r, t));
                     }
                 }
             }
-            (None, None) => {
+            (None, Sel::Any) => {
                 for (k, q) in &self.buckets {
-                    if tag_matches(None, k.1)
+                    if Sel::Any.matches(k.1)
                         && let Some(f) = q.front()
                     {
                         consider(f.0, *k);
@@ -320,8 +421,8 @@ impl<T> Unexpected<T> {
     }
 
     /// Takes the earliest arrived message matching (`src`, `tag`).
-    pub fn take(&mut self, src: Option<Rank>, tag: Option<i32>) -> Option<Arrived<T>> {
-        let key = self.find(src, tag)?;
+    pub fn take(&mut self, src: Option<Rank>, tag: impl Into<Sel>) -> Option<Arrived<T>> {
+        let key = self.find(src, tag.into())?;
         let q = self.buckets.get_mut(&key)?;
         let (_, item) = q.pop_front()?;
         if q.is_empty() {
@@ -340,8 +441,8 @@ impl<T> Unexpected<T> {
     }
 
     /// The earliest arrived message matching (`src`, `tag`), left in place.
-    pub fn peek(&self, src: Option<Rank>, tag: Option<i32>) -> Option<(Rank, i32, &T)> {
-        let key = self.find(src, tag)?;
+    pub fn peek(&self, src: Option<Rank>, tag: impl Into<Sel>) -> Option<(Rank, i32, &T)> {
+        let key = self.find(src, tag.into())?;
         self.buckets
             .get(&key)
             .and_then(|q| q.front())
@@ -410,6 +511,29 @@ mod tests {
         assert_eq!(u.len(), 0);
     }
 
+    #[test]
+    fn a_context_wildcard_takes_only_its_context() {
+        let mut u: Unexpected<u32> = Unexpected::new(2);
+        u.push(0, 5, 0); // context 0
+        u.push(1, (1 << 16) | 5, 1); // context 1
+        u.push(0, (1 << 16) | 9, 2);
+        assert_eq!(u.peek(None, Sel::In(1)).map(|x| *x.2), Some(1));
+        assert_eq!(u.take(Some(0), Sel::In(1)).map(|a| a.item), Some(2));
+        assert!(u.take(Some(0), Sel::In(2)).is_none());
+        assert_eq!(u.take(None, Sel::In(0)).map(|a| a.item), Some(0));
+        let mut p: Posted<u32> = Posted::new();
+        p.post(None, Sel::In(1), 0);
+        p.post(Some(0), Sel::In(0), 1);
+        p.post(None, Sel::Any, 2);
+        assert_eq!(p.take(0, 3), Some(1), "context 0 from rank 0");
+        assert_eq!(p.take(1, (1 << 16) | 3), Some(0));
+        assert_eq!(p.take(1, 3), Some(2));
+        assert_eq!(p.take(0, (2 << 16) | 3), None);
+        p.post(Some(1), Sel::In(3), 3);
+        assert_eq!(p.drain_source(1), vec![3]);
+        assert!(p.is_empty());
+    }
+
     /// Random posts and arrivals against a linear-scan model of MPI matching.
     #[test]
     fn agrees_with_a_linear_model() {
@@ -426,15 +550,20 @@ mod tests {
             let wild_one_in = if round % 2 == 0 { 4 } else { 40 };
             let mut posted: Posted<u32> = Posted::new();
             let mut unexp: Unexpected<u32> = Unexpected::new(3);
-            let mut m_posted: Vec<(Option<Rank>, Option<i32>, u32)> = Vec::new();
+            let mut m_posted: Vec<(Option<Rank>, Sel, u32)> = Vec::new();
             let mut m_unexp: Vec<(Rank, i32, u32)> = Vec::new();
             for id in 0..300u32 {
                 if rnd(2) == 0 {
                     let src = (rnd(wild_one_in) != 0).then(|| rnd(3) as Rank);
-                    let tag = (rnd(wild_one_in) != 0).then(|| rnd(3) as i32);
+                    // Tags of two contexts; wildcards over all of them or over one.
+                    let tag = match rnd(wild_one_in) {
+                        0 => Sel::Any,
+                        1 => Sel::In(rnd(2) as u16),
+                        _ => Sel::Is(((rnd(2) as i32) << 16) | rnd(3) as i32),
+                    };
                     let model = m_unexp
                         .iter()
-                        .position(|&(s, t, _)| src.is_none_or(|r| r == s) && tag_matches(tag, t))
+                        .position(|&(s, t, _)| src.is_none_or(|r| r == s) && tag.matches(t))
                         .map(|i| m_unexp.remove(i).2);
                     let got = unexp.take(src, tag).map(|a| a.item);
                     assert_eq!(got, model);
@@ -443,12 +572,10 @@ mod tests {
                         m_posted.push((src, tag, id));
                     }
                 } else {
-                    let (s, t) = (rnd(3) as Rank, rnd(3) as i32);
+                    let (s, t) = (rnd(3) as Rank, ((rnd(2) as i32) << 16) | rnd(3) as i32);
                     let model = m_posted
                         .iter()
-                        .position(|&(src, tag, _)| {
-                            src.is_none_or(|r| r == s) && tag_matches(tag, t)
-                        })
+                        .position(|&(src, tag, _)| src.is_none_or(|r| r == s) && tag.matches(t))
                         .map(|i| m_posted.remove(i).2);
                     let got = posted.take(s, t);
                     assert_eq!(got, model);

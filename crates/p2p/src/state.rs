@@ -20,7 +20,7 @@ use bulkwire_protocol::{MsgId, Time};
 use bytes::Bytes;
 
 use crate::envelope::{self as env, Envelope};
-use crate::matching::{Posted, Unexpected};
+use crate::matching::{Arrived, Posted, Sel, Unexpected};
 use crate::vm::{self, Published};
 use crate::{Error, Status};
 
@@ -139,7 +139,7 @@ enum Kind {
     },
     Recv {
         src: Option<Rank>,
-        tag: Option<i32>,
+        tag: Sel,
         buf: RecvBuf,
         phase: RecvPhase,
     },
@@ -371,6 +371,10 @@ pub struct State {
     reqs: Slab,
     posted: Posted<ReqId>,
     unexp: Unexpected<Unexp>,
+    /// Messages taken out of matching by a matched probe (MPI_Mprobe), by claim number,
+    /// until a receive for them is posted.
+    claimed: HashMap<u64, Arrived<Unexp>>,
+    next_claim: u64,
     peers: Vec<Peer>,
     bindings: HashMap<(Rank, MsgId), Binding>,
     /// Receives in a split copy, by sender and the sender's request.
@@ -439,6 +443,8 @@ impl State {
             reqs: Slab::default(),
             posted: Posted::new(),
             unexp: Unexpected::new(n),
+            claimed: HashMap::new(),
+            next_claim: 1,
             peers,
             bindings: HashMap::new(),
             splits: HashMap::new(),
@@ -628,6 +634,14 @@ impl State {
         }
     }
 
+    /// The outcome of `rid` if it has completed, leaving it to be collected.
+    pub fn peek(&self, rid: ReqId) -> Option<Result<Status, Error>> {
+        match self.reqs.get(rid) {
+            None => Some(Err(Error::InvalidRequest)),
+            Some(r) => r.done.clone(),
+        }
+    }
+
     /// Whether `rid` has completed (or names nothing).
     pub fn is_done(&self, rid: ReqId) -> bool {
         self.reqs.get(rid).is_none_or(|r| r.done.is_some())
@@ -716,6 +730,26 @@ impl State {
         keep: Keep,
         scope: u32,
     ) -> Result<ReqId, Error> {
+        // SAFETY: forwarded contract.
+        unsafe { self.isend_mode(dest, tag, ptr, len, keep, scope, false) }
+    }
+
+    /// [`State::isend`]; a `sync` send goes by rendezvous whatever its length, so that it
+    /// completes only once a receive has matched it (MPI's synchronous mode).
+    ///
+    /// # Safety
+    /// As [`State::isend`].
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn isend_mode(
+        &mut self,
+        dest: Rank,
+        tag: i32,
+        ptr: *const u8,
+        len: usize,
+        keep: Keep,
+        scope: u32,
+        sync: bool,
+    ) -> Result<ReqId, Error> {
         self.check_peer(dest)?;
         let ptr = Mem(ptr as *mut u8);
         let status = Status {
@@ -730,7 +764,7 @@ impl State {
             // SAFETY: forwarded contract.
             return Ok(unsafe { self.send_local(tag, ptr, len, keep, scope) });
         }
-        if len <= self.eager_limit(dest) {
+        if !sync && len <= self.eager_limit(dest) {
             // SAFETY: the caller's buffer is valid for len bytes; the copy ends its use.
             let msg = env::eager(tag, unsafe { ptr.slice(len) });
             let res = match self.t.as_mut() {
@@ -963,7 +997,7 @@ impl State {
     pub unsafe fn irecv(
         &mut self,
         src: Option<Rank>,
-        tag: Option<i32>,
+        tag: Sel,
         buf: RecvBuf,
         keep: Keep,
         scope: u32,
@@ -980,7 +1014,13 @@ impl State {
             buf,
             phase: RecvPhase::Posted,
         };
-        let rid = self.new_req(kind, src.unwrap_or(0), tag.unwrap_or(0), scope, keep);
+        let rid = self.new_req(
+            kind,
+            src.unwrap_or(0),
+            tag.exact().unwrap_or(0),
+            scope,
+            keep,
+        );
         let Some(a) = self.unexp.take(src, tag) else {
             if let Some(s) = src
                 && let Some(e) = self.peers[s as usize].dead.clone()
@@ -992,6 +1032,12 @@ impl State {
             self.set_interest(rid, src);
             return Ok(rid);
         };
+        self.deliver_arrived(rid, a);
+        Ok(rid)
+    }
+
+    /// Hands an arrived message to the receive `rid` that matched it.
+    fn deliver_arrived(&mut self, rid: ReqId, a: Arrived<Unexp>) {
         let (from, t) = (a.src, a.tag);
         match a.item {
             Unexp::Eager { data, off } => self.deliver_copy(rid, from, t, &data[off..]),
@@ -999,6 +1045,44 @@ impl State {
             Unexp::Rts { len, sreq, addr } => self.start_rndv(rid, from, t, len, sreq, addr),
             Unexp::Local { sreq } => self.match_local(sreq, rid, t),
         }
+    }
+
+    /// Takes the earliest arrived message matching (`src`, `tag`) out of matching (no
+    /// receive takes it any more): its status and a claim number for
+    /// [`State::irecv_claimed`] (MPI_Mprobe's message handle).
+    pub fn claim(&mut self, src: Option<Rank>, tag: Sel) -> Option<(Status, u64)> {
+        let st = self.iprobe(src, tag)?;
+        let a = self.unexp.take(src, tag)?;
+        let c = self.next_claim;
+        self.next_claim += 1;
+        self.claimed.insert(c, a);
+        Some((st, c))
+    }
+
+    /// Receives the message of claim `c` (see [`State::claim`]).
+    ///
+    /// # Safety
+    /// As [`State::irecv`].
+    pub unsafe fn irecv_claimed(
+        &mut self,
+        c: u64,
+        buf: RecvBuf,
+        keep: Keep,
+        scope: u32,
+    ) -> Result<ReqId, Error> {
+        let a = self.claimed.remove(&c).ok_or(Error::InvalidRequest)?;
+        let kind = Kind::Recv {
+            src: Some(a.src),
+            tag: Sel::Is(a.tag),
+            buf,
+            phase: RecvPhase::Posted,
+        };
+        let rid = self.new_req(kind, a.src, a.tag, scope, keep);
+        if let Some(e) = self.peers[a.src as usize].dead.clone() {
+            self.complete(rid, Err(e));
+            return Ok(rid);
+        }
+        self.deliver_arrived(rid, a);
         Ok(rid)
     }
 
@@ -1486,7 +1570,7 @@ impl State {
     }
 
     /// The earliest unexpected message matching (`src`, `tag`), without receiving it.
-    pub fn iprobe(&self, src: Option<Rank>, tag: Option<i32>) -> Option<Status> {
+    pub fn iprobe(&self, src: Option<Rank>, tag: Sel) -> Option<Status> {
         let (from, t, u) = self.unexp.peek(src, tag)?;
         let len = match u {
             Unexp::Eager { data, off } => data.len() - off,

@@ -1,9 +1,10 @@
 /* Datatypes, checked from C: the predefined types' sizes and extents (the pair types with
  * their C struct layout), the standard's examples of the constructors, pack and unpack,
- * decoding (envelope and contents), names, subarrays and darrays, and derived types in
- * point-to-point messages (a strided send into a contiguous receive, MPI_Get_elements
- * of a short message). Any number of processes; prints "ok" on rank 0 and exits 0, or
- * names the first failed check and aborts. */
+ * decoding (envelope and contents), names, subarrays and darrays, derived types in
+ * point-to-point messages (a strided send into a contiguous receive, MPI_Get_elements of
+ * a short message) and the errors of bad arguments. Any number of processes; every rank
+ * prints "datatype_test OK rank=R" and exits 0, or names the first failed check and
+ * aborts. */
 #include <mpi.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -193,6 +194,21 @@ static void messages(void) {
     OK(MPI_Type_free(&col1));
 }
 
+/* Bad arguments are errors of their class under MPI_ERRORS_RETURN. */
+static void errors(void) {
+    int cls;
+    MPI_Datatype t;
+    OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    MPI_Error_class(MPI_Type_contiguous(-1, MPI_INT, &t), &cls);
+    CHECK(cls == MPI_ERR_COUNT, "a negative count: class %d", cls);
+    MPI_Error_class(MPI_Type_contiguous(2, MPI_DATATYPE_NULL, &t), &cls);
+    CHECK(cls == MPI_ERR_TYPE, "MPI_DATATYPE_NULL: class %d", cls);
+    t = MPI_INT;
+    MPI_Error_class(MPI_Type_free(&t), &cls);
+    CHECK(cls == MPI_ERR_TYPE, "freeing MPI_INT: class %d", cls);
+    OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL));
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -202,13 +218,14 @@ int main(int argc, char **argv) {
     pack_unpack();
     arrays();
     messages();
+    errors();
     MPI_Aint a1, a2;
     int x[4];
     OK(MPI_Get_address(&x[0], &a1));
     OK(MPI_Get_address(&x[3], &a2));
     CHECK(MPI_Aint_diff(a2, a1) == 3 * sizeof(int), "Aint_diff");
     MPI_Barrier(MPI_COMM_WORLD);
-    if (rank == 0) printf("ok\n");
+    printf("datatype_test OK rank=%d\n", rank);
     MPI_Finalize();
     return 0;
 }

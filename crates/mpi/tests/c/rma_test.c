@@ -1,9 +1,10 @@
 /* One-sided communication, checked from C: fence epochs (put, get, accumulate with
  * strided types on both sides), passive target (exclusive locks around a
- * read-modify-write, shared locks with fetch-and-op and compare-and-swap, flush),
- * MPI_Win_allocate and the window's attributes, a shared window among the processes of a
- * host. Any number of processes (Open MPI 4.1 needs `--mca osc sm,pt2pt` here); prints "ok"
- * on rank 0 and exits 0, or names the first failed check and aborts. */
+ * read-modify-write, shared locks with fetch-and-op, compare-and-swap and request-based
+ * operations, flush), MPI_Win_allocate and the window's attributes, a shared window
+ * among the processes of a host. Any number of processes (Open MPI 4.1 needs
+ * `--mca osc sm,pt2pt`); every rank prints "rma_test OK rank=R" and exits 0, or names
+ * the first failed check and aborts. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -161,6 +162,17 @@ static void atomics(void) {
     CHECK((was == 0) == (winner == rank + 1), "compare-and-swap: saw %d, winner %d", was, winner);
     if (rank == 0) CHECK(buf[0] == 10 * size, "fetch-and-op total %d", buf[0]);
     OK(MPI_Barrier(MPI_COMM_WORLD));
+    /* Request-based: each rank adds to slot 1 of rank 0 and reads slot 0 back. */
+    OK(MPI_Win_lock_all(0, win));
+    MPI_Request rq[2];
+    int got = -1;
+    OK(MPI_Raccumulate(&one, 1, MPI_INT, 0, 1, 1, MPI_INT, MPI_SUM, win, &rq[0]));
+    OK(MPI_Rget(&got, 1, MPI_INT, 0, 0, 1, MPI_INT, win, &rq[1]));
+    MPI_Status sts[2];
+    OK(MPI_Waitall(2, rq, sts));
+    CHECK(got == 10 * size, "Rget saw %d", got);
+    OK(MPI_Win_unlock_all(win));
+    OK(MPI_Barrier(MPI_COMM_WORLD));
     OK(MPI_Win_free(&win));
 }
 
@@ -174,7 +186,7 @@ int main(int argc, char **argv) {
     atomics();
     shared_window();
     MPI_Barrier(MPI_COMM_WORLD);
-    if (rank == 0) printf("ok\n");
+    printf("rma_test OK rank=%d\n", rank);
     MPI_Finalize();
     return 0;
 }

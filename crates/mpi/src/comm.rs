@@ -1,0 +1,1092 @@
+//! Communicators: a group, this process's rank in it, and a context of its own, so
+//! that messages of different communicators never match. Every `MPI_Comm_*` call but
+//! those of the collectives, and attributes.
+//!
+//! A communicator's point-to-point messages carry the p2p tag `ctx << 16 | tag`, its
+//! collectives' `(ctx + 1) << 16 | seq` (`crate::net`); `MPI_ANY_TAG` receives any tag of
+//! `ctx` only (`bulkwire_p2p::Tag::AnyIn`). Context ids are agreed by the members when a
+//! communicator is made: the lowest id free on all of them (a reduction of bitmaps of the
+//! ids each process has in use), so freed ids are reused. Disjoint communicators made by
+//! one call (the colours of a split) share an id: their messages never meet, being
+//! between different processes.
+//!
+//! The agreement travels in a context of its own (`CREATE_CTX`), tagged with the parent's
+//! context, over plain p2p: gather at the first member, answer from it.
+
+use std::collections::BTreeMap;
+use std::ffi::{c_char, c_void};
+use std::os::raw::c_int;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use bulkwire_p2p::{ReqId, Source, Tag};
+
+use crate::error::*;
+use crate::group::{self, Group, put, tri};
+use crate::handle::{Kind, Raw, Table};
+use crate::net::Net;
+use crate::predef::*;
+use crate::runtime::{code_of, fail, p2p, put_str};
+use crate::topo::Topo;
+
+/// Context ids: even numbers below 32768.
+const CONTEXTS: usize = 1 << 14;
+const WORLD_CTX: u16 = 0;
+const SELF_CTX: u16 = 2;
+/// The context of the agreement messages (never a communicator's).
+const CREATE_CTX: u16 = 4;
+const BITMAP_BYTES: usize = CONTEXTS / 8;
+
+pub struct Communicator {
+    /// World ranks in communicator order.
+    pub group: Arc<Group>,
+    /// This process's rank in the communicator.
+    pub rank: u32,
+    /// Even; point-to-point context `ctx`, collectives' `ctx + 1`.
+    pub ctx: u16,
+    /// Same processes in the same order as `MPI_COMM_WORLD`.
+    pub world_like: bool,
+    pub topo: Option<Topo>,
+    pub(crate) errhandler: Mutex<Raw>,
+    pub(crate) attrs: Mutex<BTreeMap<c_int, usize>>,
+    pub(crate) name: Mutex<String>,
+    coll_seq: AtomicU16,
+    /// Communicator rank of each world rank (`u32::MAX`: not a member).
+    inv: Vec<u32>,
+}
+
+impl Communicator {
+    /// A communicator of `group` as world rank `me` (a member) of a job of `world`
+    /// processes sees it.
+    fn new(
+        group: Arc<Group>,
+        ctx: u16,
+        topo: Option<Topo>,
+        errhandler: Raw,
+        (world, me): (u32, u32),
+    ) -> Communicator {
+        let mut inv = vec![u32::MAX; world as usize];
+        for (i, &w) in group.ranks.iter().enumerate() {
+            inv[w as usize] = i as u32;
+        }
+        let world_like = group.ranks.len() == world as usize
+            && group.ranks.iter().enumerate().all(|(i, &w)| i as u32 == w);
+        Communicator {
+            rank: inv[me as usize],
+            group,
+            ctx,
+            world_like,
+            topo,
+            errhandler: Mutex::new(errhandler),
+            attrs: Mutex::new(BTreeMap::new()),
+            name: Mutex::new(String::new()),
+            coll_seq: AtomicU16::new(0),
+            inv,
+        }
+    }
+
+    pub fn size(&self) -> u32 {
+        self.group.size()
+    }
+
+    /// The next sequence number of the communicator's collectives (wrapping).
+    pub fn next_coll_tag(&self) -> u16 {
+        self.coll_seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A channel in the communicator's collective context.
+    pub fn net(&self) -> CommNet<'_> {
+        CommNet { comm: self }
+    }
+
+    /// The world rank of communicator rank `r`.
+    pub fn world(&self, r: u32) -> u32 {
+        self.group.ranks[r as usize]
+    }
+
+    /// The communicator rank of world rank `w`, if a member.
+    pub fn rank_of(&self, w: u32) -> Option<u32> {
+        self.inv.get(w as usize).copied().filter(|&r| r != u32::MAX)
+    }
+
+    /// The p2p tag of point-to-point `tag` (0..=65535).
+    pub fn wire_tag(&self, tag: c_int) -> i32 {
+        (i32::from(self.ctx) << 16) | tag
+    }
+
+    /// The p2p tag selector of a receive for `tag` (`MPI_ANY_TAG`: any of this context).
+    pub fn tag_sel(&self, tag: c_int) -> Tag {
+        if tag == MPI_ANY_TAG {
+            Tag::AnyIn(self.ctx)
+        } else {
+            Tag::Is(self.wire_tag(tag))
+        }
+    }
+}
+
+/// [`Net`] over a communicator's collective context.
+pub struct CommNet<'a> {
+    comm: &'a Communicator,
+}
+
+impl CommNet<'_> {
+    fn tag(&self, tag: u16) -> i32 {
+        (i32::from(self.comm.ctx + 1) << 16) | i32::from(tag)
+    }
+}
+
+impl Net for CommNet<'_> {
+    fn rank(&self) -> u32 {
+        self.comm.rank
+    }
+    fn size(&self) -> u32 {
+        self.comm.size()
+    }
+    unsafe fn isend(&self, to: u32, tag: u16, ptr: *const u8, len: usize) -> Result<ReqId, c_int> {
+        let p = p2p()?;
+        // SAFETY: forwarded contract.
+        unsafe { p.isend_raw(self.comm.world(to), self.tag(tag), ptr, len) }
+            .map_err(|e| code_of(&e))
+    }
+    unsafe fn irecv(&self, from: u32, tag: u16, ptr: *mut u8, cap: usize) -> Result<ReqId, c_int> {
+        let p = p2p()?;
+        let src = Source::Rank(self.comm.world(from));
+        // SAFETY: forwarded contract.
+        unsafe { p.irecv_raw(src, Tag::Is(self.tag(tag)), ptr, cap) }.map_err(|e| code_of(&e))
+    }
+    fn test(&self, id: ReqId) -> Option<Result<usize, c_int>> {
+        let p = match p2p() {
+            Ok(p) => p,
+            Err(e) => return Some(Err(e)),
+        };
+        p.test_raw(id)
+            .map(|r| r.map(|s| s.len).map_err(|e| code_of(&e)))
+    }
+    fn wait(&self, id: ReqId) -> Result<usize, c_int> {
+        p2p()?.wait_raw(id).map(|s| s.len).map_err(|e| code_of(&e))
+    }
+}
+
+static COMMS: Mutex<Table<Arc<Communicator>>> = Mutex::new(Table::new(Kind::Comm));
+static WORLD_COMM: OnceLock<Arc<Communicator>> = OnceLock::new();
+static SELF_COMM: OnceLock<Arc<Communicator>> = OnceLock::new();
+/// Context ids in use by this process, one bit per even id.
+static USED: Mutex<[u8; BITMAP_BYTES]> = Mutex::new([0; BITMAP_BYTES]);
+
+/// Makes `MPI_COMM_WORLD` and `MPI_COMM_SELF` (MPI_Init).
+pub(crate) fn init_world(size: u32, rank: u32) {
+    let w = Communicator::new(
+        Arc::new(Group {
+            ranks: (0..size).collect(),
+        }),
+        WORLD_CTX,
+        None,
+        MPI_ERRORS_ARE_FATAL,
+        (size, rank),
+    );
+    *w.name.lock().unwrap_or_else(|e| e.into_inner()) = "MPI_COMM_WORLD".into();
+    let _ = WORLD_COMM.set(Arc::new(w));
+    let s = Communicator::new(
+        Arc::new(Group { ranks: vec![rank] }),
+        SELF_CTX,
+        None,
+        MPI_ERRORS_ARE_FATAL,
+        (size, rank),
+    );
+    *s.name.lock().unwrap_or_else(|e| e.into_inner()) = "MPI_COMM_SELF".into();
+    let _ = SELF_COMM.set(Arc::new(s));
+    let mut used = USED.lock().unwrap_or_else(|e| e.into_inner());
+    for c in [WORLD_CTX, SELF_CTX, CREATE_CTX] {
+        mark(&mut used, c, true);
+    }
+}
+
+fn mark(bits: &mut [u8; BITMAP_BYTES], ctx: u16, on: bool) {
+    let i = usize::from(ctx / 2);
+    if on {
+        bits[i / 8] |= 1 << (i % 8);
+    } else {
+        bits[i / 8] &= !(1 << (i % 8));
+    }
+}
+
+/// The communicator of a handle.
+pub fn lookup(h: Raw) -> Result<Arc<Communicator>, c_int> {
+    match h {
+        MPI_COMM_WORLD => WORLD_COMM.get().cloned().ok_or(MPI_ERR_COMM),
+        MPI_COMM_SELF => SELF_COMM.get().cloned().ok_or(MPI_ERR_COMM),
+        _ => COMMS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(h)
+            .cloned()
+            .ok_or(MPI_ERR_COMM),
+    }
+}
+
+/// [`lookup`] for `call`, reporting an invalid handle through `MPI_COMM_WORLD`'s handler.
+pub fn get(call: &str, h: Raw) -> Result<Arc<Communicator>, c_int> {
+    lookup(h).map_err(|e| {
+        let what = if h == MPI_COMM_NULL {
+            format!("{call}: the communicator is MPI_COMM_NULL")
+        } else {
+            format!("{call}: invalid communicator handle {h:#x}")
+        };
+        fail(MPI_COMM_WORLD, e, what)
+    })
+}
+
+/// The error handler of `comm` (`MPI_COMM_WORLD`'s if `comm` is no communicator).
+pub fn errhandler_of(comm: Raw) -> Raw {
+    let c = lookup(comm).or_else(|_| lookup(MPI_COMM_WORLD));
+    match c {
+        Ok(c) => *c.errhandler.lock().unwrap_or_else(|e| e.into_inner()),
+        Err(_) => MPI_ERRORS_ARE_FATAL,
+    }
+}
+
+/// The job's size and this process's world rank.
+fn job() -> Result<(u32, u32), c_int> {
+    let p = p2p()?;
+    Ok((p.size(), p.rank()))
+}
+
+fn store(c: Communicator) -> Raw {
+    COMMS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(Arc::new(c))
+}
+
+// ---- agreement among the members -----------------------------------------------------
+
+/// Gathers each member's `mine` at the first member of `members` (world ranks; this
+/// process is one of them), which makes the answer with `answer` from all contributions
+/// in member order and sends it to all. `key` keeps concurrent agreements on different
+/// parents apart.
+fn agree(
+    members: &[u32],
+    key: u16,
+    mine: Vec<u8>,
+    answer: impl FnOnce(Vec<Vec<u8>>) -> Vec<u8>,
+) -> Result<Vec<u8>, c_int> {
+    let p = p2p()?;
+    let me = p.rank();
+    let tag = (i32::from(CREATE_CTX) << 16) | i32::from(key);
+    let root = members[0];
+    let e = |e: bulkwire_p2p::Error| code_of(&e);
+    if me != root {
+        p.send(root, tag, &mine).map_err(e)?;
+        let (v, _) = p.recv_vec(root, tag, usize::MAX).map_err(e)?;
+        return Ok(v);
+    }
+    let mut all = Vec::with_capacity(members.len());
+    all.push(mine);
+    for &m in &members[1..] {
+        let (v, _) = p.recv_vec(m, tag, usize::MAX).map_err(e)?;
+        all.push(v);
+    }
+    let out = answer(all);
+    for &m in &members[1..] {
+        p.send(m, tag, &out).map_err(e)?;
+    }
+    Ok(out)
+}
+
+/// This process's contribution to a context agreement: its bitmap of ids in use.
+fn used_bitmap() -> Vec<u8> {
+    USED.lock().unwrap_or_else(|e| e.into_inner()).to_vec()
+}
+
+/// The lowest id free in all of `maps` (each a bitmap at `off`), as two bytes; 0 (the
+/// world's id, never free) if none is.
+fn lowest_free<'a>(maps: impl Iterator<Item = &'a [u8]>) -> [u8; 2] {
+    let mut any = [0u8; BITMAP_BYTES];
+    for m in maps {
+        for (a, b) in any.iter_mut().zip(m) {
+            *a |= b;
+        }
+    }
+    let id = (0..CONTEXTS)
+        .find(|&i| any[i / 8] & (1 << (i % 8)) == 0)
+        .map_or(0, |i| (i * 2) as u16);
+    id.to_le_bytes()
+}
+
+fn take_ctx(ctx: u16) -> Result<u16, c_int> {
+    if ctx == WORLD_CTX {
+        return Err(MPI_ERR_INTERN);
+    }
+    mark(
+        &mut USED.lock().unwrap_or_else(|e| e.into_inner()),
+        ctx,
+        true,
+    );
+    Ok(ctx)
+}
+
+fn release_ctx(ctx: u16) {
+    if ![WORLD_CTX, SELF_CTX, CREATE_CTX].contains(&ctx) {
+        mark(
+            &mut USED.lock().unwrap_or_else(|e| e.into_inner()),
+            ctx,
+            false,
+        );
+    }
+}
+
+/// A communicator of `group` (a subset of `parent`'s, in its order) with `topo`; every
+/// member of `parent` calls; those outside `group` get `MPI_COMM_NULL`.
+pub(crate) fn create_sub(
+    call: &str,
+    parent: &Communicator,
+    parent_h: Raw,
+    group: Arc<Group>,
+    topo: Option<Topo>,
+) -> Result<Raw, c_int> {
+    let ctx = agree(&parent.group.ranks, parent.ctx / 2, used_bitmap(), |all| {
+        lowest_free(all.iter().map(Vec::as_slice)).to_vec()
+    })
+    .map_err(|e| fail(parent_h, e, format!("{call}: agreeing on a context failed")))?;
+    let ctx = u16::from_le_bytes([ctx[0], ctx[1]]);
+    let me = crate::runtime::world_rank();
+    if group.rank_of(me).is_none() {
+        return Ok(MPI_COMM_NULL);
+    }
+    let ctx =
+        take_ctx(ctx).map_err(|e| fail(parent_h, e, format!("{call}: no context id is free")))?;
+    let eh = *parent.errhandler.lock().unwrap_or_else(|e| e.into_inner());
+    Ok(store(Communicator::new(group, ctx, topo, eh, job()?)))
+}
+
+/// `MPI_Comm_split` (and Cartesian sub-grids): every member of `parent` calls with a
+/// colour (`MPI_UNDEFINED`: none) and a key.
+pub(crate) fn split(
+    call: &str,
+    parent: &Communicator,
+    parent_h: Raw,
+    color: c_int,
+    key: c_int,
+    topo: Option<Topo>,
+) -> Result<Raw, c_int> {
+    let mut mine = Vec::with_capacity(8 + BITMAP_BYTES);
+    mine.extend_from_slice(&color.to_le_bytes());
+    mine.extend_from_slice(&key.to_le_bytes());
+    mine.extend_from_slice(&used_bitmap());
+    // The answer: the context id, then every member's colour and key.
+    let out = agree(&parent.group.ranks, parent.ctx / 2, mine, |all| {
+        let mut out = lowest_free(all.iter().map(|v| &v[8..])).to_vec();
+        for v in &all {
+            out.extend_from_slice(&v[..8]);
+        }
+        out
+    })
+    .map_err(|e| fail(parent_h, e, format!("{call}: the members' exchange failed")))?;
+    if color == MPI_UNDEFINED {
+        return Ok(MPI_COMM_NULL);
+    }
+    let ctx = u16::from_le_bytes([out[0], out[1]]);
+    let rd = |i: usize| c_int::from_le_bytes(out[i..i + 4].try_into().unwrap_or_default());
+    let mut same: Vec<(c_int, u32)> = (0..parent.size())
+        .filter(|&r| rd(2 + 8 * r as usize) == color)
+        .map(|r| (rd(2 + 8 * r as usize + 4), r))
+        .collect();
+    same.sort();
+    let group = Group {
+        ranks: same.iter().map(|&(_, r)| parent.world(r)).collect(),
+    };
+    let ctx =
+        take_ctx(ctx).map_err(|e| fail(parent_h, e, format!("{call}: no context id is free")))?;
+    let eh = *parent.errhandler.lock().unwrap_or_else(|e| e.into_inner());
+    Ok(store(Communicator::new(
+        Arc::new(group),
+        ctx,
+        topo,
+        eh,
+        job()?,
+    )))
+}
+
+// ---- the calls ------------------------------------------------------------------------
+
+/// # Safety
+/// `size` valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_size(comm: Raw, size: *mut c_int) -> c_int {
+    let c = tri!(get("MPI_Comm_size", comm));
+    // SAFETY: the caller's contract.
+    unsafe { put(size, c.size() as c_int) };
+    MPI_SUCCESS
+}
+
+/// # Safety
+/// `rank` valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_rank(comm: Raw, rank: *mut c_int) -> c_int {
+    let c = tri!(get("MPI_Comm_rank", comm));
+    // SAFETY: the caller's contract.
+    unsafe { put(rank, c.rank as c_int) };
+    MPI_SUCCESS
+}
+
+/// Copies the attributes of `from` to `to` through their keys' copy callbacks.
+fn copy_attrs(from_h: Raw, from: &Communicator, to_h: Raw) -> Result<(), c_int> {
+    let attrs: Vec<(c_int, usize)> = from
+        .attrs
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|(&k, &v)| (k, v))
+        .collect();
+    let to = lookup(to_h)?;
+    for (k, v) in attrs {
+        let Some(kv) = keyval(k) else { continue };
+        let copied = match kv.copy {
+            0 => None,
+            1 => Some(v),
+            f => {
+                // SAFETY: a MPI_Comm_copy_attr_function registered by the program.
+                let f: CopyFn = unsafe { std::mem::transmute::<usize, CopyFn>(f) };
+                let (mut out, mut flag) = (0usize, 0);
+                // SAFETY: the callback's contract.
+                let rc = unsafe {
+                    f(
+                        from_h,
+                        k,
+                        kv.extra,
+                        v as *mut c_void,
+                        (&mut out as *mut usize).cast(),
+                        &mut flag,
+                    )
+                };
+                if rc != MPI_SUCCESS {
+                    return Err(rc);
+                }
+                (flag != 0).then_some(out)
+            }
+        };
+        if let Some(v) = copied {
+            to.attrs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(k, v);
+        }
+    }
+    Ok(())
+}
+
+fn dup(call: &str, comm: Raw) -> Result<Raw, c_int> {
+    let c = get(call, comm)?;
+    let h = create_sub(call, &c, comm, c.group.clone(), c.topo.clone())?;
+    copy_attrs(comm, &c, h).map_err(|e| {
+        fail(
+            comm,
+            e,
+            format!("{call}: an attribute copy callback failed"),
+        )
+    })?;
+    Ok(h)
+}
+
+/// # Safety
+/// `newcomm` valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_dup(comm: Raw, newcomm: *mut Raw) -> c_int {
+    let h = tri!(dup("MPI_Comm_dup", comm));
+    // SAFETY: the caller's contract.
+    unsafe { put(newcomm, h) };
+    MPI_SUCCESS
+}
+
+/// # Safety
+/// `newcomm` valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_dup_with_info(comm: Raw, _info: Raw, newcomm: *mut Raw) -> c_int {
+    let h = tri!(dup("MPI_Comm_dup_with_info", comm));
+    // SAFETY: the caller's contract.
+    unsafe { put(newcomm, h) };
+    MPI_SUCCESS
+}
+
+/// Duplicates at once (the agreement is short) and returns a completed request.
+///
+/// # Safety
+/// Pointers valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_idup(comm: Raw, newcomm: *mut Raw, request: *mut Raw) -> c_int {
+    let h = tri!(dup("MPI_Comm_idup", comm));
+    // SAFETY: the caller's contract.
+    unsafe {
+        put(newcomm, h);
+        put(request, crate::request::completed());
+    }
+    MPI_SUCCESS
+}
+
+/// # Safety
+/// `newcomm` valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_split(
+    comm: Raw,
+    color: c_int,
+    key: c_int,
+    newcomm: *mut Raw,
+) -> c_int {
+    const CALL: &str = "MPI_Comm_split";
+    let c = tri!(get(CALL, comm));
+    if color < 0 && color != MPI_UNDEFINED {
+        return fail(
+            comm,
+            MPI_ERR_ARG,
+            format!("{CALL}: colour {color} is negative"),
+        );
+    }
+    let h = tri!(split(CALL, &c, comm, color, key, None));
+    // SAFETY: the caller's contract.
+    unsafe { put(newcomm, h) };
+    MPI_SUCCESS
+}
+
+/// `MPI_COMM_TYPE_SHARED`: the processes of one host (as the launcher placed them).
+///
+/// # Safety
+/// `newcomm` valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_split_type(
+    comm: Raw,
+    split_type: c_int,
+    key: c_int,
+    _info: Raw,
+    newcomm: *mut Raw,
+) -> c_int {
+    const CALL: &str = "MPI_Comm_split_type";
+    let c = tri!(get(CALL, comm));
+    let color = match split_type {
+        MPI_UNDEFINED => MPI_UNDEFINED,
+        MPI_COMM_TYPE_SHARED => {
+            // The host's lowest world rank names it.
+            let p = tri!(p2p());
+            let me = p.rank();
+            let local = p.host_local();
+            (0..p.size())
+                .find(|&r| r == me || local.get(r as usize).copied().unwrap_or(false))
+                .unwrap_or(me) as c_int
+        }
+        t => {
+            return fail(
+                comm,
+                MPI_ERR_ARG,
+                format!("{CALL}: split type {t} is not MPI_COMM_TYPE_SHARED"),
+            );
+        }
+    };
+    let h = tri!(split(CALL, &c, comm, color, key, None));
+    // SAFETY: the caller's contract.
+    unsafe { put(newcomm, h) };
+    MPI_SUCCESS
+}
+
+fn subset(call: &str, c: &Communicator, comm: Raw, g: &Group) -> Result<(), c_int> {
+    match g.ranks.iter().find(|&&w| c.rank_of(w).is_none()) {
+        Some(w) => Err(fail(
+            comm,
+            MPI_ERR_GROUP,
+            format!("{call}: world rank {w} of the group is not in the communicator"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// # Safety
+/// `newcomm` valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_create(comm: Raw, group: Raw, newcomm: *mut Raw) -> c_int {
+    const CALL: &str = "MPI_Comm_create";
+    let c = tri!(get(CALL, comm));
+    let g = tri!(group::lookup(group).map_err(|e| fail(
+        comm,
+        e,
+        format!("{CALL}: invalid group handle {group:#x}")
+    )));
+    tri!(subset(CALL, &c, comm, &g));
+    let h = tri!(create_sub(CALL, &c, comm, g, None));
+    // SAFETY: the caller's contract.
+    unsafe { put(newcomm, h) };
+    MPI_SUCCESS
+}
+
+/// Collective over the group's members only.
+///
+/// # Safety
+/// `newcomm` valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_create_group(
+    comm: Raw,
+    group: Raw,
+    tag: c_int,
+    newcomm: *mut Raw,
+) -> c_int {
+    const CALL: &str = "MPI_Comm_create_group";
+    let c = tri!(get(CALL, comm));
+    let g = tri!(group::lookup(group).map_err(|e| fail(
+        comm,
+        e,
+        format!("{CALL}: invalid group handle {group:#x}")
+    )));
+    tri!(subset(CALL, &c, comm, &g));
+    if !(0..=TAG_UB).contains(&tag) {
+        return fail(
+            comm,
+            MPI_ERR_TAG,
+            format!("{CALL}: tag {tag} is outside 0..={TAG_UB}"),
+        );
+    }
+    let me = crate::runtime::world_rank();
+    if g.rank_of(me).is_none() {
+        return fail(
+            comm,
+            MPI_ERR_GROUP,
+            format!("{CALL}: this process is not in the group"),
+        );
+    }
+    // The high bit keeps this apart from agreements of the whole parent.
+    let key = 0x8000 | (c.ctx / 2);
+    let ctx = tri!(
+        agree(&g.ranks, key, used_bitmap(), |all| lowest_free(
+            all.iter().map(Vec::as_slice)
+        )
+        .to_vec())
+        .map_err(|e| fail(comm, e, format!("{CALL}: agreeing on a context failed")))
+    );
+    let ctx = tri!(
+        take_ctx(u16::from_le_bytes([ctx[0], ctx[1]])).map_err(|e| fail(
+            comm,
+            e,
+            format!("{CALL}: no context id is free")
+        ))
+    );
+    let eh = *c.errhandler.lock().unwrap_or_else(|e| e.into_inner());
+    let h = store(Communicator::new(g, ctx, None, eh, tri!(job())));
+    // SAFETY: the caller's contract.
+    unsafe { put(newcomm, h) };
+    MPI_SUCCESS
+}
+
+/// Deletes every attribute of `comm` through its key's delete callback.
+pub(crate) fn delete_all_attrs(comm: Raw) {
+    let Ok(c) = lookup(comm) else { return };
+    let keys: Vec<c_int> = c
+        .attrs
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .keys()
+        .copied()
+        .collect();
+    for k in keys.into_iter().rev() {
+        let _ = delete_attr(comm, &c, k);
+    }
+}
+
+/// # Safety
+/// `comm` valid for reads and writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_free(comm: *mut Raw) -> c_int {
+    const CALL: &str = "MPI_Comm_free";
+    if comm.is_null() {
+        return fail(MPI_COMM_WORLD, MPI_ERR_ARG, format!("{CALL}: null pointer"));
+    }
+    // SAFETY: non-null, valid by contract.
+    let h = unsafe { *comm };
+    if h == MPI_COMM_WORLD || h == MPI_COMM_SELF {
+        return fail(
+            h,
+            MPI_ERR_COMM,
+            format!("{CALL}: a predefined communicator cannot be freed"),
+        );
+    }
+    let c = tri!(get(CALL, h));
+    delete_all_attrs(h);
+    COMMS.lock().unwrap_or_else(|e| e.into_inner()).remove(h);
+    release_ctx(c.ctx);
+    // SAFETY: as above.
+    unsafe { *comm = MPI_COMM_NULL };
+    MPI_SUCCESS
+}
+
+/// # Safety
+/// `result` valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_compare(comm1: Raw, comm2: Raw, result: *mut c_int) -> c_int {
+    let a = tri!(get("MPI_Comm_compare", comm1));
+    let b = tri!(get("MPI_Comm_compare", comm2));
+    let r = if comm1 == comm2 {
+        MPI_IDENT
+    } else {
+        match a.group.compare(&b.group) {
+            MPI_IDENT => MPI_CONGRUENT,
+            x => x,
+        }
+    };
+    // SAFETY: the caller's contract.
+    unsafe { put(result, r) };
+    MPI_SUCCESS
+}
+
+/// # Safety
+/// `group` valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_group(comm: Raw, group: *mut Raw) -> c_int {
+    let c = tri!(get("MPI_Comm_group", comm));
+    // SAFETY: the caller's contract.
+    unsafe { put(group, group::insert(c.group.clone())) };
+    MPI_SUCCESS
+}
+
+/// # Safety
+/// `name` NUL-terminated.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_set_name(comm: Raw, name: *const c_char) -> c_int {
+    let c = tri!(get("MPI_Comm_set_name", comm));
+    if name.is_null() {
+        return fail(comm, MPI_ERR_ARG, "MPI_Comm_set_name: null name");
+    }
+    // SAFETY: NUL-terminated by contract.
+    let s = unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy();
+    let s: String = s.chars().take(MPI_MAX_OBJECT_NAME - 1).collect();
+    *c.name.lock().unwrap_or_else(|e| e.into_inner()) = s;
+    MPI_SUCCESS
+}
+
+/// # Safety
+/// `name` holds `MPI_MAX_OBJECT_NAME` bytes; `resultlen` valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_get_name(
+    comm: Raw,
+    name: *mut c_char,
+    resultlen: *mut c_int,
+) -> c_int {
+    let c = tri!(get("MPI_Comm_get_name", comm));
+    let n = c.name.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    // SAFETY: the caller's contract.
+    unsafe { put(resultlen, put_str(name, MPI_MAX_OBJECT_NAME, &n)) };
+    MPI_SUCCESS
+}
+
+/// Intercommunicators are not made here: every communicator is an intra-communicator.
+///
+/// # Safety
+/// `flag` valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_test_inter(comm: Raw, flag: *mut c_int) -> c_int {
+    let _ = tri!(get("MPI_Comm_test_inter", comm));
+    // SAFETY: the caller's contract.
+    unsafe { put(flag, 0) };
+    MPI_SUCCESS
+}
+
+/// Hints are accepted and not kept.
+#[unsafe(no_mangle)]
+pub extern "C" fn MPI_Comm_set_info(comm: Raw, info: Raw) -> c_int {
+    let _ = tri!(get("MPI_Comm_set_info", comm));
+    if !crate::runtime::info_ok(info) {
+        return fail(
+            comm,
+            MPI_ERR_INFO,
+            format!("MPI_Comm_set_info: invalid info handle {info:#x}"),
+        );
+    }
+    MPI_SUCCESS
+}
+
+/// # Safety
+/// `info` valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_get_info(comm: Raw, info: *mut Raw) -> c_int {
+    let _ = tri!(get("MPI_Comm_get_info", comm));
+    // SAFETY: the caller's contract.
+    unsafe { crate::runtime::MPI_Info_create(info) }
+}
+
+// ---- attributes -----------------------------------------------------------------------
+
+/// `MPI_Comm_copy_attr_function`.
+type CopyFn =
+    unsafe extern "C" fn(Raw, c_int, *mut c_void, *mut c_void, *mut c_void, *mut c_int) -> c_int;
+/// `MPI_Comm_delete_attr_function`.
+type DeleteFn = unsafe extern "C" fn(Raw, c_int, *mut c_void, *mut c_void) -> c_int;
+
+#[derive(Clone, Copy)]
+struct Keyval {
+    /// 0: `MPI_COMM_NULL_COPY_FN`, 1: `MPI_COMM_DUP_FN`, else a `CopyFn`.
+    copy: usize,
+    /// 0: `MPI_COMM_NULL_DELETE_FN`, else a `DeleteFn`.
+    delete: usize,
+    extra: *mut c_void,
+}
+
+// SAFETY: `extra` is the program's opaque pointer, handed back to its own callbacks.
+unsafe impl Send for Keyval {}
+
+static KEYVALS: Mutex<Table<Keyval>> = Mutex::new(Table::new(Kind::Keyval));
+
+fn keyval(k: c_int) -> Option<Keyval> {
+    KEYVALS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(k as u32 as Raw)
+        .copied()
+}
+
+/// # Safety
+/// Callbacks of the right types (or the predefined ones); `keyval` valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_create_keyval(
+    copy: usize,
+    delete: usize,
+    comm_keyval: *mut c_int,
+    extra_state: *mut c_void,
+) -> c_int {
+    let h = KEYVALS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(Keyval {
+            copy,
+            delete,
+            extra: extra_state,
+        });
+    // SAFETY: the caller's contract.
+    unsafe { put(comm_keyval, h as c_int) };
+    MPI_SUCCESS
+}
+
+/// Attributes already set with the key keep it until deleted (the key is only no
+/// longer usable for new ones... here: the key's callbacks stay known until then).
+///
+/// # Safety
+/// `comm_keyval` valid for reads and writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_free_keyval(comm_keyval: *mut c_int) -> c_int {
+    if comm_keyval.is_null() {
+        return fail(
+            MPI_COMM_WORLD,
+            MPI_ERR_ARG,
+            "MPI_Comm_free_keyval: null pointer",
+        );
+    }
+    // SAFETY: non-null, valid by contract.
+    let k = unsafe { *comm_keyval };
+    if keyval(k).is_none() {
+        return fail(
+            MPI_COMM_WORLD,
+            MPI_ERR_KEYVAL,
+            format!("MPI_Comm_free_keyval: invalid key {k}"),
+        );
+    }
+    // SAFETY: as above.
+    unsafe { *comm_keyval = MPI_KEYVAL_INVALID };
+    MPI_SUCCESS
+}
+
+fn delete_attr(comm: Raw, c: &Communicator, k: c_int) -> Result<bool, c_int> {
+    let Some(v) = c
+        .attrs
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&k)
+        .copied()
+    else {
+        return Ok(false);
+    };
+    if let Some(kv) = keyval(k)
+        && kv.delete != 0
+    {
+        // SAFETY: a MPI_Comm_delete_attr_function registered by the program.
+        let f: DeleteFn = unsafe { std::mem::transmute::<usize, DeleteFn>(kv.delete) };
+        // SAFETY: the callback's contract.
+        let rc = unsafe { f(comm, k, v as *mut c_void, kv.extra) };
+        if rc != MPI_SUCCESS {
+            return Err(rc);
+        }
+    }
+    c.attrs.lock().unwrap_or_else(|e| e.into_inner()).remove(&k);
+    Ok(true)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn MPI_Comm_set_attr(
+    comm: Raw,
+    comm_keyval: c_int,
+    attribute_val: *mut c_void,
+) -> c_int {
+    const CALL: &str = "MPI_Comm_set_attr";
+    let c = tri!(get(CALL, comm));
+    if keyval(comm_keyval).is_none() {
+        return fail(
+            comm,
+            MPI_ERR_KEYVAL,
+            format!("{CALL}: invalid or predefined key {comm_keyval}"),
+        );
+    }
+    if let Err(rc) = delete_attr(comm, &c, comm_keyval) {
+        return fail(
+            comm,
+            rc,
+            format!("{CALL}: the delete callback of the old value failed"),
+        );
+    }
+    c.attrs
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(comm_keyval, attribute_val as usize);
+    MPI_SUCCESS
+}
+
+/// Values of the predefined attributes (pointers to these are handed out).
+static ATTR_VALUES: Mutex<[c_int; 7]> = Mutex::new([0; 7]);
+
+fn predefined_attr(k: c_int) -> Option<*mut c_void> {
+    let i = (MPI_TAG_UB..=MPI_UNIVERSE_SIZE)
+        .contains(&k)
+        .then(|| (k - MPI_TAG_UB) as usize)?;
+    let world = p2p().map_or(1, |p| p.size()) as c_int;
+    let v = match k {
+        MPI_TAG_UB => TAG_UB,
+        MPI_HOST => MPI_PROC_NULL,
+        // Every process can do I/O.
+        MPI_IO => MPI_ANY_SOURCE,
+        // Each process's clock starts at its own MPI_Init.
+        MPI_WTIME_IS_GLOBAL => 0,
+        MPI_APPNUM => 0,
+        MPI_LASTUSEDCODE => crate::runtime::last_used_code(),
+        _ => world,
+    };
+    let mut vals = ATTR_VALUES.lock().unwrap_or_else(|e| e.into_inner());
+    vals[i] = v;
+    // The array is static: the pointer stays valid.
+    Some((&mut vals[i] as *mut c_int).cast())
+}
+
+/// # Safety
+/// `attribute_val` points to a `void *` to write; `flag` valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_get_attr(
+    comm: Raw,
+    comm_keyval: c_int,
+    attribute_val: *mut c_void,
+    flag: *mut c_int,
+) -> c_int {
+    const CALL: &str = "MPI_Comm_get_attr";
+    let c = tri!(get(CALL, comm));
+    let v = match predefined_attr(comm_keyval) {
+        Some(p) => Some(p as usize),
+        None => {
+            if keyval(comm_keyval).is_none() {
+                return fail(
+                    comm,
+                    MPI_ERR_KEYVAL,
+                    format!("{CALL}: invalid key {comm_keyval}"),
+                );
+            }
+            c.attrs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&comm_keyval)
+                .copied()
+        }
+    };
+    // SAFETY: the caller's contract.
+    unsafe {
+        put(flag, c_int::from(v.is_some()));
+        if let Some(v) = v {
+            put(attribute_val.cast::<usize>(), v);
+        }
+    }
+    MPI_SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn MPI_Comm_delete_attr(comm: Raw, comm_keyval: c_int) -> c_int {
+    const CALL: &str = "MPI_Comm_delete_attr";
+    let c = tri!(get(CALL, comm));
+    if keyval(comm_keyval).is_none() {
+        return fail(
+            comm,
+            MPI_ERR_KEYVAL,
+            format!("{CALL}: invalid key {comm_keyval}"),
+        );
+    }
+    match delete_attr(comm, &c, comm_keyval) {
+        Ok(_) => MPI_SUCCESS,
+        Err(rc) => fail(comm, rc, format!("{CALL}: the delete callback failed")),
+    }
+}
+
+/// # Safety
+/// As `MPI_Comm_create_keyval`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Keyval_create(
+    copy: usize,
+    delete: usize,
+    keyval: *mut c_int,
+    extra_state: *mut c_void,
+) -> c_int {
+    // SAFETY: forwarded contract (the MPI-1 callbacks have the same shapes).
+    unsafe { MPI_Comm_create_keyval(copy, delete, keyval, extra_state) }
+}
+
+/// # Safety
+/// As `MPI_Comm_free_keyval`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Keyval_free(keyval: *mut c_int) -> c_int {
+    // SAFETY: forwarded contract.
+    unsafe { MPI_Comm_free_keyval(keyval) }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn MPI_Attr_put(comm: Raw, keyval: c_int, attribute_val: *mut c_void) -> c_int {
+    MPI_Comm_set_attr(comm, keyval, attribute_val)
+}
+
+/// # Safety
+/// As `MPI_Comm_get_attr`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Attr_get(
+    comm: Raw,
+    keyval: c_int,
+    attribute_val: *mut c_void,
+    flag: *mut c_int,
+) -> c_int {
+    // SAFETY: forwarded contract.
+    unsafe { MPI_Comm_get_attr(comm, keyval, attribute_val, flag) }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn MPI_Attr_delete(comm: Raw, keyval: c_int) -> c_int {
+    MPI_Comm_delete_attr(comm, keyval)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lowest_id_free_everywhere_is_chosen() {
+        let mut a = [0u8; BITMAP_BYTES];
+        let mut b = [0u8; BITMAP_BYTES];
+        for c in [0, 2, 4, 6] {
+            mark(&mut a, c, true);
+        }
+        for c in [0, 2, 4, 8] {
+            mark(&mut b, c, true);
+        }
+        assert_eq!(
+            u16::from_le_bytes(lowest_free([&a[..], &b[..]].into_iter())),
+            10
+        );
+        mark(&mut a, 6, false);
+        assert_eq!(
+            u16::from_le_bytes(lowest_free([&a[..], &b[..]].into_iter())),
+            6
+        );
+    }
+}

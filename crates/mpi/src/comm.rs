@@ -6,9 +6,10 @@
 //! collectives' `(ctx + 1) << 16 | seq` (`crate::net`); `MPI_ANY_TAG` receives any tag of
 //! `ctx` only (`bulkwire_p2p::Tag::AnyIn`). Context ids are agreed by the members when a
 //! communicator is made: the lowest id free on all of them (a reduction of bitmaps of the
-//! ids each process has in use), so freed ids are reused. Disjoint communicators made by
-//! one call (the colours of a split) share an id: their messages never meet, being
-//! between different processes.
+//! ids each process has in use), so freed ids are reused; a second round confirms that
+//! every member could still take it (threads of one process may make communicators at
+//! once), else they agree again. Disjoint communicators made by one call (the colours of
+//! a split) share an id: their messages never meet, being between different processes.
 //!
 //! The agreement travels in a context of its own (`CREATE_CTX`), tagged with the parent's
 //! context, over plain p2p: gather at the first member, answer from it.
@@ -313,16 +314,50 @@ fn lowest_free<'a>(maps: impl Iterator<Item = &'a [u8]>) -> [u8; 2] {
     id.to_le_bytes()
 }
 
-fn take_ctx(ctx: u16) -> Result<u16, c_int> {
-    if ctx == WORLD_CTX {
-        return Err(MPI_ERR_INTERN);
+/// Marks `ctx` in use here if it is free: false if another communicator of this
+/// process took it meanwhile (a creation in another thread).
+fn try_take(ctx: u16) -> bool {
+    let mut used = USED.lock().unwrap_or_else(|e| e.into_inner());
+    let i = usize::from(ctx / 2);
+    if ctx == WORLD_CTX || used[i / 8] & (1 << (i % 8)) != 0 {
+        return false;
     }
-    mark(
-        &mut USED.lock().unwrap_or_else(|e| e.into_inner()),
-        ctx,
-        true,
-    );
-    Ok(ctx)
+    mark(&mut used, ctx, true);
+    true
+}
+
+/// Agrees with `members` on a context id that each member taking part (`take`) marks in
+/// use; also gathers every member's `extra` bytes (in member order, concatenated) for
+/// all. Two rounds: the lowest id free on every member, then whether each could still
+/// take it (another thread's creation may have taken it meanwhile), until all could.
+fn agree_ctx(members: &[u32], key: u16, extra: &[u8], take: bool) -> Result<(u16, Vec<u8>), c_int> {
+    loop {
+        let mut mine = extra.to_vec();
+        mine.extend_from_slice(&used_bitmap());
+        let n = extra.len();
+        let ans = agree(members, key, mine, |all| {
+            let mut out = lowest_free(all.iter().map(|v| &v[n..])).to_vec();
+            for v in &all {
+                out.extend_from_slice(&v[..n]);
+            }
+            out
+        })?;
+        let ctx = u16::from_le_bytes([ans[0], ans[1]]);
+        if ctx == WORLD_CTX {
+            return Err(MPI_ERR_INTERN);
+        }
+        let took = take && try_take(ctx);
+        let ok = !take || took;
+        let all_ok = agree(members, key, vec![u8::from(ok)], |all| {
+            vec![u8::from(all.iter().all(|v| v.first() == Some(&1)))]
+        })?;
+        if all_ok.first() == Some(&1) {
+            return Ok((ctx, ans[2..].to_vec()));
+        }
+        if took {
+            release_ctx(ctx);
+        }
+    }
 }
 
 fn release_ctx(ctx: u16) {
@@ -344,17 +379,17 @@ pub(crate) fn create_sub(
     group: Arc<Group>,
     topo: Option<Topo>,
 ) -> Result<Raw, c_int> {
-    let ctx = agree(&parent.group.ranks, parent.ctx / 2, used_bitmap(), |all| {
-        lowest_free(all.iter().map(Vec::as_slice)).to_vec()
-    })
-    .map_err(|e| fail(parent_h, e, format!("{call}: agreeing on a context failed")))?;
-    let ctx = u16::from_le_bytes([ctx[0], ctx[1]]);
-    let me = crate::runtime::world_rank();
-    if group.rank_of(me).is_none() {
+    let member = group.rank_of(crate::runtime::world_rank()).is_some();
+    let (ctx, _) = agree_ctx(&parent.group.ranks, parent.ctx / 2, &[], member).map_err(|e| {
+        fail(
+            parent_h,
+            e,
+            format!("{call}: agreeing on a context id failed"),
+        )
+    })?;
+    if !member {
         return Ok(MPI_COMM_NULL);
     }
-    let ctx =
-        take_ctx(ctx).map_err(|e| fail(parent_h, e, format!("{call}: no context id is free")))?;
     let eh = *parent.errhandler.lock().unwrap_or_else(|e| e.into_inner());
     Ok(store(Communicator::new(group, ctx, topo, eh, job()?)))
 }
@@ -369,34 +404,35 @@ pub(crate) fn split(
     key: c_int,
     topo: Option<Topo>,
 ) -> Result<Raw, c_int> {
-    let mut mine = Vec::with_capacity(8 + BITMAP_BYTES);
+    let mut mine = Vec::with_capacity(8);
     mine.extend_from_slice(&color.to_le_bytes());
     mine.extend_from_slice(&key.to_le_bytes());
-    mine.extend_from_slice(&used_bitmap());
-    // The answer: the context id, then every member's colour and key.
-    let out = agree(&parent.group.ranks, parent.ctx / 2, mine, |all| {
-        let mut out = lowest_free(all.iter().map(|v| &v[8..])).to_vec();
-        for v in &all {
-            out.extend_from_slice(&v[..8]);
-        }
-        out
-    })
-    .map_err(|e| fail(parent_h, e, format!("{call}: the members' exchange failed")))?;
+    // Every member's colour and key come back with the context id.
+    let (ctx, out) = agree_ctx(
+        &parent.group.ranks,
+        parent.ctx / 2,
+        &mine,
+        color != MPI_UNDEFINED,
+    )
+    .map_err(|e| {
+        fail(
+            parent_h,
+            e,
+            format!("{call}: agreeing on a context id failed"),
+        )
+    })?;
     if color == MPI_UNDEFINED {
         return Ok(MPI_COMM_NULL);
     }
-    let ctx = u16::from_le_bytes([out[0], out[1]]);
     let rd = |i: usize| c_int::from_le_bytes(out[i..i + 4].try_into().unwrap_or_default());
     let mut same: Vec<(c_int, u32)> = (0..parent.size())
-        .filter(|&r| rd(2 + 8 * r as usize) == color)
-        .map(|r| (rd(2 + 8 * r as usize + 4), r))
+        .filter(|&r| rd(8 * r as usize) == color)
+        .map(|r| (rd(8 * r as usize + 4), r))
         .collect();
     same.sort();
     let group = Group {
         ranks: same.iter().map(|&(_, r)| parent.world(r)).collect(),
     };
-    let ctx =
-        take_ctx(ctx).map_err(|e| fail(parent_h, e, format!("{call}: no context id is free")))?;
     let eh = *parent.errhandler.lock().unwrap_or_else(|e| e.into_inner());
     Ok(store(Communicator::new(
         Arc::new(group),
@@ -651,20 +687,11 @@ pub unsafe extern "C" fn MPI_Comm_create_group(
     }
     // The high bit keeps this apart from agreements of the whole parent.
     let key = 0x8000 | (c.ctx / 2);
-    let ctx = tri!(
-        agree(&g.ranks, key, used_bitmap(), |all| lowest_free(
-            all.iter().map(Vec::as_slice)
-        )
-        .to_vec())
-        .map_err(|e| fail(comm, e, format!("{CALL}: agreeing on a context failed")))
-    );
-    let ctx = tri!(
-        take_ctx(u16::from_le_bytes([ctx[0], ctx[1]])).map_err(|e| fail(
-            comm,
-            e,
-            format!("{CALL}: no context id is free")
-        ))
-    );
+    let (ctx, _) = tri!(agree_ctx(&g.ranks, key, &[], true).map_err(|e| fail(
+        comm,
+        e,
+        format!("{CALL}: agreeing on a context id failed")
+    )));
     let eh = *c.errhandler.lock().unwrap_or_else(|e| e.into_inner());
     let h = store(Communicator::new(g, ctx, None, eh, tri!(job())));
     // SAFETY: the caller's contract.

@@ -13,12 +13,14 @@
 #![allow(non_snake_case)]
 #![allow(clippy::missing_safety_doc)]
 
+pub mod coll;
 pub mod comm;
 pub mod datatype;
 pub mod error;
 pub mod group;
 pub mod handle;
 pub mod net;
+pub mod op;
 pub mod predef;
 pub mod pt2pt;
 pub mod request;

@@ -1441,103 +1441,28 @@ pub fn allocate_shared(
     w
 }
 
-/// Accumulate's operations.
-///
-/// REPLACE with coll's `crate::op::lookup(op)?.apply(..)` once `mpicoll` is merged: this
-/// stand-in knows `MPI_SUM`, `MPI_PROD`, `MPI_MIN`, `MPI_MAX`, the logical and bitwise
-/// operations on integers, `MPI_REPLACE` and `MPI_NO_OP`, on the integer and floating
-/// types whose packed form is their array form (not the pair types).
+/// Accumulate's operations: the predefined ones of `crate::op`, on packed values.
 pub mod ops {
     use super::*;
-    use crate::datatype::Basic;
 
-    const SUM: Raw = 0x21;
-    const MIN: Raw = 0x22;
-    const MAX: Raw = 0x23;
-    const PROD: Raw = 0x24;
-    const BAND: Raw = 0x28;
-    const BOR: Raw = 0x29;
-    const BXOR: Raw = 0x2a;
-    const LAND: Raw = 0x30;
-    const LOR: Raw = 0x31;
-    const LXOR: Raw = 0x32;
-
-    macro_rules! ints {
-        ($op:expr, $t:ty, $inp:expr, $io:expr) => {{
-            const W: usize = std::mem::size_of::<$t>();
-            for (a, b) in $inp.chunks_exact(W).zip($io.chunks_exact_mut(W)) {
-                let x = <$t>::from_ne_bytes(a.try_into().unwrap());
-                let y = <$t>::from_ne_bytes((&*b).try_into().unwrap());
-                let r: $t = match $op {
-                    SUM => x.wrapping_add(y),
-                    PROD => x.wrapping_mul(y),
-                    MIN => x.min(y),
-                    MAX => x.max(y),
-                    BAND => x & y,
-                    BOR => x | y,
-                    BXOR => x ^ y,
-                    LAND => ((x != 0) && (y != 0)) as $t,
-                    LOR => ((x != 0) || (y != 0)) as $t,
-                    LXOR => ((x != 0) != (y != 0)) as $t,
-                    _ => return Err(MPI_ERR_OP),
-                };
-                b.copy_from_slice(&r.to_ne_bytes());
-            }
-            Ok(())
-        }};
-    }
-
-    macro_rules! floats {
-        ($op:expr, $t:ty, $inp:expr, $io:expr) => {{
-            const W: usize = std::mem::size_of::<$t>();
-            for (a, b) in $inp.chunks_exact(W).zip($io.chunks_exact_mut(W)) {
-                let x = <$t>::from_ne_bytes(a.try_into().unwrap());
-                let y = <$t>::from_ne_bytes((&*b).try_into().unwrap());
-                let r: $t = match $op {
-                    SUM => x + y,
-                    PROD => x * y,
-                    MIN => x.min(y),
-                    MAX => x.max(y),
-                    _ => return Err(MPI_ERR_OP),
-                };
-                b.copy_from_slice(&r.to_ne_bytes());
-            }
-            Ok(())
-        }};
-    }
-
-    /// Whether `op` is one accumulate takes (the predefined operations).
+    /// Whether `op` is one accumulate takes (a predefined operation, `MPI_REPLACE` and
+    /// `MPI_NO_OP` included).
     pub fn valid(op: Raw) -> bool {
-        matches!(op, 0x21..=0x24 | 0x28..=0x2a | 0x30..=0x32 | 0x38 | 0x39 | MPI_REPLACE | MPI_NO_OP)
+        crate::op::Predef::from_handle(op).is_some()
+    }
+
+    /// Whether `op` is defined on the values of `t` (`MPI_ERR_OP` if not).
+    pub fn check(op: Raw, t: &Datatype) -> Result<(), c_int> {
+        let p = crate::op::Predef::from_handle(op).ok_or(MPI_ERR_OP)?;
+        match t.basic() {
+            Some((b, _)) => crate::op::check(p, b),
+            None => Err(MPI_ERR_TYPE),
+        }
     }
 
     /// `inout[i] = input[i] op inout[i]` over packed values of `t`'s value type.
     pub fn apply(op: Raw, t: &Datatype, input: &[u8], inout: &mut [u8]) -> Result<(), c_int> {
-        if op == MPI_NO_OP {
-            return Ok(());
-        }
-        if op == MPI_REPLACE {
-            let n = input.len().min(inout.len());
-            inout[..n].copy_from_slice(&input[..n]);
-            return Ok(());
-        }
-        use Basic::*;
-        let Some((b, _)) = t.basic() else {
-            return Err(MPI_ERR_TYPE);
-        };
-        match b {
-            Char | SignedChar | Int8 => ints!(op, i8, input, inout),
-            UnsignedChar | Byte | UInt8 | CBool => ints!(op, u8, input, inout),
-            Short | Int16 => ints!(op, i16, input, inout),
-            UnsignedShort | UInt16 => ints!(op, u16, input, inout),
-            Int | Int32 => ints!(op, i32, input, inout),
-            Unsigned | UInt32 | WChar => ints!(op, u32, input, inout),
-            Long | LongLong | Int64 | Aint | Offset | Count => ints!(op, i64, input, inout),
-            UnsignedLong | UnsignedLongLong | UInt64 => ints!(op, u64, input, inout),
-            Float => floats!(op, f32, input, inout),
-            Double => floats!(op, f64, input, inout),
-            _ => Err(MPI_ERR_OP),
-        }
+        crate::op::apply_packed_values(op, t, input, inout)
     }
 }
 

@@ -8,6 +8,8 @@
 //! - `comm.c`: communicators (dup, split, split_type, create, create_group, free) whose
 //!   messages never cross, groups, Cartesian topologies, error handlers, attributes, info
 //!   objects, the environment (p = 2, 3, 4);
+//! - `threads.c`: `MPI_THREAD_MULTIPLE`: four threads per process make communicators at
+//!   once and exchange messages with wildcards on them (p = 2, 4);
 //! - `fail.c`: an invalid call under `MPI_ERRORS_ARE_FATAL` ends the job with one line
 //!   naming the call and the rank; a dead peer fails a receive instead of hanging.
 //!
@@ -163,6 +165,11 @@ fn point_to_point() {
 #[test]
 fn communicators_groups_topologies_attributes() {
     every_rank_passes("comm", &[2, 3, 4]);
+}
+
+#[test]
+fn threads_make_communicators_and_exchange_messages_at_once() {
+    every_rank_passes("threads", &[2, 4]);
 }
 
 #[test]

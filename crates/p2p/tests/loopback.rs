@@ -275,3 +275,58 @@ fn garbage_from_a_peer_is_ignored() {
     eprintln!("bad envelopes counted: {bad}");
     drop(c1);
 }
+
+/// What the MPI layer builds on: context wildcards, synchronous sends, cancel with an
+/// answer, and claimed messages.
+#[test]
+fn context_wildcards_synchronous_sends_cancel_and_claims() {
+    use bulkwire_p2p::Tag;
+    let (comms, _inj) = world(2, Delivery::Whole, &config(1000, true));
+    let (c0, c1) = (&comms[0], &comms[1]);
+    // Any tag of context 2 skips context 1's earlier message.
+    c1.send(0, (1 << 16) | 5, b"one").unwrap();
+    c1.send(0, (2 << 16) | 6, b"two").unwrap();
+    let mut b = [0u8; 8];
+    let st = c0.recv(ANY_SOURCE, Tag::AnyIn(2), &mut b).unwrap();
+    assert_eq!((st.tag, &b[..st.len]), ((2 << 16) | 6, &b"two"[..]));
+    assert!(c0.iprobe(1, Tag::AnyIn(2)).unwrap().is_none());
+    let st = c0.recv(1, Tag::AnyIn(1), &mut b).unwrap();
+    assert_eq!(st.tag, (1 << 16) | 5);
+    assert!(matches!(
+        c0.iprobe(ANY_SOURCE, Tag::AnyIn(0x8000)),
+        Err(Error::InvalidTag(_))
+    ));
+    // A synchronous send of 3 bytes completes only once the receive is posted.
+    // SAFETY: the buffer is a static string.
+    let id = unsafe { c0.issend_raw(1, 9, b"syn".as_ptr(), 3) }.unwrap();
+    std::thread::sleep(Duration::from_millis(30));
+    assert!(c0.peek_raw(id).is_none(), "complete before any receive");
+    let st = c1.recv(0, 9, &mut b).unwrap();
+    assert_eq!(&b[..st.len], b"syn");
+    assert_eq!(c0.wait_raw(id).unwrap().len, 3);
+    // Cancel says whether it cancelled.
+    let mut c = [0u8; 4];
+    // SAFETY: `c` outlives the request, which is collected below.
+    let id = unsafe { c0.irecv_raw(ANY_SOURCE, Tag::Is(99), c.as_mut_ptr(), 4) }.unwrap();
+    assert!(c0.cancel_raw(id));
+    assert!(!c0.cancel_raw(id));
+    assert_eq!(c0.wait_raw(id), Err(Error::Cancelled));
+    // A claimed message is no longer matched by receives; its claim receives it.
+    c1.send(0, 7, b"first").unwrap();
+    c1.send(0, 7, b"second").unwrap();
+    let mut claimed = None;
+    until(c0, || {
+        claimed = c0.iclaim(ANY_SOURCE, 7).unwrap();
+        claimed.is_some()
+    });
+    let (st, claim) = claimed.unwrap();
+    assert_eq!(st.len, 5);
+    let st = c0.recv(ANY_SOURCE, 7, &mut b).unwrap();
+    assert_eq!(&b[..st.len], b"second");
+    // SAFETY: `b` outlives the request, waited for at once.
+    let id = unsafe { c0.irecv_claimed_raw(claim, b.as_mut_ptr(), 8) }.unwrap();
+    assert_eq!(c0.wait_raw(id).unwrap().len, 5);
+    assert_eq!(&b[..5], b"first");
+    // SAFETY: as above.
+    assert!(unsafe { c0.irecv_claimed_raw(claim, b.as_mut_ptr(), 8) }.is_err());
+}

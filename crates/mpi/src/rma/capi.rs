@@ -129,15 +129,19 @@ fn acc_type(call: &str, a: &Datatype, b: &Datatype) -> Result<Raw, Failure> {
     }
 }
 
-fn check_op(call: &str, op: Raw) -> Result<(), Failure> {
-    if ops::valid(op) {
-        Ok(())
-    } else {
-        Err((
+fn check_op(call: &str, op: Raw, t: &Datatype) -> Result<(), Failure> {
+    if !ops::valid(op) {
+        return Err((
             MPI_ERR_OP,
             format!("{call}: {op:#x} is not a predefined operation"),
-        ))
+        ));
     }
+    ops::check(op, t).map_err(|c| {
+        (
+            c,
+            format!("{call}: the operation {op:#x} is not defined on the target type's values"),
+        )
+    })
 }
 
 /// # Safety
@@ -329,7 +333,7 @@ pub unsafe extern "C" fn MPI_Accumulate(
     let tc = wtri!(w, count(call, "target_count", target_count));
     let odt = wtri!(w, dtype(call, origin_datatype));
     let tdt = wtri!(w, dtype(call, target_datatype));
-    wtri!(w, check_op(call, op));
+    wtri!(w, check_op(call, op, &tdt));
     let ty = wtri!(w, acc_type(call, &odt, &tdt));
     // SAFETY: the C caller vouches for the origin buffer.
     wtri!(w, unsafe {
@@ -449,7 +453,7 @@ unsafe fn get_accumulate(
     let tc = count(call, "target_count", target_count)?;
     let rdt = dtype(call, result_datatype)?;
     let tdt = dtype(call, target_datatype)?;
-    check_op(call, op)?;
+    check_op(call, op, &tdt)?;
     let ty = acc_type(call, &rdt, &tdt)?;
     let mut data = Vec::new();
     if op != MPI_NO_OP {

@@ -317,23 +317,30 @@ fn errors_name_the_problem() {
     });
 }
 
+/// Accumulate applies the collectives' predefined operations to packed values, the
+/// pair types included.
 #[test]
-fn shim_ops() {
-    let t = int();
-    let a: Vec<u8> = [1i32, -5, 7].iter().flat_map(|v| v.to_ne_bytes()).collect();
-    let mut b: Vec<u8> = [2i32, 3, 4].iter().flat_map(|v| v.to_ne_bytes()).collect();
-    ops::apply(0x23, &t, &a, &mut b).unwrap();
-    let r: Vec<i32> = b
-        .chunks(4)
-        .map(|c| i32::from_ne_bytes(c.try_into().unwrap()))
-        .collect();
-    assert_eq!(r, vec![2, 3, 7]);
-    let d = crate::datatype::lookup(0x214).unwrap();
+fn accumulate_ops() {
+    let ints = |v: &[i32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_ne_bytes()).collect() };
+    let back = |b: &[u8]| -> Vec<i32> {
+        b.chunks(4)
+            .map(|c| i32::from_ne_bytes(c.try_into().unwrap()))
+            .collect()
+    };
+    let mut b = ints(&[2, 3, 4]);
+    ops::apply(0x23, &int(), &ints(&[1, -5, 7]), &mut b).unwrap();
+    assert_eq!(back(&b), vec![2, 3, 7], "MPI_MAX");
+    let two = crate::datatype::lookup(0x22b).unwrap();
+    let mut b = ints(&[2, 30, 1, 40]);
+    ops::apply(0x38, &two, &ints(&[1, 5, 1, 7]), &mut b).unwrap();
     assert_eq!(
-        ops::apply(0x28, &d, &[0; 8], &mut [0; 8]),
-        Err(MPI_ERR_OP),
-        "BAND on doubles"
+        back(&b),
+        vec![1, 5, 1, 7],
+        "MPI_MINLOC on MPI_2INT: ties take the lower index"
     );
+    let d = crate::datatype::lookup(0x214).unwrap();
+    assert_eq!(ops::check(0x28, &d), Err(MPI_ERR_OP), "BAND on doubles");
+    assert!(ops::check(0x3c, &d).is_ok() && !ops::valid(0x10005));
 }
 
 #[test]

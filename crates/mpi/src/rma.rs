@@ -19,27 +19,28 @@
 //! - `MPI_Win_flush`/`MPI_Win_unlock`: the origin sends a flush (unlock) message and waits
 //!   for the target's acknowledgement, which follows the replies to its gets;
 //! - `MPI_Win_lock`: the target's service thread grants locks in request order (shared
-//!   ones together); the origin waits for the grant.
-//!
+//!   ones together); the origin waits for the grant;
 //! - `MPI_Win_post`/`start`/`complete`/`wait`: a post is a message to each origin, which
 //!   `MPI_Win_start` waits for; `MPI_Win_complete` sends a marker after the operations,
 //!   which `MPI_Win_wait` waits for.
 //!
-//! Dynamic windows (`MPI_Win_create_dynamic`) check each operation against the regions
-//! attached at the target when it arrives (the origin cannot know them).
+//! **Kinds of window**: dynamic windows (`MPI_Win_create_dynamic`) check each operation
+//! against the regions attached at the target when it arrives (the origin cannot know
+//! them; the target's next synchronisation call reports a miss). Shared-memory windows
+//! (`MPI_Win_allocate_shared`) are one file in `/dev/shm` that every process maps; loads
+//! and stores reach the peers' segments directly, and the RMA calls work on them as on
+//! any window.
 //!
-//! Shared-memory windows (`MPI_Win_allocate_shared`) are one file in `/dev/shm` that
-//! every process maps; loads and stores reach the peers' segments directly, and the RMA
-//! calls work on them as on any window.
+//! **Requests**: `MPI_Rput`, `MPI_Rget`, `MPI_Raccumulate` and `MPI_Rget_accumulate` are
+//! requests of core's table: a put is complete at once (its data is in the message), a
+//! get once its reply has arrived (polled by `MPI_Test`).
 //!
-//! Request-based operations (`MPI_Rput`, `MPI_Rget`, `MPI_Raccumulate`,
-//! `MPI_Rget_accumulate`) are requests of core's table: a put is complete at once (its
-//! data is in the message), a get once its reply has arrived (polled by `MPI_Test`).
+//! **Errors** go through the window's communicator's handler (`MPI_ERRORS_ARE_FATAL`
+//! unless `MPI_Win_set_errhandler` says otherwise); a handler made by
+//! `MPI_Win_create_errhandler` is called with that communicator's handle.
 //!
-//! Error handlers of windows are those of the window's communicator: a handler made by
-//! `MPI_Win_create_errhandler` is called with the communicator's handle.
 //! Limits: one thread per window; an operation is one message (its target type's runs
-//! and its data).
+//! and its data); accumulate takes the predefined operations only, as the standard says.
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{CStr, c_char};

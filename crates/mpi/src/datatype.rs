@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crate::error::*;
 use crate::handle::{self, Kind, Raw, Table};
 
+pub(crate) mod attr;
 mod capi;
 #[cfg(test)]
 mod tests;
@@ -399,6 +400,7 @@ pub struct Datatype {
     named: Option<Raw>,
     name: Mutex<String>,
     envelope: Option<Envelope>,
+    pub(crate) attrs: attr::Attrs,
 }
 
 impl std::fmt::Debug for Datatype {
@@ -418,6 +420,7 @@ impl Datatype {
             named: None,
             name: Mutex::new(String::new()),
             envelope: Some(envelope),
+            attrs: attr::Attrs::default(),
         }
     }
 
@@ -428,6 +431,7 @@ impl Datatype {
             named: Some(h),
             name: Mutex::new(name.to_string()),
             envelope: None,
+            attrs: attr::Attrs::default(),
         }
     }
 

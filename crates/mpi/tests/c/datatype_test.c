@@ -2,7 +2,7 @@
  * their C struct layout), the standard's examples of the constructors, pack and unpack,
  * decoding (envelope and contents), names, subarrays and darrays, derived types in
  * point-to-point messages (a strided send into a contiguous receive, MPI_Get_elements of
- * a short message) and the errors of bad arguments. Any number of processes; every rank
+ * a short message), attributes and the errors of bad arguments. Any number of processes; every rank
  * prints "datatype_test OK rank=R" and exits 0, or names the first failed check and
  * aborts. */
 #include <mpi.h>
@@ -194,6 +194,49 @@ static void messages(void) {
     OK(MPI_Type_free(&col1));
 }
 
+static int copies, deletes;
+
+static int copy_attr(MPI_Datatype t, int key, void *extra, void *in, void *out, int *flag) {
+    (void)t, (void)key, (void)extra;
+    copies++;
+    *(void **)out = (char *)in + 1;
+    *flag = 1;
+    return MPI_SUCCESS;
+}
+
+static int delete_attr(MPI_Datatype t, int key, void *val, void *extra) {
+    (void)t, (void)key, (void)val, (void)extra;
+    deletes++;
+    return MPI_SUCCESS;
+}
+
+/* Attributes: a dup copies them through the key's callback, a free deletes them. */
+static void attributes(void) {
+    int key;
+    static char base[4];
+    MPI_Datatype t, d;
+    OK(MPI_Type_create_keyval(copy_attr, delete_attr, &key, NULL));
+    OK(MPI_Type_contiguous(2, MPI_INT, &t));
+    OK(MPI_Type_set_attr(t, key, base));
+    void *v;
+    int flag;
+    OK(MPI_Type_get_attr(t, key, &v, &flag));
+    CHECK(flag && v == base, "get_attr");
+    OK(MPI_Type_dup(t, &d));
+    CHECK(copies == 1, "copies %d", copies);
+    OK(MPI_Type_get_attr(d, key, &v, &flag));
+    CHECK(flag && v == base + 1, "the copy's value");
+    OK(MPI_Type_delete_attr(t, key));
+    CHECK(deletes == 1, "deletes %d", deletes);
+    OK(MPI_Type_get_attr(t, key, &v, &flag));
+    CHECK(!flag, "deleted");
+    OK(MPI_Type_free(&d));
+    CHECK(deletes == 2, "freeing deletes: %d", deletes);
+    OK(MPI_Type_free(&t));
+    OK(MPI_Type_free_keyval(&key));
+    CHECK(key == MPI_KEYVAL_INVALID, "freed key");
+}
+
 /* Bad arguments are errors of their class under MPI_ERRORS_RETURN. */
 static void errors(void) {
     int cls;
@@ -218,6 +261,7 @@ int main(int argc, char **argv) {
     pack_unpack();
     arrays();
     messages();
+    attributes();
     errors();
     MPI_Aint a1, a2;
     int x[4];

@@ -109,18 +109,96 @@ impl Basic {
         }
     }
 
-    /// The byte runs of one value and the sizes of its parts: a pair type is a C struct
-    /// `{ value; int }` with the struct's padding, so `MPI_SHORT_INT` has a hole and
+    /// The parts of one value with their offsets, and its extent: a pair type is a C
+    /// struct `{ value; int }` with the struct's padding, so `MPI_SHORT_INT` has a hole and
     /// `MPI_DOUBLE_INT` a 16-byte extent.
-    fn parts(self) -> (&'static [(isize, usize)], usize) {
+    fn parts(self) -> (&'static [(isize, Basic)], usize) {
         use Basic::*;
         match self {
-            DoubleInt | LongInt => (&[(0, 8), (8, 4)], 16),
-            ShortInt => (&[(0, 2), (4, 4)], 8),
-            LongDoubleInt => (&[(0, 16), (16, 4)], 32),
-            FloatInt | TwoInt | TwoFloat => (&[(0, 4), (4, 4)], 8),
-            TwoDouble => (&[(0, 8), (8, 8)], 16),
+            DoubleInt => (&[(0, Double), (8, Int)], 16),
+            LongInt => (&[(0, Long), (8, Int)], 16),
+            ShortInt => (&[(0, Short), (4, Int)], 8),
+            LongDoubleInt => (&[(0, LongDouble), (16, Int)], 32),
+            FloatInt => (&[(0, Float), (4, Int)], 8),
+            TwoInt => (&[(0, Int), (4, Int)], 8),
+            TwoFloat => (&[(0, Float), (4, Float)], 8),
+            TwoDouble => (&[(0, Double), (8, Double)], 16),
             _ => (&[], self.size()),
+        }
+    }
+
+    /// Bytes of the value in the `external32` representation (big-endian; `long` and
+    /// `unsigned long` are 4 bytes there, `wchar_t` 2); `None` for the long double types,
+    /// whose external form (IEEE quadruple precision) is not provided.
+    pub fn external_size(self) -> Option<usize> {
+        use Basic::*;
+        match self {
+            Long | UnsignedLong => Some(4),
+            WChar => Some(2),
+            LongDouble | CLongDoubleComplex | LongDoubleInt => None,
+            LongInt => Some(8),
+            b => Some(b.size()),
+        }
+    }
+
+    /// Appends the `external32` form of the value `v` (its native bytes) to `out`.
+    fn native_to_external(self, v: &[u8], out: &mut Vec<u8>) {
+        use Basic::*;
+        let be = |b: &[u8], out: &mut Vec<u8>| {
+            if cfg!(target_endian = "little") {
+                out.extend(b.iter().rev());
+            } else {
+                out.extend_from_slice(b);
+            }
+        };
+        match self {
+            Long | UnsignedLong | WChar => {
+                let n = self.external_size().unwrap_or(0);
+                let mut w = [0u8; 8];
+                w[..v.len()].copy_from_slice(v);
+                // The low bytes, most significant first.
+                let x = if v.len() == 8 {
+                    u64::from_ne_bytes(w)
+                } else {
+                    u32::from_ne_bytes(w[..4].try_into().unwrap()) as u64
+                };
+                out.extend_from_slice(&x.to_be_bytes()[8 - n..]);
+            }
+            CFloatComplex | CDoubleComplex => {
+                let h = v.len() / 2;
+                be(&v[..h], out);
+                be(&v[h..], out);
+            }
+            _ => be(v, out),
+        }
+    }
+
+    /// Appends the native bytes of the `external32` value `x` to `out`.
+    fn external_to_native(self, x: &[u8], out: &mut Vec<u8>) {
+        use Basic::*;
+        let ne = |b: &[u8], out: &mut Vec<u8>| {
+            if cfg!(target_endian = "little") {
+                out.extend(b.iter().rev());
+            } else {
+                out.extend_from_slice(b);
+            }
+        };
+        match self {
+            Long => out.extend_from_slice(
+                &(i32::from_be_bytes(x.try_into().unwrap()) as i64).to_ne_bytes(),
+            ),
+            UnsignedLong => out.extend_from_slice(
+                &(u32::from_be_bytes(x.try_into().unwrap()) as u64).to_ne_bytes(),
+            ),
+            WChar => out.extend_from_slice(
+                &(u16::from_be_bytes(x.try_into().unwrap()) as i32).to_ne_bytes(),
+            ),
+            CFloatComplex | CDoubleComplex => {
+                let h = x.len() / 2;
+                ne(&x[..h], out);
+                ne(&x[h..], out);
+            }
+            _ => ne(x, out),
         }
     }
 }
@@ -145,7 +223,7 @@ pub(crate) struct Layout {
     pub align: usize,
     pub basic: Option<(Basic, usize)>,
     /// Sizes of the basic values in type-map order, as (size, how many in a row).
-    pub prims: Vec<(usize, usize)>,
+    pub prims: Vec<(Basic, usize)>,
 }
 
 /// `count` copies of `old`, the first at `disp` bytes from the new element's start, each
@@ -169,13 +247,13 @@ fn push_run(runs: &mut Vec<Run>, off: isize, len: usize) {
     runs.push(Run { off, len });
 }
 
-fn push_prims(prims: &mut Vec<(usize, usize)>, size: usize, n: usize) {
+fn push_prims(prims: &mut Vec<(Basic, usize)>, b: Basic, n: usize) {
     if n == 0 {
         return;
     }
     match prims.last_mut() {
-        Some(last) if last.0 == size => last.1 += n,
-        _ => prims.push((size, n)),
+        Some(last) if last.0 == b => last.1 += n,
+        _ => prims.push((b, n)),
     }
 }
 
@@ -188,16 +266,16 @@ impl Layout {
         let (parts, extent) = b.parts();
         let mut prims = Vec::new();
         let runs = if parts.is_empty() {
-            push_prims(&mut prims, b.size(), 1);
+            push_prims(&mut prims, b, 1);
             vec![Run {
                 off: 0,
                 len: b.size(),
             }]
         } else {
             let mut runs = Vec::new();
-            for &(off, len) in parts {
-                push_run(&mut runs, off, len);
-                push_prims(&mut prims, len, 1);
+            for &(off, part) in parts {
+                push_run(&mut runs, off, part.size());
+                push_prims(&mut prims, part, 1);
             }
             runs
         };
@@ -596,6 +674,78 @@ impl Datatype {
         });
     }
 
+    /// Bytes of `count` elements in the `external32` representation; `None` if a value
+    /// has no external form here (long double).
+    pub fn external_size(&self, count: usize) -> Option<usize> {
+        let mut n = 0usize;
+        for &(b, c) in &self.layout.prims {
+            n = n.checked_add(b.external_size()?.checked_mul(c)?)?;
+        }
+        n.checked_mul(count)
+    }
+
+    /// Appends `count` elements at `buf` to `out` in the `external32` representation.
+    ///
+    /// # Safety
+    /// As for `pack`.
+    pub unsafe fn pack_external(
+        &self,
+        buf: *const u8,
+        count: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), c_int> {
+        let ext = self
+            .external_size(count)
+            .ok_or(MPI_ERR_UNSUPPORTED_DATAREP)?;
+        let mut native = Vec::new();
+        // SAFETY: forwarded.
+        unsafe { self.pack(buf, count, &mut native) };
+        out.reserve(ext);
+        let mut at = 0;
+        for _ in 0..count {
+            for &(b, c) in &self.layout.prims {
+                for _ in 0..c {
+                    b.native_to_external(&native[at..at + b.size()], out);
+                    at += b.size();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes `count` elements from their `external32` form `data` into `buf`; the bytes
+    /// of `data` used.
+    ///
+    /// # Safety
+    /// As for `unpack`.
+    pub unsafe fn unpack_external(
+        &self,
+        data: &[u8],
+        buf: *mut u8,
+        count: usize,
+    ) -> Result<usize, c_int> {
+        let ext = self
+            .external_size(count)
+            .ok_or(MPI_ERR_UNSUPPORTED_DATAREP)?;
+        if data.len() < ext {
+            return Err(MPI_ERR_TRUNCATE);
+        }
+        let mut native = Vec::with_capacity(self.size() * count);
+        let mut at = 0;
+        for _ in 0..count {
+            for &(b, c) in &self.layout.prims {
+                let n = b.external_size().unwrap_or(0);
+                for _ in 0..c {
+                    b.external_to_native(&data[at..at + n], &mut native);
+                    at += n;
+                }
+            }
+        }
+        // SAFETY: forwarded.
+        unsafe { self.unpack(&native, buf, count) };
+        Ok(ext)
+    }
+
     /// `MPI_Get_elements`: the basic values in `bytes` bytes of packed data of this type;
     /// `None` when the bytes end inside a value.
     pub fn elements(&self, bytes: u64) -> Option<u64> {
@@ -606,7 +756,8 @@ impl Datatype {
         let per: u64 = self.layout.prims.iter().map(|&(_, n)| n as u64).sum();
         let mut n = bytes / size * per;
         let mut rem = (bytes % size) as usize;
-        for &(s, c) in &self.layout.prims {
+        for &(b, c) in &self.layout.prims {
+            let s = b.size();
             if rem == 0 {
                 break;
             }

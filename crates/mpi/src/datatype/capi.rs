@@ -801,60 +801,160 @@ pub unsafe extern "C" fn MPI_Pack_size(
     MPI_SUCCESS
 }
 
-/// External data representation (`external32`): not provided.
+/// Whether `datarep` names the one representation provided, `external32`.
 ///
 /// # Safety
-/// Never dereferences its arguments.
+/// `datarep` is null or NUL-terminated.
+unsafe fn external32(call: &str, datarep: *const c_char) -> Result<(), c_int> {
+    // SAFETY: non-null strings are NUL-terminated, as the C caller vouches.
+    let ok = !datarep.is_null() && unsafe { CStr::from_ptr(datarep) }.to_bytes() == b"external32";
+    if ok {
+        Ok(())
+    } else {
+        Err(err(
+            call,
+            MPI_ERR_UNSUPPORTED_DATAREP,
+            "the data representation must be \"external32\"",
+        ))
+    }
+}
+
+/// # Safety
+/// The C caller passes valid pointers.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Pack_external(
-    _datarep: *const c_char,
-    _inbuf: *const c_void,
-    _incount: c_int,
-    _datatype: Raw,
-    _outbuf: *mut c_void,
-    _outsize: isize,
-    _position: *mut isize,
+    datarep: *const c_char,
+    inbuf: *const c_void,
+    incount: c_int,
+    datatype: Raw,
+    outbuf: *mut c_void,
+    outsize: isize,
+    position: *mut isize,
 ) -> c_int {
-    err(
-        "MPI_Pack_external",
-        MPI_ERR_UNSUPPORTED_OPERATION,
-        "the external32 representation is not supported",
-    )
+    let call = "MPI_Pack_external";
+    // SAFETY: forwarded.
+    tri!(unsafe { external32(call, datarep) });
+    let n = tri!(nonneg(call, "incount", incount));
+    let t = tri!(get(call, datatype));
+    tri!(committed(call, &t));
+    if position.is_null() {
+        return err(call, MPI_ERR_ARG, "position is NULL");
+    }
+    // SAFETY: non-null.
+    let pos = unsafe { *position };
+    let Some(bytes) = t.external_size(n) else {
+        return err(
+            call,
+            MPI_ERR_UNSUPPORTED_DATAREP,
+            "long double has no external32 form here",
+        );
+    };
+    if pos < 0 || outsize < 0 || pos as u64 + bytes as u64 > outsize as u64 {
+        return err(
+            call,
+            MPI_ERR_TRUNCATE,
+            format_args!(
+                "{bytes} bytes at position {pos} do not fit in the output buffer of {outsize} bytes"
+            ),
+        );
+    }
+    let mut v = Vec::with_capacity(bytes);
+    // SAFETY: the C caller vouches for incount elements at inbuf.
+    let r = unsafe { t.pack_external(inbuf as *const u8, n, &mut v) };
+    tri!(r.map_err(|c| err(call, c, "conversion failed")));
+    if bytes > 0 {
+        if outbuf.is_null() {
+            return err(call, MPI_ERR_BUFFER, "outbuf is NULL");
+        }
+        // SAFETY: [pos, pos+bytes) lies inside the outsize bytes at outbuf (checked).
+        unsafe {
+            std::ptr::copy_nonoverlapping(v.as_ptr(), (outbuf as *mut u8).add(pos as usize), bytes)
+        };
+    }
+    // SAFETY: non-null.
+    unsafe { *position = pos + bytes as isize };
+    MPI_SUCCESS
 }
 
 /// # Safety
-/// Never dereferences its arguments.
+/// The C caller passes valid pointers.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Unpack_external(
-    _datarep: *const c_char,
-    _inbuf: *const c_void,
-    _insize: isize,
-    _position: *mut isize,
-    _outbuf: *mut c_void,
-    _outcount: c_int,
-    _datatype: Raw,
+    datarep: *const c_char,
+    inbuf: *const c_void,
+    insize: isize,
+    position: *mut isize,
+    outbuf: *mut c_void,
+    outcount: c_int,
+    datatype: Raw,
 ) -> c_int {
-    err(
-        "MPI_Unpack_external",
-        MPI_ERR_UNSUPPORTED_OPERATION,
-        "the external32 representation is not supported",
-    )
+    let call = "MPI_Unpack_external";
+    // SAFETY: forwarded.
+    tri!(unsafe { external32(call, datarep) });
+    let n = tri!(nonneg(call, "outcount", outcount));
+    let t = tri!(get(call, datatype));
+    tri!(committed(call, &t));
+    if position.is_null() {
+        return err(call, MPI_ERR_ARG, "position is NULL");
+    }
+    // SAFETY: non-null.
+    let pos = unsafe { *position };
+    let Some(bytes) = t.external_size(n) else {
+        return err(
+            call,
+            MPI_ERR_UNSUPPORTED_DATAREP,
+            "long double has no external32 form here",
+        );
+    };
+    if pos < 0 || insize < 0 || pos as u64 + bytes as u64 > insize as u64 {
+        return err(
+            call,
+            MPI_ERR_TRUNCATE,
+            format_args!(
+                "{bytes} bytes at position {pos} run past the input buffer of {insize} bytes"
+            ),
+        );
+    }
+    if bytes > 0 {
+        if inbuf.is_null() {
+            return err(call, MPI_ERR_BUFFER, "inbuf is NULL");
+        }
+        // SAFETY: [pos, pos+bytes) lies inside the insize bytes at inbuf (checked).
+        let src =
+            unsafe { std::slice::from_raw_parts((inbuf as *const u8).add(pos as usize), bytes) };
+        // SAFETY: the C caller vouches for outcount writable elements at outbuf.
+        let r = unsafe { t.unpack_external(src, outbuf as *mut u8, n) };
+        tri!(r.map_err(|c| err(call, c, "conversion failed")));
+    }
+    // SAFETY: non-null.
+    unsafe { *position = pos + bytes as isize };
+    MPI_SUCCESS
 }
 
 /// # Safety
-/// Never dereferences its arguments.
+/// The C caller passes valid pointers.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Pack_external_size(
-    _datarep: *const c_char,
-    _incount: c_int,
-    _datatype: Raw,
-    _size: *mut isize,
+    datarep: *const c_char,
+    incount: c_int,
+    datatype: Raw,
+    size: *mut isize,
 ) -> c_int {
-    err(
-        "MPI_Pack_external_size",
-        MPI_ERR_UNSUPPORTED_OPERATION,
-        "the external32 representation is not supported",
-    )
+    let call = "MPI_Pack_external_size";
+    // SAFETY: forwarded.
+    tri!(unsafe { external32(call, datarep) });
+    let n = tri!(nonneg(call, "incount", incount));
+    let t = tri!(get(call, datatype));
+    let Some(bytes) = t.external_size(n) else {
+        return err(
+            call,
+            MPI_ERR_UNSUPPORTED_DATAREP,
+            "long double has no external32 form here",
+        );
+    };
+    // SAFETY: the C caller passes a writable MPI_Aint.
+    tri!(unsafe { out(call, "size", size, bytes as isize) });
+    MPI_SUCCESS
 }
 
 /// # Safety

@@ -704,3 +704,38 @@ proptest! {
         prop_assert_eq!(pieces, packed);
     }
 }
+
+#[test]
+fn external32_is_big_endian_with_the_standards_sizes() {
+    let v = build::vector(2, 1, 2, false, &named(INT)).unwrap();
+    let data = [1i32, -1, 0x0102_0304, -1];
+    let mut out = Vec::new();
+    // SAFETY: the vector spans 3 ints of `data`.
+    unsafe { v.pack_external(data.as_ptr().cast(), 1, &mut out) }.unwrap();
+    assert_eq!(out, [0, 0, 0, 1, 1, 2, 3, 4]);
+    let mut back = [0i32; 4];
+    // SAFETY: as above.
+    let used = unsafe { v.unpack_external(&out, back.as_mut_ptr().cast(), 1) }.unwrap();
+    assert_eq!((used, back), (8, [1, 0, 0x0102_0304, 0]));
+    // long is 4 bytes in external32; a pair type is its two values, without the padding.
+    let l = named(0x20a);
+    assert_eq!(l.external_size(3), Some(12));
+    assert_eq!(named(0x229).external_size(1), Some(12), "MPI_DOUBLE_INT");
+    let x = [-2i64];
+    let mut out = Vec::new();
+    // SAFETY: one long.
+    unsafe { l.pack_external(x.as_ptr().cast(), 1, &mut out) }.unwrap();
+    assert_eq!(out, [0xff, 0xff, 0xff, 0xfe]);
+    let mut y = [0i64];
+    // SAFETY: one long.
+    unsafe { l.unpack_external(&out, y.as_mut_ptr().cast(), 1) }.unwrap();
+    assert_eq!(y, [-2], "sign-extended back");
+    let z = named(0x216); // double complex: each half big-endian
+    let c = [1.0f64, -2.0];
+    let mut out = Vec::new();
+    // SAFETY: one double complex.
+    unsafe { z.pack_external(c.as_ptr().cast(), 1, &mut out) }.unwrap();
+    assert_eq!(&out[..8], &1.0f64.to_be_bytes());
+    assert_eq!(&out[8..], &(-2.0f64).to_be_bytes());
+    assert_eq!(named(0x220).external_size(1), None, "long double");
+}

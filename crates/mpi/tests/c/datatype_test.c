@@ -1,10 +1,10 @@
 /* Datatypes, checked from C: the predefined types' sizes and extents (the pair types with
  * their C struct layout), the standard's examples of the constructors, pack and unpack,
- * decoding (envelope and contents), names, subarrays and darrays, derived types in
- * point-to-point messages (a strided send into a contiguous receive, MPI_Get_elements of
- * a short message), attributes and the errors of bad arguments. Any number of processes; every rank
- * prints "datatype_test OK rank=R" and exits 0, or names the first failed check and
- * aborts. */
+ * external32, decoding (envelope and contents), names, subarrays and darrays, derived
+ * types in point-to-point messages (a strided send into a contiguous receive,
+ * MPI_Get_elements of a short message), attributes and the errors of bad arguments. Any
+ * number of processes; every rank prints "datatype_test OK rank=R" and exits 0, or names
+ * the first failed check and aborts. */
 #include <mpi.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -121,6 +121,29 @@ static void pack_unpack(void) {
     OK(MPI_Unpack(packed, 32, &pos, b, 1, v, MPI_COMM_WORLD));
     for (int i = 0; i < 12; i++) CHECK(b[i] == (i % 3 == 2 ? 0 : a[i]), "unpacked %d: %d", i, b[i]);
     OK(MPI_Type_free(&v));
+}
+
+/* external32: big-endian, MPI_INT 4 bytes, a vector of vectors as its ints. */
+static void external(void) {
+    int a[9] = {1, -1, 2, -2, -3, -4, 3, -5, 0x01020304};
+    MPI_Datatype in, outer;
+    OK(MPI_Type_vector(2, 1, 2, MPI_INT, &in));
+    OK(MPI_Type_vector(2, 1, 2, in, &outer));
+    OK(MPI_Type_commit(&outer));
+    MPI_Aint sz, pos = 0;
+    OK(MPI_Pack_external_size("external32", 1, outer, &sz));
+    CHECK(sz == 16, "external32 size %ld", (long)sz);
+    unsigned char buf[16];
+    OK(MPI_Pack_external("external32", a, 1, outer, buf, sizeof buf, &pos));
+    CHECK(pos == 16, "packed %ld", (long)pos);
+    CHECK(buf[3] == 1 && buf[0] == 0 && buf[12] == 1 && buf[15] == 4, "big-endian");
+    int b[9] = {0};
+    pos = 0;
+    OK(MPI_Unpack_external("external32", buf, sizeof buf, &pos, b, 1, outer));
+    CHECK(pos == 16 && b[0] == 1 && b[2] == 2 && b[6] == 3 && b[8] == 0x01020304 && b[1] == 0,
+          "unpacked");
+    OK(MPI_Type_free(&in));
+    OK(MPI_Type_free(&outer));
 }
 
 static void arrays(void) {
@@ -259,6 +282,7 @@ int main(int argc, char **argv) {
     predefined();
     examples();
     pack_unpack();
+    external();
     arrays();
     messages();
     attributes();

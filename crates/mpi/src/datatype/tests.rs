@@ -691,6 +691,16 @@ proptest! {
                 prop_assert_eq!(dst[i], 0, "byte {} outside the type map was written", i);
             }
         }
+        // external32 there and back restores the type map's bytes too.
+        let mut ext = Vec::new();
+        // SAFETY: as above.
+        unsafe { t.pack_external(src.as_ptr().wrapping_add(base), count, &mut ext) }.unwrap();
+        prop_assert_eq!(Some(ext.len()), t.external_size(count));
+        let mut dst2 = vec![0u8; len];
+        // SAFETY: as above.
+        let used = unsafe { t.unpack_external(&ext, dst2.as_mut_ptr().wrapping_add(base), count) }.unwrap();
+        prop_assert_eq!(used, ext.len());
+        prop_assert_eq!(&dst2, &dst);
         // Packing in pieces gives the same bytes.
         let mut pieces = vec![0u8; packed.len()];
         let mut at = 0;

@@ -492,7 +492,6 @@ pub struct Window {
     attr_flavor: c_int,
     attr_model: c_int,
     name: Mutex<String>,
-    pub(crate) attrs: crate::datatype::attr::Attrs,
 }
 
 /// Memory a window allocated.
@@ -587,7 +586,6 @@ impl Window {
             attr_flavor: flavor,
             attr_model: MPI_WIN_UNIFIED,
             name: Mutex::new(String::new()),
-            attrs: Default::default(),
         };
         // Everyone learns everyone's size and displacement unit (an origin scales by the
         // target's unit and checks the target's bounds). Replies travel on the reply tag,

@@ -1,7 +1,7 @@
-//! Attributes of datatypes and windows (`MPI_Type_set_attr`, `MPI_Win_set_attr`, ...):
-//! keys with the program's copy and delete callbacks, values stored per object. The
-//! callbacks have the C types `MPI_Type_copy_attr_function` (`MPI_Win_...`): the object's
-//! handle first.
+//! Attributes of datatypes (`MPI_Type_set_attr`, ...): keys with the program's copy and
+//! delete callbacks, values stored per object. The callbacks have the C types
+//! `MPI_Type_copy_attr_function` and `MPI_Type_delete_attr_function`: the object's handle
+//! first.
 
 use std::collections::BTreeMap;
 use std::ffi::c_void;

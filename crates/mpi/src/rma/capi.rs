@@ -270,9 +270,6 @@ pub unsafe extern "C" fn MPI_Win_free(win: *mut Raw) -> c_int {
     let h = unsafe { *win };
     let w = tri!(super::capi::win(call, h));
     wtri!(w, w.free());
-    if let Err(c) = w.attrs.delete_all(h) {
-        return errw(&w, c, "MPI_Win_free: an attribute's delete callback failed");
-    }
     release(h);
     free_comm(w.comm);
     // SAFETY: non-null.
@@ -671,16 +668,8 @@ pub unsafe extern "C" fn MPI_Win_get_attr(
         MPI_WIN_DISP_UNIT => Some(&w.attr_disp as *const c_int as *const c_void),
         MPI_WIN_CREATE_FLAVOR => Some(&w.attr_flavor as *const c_int as *const c_void),
         MPI_WIN_MODEL => Some(&w.attr_model as *const c_int as *const c_void),
-        k => {
-            if KEYS.get(k).is_none() {
-                return errw(
-                    &w,
-                    MPI_ERR_KEYVAL,
-                    &format!("MPI_Win_get_attr: {k} is not a window key"),
-                );
-            }
-            w.attrs.get(k).map(|v| v as *const c_void)
-        }
+        // The program's keys: core keeps their values (comm.rs).
+        k => crate::comm::win_attr(win, k).map(|v| v as *const c_void),
     };
     // SAFETY: the window (and so the values pointed to) lives until MPI_Win_free; the C
     // caller passes the address of a pointer and of an int.
@@ -1121,92 +1110,6 @@ pub unsafe extern "C" fn MPI_Win_get_errhandler(win: Raw, errhandler: *mut Raw) 
 pub extern "C" fn MPI_Win_call_errhandler(win: Raw, errorcode: c_int) -> c_int {
     let w = tri!(super::capi::win("MPI_Win_call_errhandler", win));
     crate::runtime::MPI_Comm_call_errhandler(w.comm, errorcode)
-}
-
-/// The keys of window attributes.
-static KEYS: crate::datatype::attr::Keys = crate::datatype::attr::Keys::new();
-
-/// # Safety
-/// Callbacks of the C types `MPI_Win_copy_attr_function` and
-/// `MPI_Win_delete_attr_function` (or the predefined ones); `win_keyval` writable.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MPI_Win_create_keyval(
-    copy: usize,
-    delete: usize,
-    win_keyval: *mut c_int,
-    extra_state: *mut c_void,
-) -> c_int {
-    if win_keyval.is_null() {
-        return err(MPI_ERR_ARG, "MPI_Win_create_keyval: win_keyval is NULL");
-    }
-    // SAFETY: checked non-null.
-    unsafe { win_keyval.write(KEYS.create(copy, delete, extra_state)) };
-    MPI_SUCCESS
-}
-
-/// # Safety
-/// `win_keyval` readable and writable.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MPI_Win_free_keyval(win_keyval: *mut c_int) -> c_int {
-    if win_keyval.is_null() {
-        return err(MPI_ERR_ARG, "MPI_Win_free_keyval: win_keyval is NULL");
-    }
-    // SAFETY: checked non-null.
-    let k = unsafe { *win_keyval };
-    if KEYS.free(k).is_err() {
-        return err(
-            MPI_ERR_KEYVAL,
-            &format!("MPI_Win_free_keyval: {k} is not a window key"),
-        );
-    }
-    // SAFETY: checked non-null; MPI_KEYVAL_INVALID.
-    unsafe { *win_keyval = 0 };
-    MPI_SUCCESS
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn MPI_Win_set_attr(
-    win: Raw,
-    win_keyval: c_int,
-    attribute_val: *mut c_void,
-) -> c_int {
-    let w = tri!(super::capi::win("MPI_Win_set_attr", win));
-    let Some(kv) = KEYS.get(win_keyval) else {
-        return errw(
-            &w,
-            MPI_ERR_KEYVAL,
-            &format!("MPI_Win_set_attr: {win_keyval} is not a window key"),
-        );
-    };
-    match w.attrs.set(win, win_keyval, kv, attribute_val as usize) {
-        Ok(()) => MPI_SUCCESS,
-        Err(c) => errw(
-            &w,
-            c,
-            "MPI_Win_set_attr: the old value's delete callback failed",
-        ),
-    }
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn MPI_Win_delete_attr(win: Raw, win_keyval: c_int) -> c_int {
-    let w = tri!(super::capi::win("MPI_Win_delete_attr", win));
-    if KEYS.get(win_keyval).is_none() {
-        return errw(
-            &w,
-            MPI_ERR_KEYVAL,
-            &format!("MPI_Win_delete_attr: {win_keyval} is not a window key"),
-        );
-    }
-    match w.attrs.delete(win, win_keyval) {
-        Ok(true) => MPI_SUCCESS,
-        Ok(false) => errw(
-            &w,
-            MPI_ERR_KEYVAL,
-            &format!("MPI_Win_delete_attr: no attribute with key {win_keyval}"),
-        ),
-        Err(c) => errw(&w, c, "MPI_Win_delete_attr: the delete callback failed"),
-    }
 }
 
 /// The window keeps no hints: a new, empty info object.

@@ -27,8 +27,8 @@ median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 printf '%-10s %8s %12s %12s %12s %12s\n' op bytes variant us_median ratio rounds
 for op in allreduce bcast; do
     for bytes in 8 65536; do
-        iters=20000
-        [ "$bytes" -gt 8 ] && iters=2000
+        iters=10000
+        [ "$bytes" -gt 8 ] && iters=1000
         : >"$out/t.bw"; : >"$out/t.world"; : >"$out/t.sched"; : >"$out/t.ompi"
         r=0
         while [ $r -lt "$ROUNDS" ]; do

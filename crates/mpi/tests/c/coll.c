@@ -328,6 +328,39 @@ static void neighborhoods(int nb) {
     free(edges);
 }
 
+/* Misuse is found before any message moves, alike on every process: with
+ * MPI_ERRORS_RETURN each call returns its error class and the communicator stays usable. */
+static void misuse(void) {
+    int p, x = 1, y = 0, cls;
+    MPI_Comm c;
+    MPI_Request rq;
+    OK(MPI_Comm_dup(MPI_COMM_WORLD, &c));
+    OK(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN));
+    OK(MPI_Comm_size(c, &p));
+#define CLASS(call, want)                                                                  \
+    do {                                                                                   \
+        int rc_ = (call);                                                                  \
+        OK(MPI_Error_class(rc_, &cls));                                                    \
+        CHECK(cls == (want), "%s gave class %d, not %s", #call, cls, #want);                \
+    } while (0)
+    CLASS(MPI_Bcast(&x, 1, MPI_INT, p, c), MPI_ERR_ROOT);
+    CLASS(MPI_Bcast(&x, -1, MPI_INT, 0, c), MPI_ERR_COUNT);
+    CLASS(MPI_Bcast(&x, 1, MPI_DATATYPE_NULL, 0, c), MPI_ERR_TYPE);
+    double d = 1, e;
+    CLASS(MPI_Allreduce(&d, &e, 1, MPI_DOUBLE, MPI_BAND, c), MPI_ERR_OP);
+    CLASS(MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_MINLOC, c), MPI_ERR_OP);
+    CLASS(MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_OP_NULL, c), MPI_ERR_OP);
+    CLASS(MPI_Iallreduce(&x, &y, 1, MPI_INT, MPI_SUM, c, NULL), MPI_ERR_REQUEST);
+    CLASS(MPI_Gather(&x, 1, MPI_INT, &y, 1, MPI_INT, -1, c), MPI_ERR_ROOT);
+    CLASS(MPI_Alltoallw(&x, NULL, NULL, NULL, &y, NULL, NULL, NULL, c), MPI_ERR_ARG);
+    /* still usable */
+    OK(MPI_Iallreduce(&x, &y, 1, MPI_INT, MPI_SUM, c, &rq));
+    OK(MPI_Wait(&rq, MPI_STATUS_IGNORE));
+    CHECK(y == p, "allreduce after errors gave %d", y);
+    OK(MPI_Comm_free(&c));
+#undef CLASS
+}
+
 int main(int argc, char **argv) {
     int p;
     OK(MPI_Init(&argc, &argv));
@@ -347,6 +380,7 @@ int main(int argc, char **argv) {
     suite(rev, 0);
     suite(rev, 1);
     if (p > 1) CHECK(bwmpi_coll_world_stats(NULL, 0) == before, "a reordered communicator used Coll");
+    misuse();
     neighborhoods(0);
     neighborhoods(1);
     overlap(MPI_COMM_WORLD);

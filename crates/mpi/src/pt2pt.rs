@@ -571,16 +571,21 @@ pub unsafe extern "C" fn MPI_Sendrecv(
         CALL, recvbuf, recvcount, recvtype, source, recvtag, comm, true
     ));
     let rb = tri!(start_recv(CALL, &r));
-    let rh = request::insert(rb, None, comm);
     let sb = tri!(start_send(CALL, &s, Mode::Standard));
-    let sh = request::insert(sb, None, comm);
-    let mut hs = [rh, sh];
-    let mut sts = [MpiStatus::EMPTY; 2];
-    // SAFETY: live handles and local statuses.
-    let rc = unsafe { request::MPI_Waitall(2, hs.as_mut_ptr(), sts.as_mut_ptr()) };
+    let (sst, rst) = (request::wait_body(sb, comm), request::wait_body(rb, comm));
     // SAFETY: the caller's contract.
-    unsafe { put(status, sts[0]) };
-    rc
+    unsafe { put(status, rst) };
+    pair_result(CALL, comm, &sst, &rst)
+}
+
+/// The outcome of a send and a receive made together.
+fn pair_result(call: &str, comm: Raw, sent: &MpiStatus, got: &MpiStatus) -> c_int {
+    for st in [got, sent] {
+        if st.error != MPI_SUCCESS {
+            return fail(comm, st.error, format!("{call}: {}", recv_problem(st)));
+        }
+    }
+    MPI_SUCCESS
 }
 
 /// # Safety
@@ -615,7 +620,6 @@ pub unsafe extern "C" fn MPI_Sendrecv_replace(
     r.dt = byte.clone();
     r.count = inbox.len();
     let rb = tri!(start_recv(CALL, &r));
-    let rh = request::insert(rb, None, comm);
     let s2 = Args {
         comm: s.comm.clone(),
         comm_h: comm,
@@ -627,17 +631,15 @@ pub unsafe extern "C" fn MPI_Sendrecv_replace(
         tag: s.tag,
     };
     let sb = tri!(start_send(CALL, &s2, Mode::Standard));
-    let sh = request::insert(sb, None, comm);
-    let mut hs = [rh, sh];
-    let mut sts = [MpiStatus::EMPTY; 2];
-    // SAFETY: live handles and local statuses.
-    let rc = unsafe { request::MPI_Waitall(2, hs.as_mut_ptr(), sts.as_mut_ptr()) };
-    let n = (sts[0].bytes().max(0) as usize).min(inbox.len());
-    // SAFETY: the caller's contract: `buf` holds `count` elements.
-    unsafe { user_dt.unpack(&inbox[..n], user_buf, user_count) };
+    let (sst, rst) = (request::wait_body(sb, comm), request::wait_body(rb, comm));
+    if rst.error == MPI_SUCCESS {
+        let n = (rst.bytes().max(0) as usize).min(inbox.len());
+        // SAFETY: the caller's contract: `buf` holds `count` elements.
+        unsafe { user_dt.unpack(&inbox[..n], user_buf, user_count) };
+    }
     // SAFETY: the caller's contract.
-    unsafe { put(status, sts[0]) };
-    rc
+    unsafe { put(status, rst) };
+    pair_result(CALL, comm, &sst, &rst)
 }
 
 // ---- probes ---------------------------------------------------------------------------

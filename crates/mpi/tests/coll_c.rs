@@ -115,7 +115,7 @@ fn every_collective_from_c_under_bsprun() {
             .into_iter()
             .chain([(3, P2P), (4, P2P), (3, LOSSY)]);
     for (p, env) in runs {
-        let (code, out) = run(&bsprun, &prog, p, &env);
+        let (code, out) = run(&bsprun, &prog, p, env);
         assert_eq!(code, Some(0), "p = {p} {env:?}:\n{out}");
         for r in 0..p {
             assert!(

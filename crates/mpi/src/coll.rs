@@ -169,6 +169,10 @@ impl Call {
                     .map_err(|e| self.err(e, "the collective failed"))
             }
             Some(r) => {
+                // Post the first round now: a peer blocked elsewhere (a blocking receive
+                // waiting for what this process's partner sends after the collective)
+                // then still gets this process's first messages without a later call.
+                let _ = s.progress(&self.c.net(), false);
                 let h = request::start_operation(Box::new(Pending {
                     comm: self.c.clone(),
                     sched: s,

@@ -361,6 +361,31 @@ static void misuse(void) {
 #undef CLASS
 }
 
+/* MPI's progress rule: rank 1 waits for a barrier while rank 0 sits in a blocking receive
+ * of what rank 1 sends only after the barrier; rank 0's part of the barrier must have left
+ * by then (a single-round barrier of two: its messages go when the call starts). */
+static void progress_rule(void) {
+    int p, me, x = 0;
+    MPI_Comm pair;
+    MPI_Request rq;
+    OK(MPI_Comm_size(MPI_COMM_WORLD, &p));
+    if (p < 2) return;
+    OK(MPI_Comm_split(MPI_COMM_WORLD, wrank < 2 ? 0 : MPI_UNDEFINED, wrank, &pair));
+    if (pair == MPI_COMM_NULL) return;
+    OK(MPI_Comm_rank(pair, &me));
+    OK(MPI_Ibarrier(pair, &rq));
+    if (me == 0) {
+        OK(MPI_Recv(&x, 1, MPI_INT, 1, 5, pair, MPI_STATUS_IGNORE));
+        OK(MPI_Wait(&rq, MPI_STATUS_IGNORE));
+        CHECK(x == 77, "got %d", x);
+    } else {
+        OK(MPI_Wait(&rq, MPI_STATUS_IGNORE));
+        x = 77;
+        OK(MPI_Send(&x, 1, MPI_INT, 0, 5, pair));
+    }
+    OK(MPI_Comm_free(&pair));
+}
+
 int main(int argc, char **argv) {
     int p;
     OK(MPI_Init(&argc, &argv));
@@ -381,6 +406,7 @@ int main(int argc, char **argv) {
     suite(rev, 1);
     if (p > 1) CHECK(bwmpi_coll_world_stats(NULL, 0) == before, "a reordered communicator used Coll");
     misuse();
+    progress_rule();
     neighborhoods(0);
     neighborhoods(1);
     overlap(MPI_COMM_WORLD);

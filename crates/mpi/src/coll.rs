@@ -13,6 +13,7 @@
 //! its types), reductions when the operation and type are ones it computes.
 
 pub mod algo;
+pub mod nonblocking;
 pub mod plan;
 pub mod sched;
 pub mod world;
@@ -31,7 +32,7 @@ use crate::datatype::{self, Datatype};
 use crate::error::*;
 use crate::handle::Raw;
 use crate::op::{self, Op};
-use crate::request::{self, Operation};
+use crate::request;
 use crate::runtime;
 
 const MPI_COMM_WORLD: Raw = 0x101;
@@ -39,19 +40,6 @@ const MPI_COMM_WORLD: Raw = 0x101;
 /// Reports an error of a call without a communicator through `MPI_COMM_WORLD`'s handler.
 pub(crate) fn fail_world(code: c_int, what: impl Display) -> c_int {
     runtime::fail(MPI_COMM_WORLD, code, what)
-}
-
-/// A non-blocking collective as the request table sees it.
-struct Pending {
-    comm: Arc<Communicator>,
-    sched: Sched,
-}
-
-impl Operation for Pending {
-    fn progress(&mut self) -> Option<Result<(), c_int>> {
-        let net = self.comm.net();
-        self.sched.progress(&net, false)
-    }
 }
 
 /// One collective call: its communicator and name, for checks and error reports. Errors
@@ -169,14 +157,7 @@ impl Call {
                     .map_err(|e| self.err(e, "the collective failed"))
             }
             Some(r) => {
-                // Post the first round now: a peer blocked elsewhere (a blocking receive
-                // waiting for what this process's partner sends after the collective)
-                // then still gets this process's first messages without a later call.
-                let _ = s.progress(&self.c.net(), false);
-                let h = request::start_operation(Box::new(Pending {
-                    comm: self.c.clone(),
-                    sched: s,
-                }));
+                let h = request::start_operation(Box::new(nonblocking::start(self.c.clone(), s)));
                 // SAFETY: checked non-null by `request_ptr`; the caller's contract.
                 unsafe { *r = h };
                 Ok(())

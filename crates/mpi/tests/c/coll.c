@@ -386,6 +386,32 @@ static void progress_rule(void) {
     OK(MPI_Comm_free(&pair));
 }
 
+/* The same with every process and a barrier of several rounds: rank 2 needs rank 0's
+ * second-round message (the dissemination barrier's distance 2), which must leave while
+ * rank 0 is blocked in the receive (the progress thread's work). */
+static void progress_rule_rounds(void) {
+    int p, x = 0;
+    MPI_Request rq;
+    OK(MPI_Comm_size(MPI_COMM_WORLD, &p));
+    if (p < 3) return;
+    /* Rank 0 starts first, so its later rounds cannot complete when it starts. */
+    if (wrank != 0) {
+        double t = MPI_Wtime();
+        while (MPI_Wtime() - t < 0.05) {
+        }
+    }
+    OK(MPI_Ibarrier(MPI_COMM_WORLD, &rq));
+    if (wrank == 0) {
+        OK(MPI_Recv(&x, 1, MPI_INT, 2, 6, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        OK(MPI_Wait(&rq, MPI_STATUS_IGNORE));
+        CHECK(x == 78, "got %d", x);
+    } else {
+        OK(MPI_Wait(&rq, MPI_STATUS_IGNORE));
+        x = 78;
+        if (wrank == 2) OK(MPI_Send(&x, 1, MPI_INT, 0, 6, MPI_COMM_WORLD));
+    }
+}
+
 int main(int argc, char **argv) {
     int p;
     OK(MPI_Init(&argc, &argv));
@@ -407,6 +433,7 @@ int main(int argc, char **argv) {
     if (p > 1) CHECK(bwmpi_coll_world_stats(NULL, 0) == before, "a reordered communicator used Coll");
     misuse();
     progress_rule();
+    progress_rule_rounds();
     neighborhoods(0);
     neighborhoods(1);
     overlap(MPI_COMM_WORLD);

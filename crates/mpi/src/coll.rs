@@ -56,7 +56,12 @@ type R<T> = Result<T, c_int>;
 impl Call {
     fn new(h: Raw, what: &'static str) -> R<Call> {
         match comm::lookup(h) {
-            Ok(c) => Ok(Call { h, c, what }),
+            Ok(c) => {
+                // The collectives of intercommunicators (two groups, MPI_ROOT) are not
+                // provided.
+                comm::intra(what, &c, h)?;
+                Ok(Call { h, c, what })
+            }
             Err(e) => Err(fail_world(
                 e,
                 format_args!("{what}: {h:#x} is not a communicator"),

@@ -6,12 +6,17 @@
 //! a contiguous type of a contiguous type is one run. Packing walks the runs; a type whose
 //! element is one run as long as its extent is `contiguous()`, and `count` elements of it
 //! are one run that can be sent in place. Beside the runs a type records the predefined type
-//! its values all have (`basic()`, for reductions) and the sizes of its basic values in order
-//! (for `MPI_Get_elements`), run-length encoded.
+//! its values all have (`basic()`, for reductions) and its basic values in order, run-length
+//! encoded (for `MPI_Get_elements` and the `external32` representation of `MPI_Pack_external`:
+//! big-endian, with the standard's sizes).
 //!
 //! Handles: predefined types at their ABI values (`MPI_INT` = 0x209), derived ones from a
 //! `handle::Table`. The table holds an `Arc`, so freeing a type a pending operation still
 //! uses is safe.
+//!
+//! Limits: a type's description grows with its number of runs (a vector of n separate
+//! blocks is n runs); one of more than 2^26 runs is refused with `MPI_ERR_NO_MEM`. The
+//! long double types have no `external32` form (`MPI_ERR_UNSUPPORTED_DATAREP`).
 
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicBool, Ordering};

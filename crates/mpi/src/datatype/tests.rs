@@ -11,8 +11,10 @@ const DOUBLE: Raw = 0x214;
 const CHAR: Raw = 0x243;
 const FLOAT: Raw = 0x210;
 
+/// The single runs of one element, as the type map's order has them (before
+/// `for_each_run` joins the ones that touch).
 fn runs(t: &Datatype) -> Vec<(isize, usize)> {
-    t.layout().runs.iter().map(|r| (r.off, r.len)).collect()
+    t.layout().runs.iter().flat_map(|r| r.each()).collect()
 }
 
 /// The standard's running example: `{(double, 0), (char, 8)}`, extent 16.
@@ -108,8 +110,22 @@ fn runs_merge_and_contiguous_types_send_in_place() {
     assert_eq!(runs(&v), vec![(0, 32)], "blocks that touch are one run");
     assert!(v.contiguous());
     let v = build::vector(1000, 2, 3, false, &i).unwrap();
-    assert_eq!(v.layout().runs.len(), 1000);
+    assert_eq!(runs(&v).len(), 1000);
+    assert_eq!(
+        v.layout().runs.len(),
+        1,
+        "a vector's blocks are one strided run"
+    );
     assert!(!v.contiguous());
+    // A vector of 20 million blocks is described in a few bytes.
+    let huge = build::vector(20_000_000, 1, 2, false, &named(0x20b)).unwrap();
+    assert_eq!(huge.layout().runs.len(), 1);
+    assert_eq!(huge.size(), 160_000_000);
+    // A vector of vectors: one strided run per outer block.
+    let inner = Arc::new(build::vector(3, 1, 2, false, &i).unwrap());
+    let outer = build::vector(4, 1, 2, false, &inner).unwrap();
+    assert_eq!(outer.layout().runs.len(), 4);
+    assert_eq!(runs(&outer)[..4], [(0, 4), (8, 4), (16, 4), (40, 4)]);
     // A big contiguous type of a contiguous one stays one run.
     let big = Arc::new(build::contiguous(1 << 20, &i).unwrap());
     let bigger = build::contiguous(1 << 10, &big).unwrap();

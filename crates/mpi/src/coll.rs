@@ -13,6 +13,7 @@
 //! its types), reductions when the operation and type are ones it computes.
 
 pub mod algo;
+pub mod nonblocking;
 pub mod plan;
 pub mod sched;
 pub mod world;
@@ -31,7 +32,7 @@ use crate::datatype::{self, Datatype};
 use crate::error::*;
 use crate::handle::Raw;
 use crate::op::{self, Op};
-use crate::request::{self, Operation};
+use crate::request;
 use crate::runtime;
 
 const MPI_COMM_WORLD: Raw = 0x101;
@@ -39,19 +40,6 @@ const MPI_COMM_WORLD: Raw = 0x101;
 /// Reports an error of a call without a communicator through `MPI_COMM_WORLD`'s handler.
 pub(crate) fn fail_world(code: c_int, what: impl Display) -> c_int {
     runtime::fail(MPI_COMM_WORLD, code, what)
-}
-
-/// A non-blocking collective as the request table sees it.
-struct Pending {
-    comm: Arc<Communicator>,
-    sched: Sched,
-}
-
-impl Operation for Pending {
-    fn progress(&mut self) -> Option<Result<(), c_int>> {
-        let net = self.comm.net();
-        self.sched.progress(&net, false)
-    }
 }
 
 /// One collective call: its communicator and name, for checks and error reports. Errors
@@ -68,7 +56,12 @@ type R<T> = Result<T, c_int>;
 impl Call {
     fn new(h: Raw, what: &'static str) -> R<Call> {
         match comm::lookup(h) {
-            Ok(c) => Ok(Call { h, c, what }),
+            Ok(c) => {
+                // The collectives of intercommunicators (two groups, MPI_ROOT) are not
+                // provided.
+                comm::intra(what, &c, h)?;
+                Ok(Call { h, c, what })
+            }
             Err(e) => Err(fail_world(
                 e,
                 format_args!("{what}: {h:#x} is not a communicator"),
@@ -169,10 +162,7 @@ impl Call {
                     .map_err(|e| self.err(e, "the collective failed"))
             }
             Some(r) => {
-                let h = request::start_operation(Box::new(Pending {
-                    comm: self.c.clone(),
-                    sched: s,
-                }));
+                let h = request::start_operation(Box::new(nonblocking::start(self.c.clone(), s)));
                 // SAFETY: checked non-null by `request_ptr`; the caller's contract.
                 unsafe { *r = h };
                 Ok(())
@@ -1417,6 +1407,406 @@ entry!(
             comm,
             Some(req),
             "MPI_Ireduce_scatter_block",
+        )
+    }
+);
+
+// ---- neighborhood collectives ----------------------------------------------------------
+
+/// One side of a neighborhood collective, as C passes it.
+enum Nb {
+    /// One count and type, blocks one after another (allgather's and alltoall's).
+    Same(c_int, Raw),
+    /// Counts and displacements in extents, one type (the v-variants).
+    V(*const c_int, *const c_int, Raw),
+    /// Counts, byte displacements (`MPI_Aint`), a type each (alltoallw).
+    W(*const c_int, *const isize, *const Raw),
+}
+
+impl Call {
+    fn neighbors(&self) -> R<plan::Neighbors> {
+        match &self.c.topo {
+            Some(crate::topo::Topo::Cart { dims, periods }) => {
+                Ok(plan::Neighbors::cart(dims, periods, self.me()))
+            }
+            Some(crate::topo::Topo::Graph { index, edges }) => {
+                Ok(plan::Neighbors::graph(index, edges, self.me()))
+            }
+            None => Err(self.err(MPI_ERR_TOPOLOGY, "the communicator has no topology")),
+        }
+    }
+
+    /// `n` ints from a C array.
+    ///
+    /// # Safety
+    /// `a` holds `n` ints (checked for NULL when n > 0).
+    unsafe fn ints(&self, a: *const c_int, n: usize, name: &str) -> R<Vec<c_int>> {
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        if a.is_null() {
+            return Err(self.err(MPI_ERR_ARG, format_args!("{name} is NULL")));
+        }
+        // SAFETY: the caller's contract.
+        Ok(unsafe { std::slice::from_raw_parts(a, n) }.to_vec())
+    }
+
+    /// One side's `n` blocks: counts, byte displacements, types.
+    ///
+    /// # Safety
+    /// The C call's contract for the arrays.
+    unsafe fn nb_side(&self, a: &Nb, n: usize, side: &str) -> R<Side> {
+        match *a {
+            Nb::Same(c, t) => {
+                let d = self.dt(t, &format!("{side}type"))?;
+                let c = self.count(c, &format!("{side}count"))?;
+                let ext = d.extent();
+                Ok((
+                    vec![c; n],
+                    (0..n).map(|i| (i * c) as isize * ext).collect(),
+                    vec![d; n],
+                ))
+            }
+            Nb::V(c, dp, t) => {
+                let d = self.dt(t, &format!("{side}type"))?;
+                // SAFETY: the caller's contract: n counts and displacements.
+                let (c, dp) = unsafe {
+                    (
+                        self.ints(c, n, &format!("{side}counts"))?,
+                        self.ints(dp, n, &format!("{side}displs"))?,
+                    )
+                };
+                let c = c
+                    .iter()
+                    .map(|&x| self.count(x, &format!("{side}counts[]")))
+                    .collect::<R<Vec<_>>>()?;
+                let ext = d.extent();
+                Ok((
+                    c,
+                    dp.iter().map(|&x| x as isize * ext).collect(),
+                    vec![d; n],
+                ))
+            }
+            Nb::W(c, dp, t) => {
+                if n > 0 && (dp.is_null() || t.is_null()) {
+                    return Err(self.err(
+                        MPI_ERR_ARG,
+                        format_args!("{side}displs or {side}types is NULL"),
+                    ));
+                }
+                // SAFETY: the caller's contract: n counts, displacements and types.
+                let (c, dp, ts) = unsafe {
+                    (
+                        self.ints(c, n, &format!("{side}counts"))?,
+                        if n == 0 {
+                            Vec::new()
+                        } else {
+                            std::slice::from_raw_parts(dp, n).to_vec()
+                        },
+                        if n == 0 {
+                            &[][..]
+                        } else {
+                            std::slice::from_raw_parts(t, n)
+                        },
+                    )
+                };
+                let c = c
+                    .iter()
+                    .map(|&x| self.count(x, &format!("{side}counts[]")))
+                    .collect::<R<Vec<_>>>()?;
+                let ts = ts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &h)| self.dt(h, &format!("{side}types[{i}]")))
+                    .collect::<R<Vec<_>>>()?;
+                Ok((c, dp, ts))
+            }
+        }
+    }
+}
+
+/// Every neighborhood collective: `allgather` sends the one block to every neighbor.
+///
+/// # Safety
+/// The C call's contract.
+#[allow(clippy::too_many_arguments)]
+unsafe fn neighbor(
+    sbuf: *const c_void,
+    s: Nb,
+    rbuf: *mut c_void,
+    r: Nb,
+    allgather: bool,
+    comm: Raw,
+    req: Option<*mut Raw>,
+    what: &'static str,
+) -> R<()> {
+    let call = Call::new(comm, what)?;
+    let req = req.map(|r| call.request_ptr(r)).transpose()?.flatten();
+    let nb = call.neighbors()?;
+    // SAFETY: the caller's contract.
+    let (rc, rd, rt) = unsafe { call.nb_side(&r, nb.sources.len(), "recv")? };
+    let sn = if allgather { 1 } else { nb.dests.len() };
+    // SAFETY: the caller's contract.
+    let (sc, sd, st) = unsafe { call.nb_side(&s, sn, "send")? };
+    let send = Blocks {
+        ptr: sbuf.cast(),
+        counts: &sc,
+        displs: &sd,
+        types: &st,
+    };
+    let recv = Blocks {
+        ptr: rbuf.cast(),
+        counts: &rc,
+        displs: &rd,
+        types: &rt,
+    };
+    // SAFETY: the caller's contract.
+    let sched = unsafe { plan::neighbor(&call.env(), &nb, &send, &recv, allgather) };
+    call.finish(sched, req)
+}
+
+entry!(
+    /// `MPI_Neighbor_allgather`.
+    fn MPI_Neighbor_allgather(
+        sbuf: *const c_void,
+        scount: c_int,
+        sdt: Raw,
+        rbuf: *mut c_void,
+        rcount: c_int,
+        rdt: Raw,
+        comm: Raw,
+    ) {
+        neighbor(
+            sbuf,
+            Nb::Same(scount, sdt),
+            rbuf,
+            Nb::Same(rcount, rdt),
+            true,
+            comm,
+            None,
+            "MPI_Neighbor_allgather",
+        )
+    }
+);
+entry!(
+    /// `MPI_Ineighbor_allgather`.
+    fn MPI_Ineighbor_allgather(
+        sbuf: *const c_void,
+        scount: c_int,
+        sdt: Raw,
+        rbuf: *mut c_void,
+        rcount: c_int,
+        rdt: Raw,
+        comm: Raw,
+        req: *mut Raw,
+    ) {
+        neighbor(
+            sbuf,
+            Nb::Same(scount, sdt),
+            rbuf,
+            Nb::Same(rcount, rdt),
+            true,
+            comm,
+            Some(req),
+            "MPI_Ineighbor_allgather",
+        )
+    }
+);
+entry!(
+    /// `MPI_Neighbor_allgatherv`.
+    fn MPI_Neighbor_allgatherv(
+        sbuf: *const c_void,
+        scount: c_int,
+        sdt: Raw,
+        rbuf: *mut c_void,
+        rcounts: *const c_int,
+        displs: *const c_int,
+        rdt: Raw,
+        comm: Raw,
+    ) {
+        neighbor(
+            sbuf,
+            Nb::Same(scount, sdt),
+            rbuf,
+            Nb::V(rcounts, displs, rdt),
+            true,
+            comm,
+            None,
+            "MPI_Neighbor_allgatherv",
+        )
+    }
+);
+entry!(
+    /// `MPI_Ineighbor_allgatherv`.
+    fn MPI_Ineighbor_allgatherv(
+        sbuf: *const c_void,
+        scount: c_int,
+        sdt: Raw,
+        rbuf: *mut c_void,
+        rcounts: *const c_int,
+        displs: *const c_int,
+        rdt: Raw,
+        comm: Raw,
+        req: *mut Raw,
+    ) {
+        neighbor(
+            sbuf,
+            Nb::Same(scount, sdt),
+            rbuf,
+            Nb::V(rcounts, displs, rdt),
+            true,
+            comm,
+            Some(req),
+            "MPI_Ineighbor_allgatherv",
+        )
+    }
+);
+entry!(
+    /// `MPI_Neighbor_alltoall`.
+    fn MPI_Neighbor_alltoall(
+        sbuf: *const c_void,
+        scount: c_int,
+        sdt: Raw,
+        rbuf: *mut c_void,
+        rcount: c_int,
+        rdt: Raw,
+        comm: Raw,
+    ) {
+        neighbor(
+            sbuf,
+            Nb::Same(scount, sdt),
+            rbuf,
+            Nb::Same(rcount, rdt),
+            false,
+            comm,
+            None,
+            "MPI_Neighbor_alltoall",
+        )
+    }
+);
+entry!(
+    /// `MPI_Ineighbor_alltoall`.
+    fn MPI_Ineighbor_alltoall(
+        sbuf: *const c_void,
+        scount: c_int,
+        sdt: Raw,
+        rbuf: *mut c_void,
+        rcount: c_int,
+        rdt: Raw,
+        comm: Raw,
+        req: *mut Raw,
+    ) {
+        neighbor(
+            sbuf,
+            Nb::Same(scount, sdt),
+            rbuf,
+            Nb::Same(rcount, rdt),
+            false,
+            comm,
+            Some(req),
+            "MPI_Ineighbor_alltoall",
+        )
+    }
+);
+entry!(
+    /// `MPI_Neighbor_alltoallv`.
+    fn MPI_Neighbor_alltoallv(
+        sbuf: *const c_void,
+        scounts: *const c_int,
+        sdispls: *const c_int,
+        sdt: Raw,
+        rbuf: *mut c_void,
+        rcounts: *const c_int,
+        rdispls: *const c_int,
+        rdt: Raw,
+        comm: Raw,
+    ) {
+        neighbor(
+            sbuf,
+            Nb::V(scounts, sdispls, sdt),
+            rbuf,
+            Nb::V(rcounts, rdispls, rdt),
+            false,
+            comm,
+            None,
+            "MPI_Neighbor_alltoallv",
+        )
+    }
+);
+entry!(
+    /// `MPI_Ineighbor_alltoallv`.
+    fn MPI_Ineighbor_alltoallv(
+        sbuf: *const c_void,
+        scounts: *const c_int,
+        sdispls: *const c_int,
+        sdt: Raw,
+        rbuf: *mut c_void,
+        rcounts: *const c_int,
+        rdispls: *const c_int,
+        rdt: Raw,
+        comm: Raw,
+        req: *mut Raw,
+    ) {
+        neighbor(
+            sbuf,
+            Nb::V(scounts, sdispls, sdt),
+            rbuf,
+            Nb::V(rcounts, rdispls, rdt),
+            false,
+            comm,
+            Some(req),
+            "MPI_Ineighbor_alltoallv",
+        )
+    }
+);
+entry!(
+    /// `MPI_Neighbor_alltoallw`.
+    fn MPI_Neighbor_alltoallw(
+        sbuf: *const c_void,
+        scounts: *const c_int,
+        sdispls: *const isize,
+        sdts: *const Raw,
+        rbuf: *mut c_void,
+        rcounts: *const c_int,
+        rdispls: *const isize,
+        rdts: *const Raw,
+        comm: Raw,
+    ) {
+        neighbor(
+            sbuf,
+            Nb::W(scounts, sdispls, sdts),
+            rbuf,
+            Nb::W(rcounts, rdispls, rdts),
+            false,
+            comm,
+            None,
+            "MPI_Neighbor_alltoallw",
+        )
+    }
+);
+entry!(
+    /// `MPI_Ineighbor_alltoallw`.
+    fn MPI_Ineighbor_alltoallw(
+        sbuf: *const c_void,
+        scounts: *const c_int,
+        sdispls: *const isize,
+        sdts: *const Raw,
+        rbuf: *mut c_void,
+        rcounts: *const c_int,
+        rdispls: *const isize,
+        rdts: *const Raw,
+        comm: Raw,
+        req: *mut Raw,
+    ) {
+        neighbor(
+            sbuf,
+            Nb::W(scounts, sdispls, sdts),
+            rbuf,
+            Nb::W(rcounts, rdispls, rdts),
+            false,
+            comm,
+            Some(req),
+            "MPI_Ineighbor_alltoallw",
         )
     }
 );

@@ -589,3 +589,16 @@ pub fn scan(s: &mut Sched, me: u32, p: u32, input: Slice, out: Slice, exclusive:
         mask <<= 1;
     }
 }
+
+/// A neighborhood exchange in one round: receives and sends in the given orders (the
+/// caller orders them so that messages between the same pair of processes match their
+/// intended blocks: the transport keeps each pair's messages in order).
+pub fn neighbor(s: &mut Sched, recvs: &[(u32, Slice)], sends: &[(u32, Slice)]) {
+    for &(from, b) in recvs {
+        s.recv(from, b);
+    }
+    for &(to, b) in sends {
+        s.send(to, b);
+    }
+    s.end_round();
+}

@@ -403,3 +403,99 @@ pub unsafe fn scan(
     algo::scan(&mut s, e.me, e.p, input, out, exclusive);
     s
 }
+
+/// A process's neighbors in a topology: where block k comes from and where block k goes
+/// (`None`: `MPI_PROC_NULL`, block untouched), and the order to post the sends in.
+pub struct Neighbors {
+    pub sources: Vec<Option<u32>>,
+    pub dests: Vec<Option<u32>>,
+    /// Indices of `dests` in posting order.
+    pub send_order: Vec<usize>,
+}
+
+impl Neighbors {
+    /// A Cartesian grid: per dimension, the neighbor at -1, then at +1 (the standard's
+    /// order). Sends go +1 first, so that with both neighbors the same process (a
+    /// periodic dimension of 1 or 2) the block for +1 meets that process's receive from
+    /// its -1, which it posts first.
+    pub fn cart(dims: &[i32], periods: &[bool], me: u32) -> Neighbors {
+        let at = crate::topo::Topo::coords(dims, me as i32);
+        let mut v = Vec::new();
+        let mut send_order = Vec::new();
+        for d in 0..dims.len() {
+            for off in [-1, 1] {
+                let mut x = at.clone();
+                x[d] += off;
+                v.push(crate::topo::Topo::rank(dims, periods, &x).map(|r| r as u32));
+            }
+            send_order.extend([2 * d + 1, 2 * d]);
+        }
+        Neighbors {
+            sources: v.clone(),
+            dests: v,
+            send_order,
+        }
+    }
+
+    /// A graph: the edges of this process, in order, both ways.
+    pub fn graph(index: &[i32], edges: &[i32], me: u32) -> Neighbors {
+        let lo = if me == 0 {
+            0
+        } else {
+            index[me as usize - 1] as usize
+        };
+        let hi = index[me as usize] as usize;
+        let v: Vec<Option<u32>> = edges[lo..hi].iter().map(|&e| Some(e as u32)).collect();
+        Neighbors {
+            send_order: (0..v.len()).collect(),
+            sources: v.clone(),
+            dests: v,
+        }
+    }
+}
+
+/// Neighbor allgather (`same_send`: every destination gets `send[0]`) and alltoall(v/w):
+/// `send` and `recv` as [`Blocks`] per neighbor.
+///
+/// # Safety
+/// As [`bcast`].
+pub unsafe fn neighbor(
+    e: &Env,
+    nb: &Neighbors,
+    send: &Blocks<'_>,
+    recv: &Blocks<'_>,
+    same_send: bool,
+) -> Sched {
+    let mut s = Sched::new(e.tag);
+    let recvs: Vec<(u32, Slice)> = nb
+        .sources
+        .iter()
+        .enumerate()
+        .filter_map(|(k, src)| {
+            // SAFETY: the caller's contract covers every block.
+            src.map(|from| (from, unsafe { region(&mut s, &recv.arg(k), false, true) }))
+        })
+        .collect();
+    let one = if same_send && !nb.dests.is_empty() {
+        // SAFETY: as above.
+        Some(unsafe { region(&mut s, &send.arg(0), true, false) })
+    } else {
+        None
+    };
+    let sends: Vec<(u32, Slice)> = nb
+        .send_order
+        .iter()
+        .filter_map(|&k| {
+            nb.dests[k].map(|to| {
+                let b = match one {
+                    Some(b) => b,
+                    // SAFETY: as above.
+                    None => unsafe { region(&mut s, &send.arg(k), true, false) },
+                };
+                (to, b)
+            })
+        })
+        .collect();
+    algo::neighbor(&mut s, &recvs, &sends);
+    s
+}

@@ -258,6 +258,173 @@ static void overlap(MPI_Comm comm) {
         for (int i = 0; i < N; i++) CHECK(sums[k][i] == want[i], "overlapped allreduce %d", k);
 }
 
+/* Neighborhood collectives on a periodic ring (Cartesian), a grid without wraparound
+ * (MPI_PROC_NULL neighbors leave their blocks alone) and a ring graph. Block k goes to
+ * neighbor k and holds 10 * rank + k. */
+static void neighborhoods(int nb) {
+    int p, me;
+    MPI_Request rq;
+    OK(MPI_Comm_size(MPI_COMM_WORLD, &p));
+    MPI_Comm ring, grid, graph;
+    int dims1[1] = {p}, per1[1] = {1};
+    OK(MPI_Cart_create(MPI_COMM_WORLD, 1, dims1, per1, 0, &ring));
+    OK(MPI_Comm_rank(ring, &me));
+    int s[2] = {10 * me, 10 * me + 1}, r[2] = {-1, -1};
+    int L = (me + p - 1) % p, R = (me + 1) % p;
+    if (nb) { OK(MPI_Ineighbor_alltoall(s, 1, MPI_INT, r, 1, MPI_INT, ring, &rq)); wait_if(nb, &rq); }
+    else OK(MPI_Neighbor_alltoall(s, 1, MPI_INT, r, 1, MPI_INT, ring));
+    /* From the left neighbor the block it sent to its right (+1), and vice versa. */
+    CHECK(r[0] == 10 * L + 1 && r[1] == 10 * R, "cart alltoall got %d %d", r[0], r[1]);
+    r[0] = r[1] = -1;
+    if (nb) { OK(MPI_Ineighbor_allgather(&me, 1, MPI_INT, r, 1, MPI_INT, ring, &rq)); wait_if(nb, &rq); }
+    else OK(MPI_Neighbor_allgather(&me, 1, MPI_INT, r, 1, MPI_INT, ring));
+    CHECK(r[0] == L && r[1] == R, "cart allgather got %d %d", r[0], r[1]);
+    /* alltoallw with byte displacements, blocks swapped in memory */
+    int cnt[2] = {1, 1};
+    MPI_Aint sd[2] = {sizeof(int), 0}, rd[2] = {sizeof(int), 0};
+    MPI_Datatype ty[2] = {MPI_INT, MPI_INT};
+    int s2[2] = {10 * me + 1, 10 * me}, r2[2] = {-1, -1};
+    if (nb) { OK(MPI_Ineighbor_alltoallw(s2, cnt, sd, ty, r2, cnt, rd, ty, ring, &rq)); wait_if(nb, &rq); }
+    else OK(MPI_Neighbor_alltoallw(s2, cnt, sd, ty, r2, cnt, rd, ty, ring));
+    CHECK(r2[1] == 10 * L + 1 && r2[0] == 10 * R, "cart alltoallw got %d %d", r2[0], r2[1]);
+    OK(MPI_Comm_free(&ring));
+
+    int dims2[2] = {0, 0}, per2[2] = {0, 0};
+    OK(MPI_Dims_create(p, 2, dims2));
+    OK(MPI_Cart_create(MPI_COMM_WORLD, 2, dims2, per2, 0, &grid));
+    OK(MPI_Comm_rank(grid, &me));
+    int g[4], c[4] = {1, 1, 1, 1}, dsp[4] = {3, 2, 1, 0}, got[4] = {-1, -1, -1, -1};
+    for (int k = 0; k < 4; k++) g[k] = -1;
+    if (nb) { OK(MPI_Ineighbor_allgatherv(&me, 1, MPI_INT, g, c, dsp, MPI_INT, grid, &rq)); wait_if(nb, &rq); }
+    else OK(MPI_Neighbor_allgatherv(&me, 1, MPI_INT, g, c, dsp, MPI_INT, grid));
+    for (int d = 0; d < 2; d++) {
+        int src, dst;
+        OK(MPI_Cart_shift(grid, d, 1, &src, &dst));
+        got[2 * d] = g[dsp[2 * d]];
+        got[2 * d + 1] = g[dsp[2 * d + 1]];
+        CHECK(got[2 * d] == (src == MPI_PROC_NULL ? -1 : src), "grid dim %d: -1 neighbor %d, got %d", d, src, got[2 * d]);
+        CHECK(got[2 * d + 1] == (dst == MPI_PROC_NULL ? -1 : dst), "grid dim %d: +1 neighbor %d, got %d", d, dst, got[2 * d + 1]);
+    }
+    OK(MPI_Comm_free(&grid));
+
+    int *index = malloc(sizeof(int) * p), *edges = malloc(sizeof(int) * 2 * p);
+    for (int i = 0; i < p; i++) {
+        index[i] = 2 * (i + 1);
+        edges[2 * i] = (i + p - 1) % p;
+        edges[2 * i + 1] = (i + 1) % p;
+    }
+    OK(MPI_Graph_create(MPI_COMM_WORLD, p, index, edges, 0, &graph));
+    OK(MPI_Comm_rank(graph, &me));
+    int sc[2] = {1, 1}, sdp[2] = {0, 1};
+    r[0] = r[1] = -1;
+    if (nb) { OK(MPI_Ineighbor_alltoallv(s, sc, sdp, MPI_INT, r, sc, sdp, MPI_INT, graph, &rq)); wait_if(nb, &rq); }
+    else OK(MPI_Neighbor_alltoallv(s, sc, sdp, MPI_INT, r, sc, sdp, MPI_INT, graph));
+    /* The k-th message between two processes meets the k-th receive: with one peer on
+     * both edges (p <= 2) block k comes from the peer's block k. */
+    if (p <= 2) CHECK(r[0] == 10 * L && r[1] == 10 * L + 1, "graph alltoallv got %d %d", r[0], r[1]);
+    else CHECK(r[0] == 10 * L + 1 && r[1] == 10 * R, "graph alltoallv got %d %d", r[0], r[1]);
+    OK(MPI_Comm_free(&graph));
+    free(index);
+    free(edges);
+}
+
+/* Misuse is found before any message moves, alike on every process: with
+ * MPI_ERRORS_RETURN each call returns its error class and the communicator stays usable. */
+static void misuse(void) {
+    int p, x = 1, y = 0, cls;
+    MPI_Comm c;
+    MPI_Request rq;
+    OK(MPI_Comm_dup(MPI_COMM_WORLD, &c));
+    OK(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN));
+    OK(MPI_Comm_size(c, &p));
+#define CLASS(call, want)                                                                  \
+    do {                                                                                   \
+        int rc_ = (call);                                                                  \
+        OK(MPI_Error_class(rc_, &cls));                                                    \
+        CHECK(cls == (want), "%s gave class %d, not %s", #call, cls, #want);                \
+    } while (0)
+    CLASS(MPI_Bcast(&x, 1, MPI_INT, p, c), MPI_ERR_ROOT);
+    CLASS(MPI_Bcast(&x, -1, MPI_INT, 0, c), MPI_ERR_COUNT);
+    CLASS(MPI_Bcast(&x, 1, MPI_DATATYPE_NULL, 0, c), MPI_ERR_TYPE);
+    double d = 1, e;
+    CLASS(MPI_Allreduce(&d, &e, 1, MPI_DOUBLE, MPI_BAND, c), MPI_ERR_OP);
+    CLASS(MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_MINLOC, c), MPI_ERR_OP);
+    CLASS(MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_OP_NULL, c), MPI_ERR_OP);
+    CLASS(MPI_Iallreduce(&x, &y, 1, MPI_INT, MPI_SUM, c, NULL), MPI_ERR_REQUEST);
+    CLASS(MPI_Gather(&x, 1, MPI_INT, &y, 1, MPI_INT, -1, c), MPI_ERR_ROOT);
+    CLASS(MPI_Alltoallw(&x, NULL, NULL, NULL, &y, NULL, NULL, NULL, c), MPI_ERR_ARG);
+    /* an intercommunicator of the even and the odd ranks: its collectives are refused */
+    if (p > 1) {
+        MPI_Comm half, inter;
+        int wr;
+        OK(MPI_Comm_rank(MPI_COMM_WORLD, &wr));
+        OK(MPI_Comm_split(MPI_COMM_WORLD, wr % 2, wr, &half));
+        OK(MPI_Intercomm_create(half, 0, MPI_COMM_WORLD, wr % 2 ? 0 : 1, 9, &inter));
+        OK(MPI_Comm_set_errhandler(inter, MPI_ERRORS_RETURN));
+        CLASS(MPI_Barrier(inter), MPI_ERR_COMM);
+        CLASS(MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_SUM, inter), MPI_ERR_COMM);
+        OK(MPI_Comm_free(&inter));
+        OK(MPI_Comm_free(&half));
+    }
+    /* still usable */
+    OK(MPI_Iallreduce(&x, &y, 1, MPI_INT, MPI_SUM, c, &rq));
+    OK(MPI_Wait(&rq, MPI_STATUS_IGNORE));
+    CHECK(y == p, "allreduce after errors gave %d", y);
+    OK(MPI_Comm_free(&c));
+#undef CLASS
+}
+
+/* MPI's progress rule: rank 1 waits for a barrier while rank 0 sits in a blocking receive
+ * of what rank 1 sends only after the barrier; rank 0's part of the barrier must have left
+ * by then (a single-round barrier of two: its messages go when the call starts). */
+static void progress_rule(void) {
+    int p, me, x = 0;
+    MPI_Comm pair;
+    MPI_Request rq;
+    OK(MPI_Comm_size(MPI_COMM_WORLD, &p));
+    if (p < 2) return;
+    OK(MPI_Comm_split(MPI_COMM_WORLD, wrank < 2 ? 0 : MPI_UNDEFINED, wrank, &pair));
+    if (pair == MPI_COMM_NULL) return;
+    OK(MPI_Comm_rank(pair, &me));
+    OK(MPI_Ibarrier(pair, &rq));
+    if (me == 0) {
+        OK(MPI_Recv(&x, 1, MPI_INT, 1, 5, pair, MPI_STATUS_IGNORE));
+        OK(MPI_Wait(&rq, MPI_STATUS_IGNORE));
+        CHECK(x == 77, "got %d", x);
+    } else {
+        OK(MPI_Wait(&rq, MPI_STATUS_IGNORE));
+        x = 77;
+        OK(MPI_Send(&x, 1, MPI_INT, 0, 5, pair));
+    }
+    OK(MPI_Comm_free(&pair));
+}
+
+/* The same with every process and a barrier of several rounds: rank 2 needs rank 0's
+ * second-round message (the dissemination barrier's distance 2), which must leave while
+ * rank 0 is blocked in the receive (the progress thread's work). */
+static void progress_rule_rounds(void) {
+    int p, x = 0;
+    MPI_Request rq;
+    OK(MPI_Comm_size(MPI_COMM_WORLD, &p));
+    if (p < 3) return;
+    /* Rank 0 starts first, so its later rounds cannot complete when it starts. */
+    if (wrank != 0) {
+        double t = MPI_Wtime();
+        while (MPI_Wtime() - t < 0.05) {
+        }
+    }
+    OK(MPI_Ibarrier(MPI_COMM_WORLD, &rq));
+    if (wrank == 0) {
+        OK(MPI_Recv(&x, 1, MPI_INT, 2, 6, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        OK(MPI_Wait(&rq, MPI_STATUS_IGNORE));
+        CHECK(x == 78, "got %d", x);
+    } else {
+        OK(MPI_Wait(&rq, MPI_STATUS_IGNORE));
+        x = 78;
+        if (wrank == 2) OK(MPI_Send(&x, 1, MPI_INT, 0, 6, MPI_COMM_WORLD));
+    }
+}
+
 int main(int argc, char **argv) {
     int p;
     OK(MPI_Init(&argc, &argv));
@@ -277,6 +444,11 @@ int main(int argc, char **argv) {
     suite(rev, 0);
     suite(rev, 1);
     if (p > 1) CHECK(bwmpi_coll_world_stats(NULL, 0) == before, "a reordered communicator used Coll");
+    misuse();
+    progress_rule();
+    progress_rule_rounds();
+    neighborhoods(0);
+    neighborhoods(1);
     overlap(MPI_COMM_WORLD);
     overlap(rev);
     OK(MPI_Comm_free(&rev));

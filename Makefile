@@ -6,13 +6,22 @@
 #   make uninstall PREFIX=...
 #
 # What goes where (DESTDIR is prepended to every path, for packaging):
-#   $(BINDIR)       bspcc bspcxx bsprun bwbench
+#   $(BINDIR)       bspcc bspcxx bwmpicc bwmpicxx bsprun bwbench
 #   $(LIBDIR)       libbulkwire.a, libbulkwire.so.VERSION with its SONAME link
 #                   libbulkwire.so.ABI and the development link libbulkwire.so
 #   $(INCLUDEDIR)   bsp.h mcbsp.h mcbsp-affinity.h mcbsp-profiling.h mcbsp-resiliency.h
 #                   bulkwire.h bsp.hpp
-#   $(LIBDIR)/pkgconfig          bulkwire.pc (shared), bulkwire-static.pc (static)
+#   $(INCLUDEDIR)/bulkwire-mpi   mpi.h (apart, so that it never shadows another MPI's)
+#   $(LIBDIR)/pkgconfig          bulkwire.pc (shared), bulkwire-static.pc (static),
+#                                bulkwire-mpi.pc (MPI programs, shared)
 #   $(LIBDIR)/cmake/bulkwire     bulkwireConfig.cmake (find_package(bulkwire))
+#   $(MPIDIR)/bin                the names build systems look for an MPI by: mpicc, mpicxx,
+#                                mpic++ (links to bwmpicc, bwmpicxx), mpirun and mpiexec
+#                                (links to bsprun). With it first in PATH, CC=mpicc
+#                                ./configure and CMake's find_package(MPI) find bulkwire's MPI
+#                                (or with cmake -DMPI_HOME=$(MPIDIR)).
+#   $(MPIDIR)/pkgconfig          mpi.pc, mpi-c.pc, mpi-cxx.pc: Debian's MPI names, for builds
+#                                that ask pkg-config for them (opt in with PKG_CONFIG_PATH)
 #
 # PROFILE picks the cargo profile (release; `test` builds into target/debug).
 # STRIP removes from the installed libbulkwire.a what no C linker reads: the debug
@@ -26,6 +35,7 @@ PREFIX ?= /usr/local
 BINDIR ?= $(PREFIX)/bin
 LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
+MPIDIR ?= $(LIBDIR)/bulkwire/mpi
 DESTDIR ?=
 CARGO ?= cargo
 PROFILE ?= release
@@ -42,10 +52,14 @@ ABI := $(if $(filter 0,$(MAJOR)),0.$(MINOR),$(MAJOR))
 # What the static library needs from the system (rustc --print native-static-libs).
 SYSTEM_LIBS := -lgcc_s -lutil -lrt -lpthread -lm -ldl
 
-TOOLS := bspcc bspcxx bsprun bwbench
+TOOLS := bspcc bspcxx bwmpicc bwmpicxx bsprun bwbench
 HEADERS := bsp.h mcbsp.h mcbsp-affinity.h mcbsp-profiling.h mcbsp-resiliency.h bulkwire.h \
 	bsp.hpp
-MPI_HEADERS := mpi.h
+# MPI's header, from the MPI crate (none in a tree whose MPI layer has no header yet).
+MPI_HEADERS := $(notdir $(wildcard crates/mpi/include/*.h))
+# The MPI names: wrapper links, by the tool each runs.
+MPI_LINKS := mpicc:bwmpicc mpicxx:bwmpicxx mpic++:bwmpicxx mpirun:bsprun mpiexec:bsprun
+MPI_PC := mpi mpi-c mpi-cxx
 
 .PHONY: all build install install-files uninstall
 
@@ -70,7 +84,8 @@ install-files:
 	  test -f "$$f" || { echo "$$f is missing: run make (or make build PROFILE=$(PROFILE))" >&2; exit 1; }; \
 	done
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
-	  $(DESTDIR)$(LIBDIR)/cmake/bulkwire $(DESTDIR)$(INCLUDEDIR)
+	  $(DESTDIR)$(LIBDIR)/cmake/bulkwire $(DESTDIR)$(INCLUDEDIR) \
+	  $(DESTDIR)$(INCLUDEDIR)/bulkwire-mpi $(DESTDIR)$(MPIDIR)/bin $(DESTDIR)$(MPIDIR)/pkgconfig
 	install -m 755 $(TOOLS:%=$(BUILDDIR)/%) $(DESTDIR)$(BINDIR)/
 	install -m 644 $(BUILDDIR)/libbulkwire.a $(DESTDIR)$(LIBDIR)/
 	$(STRIP) --strip-debug -R .llvmbc -R .llvmcmd $(DESTDIR)$(LIBDIR)/libbulkwire.a
@@ -79,7 +94,17 @@ install-files:
 	ln -sf libbulkwire.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libbulkwire.so.$(ABI)
 	ln -sf libbulkwire.so.$(ABI) $(DESTDIR)$(LIBDIR)/libbulkwire.so
 	install -m 644 $(HEADERS:%=crates/capi/include/%) $(DESTDIR)$(INCLUDEDIR)/
-	install -m 644 $(MPI_HEADERS:%=crates/mpi/include/%) $(DESTDIR)$(INCLUDEDIR)/
+	$(if $(MPI_HEADERS),install -m 644 $(MPI_HEADERS:%=crates/mpi/include/%) \
+	  $(DESTDIR)$(INCLUDEDIR)/bulkwire-mpi/)
+	@# Absolute links: the wrappers find the headers and the library beside their real path.
+	for l in $(MPI_LINKS); do \
+	  ln -sf $(BINDIR)/$${l#*:} $(DESTDIR)$(MPIDIR)/bin/$${l%%:*} || exit 1; \
+	done
+	$(SUBST) install/bulkwire-mpi.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/bulkwire-mpi.pc
+	for n in $(MPI_PC); do \
+	  $(SUBST) -e "s|^Name: .*|Name: $$n|" install/bulkwire-mpi.pc.in \
+	    > $(DESTDIR)$(MPIDIR)/pkgconfig/$$n.pc || exit 1; \
+	done
 	$(SUBST) install/bulkwire.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/bulkwire.pc
 	$(SUBST) install/bulkwire-static.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/bulkwire-static.pc
 	$(SUBST) install/bulkwireConfig.cmake.in > $(DESTDIR)$(LIBDIR)/cmake/bulkwire/bulkwireConfig.cmake
@@ -87,9 +112,10 @@ install-files:
 	  > $(DESTDIR)$(LIBDIR)/cmake/bulkwire/bulkwireConfigVersion.cmake
 
 uninstall:
-	rm -f $(TOOLS:%=$(DESTDIR)$(BINDIR)/%) $(HEADERS:%=$(DESTDIR)$(INCLUDEDIR)/%) \
-	  $(MPI_HEADERS:%=$(DESTDIR)$(INCLUDEDIR)/%)
+	rm -f $(TOOLS:%=$(DESTDIR)$(BINDIR)/%) $(HEADERS:%=$(DESTDIR)$(INCLUDEDIR)/%)
 	rm -f $(DESTDIR)$(LIBDIR)/libbulkwire.a $(DESTDIR)$(LIBDIR)/libbulkwire.so \
 	  $(DESTDIR)$(LIBDIR)/libbulkwire.so.$(ABI) $(DESTDIR)$(LIBDIR)/libbulkwire.so.$(VERSION)
-	rm -f $(DESTDIR)$(LIBDIR)/pkgconfig/bulkwire.pc $(DESTDIR)$(LIBDIR)/pkgconfig/bulkwire-static.pc
-	rm -rf $(DESTDIR)$(LIBDIR)/cmake/bulkwire
+	rm -f $(DESTDIR)$(LIBDIR)/pkgconfig/bulkwire.pc $(DESTDIR)$(LIBDIR)/pkgconfig/bulkwire-static.pc \
+	  $(DESTDIR)$(LIBDIR)/pkgconfig/bulkwire-mpi.pc
+	rm -rf $(DESTDIR)$(LIBDIR)/cmake/bulkwire $(DESTDIR)$(INCLUDEDIR)/bulkwire-mpi $(DESTDIR)$(MPIDIR)
+	-rmdir $(DESTDIR)$(LIBDIR)/bulkwire 2>/dev/null

@@ -1,5 +1,6 @@
-//! What `bspcc` and `bspcxx` share: compile and link BSPlib (and `bulkwire.h`) programs
-//! against bulkwire, with the system's C or C++ compiler.
+//! What the compiler wrappers share: `bspcc` and `bspcxx` compile and link BSPlib (and
+//! `bulkwire.h`) programs against bulkwire, `bwmpicc` and `bwmpicxx` MPI programs
+//! (`mpi.h`), with the system's C or C++ compiler.
 //!
 //! Every argument goes to the compiler untouched, with the directory of bulkwire's
 //! headers added to the include path and, when linking, the static `libbulkwire.a` and
@@ -14,11 +15,22 @@
 //! `cargo build --release` puts both) and in `../lib` beside it (an installed tree).
 //!
 //! The compiler is the first usable of `$BSPCC_CC`, `$CC`, `cc`, `gcc`, `clang` (bspcxx:
-//! `$BSPCXX_CXX`, `$CXX`, `c++`, `g++`, `clang++`); a variable may hold leading words
+//! `$BSPCXX_CXX`, `$CXX`, `c++`, `g++`, `clang++`; bwmpicc and bwmpicxx: `$BWMPICC_CC`,
+//! `$BWMPICXX_CXX`, then the same); a variable may hold leading words
 //! (`CC="ccache gcc"`). A candidate that is this wrapper itself (by its resolved path) or
-//! another bulkwire wrapper (by name) is skipped, so `make CC=bspcc` works; a wrapper
-//! started by a compiler this wrapper started (a script that calls it back) ignores the
-//! variables altogether; a compiler a variable names that does not exist is an error.
+//! another bulkwire wrapper (by name) is skipped, so `make CC=bspcc` works; the MPI
+//! wrappers also skip other MPIs' wrappers (`CC=mpicc` naming Open MPI's would link two
+//! MPI libraries); a wrapper started by a compiler this wrapper started (a script that
+//! calls it back) ignores the variables altogether; a compiler a variable names that does
+//! not exist is an error.
+//!
+//! The MPI wrappers answer what build systems ask of an MPI compiler wrapper: `-show`
+//! (`-showme`) prints the whole command, `-showme:compile` and `-showme:link` the flags of
+//! each step, `-showme:incdirs`, `-showme:libdirs`, `-showme:libs` and `-showme:version`
+//! their parts (Open MPI's options, which CMake's FindMPI tries first), `-compile_info` and
+//! `-link_info` the compiler with each step's flags (MPICH's), each on standard output.
+//! Their header `mpi.h` is installed in `PREFIX/include/bulkwire-mpi`, apart from the
+//! other headers, so that it never shadows another MPI's `mpi.h` in `/usr/local/include`.
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
@@ -43,6 +55,10 @@ const HEADERS: &[(&str, &str)] = &[
     ("bulkwire.h", include_str!("../../capi/include/bulkwire.h")),
     ("bsp.hpp", include_str!("../../capi/include/bsp.hpp")),
 ];
+/// MPI's header, by name.
+const MPI_HEADERS: &[(&str, &str)] = &[("mpi.h", include_str!("../../mpi/include/mpi.h"))];
+/// Where the MPI header is installed, under `PREFIX/include`.
+const MPI_INCLUDE_SUBDIR: &str = "bulkwire-mpi";
 const LIBRARY: &str = "libbulkwire.a";
 /// What a Rust static library needs from the system (`rustc --print native-static-libs`):
 /// the Makefile's SYSTEM_LIBS, which `pkg-config --libs bulkwire-static` gives (a test of
@@ -52,7 +68,20 @@ const SYSTEM_LIBS: &[&str] = &["-lgcc_s", "-lutil", "-lrt", "-lpthread", "-lm", 
 const IGNORED_WITH_VALUE: &[&str] = &["-flibrary-level", "-fcombine-puts-buffer", "-bspfifo"];
 const IGNORED: &[&str] = &["-fcombine-puts", "-fnocombine-puts"];
 /// bulkwire's compiler wrappers: never a compiler for another one.
-const WRAPPERS: &[&str] = &["bspcc", "bspcxx", "bwcc"];
+const WRAPPERS: &[&str] = &["bspcc", "bspcxx", "bwcc", "bwmpicc", "bwmpicxx"];
+/// Other MPIs' wrappers (Open MPI's, MPICH's and their Debian names): never the compiler
+/// of an MPI wrapper.
+const MPI_WRAPPERS: &[&str] = &[
+    "mpicc",
+    "mpicxx",
+    "mpic++",
+    "mpiCC",
+    "mpicc.openmpi",
+    "mpicxx.openmpi",
+    "mpic++.openmpi",
+    "mpicc.mpich",
+    "mpicxx.mpich",
+];
 /// Set in the compiler's environment: a wrapper that finds it was started, directly or
 /// not, by a compiler a wrapper started.
 const NESTED: &str = "BULKWIRE_BSPCC_NESTED";
@@ -64,130 +93,266 @@ pub enum Lang {
     Cxx,
 }
 
-impl Lang {
+/// The interface a wrapper's programs are written to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// BSPlib (`bsp.h`, `mcbsp.h`) and `bulkwire.h`.
+    Bsp,
+    /// MPI (`mpi.h`).
+    Mpi,
+}
+
+/// One wrapper: its language and interface.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Tool {
+    lang: Lang,
+    api: Api,
+}
+
+impl Tool {
     fn name(self) -> &'static str {
-        match self {
-            Lang::C => "bspcc",
-            Lang::Cxx => "bspcxx",
+        match (self.api, self.lang) {
+            (Api::Bsp, Lang::C) => "bspcc",
+            (Api::Bsp, Lang::Cxx) => "bspcxx",
+            (Api::Mpi, Lang::C) => "bwmpicc",
+            (Api::Mpi, Lang::Cxx) => "bwmpicxx",
         }
     }
 
     /// The variables naming the compiler, then the usual names.
     fn candidates(self) -> (&'static [&'static str], &'static [&'static str]) {
-        match self {
-            Lang::C => (&["BSPCC_CC", "CC"], &["cc", "gcc", "clang"]),
-            Lang::Cxx => (&["BSPCXX_CXX", "CXX"], &["c++", "g++", "clang++"]),
+        match (self.api, self.lang) {
+            (Api::Bsp, Lang::C) => (&["BSPCC_CC", "CC"], &["cc", "gcc", "clang"]),
+            (Api::Bsp, Lang::Cxx) => (&["BSPCXX_CXX", "CXX"], &["c++", "g++", "clang++"]),
+            (Api::Mpi, Lang::C) => (&["BWMPICC_CC", "CC"], &["cc", "gcc", "clang"]),
+            (Api::Mpi, Lang::Cxx) => (&["BWMPICXX_CXX", "CXX"], &["c++", "g++", "clang++"]),
+        }
+    }
+
+    /// The headers this wrapper's programs include, and where they are installed under
+    /// `PREFIX/include`.
+    fn headers(self) -> (&'static [(&'static str, &'static str)], &'static str) {
+        match self.api {
+            Api::Bsp => (HEADERS, ""),
+            Api::Mpi => (MPI_HEADERS, MPI_INCLUDE_SUBDIR),
         }
     }
 }
 
+/// `bspcc` (C) and `bspcxx` (C++).
 pub fn main(lang: Lang) -> ExitCode {
-    match run(lang, std::env::args_os().skip(1).collect()) {
+    main_of(Tool {
+        lang,
+        api: Api::Bsp,
+    })
+}
+
+/// `bwmpicc` (C) and `bwmpicxx` (C++).
+pub fn main_mpi(lang: Lang) -> ExitCode {
+    main_of(Tool {
+        lang,
+        api: Api::Mpi,
+    })
+}
+
+fn main_of(tool: Tool) -> ExitCode {
+    match run(tool, std::env::args_os().skip(1).collect()) {
         Ok(code) => code,
         Err(msg) => {
-            eprintln!("{}: {msg}", lang.name());
+            eprintln!("{}: {msg}", tool.name());
             ExitCode::from(2)
         }
     }
 }
 
-fn usage(lang: Lang) -> String {
-    let (vars, names) = lang.candidates();
+fn usage(tool: Tool) -> String {
+    let (vars, names) = tool.candidates();
     let mut list: Vec<String> = vars.iter().map(|v| format!("${v}")).collect();
     list.extend(names.iter().map(|n| n.to_string()));
-    format!(
-        "usage: {0} [-v] [--show] [--mcbsp] [compiler options] files... [-o output]\n\
-         Compiles and links BSPlib programs (bsp.h, mcbsp.h) and bulkwire.h programs\n\
-         against bulkwire (libbulkwire.a). The compiler is the first usable of {1};\n\
-         all options but -v, --show and --mcbsp go to it.\n\
-         \n\
-         \x20 --mcbsp   MulticoreBSP for C's dialect for programs that include bsp.h\n\
-         \x20 -v        print the compiler command, then run it\n\
-         \x20 --show    only print it\n\
-         \x20 --version print bulkwire's version",
-        lang.name(),
-        list.join(", ")
-    )
+    match tool.api {
+        Api::Bsp => format!(
+            "usage: {0} [-v] [--show] [--mcbsp] [compiler options] files... [-o output]\n\
+             Compiles and links BSPlib programs (bsp.h, mcbsp.h) and bulkwire.h programs\n\
+             against bulkwire (libbulkwire.a). The compiler is the first usable of {1};\n\
+             all options but -v, --show and --mcbsp go to it.\n\
+             \n\
+             \x20 --mcbsp   MulticoreBSP for C's dialect for programs that include bsp.h\n\
+             \x20 -v        print the compiler command, then run it\n\
+             \x20 --show    only print it\n\
+             \x20 --version print bulkwire's version",
+            tool.name(),
+            list.join(", ")
+        ),
+        Api::Mpi => format!(
+            "usage: {0} [-v] [-show] [compiler options] files... [-o output]\n\
+             Compiles and links MPI programs (mpi.h) against bulkwire (libbulkwire.a).\n\
+             The compiler is the first usable of {1}; all options but those below go to it.\n\
+             \n\
+             \x20 -v                print the compiler command, then run it\n\
+             \x20 -show, -showme    only print it (without files: the compiler and every flag)\n\
+             \x20 -showme:compile   the flags for compiling    -compile_info  with the compiler\n\
+             \x20 -showme:link      the flags for linking      -link_info     with the compiler\n\
+             \x20 -showme:incdirs   the header directory       -showme:libdirs  the library's\n\
+             \x20 -showme:libs      the libraries' names       -showme:version  bulkwire's version\n\
+             \x20 --version         bulkwire's version",
+            tool.name(),
+            list.join(", ")
+        ),
+    }
+}
+
+/// What an MPI wrapper is asked to print instead of compiling.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Show {
+    /// The whole command (`-show`, `-showme`, `--show`).
+    Command,
+    /// The compiler and the compile flags (`-compile_info`).
+    CompileInfo,
+    /// The compiler and the link flags (`-link_info`).
+    LinkInfo,
+    /// The compile flags (`-showme:compile`).
+    Compile,
+    /// The link flags (`-showme:link`).
+    Link,
+    IncDirs,
+    LibDirs,
+    Libs,
+    Version,
 }
 
 /// What the wrapper was asked.
 struct Request {
     verbose: bool,
-    show: bool,
+    show: Option<Show>,
     mcbsp: bool,
     pass: Vec<OsString>,
 }
 
-fn parse(lang: Lang, args: Vec<OsString>) -> Result<Option<Request>, String> {
+fn parse(tool: Tool, args: Vec<OsString>) -> Result<Option<Request>, String> {
     let mut r = Request {
         verbose: false,
-        show: false,
+        show: None,
         mcbsp: false,
         pass: Vec::new(),
     };
+    let mpi = tool.api == Api::Mpi;
     let mut it = args.into_iter();
     while let Some(a) = it.next() {
         let s = a.to_string_lossy();
         match s.as_ref() {
             "-v" | "--verbose" => r.verbose = true,
-            "--show" | "-show" => r.show = true,
-            "--mcbsp" | "-mcbsp" => r.mcbsp = true,
+            "--show" | "-show" => r.show = Some(Show::Command),
+            "--mcbsp" | "-mcbsp" if !mpi => r.mcbsp = true,
+            "-showme" | "--showme" if mpi => r.show = Some(Show::Command),
+            "-showme:compile" | "--showme:compile" if mpi => r.show = Some(Show::Compile),
+            "-showme:link" | "--showme:link" if mpi => r.show = Some(Show::Link),
+            "-showme:incdirs" | "--showme:incdirs" if mpi => r.show = Some(Show::IncDirs),
+            "-showme:libdirs" | "--showme:libdirs" if mpi => r.show = Some(Show::LibDirs),
+            "-showme:libs" | "--showme:libs" if mpi => r.show = Some(Show::Libs),
+            "-showme:version" | "--showme:version" if mpi => r.show = Some(Show::Version),
+            "-compile_info" | "-compile-info" if mpi => r.show = Some(Show::CompileInfo),
+            "-link_info" | "-link-info" if mpi => r.show = Some(Show::LinkInfo),
             "-h" | "--help" | "-help" => {
-                println!("{}", usage(lang));
+                println!("{}", usage(tool));
                 return Ok(None);
             }
             "--version" | "-version" => {
-                println!("{} (bulkwire {})", lang.name(), env!("CARGO_PKG_VERSION"));
+                println!("{} (bulkwire {})", tool.name(), env!("CARGO_PKG_VERSION"));
                 return Ok(None);
             }
-            x if IGNORED.contains(&x) => {}
-            x if IGNORED_WITH_VALUE.contains(&x) => {
+            x if !mpi && IGNORED.contains(&x) => {}
+            x if !mpi && IGNORED_WITH_VALUE.contains(&x) => {
                 it.next();
             }
-            x if IGNORED_WITH_VALUE
-                .iter()
-                .any(|o| x.starts_with(&format!("{o}="))) => {}
+            x if !mpi
+                && IGNORED_WITH_VALUE
+                    .iter()
+                    .any(|o| x.starts_with(&format!("{o}="))) => {}
             _ => r.pass.push(a),
         }
     }
-    if r.pass.is_empty() {
-        return Err(format!("no input files\n{}", usage(lang)));
+    // An MPI wrapper shows its flags without files (build systems ask `mpicc -show`).
+    if r.pass.is_empty() && !(mpi && r.show.is_some()) {
+        return Err(format!("no input files\n{}", usage(tool)));
     }
     Ok(Some(r))
 }
 
-fn run(lang: Lang, args: Vec<OsString>) -> Result<ExitCode, String> {
-    let Some(req) = parse(lang, args)? else {
+fn run(tool: Tool, args: Vec<OsString>) -> Result<ExitCode, String> {
+    let Some(req) = parse(tool, args)? else {
         return Ok(ExitCode::SUCCESS);
     };
-    let include = header_dir()?;
+    if req.show == Some(Show::Version) {
+        println!("bulkwire {}", env!("CARGO_PKG_VERSION"));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let include = header_dir(tool)?;
     let linking = !req.pass.iter().any(|a| {
         matches!(
             a.to_string_lossy().as_ref(),
             "-c" | "-S" | "-E" | "-M" | "-MM" | "-fsyntax-only"
         )
     });
-    let (program, lead) = compiler(lang)?;
-    let mut cmd = Command::new(&program);
     let mut inc = OsString::from("-I");
     inc.push(&include);
+    let link_words = || -> Result<Vec<OsString>, String> {
+        let mut w = vec![library()?.into_os_string()];
+        w.extend(SYSTEM_LIBS.iter().map(OsString::from));
+        Ok(w)
+    };
+    // The flag-only answers need no compiler.
+    let words: Option<Vec<OsString>> = match req.show {
+        Some(Show::Compile) => Some(vec![inc.clone()]),
+        Some(Show::Link) => Some(link_words()?),
+        Some(Show::IncDirs) => Some(vec![include.clone().into_os_string()]),
+        Some(Show::LibDirs) => {
+            let lib = library()?;
+            Some(vec![
+                lib.parent()
+                    .unwrap_or(Path::new("."))
+                    .as_os_str()
+                    .to_owned(),
+            ])
+        }
+        Some(Show::Libs) => Some(
+            std::iter::once("bulkwire")
+                .chain(SYSTEM_LIBS.iter().map(|l| l.trim_start_matches("-l")))
+                .map(OsString::from)
+                .collect(),
+        ),
+        _ => None,
+    };
+    if let Some(words) = words {
+        println!("{}", shell_words(words.iter().map(|w| w.as_os_str())));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let (program, lead) = compiler(tool)?;
+    let mut cmd = Command::new(&program);
     cmd.args(&lead).arg(inc);
     if req.mcbsp {
         cmd.arg("-DBULKWIRE_MCBSP=1");
     }
     cmd.args(&req.pass);
-    if linking {
-        cmd.arg(library()?).args(SYSTEM_LIBS);
+    let link = match req.show {
+        Some(Show::CompileInfo) => false,
+        Some(Show::LinkInfo) => true,
+        _ => linking,
+    };
+    if link {
+        cmd.args(link_words()?);
     }
     cmd.env(NESTED, "1");
-    if req.verbose || req.show {
-        let words: Vec<String> = std::iter::once(cmd.get_program())
-            .chain(cmd.get_args())
-            .map(|w| quote(&w.to_string_lossy()))
-            .collect();
-        eprintln!("{}", words.join(" "));
+    if req.verbose || req.show.is_some() {
+        let line = shell_words(std::iter::once(cmd.get_program()).chain(cmd.get_args()));
+        // MPI wrappers answer on standard output, where build systems read it; bspcc's
+        // --show has always written to standard error.
+        if tool.api == Api::Mpi && req.show.is_some() {
+            println!("{line}");
+        } else {
+            eprintln!("{line}");
+        }
     }
-    if req.show {
+    if req.show.is_some() {
         return Ok(ExitCode::SUCCESS);
     }
     // The compiler writes its diagnostics straight to our stdout and stderr.
@@ -200,6 +365,13 @@ fn run(lang: Lang, args: Vec<OsString>) -> Result<ExitCode, String> {
     Ok(exit_code(status))
 }
 
+/// Words as one line for the shell.
+fn shell_words<'a>(words: impl Iterator<Item = &'a OsStr>) -> String {
+    words
+        .map(|w| quote(&w.to_string_lossy()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
 /// The compiler's exit status as ours (a signal as the shell reports it).
 fn exit_code(status: std::process::ExitStatus) -> ExitCode {
     use std::os::unix::process::ExitStatusExt;
@@ -212,8 +384,8 @@ fn exit_code(status: std::process::ExitStatus) -> ExitCode {
 }
 
 /// The compiler to run: its program and leading words.
-fn compiler(lang: Lang) -> Result<(PathBuf, Vec<OsString>), String> {
-    let (vars, names) = lang.candidates();
+fn compiler(tool: Tool) -> Result<(PathBuf, Vec<OsString>), String> {
+    let (vars, names) = tool.candidates();
     let nested = std::env::var_os(NESTED).is_some();
     let mut skipped = Vec::new();
     let from_vars = vars
@@ -232,7 +404,7 @@ fn compiler(lang: Lang) -> Result<(PathBuf, Vec<OsString>), String> {
             .into_iter();
         let Some(first) = words.next() else { continue };
         let what = format!("{source} = {}", first.to_string_lossy());
-        match usable(&first) {
+        match usable(&first, tool.api) {
             Ok(path) => return Ok((path, words.collect())),
             // A compiler the user named but that is not there is an error, not a reason
             // to pick another.
@@ -244,7 +416,7 @@ fn compiler(lang: Lang) -> Result<(PathBuf, Vec<OsString>), String> {
     }
     Err(format!(
         "no {} compiler to run ({})",
-        if lang == Lang::C { "C" } else { "C++" },
+        if tool.lang == Lang::C { "C" } else { "C++" },
         skipped.join("; ")
     ))
 }
@@ -254,6 +426,7 @@ enum Unusable {
     NotFound,
     Myself,
     Wrapper,
+    OtherMpi,
 }
 
 impl std::fmt::Display for Unusable {
@@ -262,24 +435,29 @@ impl std::fmt::Display for Unusable {
             Unusable::NotFound => "not found",
             Unusable::Myself => "that is this wrapper",
             Unusable::Wrapper => "that is a bulkwire wrapper, not a compiler",
+            Unusable::OtherMpi => "that is another MPI's compiler wrapper, not a compiler",
         })
     }
 }
 
-/// `word` as a compiler to run: found, and not a bulkwire wrapper.
-fn usable(word: &OsStr) -> Result<PathBuf, Unusable> {
+/// `word` as a compiler to run: found, and not a bulkwire wrapper (nor, for an MPI
+/// wrapper, another MPI's).
+fn usable(word: &OsStr, api: Api) -> Result<PathBuf, Unusable> {
     let path = find_program(word).ok_or(Unusable::NotFound)?;
     let real = path.canonicalize().unwrap_or_else(|_| path.clone());
     let me = std::env::current_exe().and_then(|e| e.canonicalize()).ok();
     if me.as_ref() == Some(&real) {
         return Err(Unusable::Myself);
     }
-    let is_wrapper = |p: &Path| {
+    let named = |list: &[&str], p: &Path| {
         p.file_name()
-            .is_some_and(|n| WRAPPERS.iter().any(|w| n == OsStr::new(w)))
+            .is_some_and(|n| list.iter().any(|w| n == OsStr::new(w)))
     };
-    if is_wrapper(&path) || is_wrapper(&real) {
+    if named(WRAPPERS, &path) || named(WRAPPERS, &real) {
         return Err(Unusable::Wrapper);
+    }
+    if api == Api::Mpi && (named(MPI_WRAPPERS, &path) || named(MPI_WRAPPERS, &real)) {
+        return Err(Unusable::OtherMpi);
     }
     Ok(path)
 }
@@ -315,8 +493,8 @@ fn quote(w: &str) -> String {
 }
 
 /// FNV-1a of the headers, naming their cache directory (new headers, a new directory).
-fn fingerprint() -> u64 {
-    HEADERS
+fn fingerprint(headers: &[(&str, &str)]) -> u64 {
+    headers
         .iter()
         .flat_map(|(n, h)| n.bytes().chain(h.bytes()))
         .fold(0xcbf2_9ce4_8422_2325, |h, b| {
@@ -324,12 +502,14 @@ fn fingerprint() -> u64 {
         })
 }
 
-/// `../include` beside this executable when it holds every header: the headers
-/// installed with the library (`make install`), used in place so nothing is written.
-fn installed_headers() -> Option<PathBuf> {
+/// `../include` (the MPI wrappers: `../include/bulkwire-mpi`) beside this executable
+/// when it holds every header: the headers installed with the library (`make install`),
+/// used in place so nothing is written.
+fn installed_headers(tool: Tool) -> Option<PathBuf> {
+    let (headers, sub) = tool.headers();
     let exe = std::env::current_exe().ok()?;
-    let dir = exe.parent()?.parent()?.join("include");
-    HEADERS
+    let dir = exe.parent()?.parent()?.join("include").join(sub);
+    headers
         .iter()
         .all(|(name, _)| dir.join(name).is_file())
         .then_some(dir)
@@ -337,8 +517,9 @@ fn installed_headers() -> Option<PathBuf> {
 
 /// The directory of the headers: the installed ones, else a directory holding this
 /// version's embedded headers, written there on first use.
-fn header_dir() -> Result<PathBuf, String> {
-    if let Some(dir) = installed_headers() {
+fn header_dir(tool: Tool) -> Result<PathBuf, String> {
+    let (headers, _) = tool.headers();
+    if let Some(dir) = installed_headers(tool) {
         return Ok(dir);
     }
     let base = std::env::var_os("XDG_CACHE_HOME")
@@ -349,7 +530,10 @@ fn header_dir() -> Result<PathBuf, String> {
                 .filter(|v| !v.is_empty())
                 .map(|h| Path::new(&h).join(".cache"))
         });
-    let name = format!("include-{:016x}", fingerprint());
+    let name = match tool.api {
+        Api::Bsp => format!("include-{:016x}", fingerprint(headers)),
+        Api::Mpi => format!("mpi-include-{:016x}", fingerprint(headers)),
+    };
     let mut tried = Vec::new();
     let tmp = std::env::temp_dir().join(format!("bulkwire-{}", uid()));
     for dir in base
@@ -364,7 +548,7 @@ fn header_dir() -> Result<PathBuf, String> {
         } else {
             Ok(())
         };
-        match guarded.and_then(|()| write_headers(&dir)) {
+        match guarded.and_then(|()| write_headers(&dir, headers)) {
             Ok(()) => return Ok(dir),
             Err(e) => tried.push(format!("{}: {e}", dir.display())),
         }
@@ -375,8 +559,8 @@ fn header_dir() -> Result<PathBuf, String> {
     ))
 }
 
-fn write_headers(dir: &Path) -> std::io::Result<()> {
-    for (name, text) in HEADERS {
+fn write_headers(dir: &Path, headers: &[(&str, &str)]) -> std::io::Result<()> {
+    for (name, text) in headers {
         let path = dir.join(name);
         if std::fs::read_to_string(&path).is_ok_and(|s| s == *text) {
             continue;
@@ -411,7 +595,8 @@ fn library() -> Result<PathBuf, String> {
     for d in &dirs {
         let p = d.join(LIBRARY);
         if p.is_file() {
-            return Ok(p);
+            // Without `bin/..`: build systems keep the path the MPI wrappers show.
+            return Ok(p.canonicalize().unwrap_or(p));
         }
     }
     let looked: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();

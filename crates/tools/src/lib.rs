@@ -1,4 +1,4 @@
 //! What the tools' binaries share: [`compile`], the compiler wrappers `bspcc` and
-//! `bspcxx`.
+//! `bspcxx` (BSPlib) and `bwmpicc` and `bwmpicxx` (MPI).
 
 pub mod compile;

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! bsprun -n 4 ./program args...            four processes, output as it comes
+//! bsprun -np 4 ./program args...           the same, as mpirun and mpiexec are called
 //! bsprun -n 8 --host a:4,b:4 ./program     ranks 0-3 on host a, 4-7 on b, started
 //!                                          through ssh (--rsh CMD, BULKWIRE_RSH)
 //! bsprun ./program                         without -n: one process per CPU bsprun may
@@ -168,7 +169,7 @@ fn main() -> ExitCode {
     if argv.first().map(String::as_str) == Some("--agent") {
         return ExitCode::from(bulkwire_launch::agent::agent_main(&argv[1..]).clamp(0, 255) as u8);
     }
-    let a = Args::parse();
+    let a = Args::parse_from(mpirun_forms(std::env::args_os().collect()));
     match run(a) {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
         Err((code, msg)) => {
@@ -176,6 +177,52 @@ fn main() -> ExitCode {
             ExitCode::from(code)
         }
     }
+}
+
+/// mpirun's and mpiexec's `-np P` (also `--np P`, `-np=P`) as `-n P`, so that scripts and
+/// build systems that call `mpirun -np 4 ./prog` start the same job (clap would read
+/// `-np` as `-n p`). Only bsprun's own options are rewritten: everything from the program
+/// on (the first word that is neither an option nor an option's value) is the program's.
+fn mpirun_forms(argv: Vec<OsString>) -> Vec<OsString> {
+    use clap::CommandFactory;
+    let cmd = Args::command();
+    // The options whose value is the next word.
+    let with_value: Vec<String> = cmd
+        .get_arguments()
+        .filter(|a| !a.is_positional() && a.get_action().takes_values())
+        .filter(|a| a.get_num_args().is_none_or(|n| n.min_values() > 0))
+        .flat_map(|a| {
+            a.get_short()
+                .map(|c| format!("-{c}"))
+                .into_iter()
+                .chain(a.get_long().map(|l| format!("--{l}")))
+        })
+        .collect();
+    let mut out = Vec::with_capacity(argv.len());
+    let mut words = argv.into_iter();
+    out.extend(words.next());
+    let mut value_next = false;
+    while let Some(w) = words.next() {
+        let s = w.to_string_lossy();
+        if value_next {
+            value_next = false;
+        } else if s == "-np" || s == "--np" {
+            out.push("-n".into());
+            value_next = true;
+            continue;
+        } else if let Some(v) = s.strip_prefix("-np=").or_else(|| s.strip_prefix("--np=")) {
+            out.push(format!("--nprocs={v}").into());
+            continue;
+        } else if s == "--" || !s.starts_with('-') {
+            out.push(w);
+            out.extend(words);
+            break;
+        } else if with_value.iter().any(|o| *o == s) {
+            value_next = true;
+        }
+        out.push(w);
+    }
+    out
 }
 
 fn run(a: Args) -> Result<i32, (u8, String)> {
@@ -407,4 +454,52 @@ fn terminal_width() -> usize {
         .and_then(|c| c.parse().ok())
         .filter(|&w| w >= 40)
         .unwrap_or(80)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn forms(words: &[&str]) -> Vec<String> {
+        mpirun_forms(words.iter().map(OsString::from).collect())
+            .into_iter()
+            .map(|w| w.into_string().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn mpiruns_np_is_bsprun_n_before_the_program_only() {
+        assert_eq!(
+            forms(&["bsprun", "-np", "4", "./a"]),
+            ["bsprun", "-n", "4", "./a"]
+        );
+        assert_eq!(
+            forms(&["bsprun", "--np", "2", "./a"]),
+            ["bsprun", "-n", "2", "./a"]
+        );
+        assert_eq!(
+            forms(&["bsprun", "-np=3", "./a"]),
+            ["bsprun", "--nprocs=3", "./a"]
+        );
+        // The program's own -np stays; so does an option's value that looks like one.
+        assert_eq!(
+            forms(&["bsprun", "-n", "2", "./a", "-np", "5"]),
+            ["bsprun", "-n", "2", "./a", "-np", "5"]
+        );
+        assert_eq!(
+            forms(&["bsprun", "-x", "-np", "-np", "2", "./a"]),
+            ["bsprun", "-x", "-np", "-n", "2", "./a"]
+        );
+        assert_eq!(
+            forms(&["bsprun", "--timeout", "9", "-np", "2", "--", "./a", "-np"]),
+            ["bsprun", "--timeout", "9", "-n", "2", "--", "./a", "-np"]
+        );
+        let a = Args::parse_from(mpirun_forms(
+            ["bsprun", "-np", "4", "./a", "-x"]
+                .map(OsString::from)
+                .to_vec(),
+        ));
+        assert_eq!(a.nprocs, Some(4));
+        assert_eq!(a.command, ["./a", "-x"].map(OsString::from));
+    }
 }

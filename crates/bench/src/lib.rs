@@ -22,6 +22,7 @@ pub mod kernels;
 pub mod mpi;
 pub mod netns;
 pub mod npb;
+pub mod osu;
 pub mod p2pk;
 pub mod pair;
 pub mod plan;

@@ -34,6 +34,7 @@ pub struct Suite {
     with_mpi: bool,
     work: PathBuf,
     mpi: OnceLock<Result<Mpi, String>>,
+    osu: Option<PathBuf>,
 }
 
 impl Suite {
@@ -45,7 +46,20 @@ impl Suite {
             with_mpi: true,
             work,
             mpi: OnceLock::new(),
+            osu: None,
         }
+    }
+
+    /// Where `scripts/mpi-suites.sh` built the OSU micro-benchmarks (its work directory),
+    /// for `bwbench mpi`.
+    pub fn with_osu(mut self, dir: PathBuf) -> Suite {
+        self.osu = Some(dir);
+        self
+    }
+
+    /// The directory given to [`Suite::with_osu`].
+    pub fn osu_dir(&self) -> Option<&Path> {
+        self.osu.as_deref()
     }
 
     /// The `bwbench` executable the workers are started from.

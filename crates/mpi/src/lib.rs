@@ -13,18 +13,20 @@
 #![allow(non_snake_case)]
 #![allow(clippy::missing_safety_doc)]
 
+pub mod coll;
 pub mod comm;
+pub mod datatype;
 pub mod error;
 pub mod group;
 pub mod handle;
 pub mod net;
+pub mod op;
 pub mod predef;
 pub mod pt2pt;
 pub mod request;
+pub mod rma;
 pub mod runtime;
 pub mod topo;
 
-/// The predefined contiguous datatypes, standing in for `datatype` until it is merged.
-mod dtshim;
 /// The datatype module the layer uses.
-pub(crate) use dtshim as dt;
+pub(crate) use datatype as dt;

@@ -968,57 +968,8 @@ pub unsafe extern "C" fn MPI_Get_count(
     MPI_SUCCESS
 }
 
-/// Basic elements received: for a datatype made of one basic type, the bytes over that
-/// type's size (a partial last element counts its whole basic elements).
-///
-/// # Safety
-/// `status` valid for a read; `count` for a write.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MPI_Get_elements(
-    status: *const MpiStatus,
-    datatype: Raw,
-    count: *mut c_int,
-) -> c_int {
-    let mut n: i64 = 0;
-    // SAFETY: forwarded contract; `n` is local.
-    let rc = unsafe { MPI_Get_elements_x(status, datatype, &mut n) };
-    if rc == MPI_SUCCESS {
-        let v = if n == i64::from(MPI_UNDEFINED) || n > i64::from(c_int::MAX) {
-            MPI_UNDEFINED
-        } else {
-            n as c_int
-        };
-        // SAFETY: the caller's contract.
-        unsafe { put(count, v) };
-    }
-    rc
-}
-
-/// # Safety
-/// `status` valid for a read; `count` for a write.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MPI_Get_elements_x(
-    status: *const MpiStatus,
-    datatype: Raw,
-    count: *mut i64,
-) -> c_int {
-    let (bytes, dt) = tri!(count_of("MPI_Get_elements", status, datatype));
-    let unit = match dt.basic() {
-        Some((b, _)) => b.size() as i64,
-        // Mixed basic types: whole elements only.
-        None => dt.size() as i64,
-    };
-    let n = if unit == 0 {
-        0
-    } else if bytes % unit != 0 {
-        i64::from(MPI_UNDEFINED)
-    } else {
-        bytes / unit
-    };
-    // SAFETY: the caller's contract.
-    unsafe { put(count, n) };
-    MPI_SUCCESS
-}
+// MPI_Get_elements and MPI_Get_elements_x are datatype/capi.rs's (merge of mpicore and
+// mpitypes).
 
 /// # Safety
 /// `status` valid for reads and writes.

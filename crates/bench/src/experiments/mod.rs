@@ -32,6 +32,7 @@ pub mod fabric;
 pub mod latency;
 pub mod layers;
 pub mod loss;
+pub mod osu;
 pub mod overlap;
 pub mod scale;
 
@@ -51,6 +52,7 @@ pub static REGISTRY: &[&dyn Entry] = &[
     &apps::Apps,
     &cluster::Cluster,
     &fabric::FabricExperiment,
+    &osu::Osu,
 ];
 
 /// The experiment named `name`.

@@ -7,6 +7,8 @@
 //! bwbench all                  every experiment, full sizes and repetitions
 //! bwbench latency              one experiment (also writes the report directory)
 //! bwbench all --hosts          and the experiments across hosts (root: namespaces)
+//! bwbench mpi --osu DIR        the OSU micro-benchmarks that scripts/mpi-suites.sh built,
+//!                              under bulkwire's MPI, Open MPI and MPICH side by side
 //! bwbench profile cg.prof      a BSP cost profile (bsprun --profile cg.prof) as tables,
 //!                              a timeline (cg.prof.svg) and W + H g + S l
 //! ```
@@ -46,6 +48,10 @@ struct Args {
     /// Leave MPI out even where it is installed.
     #[arg(long, global = true)]
     no_mpi: bool,
+    /// `mpi`: the work directory of scripts/mpi-suites.sh, where it built the OSU
+    /// micro-benchmarks with each MPI (default: target/mpi-suites).
+    #[arg(long, global = true, value_name = "DIR")]
+    osu: Option<PathBuf>,
     /// Directory the report is written to.
     #[arg(long, global = true, default_value = "bwbench-report")]
     out: PathBuf,
@@ -341,6 +347,9 @@ fn main() -> ExitCode {
     let mut suite = Suite::new(exe, level, work.clone());
     if args.no_mpi {
         suite = suite.without_mpi();
+    }
+    if let Some(dir) = &args.osu {
+        suite = suite.with_osu(dir.clone());
     }
     let plans: Vec<Box<dyn Prepared>> = chosen.iter().map(|e| e.prepare(&suite)).collect();
     if args.plan {

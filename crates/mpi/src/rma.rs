@@ -13,19 +13,34 @@
 //! **Completion**: messages of one origin to one target arrive in order, so a marker sent
 //! after an origin's operations means they have all been applied when the target sees it:
 //! - `MPI_Win_fence`: every process sends a fence marker to every process and waits for
-//!   the markers of all (its window is then complete) and for the replies to its own gets;
+//!   the markers of all (its window is then complete) and for the replies to its own gets,
+//!   then says so to all and waits until all have: when a fence returns, every window
+//!   is complete, as after a barrier (2(p-1) small messages per process);
 //! - `MPI_Win_flush`/`MPI_Win_unlock`: the origin sends a flush (unlock) message and waits
 //!   for the target's acknowledgement, which follows the replies to its gets;
 //! - `MPI_Win_lock`: the target's service thread grants locks in request order (shared
-//!   ones together); the origin waits for the grant.
+//!   ones together); the origin waits for the grant;
+//! - `MPI_Win_post`/`start`/`complete`/`wait`: a post is a message to each origin, which
+//!   `MPI_Win_start` waits for; `MPI_Win_complete` sends a marker after the operations,
+//!   which `MPI_Win_wait` waits for.
 //!
-//! Left out (they return `MPI_ERR_UNSUPPORTED_OPERATION`): shared-memory windows
-//! (`MPI_Win_allocate_shared`, `MPI_Win_shared_query`), dynamic windows
-//! (`MPI_Win_create_dynamic`, `attach`, `detach`), general active target
-//! synchronisation (`MPI_Win_post`/`start`/`complete`/`wait`/`test`) and the request-based
-//! operations (`MPI_Rput`, `MPI_Rget`, `MPI_Raccumulate`, `MPI_Rget_accumulate`).
+//! **Kinds of window**: dynamic windows (`MPI_Win_create_dynamic`) check each operation
+//! against the regions attached at the target when it arrives (the origin cannot know
+//! them; the target's next synchronisation call reports a miss). Shared-memory windows
+//! (`MPI_Win_allocate_shared`) are one file in `/dev/shm` that every process maps; loads
+//! and stores reach the peers' segments directly, and the RMA calls work on them as on
+//! any window.
+//!
+//! **Requests**: `MPI_Rput`, `MPI_Rget`, `MPI_Raccumulate` and `MPI_Rget_accumulate` are
+//! requests of core's table: a put is complete at once (its data is in the message), a
+//! get once its reply has arrived (polled by `MPI_Test`).
+//!
+//! **Errors** go through the window's communicator's handler (`MPI_ERRORS_ARE_FATAL`
+//! unless `MPI_Win_set_errhandler` says otherwise); a handler made by
+//! `MPI_Win_create_errhandler` is called with that communicator's handle.
+//!
 //! Limits: one thread per window; an operation is one message (its target type's runs
-//! and its data).
+//! and its data); accumulate takes the predefined operations only, as the standard says.
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{CStr, c_char};
@@ -50,6 +65,8 @@ pub const MPI_LOCK_EXCLUSIVE: c_int = 301;
 pub const MPI_LOCK_SHARED: c_int = 302;
 pub const MPI_WIN_FLAVOR_CREATE: c_int = 311;
 pub const MPI_WIN_FLAVOR_ALLOCATE: c_int = 312;
+pub const MPI_WIN_FLAVOR_DYNAMIC: c_int = 313;
+pub const MPI_WIN_FLAVOR_SHARED: c_int = 314;
 pub const MPI_WIN_UNIFIED: c_int = 321;
 pub const MPI_MODE_NOSUCCEED: c_int = 16384;
 pub const MPI_PROC_NULL: c_int = -3;
@@ -69,12 +86,14 @@ mod msg {
     pub const FENCE: u8 = 9;
     pub const FREE: u8 = 10;
     pub const STOP: u8 = 11;
+    pub const COMPLETE: u8 = 12;
 
     pub const DATA: u8 = 20;
     pub const LOCKED: u8 = 21;
     pub const UNLOCKED: u8 = 22;
     pub const FLUSHED: u8 = 23;
     pub const INFO: u8 = 24;
+    pub const POSTED: u8 = 25;
 }
 
 /// A message: a kind byte, then 8-byte words, then bytes.
@@ -163,21 +182,29 @@ struct Target {
     window_rank: HashMap<u32, u32>,
     base: usize,
     size: usize,
+    /// A dynamic window: displacements are addresses, valid inside attached regions.
+    dynamic: bool,
+    regions: Mutex<Vec<(usize, usize)>>,
     st: Mutex<TargetState>,
     cv: Condvar,
 }
 
 #[derive(Default)]
 struct TargetState {
-    /// Fence markers received, by fence number.
+    /// Fence markers received, by 2 * fence number + phase.
     fences: HashMap<u64, u32>,
     frees: u32,
+    /// Ends of access epochs (`MPI_Win_complete`) received, by origin.
+    completes: HashMap<u32, u32>,
     exclusive: Option<u32>,
     shared: u32,
     waiting: VecDeque<(u32, bool)>,
-    /// A request the service thread could not apply (outside the window, a bad op):
-    /// reported by the next synchronisation call.
-    error: Option<(c_int, String)>,
+    /// Fence markers received from each origin: the fence epoch its next request is in.
+    marks: HashMap<u32, u64>,
+    /// Requests the service thread could not apply (outside a dynamic window's attached
+    /// memory, a bad op), with the origin's fence epoch: reported by the target's
+    /// synchronisation call that ends that epoch (or by any other).
+    errors: Vec<(u64, c_int, String)>,
     /// The service thread's receive failed (the job failed).
     dead: bool,
 }
@@ -185,6 +212,14 @@ struct TargetState {
 impl Target {
     /// The window's bytes at `runs`, checked against its size.
     fn check(&self, runs: &[(u64, u64)]) -> bool {
+        if self.dynamic {
+            let regions = self.regions.lock().unwrap();
+            return runs.iter().all(|&(o, n)| {
+                regions.iter().any(|&(a, len)| {
+                    o >= a as u64 && o.checked_add(n).is_some_and(|e| e <= (a + len) as u64)
+                })
+            });
+        }
         runs.iter()
             .all(|&(o, n)| o.checked_add(n).is_some_and(|e| e <= self.size as u64))
     }
@@ -213,9 +248,10 @@ impl Target {
         }
     }
 
-    fn fail(&self, what: String) {
+    fn fail(&self, from: u32, code: c_int, what: String) {
         let mut st = self.st.lock().unwrap();
-        st.error.get_or_insert((MPI_ERR_RMA_RANGE, what));
+        let e = st.marks.get(&from).copied().unwrap_or(0);
+        st.errors.push((e, code, what));
     }
 
     fn reply(&self, to: u32, m: Writer) {
@@ -248,10 +284,14 @@ impl Target {
             msg::PUT => {
                 let Some(runs) = r.runs() else { return true };
                 if !self.check(&runs) {
-                    self.fail(format!(
-                        "MPI_Put: rank {from} wrote outside the window of {} bytes",
-                        self.size
-                    ));
+                    self.fail(
+                        from,
+                        MPI_ERR_RMA_RANGE,
+                        format!(
+                            "MPI_Put: rank {from} wrote outside the window of {} bytes",
+                            self.size
+                        ),
+                    );
                     return true;
                 }
                 self.scatter(&runs, r.rest());
@@ -287,18 +327,21 @@ impl Target {
                         .and_then(|t| ops::apply(op as Raw, &t, r.rest(), &mut cur))
                     {
                         Ok(()) => self.scatter(&runs, &cur),
-                        Err(code) => {
-                            self.st.lock().unwrap().error.get_or_insert((
-                                code,
-                                format!("MPI_Accumulate: the operation {op:#x} does not apply to the type {ty:#x}"),
-                            ));
-                        }
+                        Err(code) => self.fail(
+                            from,
+                            code,
+                            format!("MPI_Accumulate: the operation {op:#x} does not apply to the type {ty:#x}"),
+                        ),
                     }
                 } else {
-                    self.fail(format!(
-                        "MPI_Accumulate: rank {from} reached outside the window of {} bytes",
-                        self.size
-                    ));
+                    self.fail(
+                        from,
+                        MPI_ERR_RMA_RANGE,
+                        format!(
+                            "MPI_Accumulate: rank {from} reached outside the window of {} bytes",
+                            self.size
+                        ),
+                    );
                 }
                 if kind == msg::GET_ACC {
                     self.reply(from, Writer::new(msg::DATA).u64(id).bytes(&old));
@@ -343,12 +386,22 @@ impl Target {
             }
             msg::FLUSH => self.reply(from, Writer::new(msg::FLUSHED)),
             msg::FENCE => {
+                // Word: 2 * fence number + phase (1: that process's window is complete).
                 let Some(e) = r.u64() else { return true };
-                *self.st.lock().unwrap().fences.entry(e).or_default() += 1;
+                let mut st = self.st.lock().unwrap();
+                *st.fences.entry(e).or_default() += 1;
+                if e % 2 == 0 {
+                    *st.marks.entry(from).or_default() += 1;
+                }
+                drop(st);
                 self.cv.notify_all();
             }
             msg::FREE => {
                 self.st.lock().unwrap().frees += 1;
+                self.cv.notify_all();
+            }
+            msg::COMPLETE => {
+                *self.st.lock().unwrap().completes.entry(from).or_default() += 1;
                 self.cv.notify_all();
             }
             msg::STOP => return false,
@@ -410,6 +463,13 @@ struct Origin {
     fence: u64,
     /// An access epoch of fences is open (a fence was called, not with NOSUCCEED).
     fenced: bool,
+    /// Exposure epochs opened by each target for this process (`MPI_Win_post`), not yet
+    /// started.
+    posted: Vec<u32>,
+    /// The targets of the open access epoch of `MPI_Win_start`.
+    started: Option<Vec<u32>>,
+    /// The origins of the open exposure epoch of `MPI_Win_post`.
+    exposed: Option<Vec<u32>>,
     /// The lock held at each target (true: exclusive).
     locked: Vec<Option<bool>>,
     lock_all: bool,
@@ -422,8 +482,8 @@ pub struct Window {
     /// (size, disp_unit) of every process's window.
     remote: Vec<(u64, i64)>,
     service: Mutex<Option<JoinHandle<()>>>,
-    /// Memory `MPI_Win_allocate` allocated, freed with the window.
-    owned: Option<(usize, std::alloc::Layout)>,
+    /// Memory the window allocated, freed with it.
+    owned: Option<Memory>,
     /// The window's communicator (a duplicate), freed with it.
     pub comm: Raw,
     // The values the predefined attributes point to.
@@ -434,12 +494,32 @@ pub struct Window {
     name: Mutex<String>,
 }
 
+/// Memory a window allocated.
+pub enum Memory {
+    /// `MPI_Win_allocate`: from the allocator.
+    Heap(usize, std::alloc::Layout),
+    /// `MPI_Win_allocate_shared`: a mapping of a file in `/dev/shm` shared by the
+    /// window's processes, of `len` bytes at `addr` here; every process's segment as
+    /// (offset, size, displacement unit).
+    Map {
+        addr: usize,
+        len: usize,
+        segs: Vec<(usize, usize, c_int)>,
+    },
+}
+
 impl Drop for Window {
     fn drop(&mut self) {
-        if let Some((p, l)) = self.owned.take() {
-            // SAFETY: allocated in `allocate` with this layout; the service thread that
-            // wrote into it has been joined (`free`) or never started.
-            unsafe { std::alloc::dealloc(p as *mut u8, l) };
+        // The service thread that wrote into the memory has been joined (`free`) or
+        // never started.
+        match self.owned.take() {
+            // SAFETY: allocated with this layout by `MPI_Win_allocate`.
+            Some(Memory::Heap(p, l)) => unsafe { std::alloc::dealloc(p as *mut u8, l) },
+            Some(Memory::Map { addr, len, .. }) => {
+                // SAFETY: mapped by `allocate_shared` with this length.
+                unsafe { libc::munmap(addr as *mut libc::c_void, len) };
+            }
+            None => {}
         }
     }
 }
@@ -460,7 +540,7 @@ impl Window {
         size: usize,
         disp_unit: c_int,
         flavor: c_int,
-        owned: Option<(usize, std::alloc::Layout)>,
+        owned: Option<Memory>,
         comm: Raw,
     ) -> Result<Arc<Window>, Failure> {
         let p = ch.size();
@@ -470,11 +550,14 @@ impl Window {
             .enumerate()
             .map(|(i, &w)| (w, i as u32))
             .collect();
+        let dynamic = flavor == MPI_WIN_FLAVOR_DYNAMIC;
         let target = Arc::new(Target {
             ch,
             window_rank,
             base,
             size,
+            dynamic,
+            regions: Mutex::new(Vec::new()),
             st: Mutex::new(TargetState::default()),
             cv: Condvar::new(),
         });
@@ -488,6 +571,9 @@ impl Window {
                 info: vec![None; p as usize],
                 fence: 0,
                 fenced: false,
+                posted: vec![0; p as usize],
+                started: None,
+                exposed: None,
                 locked: vec![None; p as usize],
                 lock_all: false,
             }),
@@ -495,7 +581,7 @@ impl Window {
             service: Mutex::new(None),
             owned,
             comm,
-            attr_size: size as isize,
+            attr_size: if dynamic { 0 } else { size as isize },
             attr_disp: disp_unit,
             attr_flavor: flavor,
             attr_model: MPI_WIN_UNIFIED,
@@ -541,6 +627,30 @@ impl Window {
             })?;
         *w.service.get_mut().unwrap() = Some(h);
         Ok(Arc::new(w))
+    }
+
+    /// `MPI_Win_shared_query`: the segment of window rank `rank` (`None`: the first
+    /// non-empty one) as (address here, size, displacement unit).
+    pub fn shared_segment(&self, rank: Option<u32>) -> Result<(usize, usize, c_int), Failure> {
+        let Some(Memory::Map { addr, segs, .. }) = &self.owned else {
+            return Err((
+                MPI_ERR_RMA_FLAVOR,
+                "MPI_Win_shared_query: the window was not made by MPI_Win_allocate_shared"
+                    .to_string(),
+            ));
+        };
+        let seg = match rank {
+            Some(r) => segs.get(r as usize).copied().ok_or((
+                MPI_ERR_RANK,
+                format!("MPI_Win_shared_query: rank {r} is outside the window's group"),
+            ))?,
+            None => segs.iter().copied().find(|s| s.1 > 0).unwrap_or((
+                0,
+                0,
+                segs.first().map_or(1, |s| s.2),
+            )),
+        };
+        Ok((addr + seg.0, seg.1, seg.2))
     }
 
     pub fn base(&self) -> usize {
@@ -607,6 +717,7 @@ impl Window {
             msg::UNLOCKED | msg::FLUSHED => {
                 o.owed[from as usize] = o.owed[from as usize].saturating_sub(1);
             }
+            msg::POSTED => o.posted[from as usize] += 1,
             msg::INFO => {
                 let (Some(s), Some(d)) = (r.u64(), r.u64()) else {
                     return;
@@ -617,12 +728,22 @@ impl Window {
         }
     }
 
-    /// A request the service thread could not apply, once.
-    fn take_error(&self) -> Result<(), Failure> {
-        match self.target.st.lock().unwrap().error.take() {
-            Some(e) => Err(e),
+    /// A request the service thread could not apply, once: of the fence epochs up to
+    /// `epoch` (`u64::MAX`: any).
+    fn take_error_upto(&self, epoch: u64) -> Result<(), Failure> {
+        let mut st = self.target.st.lock().unwrap();
+        match st.errors.iter().position(|e| e.0 <= epoch) {
+            Some(i) => {
+                let (_, c, w) = st.errors.remove(i);
+                st.errors.retain(|e| e.0 > epoch);
+                Err((c, w))
+            }
             None => Ok(()),
         }
+    }
+
+    fn take_error(&self) -> Result<(), Failure> {
+        self.take_error_upto(u64::MAX)
     }
 
     /// The target's bytes for `count` elements of `dt` at displacement `disp`: absolute
@@ -659,7 +780,8 @@ impl Window {
 
     fn check_epoch(&self, call: &str, target: u32) -> Result<(), Failure> {
         let o = self.origin.lock().unwrap();
-        if o.fenced || o.lock_all || o.locked[target as usize].is_some() {
+        let started = o.started.as_ref().is_some_and(|g| g.contains(&target));
+        if o.fenced || started || o.lock_all || o.locked[target as usize].is_some() {
             Ok(())
         } else {
             Err(rma_err(format!(
@@ -744,9 +866,9 @@ impl Window {
         tdt: &Datatype,
         acc: Option<(Raw, Raw, Vec<u8>)>,
         cas: Option<(Vec<u8>, Vec<u8>)>,
-    ) -> Result<(), Failure> {
+    ) -> Result<u64, Failure> {
         let Some(t) = self.check_rank(call, target)? else {
-            return Ok(());
+            return Ok(0);
         };
         self.check_epoch(call, t)?;
         if rcount * rdt.size() != tcount * tdt.size() {
@@ -790,8 +912,50 @@ impl Window {
             (None, None) => Writer::new(msg::GET).u64(id).runs(&runs),
         };
         let ch = self.ch();
-        ch.send(t, ch.req_tag(), m)
-            .map_err(|c| (c, format!("{call}: sending to rank {t} failed")))
+        match ch.send(t, ch.req_tag(), m) {
+            Ok(()) => Ok(id),
+            Err(c) => {
+                self.origin.lock().unwrap().pending.remove(&id);
+                Err((c, format!("{call}: sending to rank {t} failed")))
+            }
+        }
+    }
+
+    /// Takes the replies that have arrived, without waiting.
+    pub fn poll_replies(&self) -> Result<(), Failure> {
+        let ch = self.ch();
+        loop {
+            let st = ch
+                .p2p
+                .iprobe(Source::Any, Tag::Is(ch.rep_tag()))
+                .map_err(|e| (MPI_ERR_OTHER, format!("polling a window's replies: {e}")))?;
+            let Some(st) = st else { return Ok(()) };
+            let (m, st) = ch
+                .p2p
+                .recv_vec(Source::Rank(st.source), Tag::Is(ch.rep_tag()), usize::MAX)
+                .map_err(|e| (MPI_ERR_OTHER, format!("receiving a window's reply: {e}")))?;
+            if let Some(&from) = self.target.window_rank.get(&st.source) {
+                self.on_reply(from, &m);
+            }
+        }
+    }
+
+    /// Whether the get (or fetching operation) `id` has its data.
+    pub fn arrived(&self, id: u64) -> bool {
+        !self.origin.lock().unwrap().pending.contains_key(&id)
+    }
+
+    /// Request-based operations need a passive-target epoch at their target.
+    pub fn check_passive(&self, call: &str, target: c_int) -> Result<(), Failure> {
+        let o = self.origin.lock().unwrap();
+        let t = target as usize;
+        if target == MPI_PROC_NULL || o.lock_all || o.locked.get(t).is_some_and(Option::is_some) {
+            Ok(())
+        } else {
+            Err(rma_err(format!(
+                "{call}: request-based operations need a passive-target epoch (MPI_Win_lock or MPI_Win_lock_all) at rank {target}"
+            )))
+        }
     }
 
     /// `MPI_Win_fence`.
@@ -806,26 +970,36 @@ impl Window {
             }
             (o.fence, ch.size())
         };
-        for r in 0..p {
-            ch.send(r, ch.req_tag(), Writer::new(msg::FENCE).u64(e))
-                .map_err(|c| (c, format!("MPI_Win_fence: sending to rank {r} failed")))?;
+        // Two rounds: the first marker follows this process's operations, so once all
+        // first markers are in, this window is complete; the second says so. A fence
+        // returns once every window is complete, as a barrier after the operations
+        // would: a load from a shared window, or a get of the next epoch from another
+        // process's window, sees what any process put before the fence.
+        for phase in 0..2 {
+            let word = 2 * e + phase;
+            for r in 0..p {
+                ch.send(r, ch.req_tag(), Writer::new(msg::FENCE).u64(word))
+                    .map_err(|c| (c, format!("MPI_Win_fence: sending to rank {r} failed")))?;
+            }
+            if phase == 0 {
+                self.wait_replies(|o| o.pending.is_empty())?;
+            }
+            self.target
+                .wait(|st| {
+                    if st.fences.get(&word) == Some(&p) {
+                        st.fences.remove(&word);
+                        true
+                    } else {
+                        false
+                    }
+                })
+                .map_err(|c| (c, "MPI_Win_fence: the job failed".to_string()))?;
         }
-        self.wait_replies(|o| o.pending.is_empty())?;
-        self.target
-            .wait(|st| {
-                if st.fences.get(&e) == Some(&p) {
-                    st.fences.remove(&e);
-                    true
-                } else {
-                    false
-                }
-            })
-            .map_err(|c| (c, "MPI_Win_fence: the job failed".to_string()))?;
         let mut o = self.origin.lock().unwrap();
         o.fence += 1;
         o.fenced = assert & MPI_MODE_NOSUCCEED == 0;
         drop(o);
-        self.take_error()
+        self.take_error_upto(e)
     }
 
     /// Sends `kind` to each of `targets` and waits for their acknowledgements (and so for
@@ -958,6 +1132,143 @@ impl Window {
         self.handshake(call, &targets, msg::FLUSH, None)
     }
 
+    /// The window ranks of the world ranks `group` (a group's members).
+    pub fn window_ranks(&self, call: &str, group: &[u32]) -> Result<Vec<u32>, Failure> {
+        group
+            .iter()
+            .map(|w| {
+                self.target.window_rank.get(w).copied().ok_or((
+                    MPI_ERR_GROUP,
+                    format!("{call}: process {w} of the group is not in the window"),
+                ))
+            })
+            .collect()
+    }
+
+    /// `MPI_Win_post`: opens an exposure epoch for the origins `group` (window ranks).
+    pub fn post(&self, group: &[u32]) -> Result<(), Failure> {
+        let call = "MPI_Win_post";
+        {
+            let mut o = self.origin.lock().unwrap();
+            if o.exposed.is_some() {
+                return Err(rma_err(format!(
+                    "{call}: an exposure epoch is open already (MPI_Win_wait)"
+                )));
+            }
+            o.exposed = Some(group.to_vec());
+        }
+        let ch = self.ch();
+        for &r in group {
+            ch.send(r, ch.rep_tag(), Writer::new(msg::POSTED))
+                .map_err(|c| (c, format!("{call}: sending to rank {r} failed")))?;
+        }
+        Ok(())
+    }
+
+    /// `MPI_Win_start`: waits until every target of `group` has posted.
+    pub fn start(&self, group: &[u32]) -> Result<(), Failure> {
+        let call = "MPI_Win_start";
+        if self.origin.lock().unwrap().started.is_some() {
+            return Err(rma_err(format!(
+                "{call}: an access epoch is open already (MPI_Win_complete)"
+            )));
+        }
+        self.wait_replies(|o| group.iter().all(|&t| o.posted[t as usize] > 0))?;
+        let mut o = self.origin.lock().unwrap();
+        for &t in group {
+            o.posted[t as usize] -= 1;
+        }
+        o.started = Some(group.to_vec());
+        Ok(())
+    }
+
+    /// `MPI_Win_complete`: ends the access epoch; each target learns it after the
+    /// operations (they travel in order).
+    pub fn complete(&self) -> Result<(), Failure> {
+        let call = "MPI_Win_complete";
+        let Some(group) = self.origin.lock().unwrap().started.take() else {
+            return Err(rma_err(format!(
+                "{call}: no access epoch is open (MPI_Win_start)"
+            )));
+        };
+        self.wait_replies(|o| o.pending.is_empty())?;
+        let ch = self.ch();
+        for &t in &group {
+            ch.send(t, ch.req_tag(), Writer::new(msg::COMPLETE))
+                .map_err(|c| (c, format!("{call}: sending to rank {t} failed")))?;
+        }
+        self.take_error()
+    }
+
+    /// `MPI_Win_wait` (`block`) and `MPI_Win_test`: whether every origin of the exposure
+    /// epoch has completed; the epoch is closed then.
+    pub fn wait_exposure(&self, block: bool) -> Result<bool, Failure> {
+        let call = if block {
+            "MPI_Win_wait"
+        } else {
+            "MPI_Win_test"
+        };
+        let Some(group) = self.origin.lock().unwrap().exposed.clone() else {
+            return Err(rma_err(format!(
+                "{call}: no exposure epoch is open (MPI_Win_post)"
+            )));
+        };
+        let mut done = false;
+        self.target
+            .wait(|st| {
+                done = group
+                    .iter()
+                    .all(|o| st.completes.get(o).copied().unwrap_or(0) > 0);
+                if done {
+                    for o in &group {
+                        if let Some(n) = st.completes.get_mut(o) {
+                            *n -= 1;
+                        }
+                    }
+                }
+                done || !block
+            })
+            .map_err(|c| (c, format!("{call}: the job failed")))?;
+        if done {
+            self.origin.lock().unwrap().exposed = None;
+            self.take_error()?;
+        }
+        Ok(done)
+    }
+
+    /// `MPI_Win_attach` on a dynamic window.
+    pub fn attach(&self, base: usize, size: usize) -> Result<(), Failure> {
+        if !self.target.dynamic {
+            return Err((
+                MPI_ERR_RMA_FLAVOR,
+                "MPI_Win_attach: the window is not dynamic (MPI_Win_create_dynamic)".to_string(),
+            ));
+        }
+        self.target.regions.lock().unwrap().push((base, size));
+        Ok(())
+    }
+
+    /// `MPI_Win_detach`.
+    pub fn detach(&self, base: usize) -> Result<(), Failure> {
+        if !self.target.dynamic {
+            return Err((
+                MPI_ERR_RMA_FLAVOR,
+                "MPI_Win_detach: the window is not dynamic (MPI_Win_create_dynamic)".to_string(),
+            ));
+        }
+        let mut r = self.target.regions.lock().unwrap();
+        match r.iter().position(|&(a, _)| a == base) {
+            Some(i) => {
+                r.remove(i);
+                Ok(())
+            }
+            None => Err((
+                MPI_ERR_RMA_ATTACH,
+                format!("MPI_Win_detach: nothing is attached at {base:#x}"),
+            )),
+        }
+    }
+
     /// `MPI_Win_free`, collective: returns once no process will send this window
     /// anything more; the service thread is stopped then.
     pub fn free(&self) -> Result<(), Failure> {
@@ -966,6 +1277,11 @@ impl Window {
             if o.lock_all || o.locked.iter().any(Option::is_some) {
                 return Err(rma_err(
                     "MPI_Win_free: a passive-target epoch is still open (MPI_Win_unlock)",
+                ));
+            }
+            if o.started.is_some() || o.exposed.is_some() {
+                return Err(rma_err(
+                    "MPI_Win_free: an epoch of MPI_Win_start or MPI_Win_post is still open",
                 ));
             }
         }
@@ -991,103 +1307,163 @@ impl Window {
     }
 }
 
-/// Accumulate's operations.
-///
-/// REPLACE with coll's `crate::op::lookup(op)?.apply(..)` once `mpicoll` is merged: this
-/// stand-in knows `MPI_SUM`, `MPI_PROD`, `MPI_MIN`, `MPI_MAX`, the logical and bitwise
-/// operations on integers, `MPI_REPLACE` and `MPI_NO_OP`, on the integer and floating
-/// types whose packed form is their array form (not the pair types).
+/// `MPI_Win_allocate_shared`, collective: one file in `/dev/shm` mapped by every process
+/// (`same_host`: all of them share this host), holding their segments one after the
+/// other in rank order.
+pub fn allocate_shared(
+    ch: Channel,
+    size: usize,
+    disp_unit: c_int,
+    comm: Raw,
+    same_host: bool,
+) -> Result<Arc<Window>, Failure> {
+    let call = "MPI_Win_allocate_shared";
+    if !same_host {
+        return Err((
+            MPI_ERR_RMA_SHARED,
+            format!(
+                "{call}: the processes of the communicator do not all share this host (split it with MPI_COMM_TYPE_SHARED)"
+            ),
+        ));
+    }
+    let p = ch.size();
+    let rep = ch.rep_tag();
+    let io = |e: std::io::Error| {
+        (
+            MPI_ERR_NO_MEM,
+            format!("{call}: the shared memory file: {e}"),
+        )
+    };
+    let lost = |e| (MPI_ERR_OTHER, format!("{call}: {e}"));
+    // Sizes to rank 0, which lays the segments out and names the file; replies on the
+    // reply tag from one known process at a time, before the window exists.
+    ch.send(
+        0,
+        rep,
+        Writer::new(msg::INFO)
+            .u64(size as u64)
+            .u64(disp_unit as i64 as u64),
+    )
+    .map_err(|c| (c, format!("{call}: sending the size failed")))?;
+    let (path, len, segs) = if ch.me == 0 {
+        let mut segs = Vec::with_capacity(p as usize);
+        let mut at = 0usize;
+        for r in 0..p {
+            let (m, _) = ch
+                .p2p
+                .recv_vec(Source::Rank(ch.ranks[r as usize]), Tag::Is(rep), 64)
+                .map_err(lost)?;
+            let mut rd = Reader(&m[1..]);
+            let (Some(s), Some(d)) = (rd.u64(), rd.u64()) else {
+                return Err((MPI_ERR_INTERN, format!("{call}: a bad size message")));
+            };
+            segs.push((at, s as usize, d as i64 as c_int));
+            // Segments start on cache lines.
+            at += (s as usize).div_ceil(64) * 64;
+        }
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = format!(
+            "/dev/shm/bulkwire-win-{}-{}-{n}",
+            std::process::id(),
+            ch.ctx
+        );
+        let f = std::fs::File::create_new(&path).map_err(io)?;
+        let len = at.max(1);
+        f.set_len(len as u64).map_err(io)?;
+        let mut m = Writer::new(msg::INFO).u64(len as u64).u64(p as u64);
+        for &(o, s, d) in &segs {
+            m = m.u64(o as u64).u64(s as u64).u64(d as i64 as u64);
+        }
+        m = m.bytes(path.as_bytes());
+        for r in 1..p {
+            ch.send(r, rep, Writer(m.0.clone()))
+                .map_err(|c| (c, format!("{call}: sending the layout failed")))?;
+        }
+        (path, len, segs)
+    } else {
+        let (m, _) = ch
+            .p2p
+            .recv_vec(Source::Rank(ch.ranks[0]), Tag::Is(rep), usize::MAX)
+            .map_err(lost)?;
+        let mut rd = Reader(&m[1..]);
+        let bad = || (MPI_ERR_INTERN, format!("{call}: a bad layout message"));
+        let (len, n) = (rd.u64().ok_or_else(bad)?, rd.u64().ok_or_else(bad)?);
+        let mut segs = Vec::new();
+        for _ in 0..n {
+            let (o, s, d) = (
+                rd.u64().ok_or_else(bad)?,
+                rd.u64().ok_or_else(bad)?,
+                rd.u64().ok_or_else(bad)?,
+            );
+            segs.push((o as usize, s as usize, d as i64 as c_int));
+        }
+        let path = String::from_utf8_lossy(rd.rest()).into_owned();
+        (path, len as usize, segs)
+    };
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(io)?;
+    use std::os::fd::AsRawFd;
+    // SAFETY: a shared read-write mapping of the whole file, which is `len` bytes long.
+    let addr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    if addr == libc::MAP_FAILED {
+        return Err(io(std::io::Error::last_os_error()));
+    }
+    let addr = addr as usize;
+    let (off, mine, _) = segs[ch.me as usize];
+    let me = ch.me;
+    let owned = Memory::Map { addr, len, segs };
+    let w = Window::create(
+        ch,
+        addr + off,
+        mine,
+        disp_unit,
+        MPI_WIN_FLAVOR_SHARED,
+        Some(owned),
+        comm,
+    );
+    // Every process has mapped the file once the window exists (each sent its window
+    // information after mapping, and creation waits for all of them): the name can go.
+    if me == 0 {
+        let _ = std::fs::remove_file(&path);
+    }
+    w
+}
+
+/// Accumulate's operations: the predefined ones of `crate::op`, on packed values.
 pub mod ops {
     use super::*;
-    use crate::datatype::Basic;
 
-    const SUM: Raw = 0x21;
-    const MIN: Raw = 0x22;
-    const MAX: Raw = 0x23;
-    const PROD: Raw = 0x24;
-    const BAND: Raw = 0x28;
-    const BOR: Raw = 0x29;
-    const BXOR: Raw = 0x2a;
-    const LAND: Raw = 0x30;
-    const LOR: Raw = 0x31;
-    const LXOR: Raw = 0x32;
-
-    macro_rules! ints {
-        ($op:expr, $t:ty, $inp:expr, $io:expr) => {{
-            const W: usize = std::mem::size_of::<$t>();
-            for (a, b) in $inp.chunks_exact(W).zip($io.chunks_exact_mut(W)) {
-                let x = <$t>::from_ne_bytes(a.try_into().unwrap());
-                let y = <$t>::from_ne_bytes((&*b).try_into().unwrap());
-                let r: $t = match $op {
-                    SUM => x.wrapping_add(y),
-                    PROD => x.wrapping_mul(y),
-                    MIN => x.min(y),
-                    MAX => x.max(y),
-                    BAND => x & y,
-                    BOR => x | y,
-                    BXOR => x ^ y,
-                    LAND => ((x != 0) && (y != 0)) as $t,
-                    LOR => ((x != 0) || (y != 0)) as $t,
-                    LXOR => ((x != 0) != (y != 0)) as $t,
-                    _ => return Err(MPI_ERR_OP),
-                };
-                b.copy_from_slice(&r.to_ne_bytes());
-            }
-            Ok(())
-        }};
-    }
-
-    macro_rules! floats {
-        ($op:expr, $t:ty, $inp:expr, $io:expr) => {{
-            const W: usize = std::mem::size_of::<$t>();
-            for (a, b) in $inp.chunks_exact(W).zip($io.chunks_exact_mut(W)) {
-                let x = <$t>::from_ne_bytes(a.try_into().unwrap());
-                let y = <$t>::from_ne_bytes((&*b).try_into().unwrap());
-                let r: $t = match $op {
-                    SUM => x + y,
-                    PROD => x * y,
-                    MIN => x.min(y),
-                    MAX => x.max(y),
-                    _ => return Err(MPI_ERR_OP),
-                };
-                b.copy_from_slice(&r.to_ne_bytes());
-            }
-            Ok(())
-        }};
-    }
-
-    /// Whether `op` is one accumulate takes (the predefined operations).
+    /// Whether `op` is one accumulate takes (a predefined operation, `MPI_REPLACE` and
+    /// `MPI_NO_OP` included).
     pub fn valid(op: Raw) -> bool {
-        matches!(op, 0x21..=0x24 | 0x28..=0x2a | 0x30..=0x32 | 0x38 | 0x39 | MPI_REPLACE | MPI_NO_OP)
+        crate::op::Predef::from_handle(op).is_some()
+    }
+
+    /// Whether `op` is defined on the values of `t` (`MPI_ERR_OP` if not).
+    pub fn check(op: Raw, t: &Datatype) -> Result<(), c_int> {
+        let p = crate::op::Predef::from_handle(op).ok_or(MPI_ERR_OP)?;
+        match t.basic() {
+            Some((b, _)) => crate::op::check(p, b),
+            None => Err(MPI_ERR_TYPE),
+        }
     }
 
     /// `inout[i] = input[i] op inout[i]` over packed values of `t`'s value type.
     pub fn apply(op: Raw, t: &Datatype, input: &[u8], inout: &mut [u8]) -> Result<(), c_int> {
-        if op == MPI_NO_OP {
-            return Ok(());
-        }
-        if op == MPI_REPLACE {
-            let n = input.len().min(inout.len());
-            inout[..n].copy_from_slice(&input[..n]);
-            return Ok(());
-        }
-        use Basic::*;
-        let Some((b, _)) = t.basic() else {
-            return Err(MPI_ERR_TYPE);
-        };
-        match b {
-            Char | SignedChar | Int8 => ints!(op, i8, input, inout),
-            UnsignedChar | Byte | UInt8 | CBool => ints!(op, u8, input, inout),
-            Short | Int16 => ints!(op, i16, input, inout),
-            UnsignedShort | UInt16 => ints!(op, u16, input, inout),
-            Int | Int32 => ints!(op, i32, input, inout),
-            Unsigned | UInt32 | WChar => ints!(op, u32, input, inout),
-            Long | LongLong | Int64 | Aint | Offset | Count => ints!(op, i64, input, inout),
-            UnsignedLong | UnsignedLongLong | UInt64 => ints!(op, u64, input, inout),
-            Float => floats!(op, f32, input, inout),
-            Double => floats!(op, f64, input, inout),
-            _ => Err(MPI_ERR_OP),
-        }
+        crate::op::apply_packed_values(op, t, input, inout)
     }
 }
 

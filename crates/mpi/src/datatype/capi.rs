@@ -15,33 +15,8 @@ const MPI_COMM_WORLD: Raw = 0x101;
 const MPI_UNDEFINED: c_int = -32766;
 const MPI_MAX_OBJECT_NAME: usize = 128;
 
-/// Stand-ins for core's runtime until it is merged. REPLACE with `crate::runtime::fail` and
-/// core's status accessor.
-mod shim {
-    use super::*;
-
-    /// Core's `runtime::fail`: here only the code is returned (as under
-    /// `MPI_ERRORS_RETURN`).
-    pub fn fail(_comm: Raw, code: c_int, _what: impl Display) -> c_int {
-        code
-    }
-
-    /// The byte count of a received message, kept in `MPI_internal[0]` (low 32 bits) and
-    /// `MPI_internal[1]` (high) of `MPI_Status { int MPI_SOURCE, MPI_TAG, MPI_ERROR;
-    /// int MPI_internal[5]; }`, as core's request module writes it.
-    ///
-    /// # Safety
-    /// `status` points to an `MPI_Status`.
-    pub unsafe fn status_bytes(status: *const c_int) -> i64 {
-        // SAFETY: MPI_internal[0] and [1] are ints 3 and 4 of the status the caller
-        // vouches for.
-        let (lo, hi) = unsafe { (*status.add(3), *status.add(4)) };
-        (i64::from(hi) << 32) | i64::from(lo as u32)
-    }
-}
-
 fn err(call: &str, code: c_int, what: impl Display) -> c_int {
-    shim::fail(MPI_COMM_WORLD, code, format_args!("{call}: {what}"))
+    crate::runtime::fail(MPI_COMM_WORLD, code, format!("{call}: {what}"))
 }
 
 macro_rules! tri {
@@ -1074,15 +1049,17 @@ pub unsafe extern "C" fn MPI_Type_get_value_index(
     MPI_SUCCESS
 }
 
+/// The basic elements in a received message's bytes, `None` when they end inside one.
+///
 /// # Safety
-/// The C caller passes valid pointers.
+/// `status` is null or points to an `MPI_Status`.
 unsafe fn elements(call: &str, status: *const c_void, datatype: Raw) -> Result<Option<u64>, c_int> {
     if status.is_null() {
         return Err(err(call, MPI_ERR_ARG, "status is MPI_STATUS_IGNORE"));
     }
     let t = get(call, datatype)?;
     // SAFETY: non-null; the C caller passes an MPI_Status.
-    let bytes = unsafe { shim::status_bytes(status as *const c_int) };
+    let bytes = unsafe { (*(status as *const crate::request::MpiStatus)).bytes() };
     Ok(t.elements(bytes.max(0) as u64))
 }
 

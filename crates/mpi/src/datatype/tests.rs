@@ -259,20 +259,13 @@ fn partial_unpack_writes_as_far_as_the_data_goes() {
     assert_eq!((n, out), (5, [4, 5, 6, 7, 8]));
 }
 
+/// The C functions on valid arguments (their errors are fatal without MPI_Init: the C
+/// tests check them under `MPI_ERRORS_RETURN`).
 #[test]
-fn c_interface_checks_its_arguments() {
+fn c_interface() {
     let mut t: Raw = 0;
     // SAFETY: valid pointers throughout.
     unsafe {
-        assert_eq!(MPI_Type_contiguous(-1, INT, &mut t), MPI_ERR_COUNT);
-        assert_eq!(
-            MPI_Type_contiguous(2, MPI_DATATYPE_NULL, &mut t),
-            MPI_ERR_TYPE
-        );
-        assert_eq!(
-            MPI_Type_contiguous(2, INT, std::ptr::null_mut()),
-            MPI_ERR_ARG
-        );
         assert_eq!(MPI_Type_vector(3, 1, 2, INT, &mut t), MPI_SUCCESS);
         let mut size = 0;
         assert_eq!(MPI_Type_size(t, &mut size), MPI_SUCCESS);
@@ -280,19 +273,7 @@ fn c_interface_checks_its_arguments() {
         let data = [1i32, 2, 3, 4, 5];
         let mut packed = [0u8; 12];
         let mut pos = 0;
-        assert_eq!(
-            MPI_Pack(
-                data.as_ptr().cast(),
-                1,
-                t,
-                packed.as_mut_ptr().cast(),
-                12,
-                &mut pos,
-                0x101
-            ),
-            MPI_ERR_TYPE,
-            "not committed"
-        );
+        assert!(!lookup(t).unwrap().committed());
         assert_eq!(MPI_Type_commit(&mut t), MPI_SUCCESS);
         assert_eq!(
             MPI_Pack(
@@ -307,18 +288,6 @@ fn c_interface_checks_its_arguments() {
             MPI_SUCCESS
         );
         assert_eq!(pos, 12);
-        assert_eq!(
-            MPI_Pack(
-                data.as_ptr().cast(),
-                1,
-                t,
-                packed.as_mut_ptr().cast(),
-                12,
-                &mut pos,
-                0x101
-            ),
-            MPI_ERR_TRUNCATE
-        );
         let ints: Vec<i32> = packed
             .chunks(4)
             .map(|c| i32::from_ne_bytes(c.try_into().unwrap()))
@@ -377,14 +346,12 @@ fn c_interface_checks_its_arguments() {
         assert_eq!(CStr::from_ptr(name.as_ptr()).to_str().unwrap(), "strided");
         assert_eq!(len, 7);
 
-        let mut p = INT;
-        assert_eq!(MPI_Type_free(&mut p), MPI_ERR_TYPE, "predefined");
         let mut d: Raw = 0;
         assert_eq!(MPI_Type_dup(t, &mut d), MPI_SUCCESS);
         let keep = t;
         assert_eq!(MPI_Type_free(&mut t), MPI_SUCCESS);
         assert_eq!(t, MPI_DATATYPE_NULL);
-        assert_eq!(MPI_Type_size(keep, &mut size), MPI_ERR_TYPE, "freed");
+        assert_eq!(lookup(keep).unwrap_err(), MPI_ERR_TYPE, "freed");
         assert_eq!(
             MPI_Type_size(d, &mut size),
             MPI_SUCCESS,
@@ -400,7 +367,6 @@ fn c_interface_checks_its_arguments() {
         let mut m = 0;
         assert_eq!(MPI_Type_match_size(192, 8, &mut m), MPI_SUCCESS);
         assert_eq!(lookup(m).unwrap().size(), 8);
-        assert_eq!(MPI_Type_match_size(193, 3, &mut m), MPI_ERR_ARG);
 
         // Get_elements reads the byte count core keeps in the status.
         let mut status = [0 as c_int; 8];

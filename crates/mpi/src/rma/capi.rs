@@ -14,43 +14,68 @@ const MPI_WIN_SIZE: c_int = 603;
 const MPI_WIN_CREATE_FLAVOR: c_int = 604;
 const MPI_WIN_MODEL: c_int = 605;
 
-/// Stand-ins for core's communicators and error handlers until `mpicore` is merged.
-/// REPLACE:
-/// - `fail`: `crate::runtime::fail(comm, code, what)` (with the window's handler once
-///   windows have one);
-/// - `dup`: `MPI_Comm_dup(comm, &mut h)`, then `crate::comm::lookup(h)` gives `c` and the
-///   channel is `Channel { p2p: crate::runtime::p2p()?, ranks: c.group.ranks.clone(),
-///   me: c.rank, ctx: c.ctx }`;
-/// - `free_comm`: `MPI_Comm_free(&mut h)`; `comm_group`: `MPI_Comm_group(h, group)`.
-mod shim {
-    use super::*;
-
-    pub fn fail(_comm: Raw, code: c_int, _what: &str) -> c_int {
-        code
+/// The window's own communicator: a duplicate of `comm` (its context carries the window's
+/// messages), with `MPI_ERRORS_ARE_FATAL`, the default handler of a window.
+fn dup(comm: Raw) -> Result<(Raw, Channel), (c_int, String)> {
+    let mut h: Raw = 0;
+    // SAFETY: `h` is a local handle to write.
+    let rc = unsafe { crate::comm::MPI_Comm_dup(comm, &mut h) };
+    if rc != MPI_SUCCESS {
+        return Err((rc, "duplicating the communicator failed".to_string()));
     }
-
-    pub fn dup(_comm: Raw) -> Result<(Raw, Channel), (c_int, String)> {
-        Err((
-            MPI_ERR_COMM,
-            "communicators are not linked in yet".to_string(),
-        ))
-    }
-
-    pub fn free_comm(_h: Raw) {}
-
-    pub fn comm_group(_h: Raw, _group: *mut Raw) -> c_int {
-        MPI_ERR_UNSUPPORTED_OPERATION
-    }
+    crate::runtime::MPI_Comm_set_errhandler(h, MPI_ERRORS_ARE_FATAL);
+    let c = crate::comm::lookup(h).map_err(|e| (e, "the duplicate vanished".to_string()))?;
+    let p2p = crate::runtime::p2p().map_err(|e| (e, "MPI is not initialised".to_string()))?;
+    let ch = Channel {
+        p2p,
+        ranks: c.group.ranks.clone(),
+        me: c.rank,
+        ctx: c.ctx,
+    };
+    Ok((h, ch))
 }
 
+fn free_comm(mut h: Raw) {
+    // SAFETY: `h` is a local handle.
+    unsafe { crate::comm::MPI_Comm_free(&mut h) };
+}
+
+/// Whether all of the channel's processes run on this host.
+fn same_host(ch: &Channel) -> bool {
+    let local = ch.p2p.host_local();
+    let me = ch.ranks[ch.me as usize];
+    ch.ranks
+        .iter()
+        .all(|&r| r == me || local.get(r as usize).copied().unwrap_or(false))
+}
+
+const MPI_ERRORS_ARE_FATAL: Raw = 0x141;
 const MPI_COMM_WORLD: Raw = 0x101;
 
 fn err(code: c_int, what: &str) -> c_int {
-    shim::fail(MPI_COMM_WORLD, code, what)
+    crate::runtime::fail(MPI_COMM_WORLD, code, what)
 }
 
 fn report((code, what): Failure) -> c_int {
     err(code, &what)
+}
+
+/// Reports through the window's error handler (its communicator's).
+fn report_w(w: &Window, (code, what): Failure) -> c_int {
+    crate::runtime::fail(w.comm, code, what)
+}
+
+fn errw(w: &Window, code: c_int, what: &str) -> c_int {
+    crate::runtime::fail(w.comm, code, what)
+}
+
+macro_rules! wtri {
+    ($w:expr, $e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(f) => return report_w(&$w, f),
+        }
+    };
 }
 
 macro_rules! tri {
@@ -104,15 +129,19 @@ fn acc_type(call: &str, a: &Datatype, b: &Datatype) -> Result<Raw, Failure> {
     }
 }
 
-fn check_op(call: &str, op: Raw) -> Result<(), Failure> {
-    if ops::valid(op) {
-        Ok(())
-    } else {
-        Err((
+fn check_op(call: &str, op: Raw, t: &Datatype) -> Result<(), Failure> {
+    if !ops::valid(op) {
+        return Err((
             MPI_ERR_OP,
             format!("{call}: {op:#x} is not a predefined operation"),
-        ))
+        ));
     }
+    ops::check(op, t).map_err(|c| {
+        (
+            c,
+            format!("{call}: the operation {op:#x} is not defined on the target type's values"),
+        )
+    })
 }
 
 /// # Safety
@@ -125,10 +154,10 @@ unsafe fn create_common(
     disp_unit: c_int,
     comm: Raw,
     flavor: c_int,
-    owned: Option<(usize, std::alloc::Layout)>,
+    owned: Option<Memory>,
     out: *mut Raw,
 ) -> Result<(), Failure> {
-    let (h, ch) = shim::dup(comm).map_err(|(c, w)| (c, format!("{call}: {w}")))?;
+    let (h, ch) = dup(comm).map_err(|(c, w)| (c, format!("{call}: {w}")))?;
     let w = Window::create(ch, base, size as usize, disp_unit, flavor, owned, h)?;
     // SAFETY: checked non-null by the caller.
     unsafe { out.write(register(w)) };
@@ -216,7 +245,7 @@ pub unsafe extern "C" fn MPI_Win_allocate(
             disp_unit,
             comm,
             MPI_WIN_FLAVOR_ALLOCATE,
-            Some((p as usize, layout)),
+            Some(Memory::Heap(p as usize, layout)),
             win,
         )
     };
@@ -240,9 +269,9 @@ pub unsafe extern "C" fn MPI_Win_free(win: *mut Raw) -> c_int {
     // SAFETY: non-null.
     let h = unsafe { *win };
     let w = tri!(super::capi::win(call, h));
-    tri!(w.free());
+    wtri!(w, w.free());
     release(h);
-    shim::free_comm(w.comm);
+    free_comm(w.comm);
     // SAFETY: non-null.
     unsafe { *win = MPI_WIN_NULL };
     MPI_SUCCESS
@@ -263,12 +292,12 @@ pub unsafe extern "C" fn MPI_Put(
 ) -> c_int {
     let call = "MPI_Put";
     let w = tri!(super::capi::win(call, win));
-    let oc = tri!(count(call, "origin_count", origin_count));
-    let tc = tri!(count(call, "target_count", target_count));
-    let odt = tri!(dtype(call, origin_datatype));
-    let tdt = tri!(dtype(call, target_datatype));
+    let oc = wtri!(w, count(call, "origin_count", origin_count));
+    let tc = wtri!(w, count(call, "target_count", target_count));
+    let odt = wtri!(w, dtype(call, origin_datatype));
+    let tdt = wtri!(w, dtype(call, target_datatype));
     // SAFETY: the C caller vouches for the origin buffer.
-    tri!(unsafe {
+    wtri!(w, unsafe {
         w.put(
             call,
             origin_addr as *const u8,
@@ -300,14 +329,14 @@ pub unsafe extern "C" fn MPI_Accumulate(
 ) -> c_int {
     let call = "MPI_Accumulate";
     let w = tri!(super::capi::win(call, win));
-    let oc = tri!(count(call, "origin_count", origin_count));
-    let tc = tri!(count(call, "target_count", target_count));
-    let odt = tri!(dtype(call, origin_datatype));
-    let tdt = tri!(dtype(call, target_datatype));
-    tri!(check_op(call, op));
-    let ty = tri!(acc_type(call, &odt, &tdt));
+    let oc = wtri!(w, count(call, "origin_count", origin_count));
+    let tc = wtri!(w, count(call, "target_count", target_count));
+    let odt = wtri!(w, dtype(call, origin_datatype));
+    let tdt = wtri!(w, dtype(call, target_datatype));
+    wtri!(w, check_op(call, op, &tdt));
+    let ty = wtri!(w, acc_type(call, &odt, &tdt));
     // SAFETY: the C caller vouches for the origin buffer.
-    tri!(unsafe {
+    wtri!(w, unsafe {
         w.put(
             call,
             origin_addr as *const u8,
@@ -338,12 +367,12 @@ pub unsafe extern "C" fn MPI_Get(
 ) -> c_int {
     let call = "MPI_Get";
     let w = tri!(super::capi::win(call, win));
-    let oc = tri!(count(call, "origin_count", origin_count));
-    let tc = tri!(count(call, "target_count", target_count));
-    let odt = tri!(dtype(call, origin_datatype));
-    let tdt = tri!(dtype(call, target_datatype));
+    let oc = wtri!(w, count(call, "origin_count", origin_count));
+    let tc = wtri!(w, count(call, "target_count", target_count));
+    let odt = wtri!(w, dtype(call, origin_datatype));
+    let tdt = wtri!(w, dtype(call, target_datatype));
     // SAFETY: the C caller keeps the origin buffer for the epoch.
-    tri!(unsafe {
+    wtri!(w, unsafe {
         w.get(
             call,
             origin_addr as *mut u8,
@@ -379,28 +408,69 @@ pub unsafe extern "C" fn MPI_Get_accumulate(
 ) -> c_int {
     let call = "MPI_Get_accumulate";
     let w = tri!(super::capi::win(call, win));
-    let rc = tri!(count(call, "result_count", result_count));
-    let tc = tri!(count(call, "target_count", target_count));
-    let rdt = tri!(dtype(call, result_datatype));
-    let tdt = tri!(dtype(call, target_datatype));
-    tri!(check_op(call, op));
-    let ty = tri!(acc_type(call, &rdt, &tdt));
+    // SAFETY: forwarded.
+    wtri!(w, unsafe {
+        get_accumulate(
+            &w,
+            call,
+            origin_addr,
+            origin_count,
+            origin_datatype,
+            result_addr,
+            result_count,
+            result_datatype,
+            target_rank,
+            target_disp,
+            target_count,
+            target_datatype,
+            op,
+        )
+    });
+    MPI_SUCCESS
+}
+
+/// `MPI_Get_accumulate` on a window looked up: the get's id.
+///
+/// # Safety
+/// The C caller's buffers.
+#[allow(clippy::too_many_arguments)]
+unsafe fn get_accumulate(
+    w: &Window,
+    call: &str,
+    origin_addr: *const c_void,
+    origin_count: c_int,
+    origin_datatype: Raw,
+    result_addr: *mut c_void,
+    result_count: c_int,
+    result_datatype: Raw,
+    target_rank: c_int,
+    target_disp: isize,
+    target_count: c_int,
+    target_datatype: Raw,
+    op: Raw,
+) -> Result<u64, Failure> {
+    let rc = count(call, "result_count", result_count)?;
+    let tc = count(call, "target_count", target_count)?;
+    let rdt = dtype(call, result_datatype)?;
+    let tdt = dtype(call, target_datatype)?;
+    check_op(call, op, &tdt)?;
+    let ty = acc_type(call, &rdt, &tdt)?;
     let mut data = Vec::new();
     if op != MPI_NO_OP {
-        let oc = tri!(count(call, "origin_count", origin_count));
-        let odt = tri!(dtype(call, origin_datatype));
-        tri!(acc_type(call, &odt, &tdt));
+        let oc = count(call, "origin_count", origin_count)?;
+        let odt = dtype(call, origin_datatype)?;
+        acc_type(call, &odt, &tdt)?;
         if oc * odt.size() != tc * tdt.size() {
-            return err(
+            return Err((
                 MPI_ERR_TYPE,
-                "MPI_Get_accumulate: the origin and target data differ in size",
-            );
+                format!("{call}: the origin and target data differ in size"),
+            ));
         }
         // SAFETY: the C caller vouches for the origin buffer.
         unsafe { odt.pack(origin_addr as *const u8, oc, &mut data) };
     }
-    // SAFETY: the C caller keeps the result buffer for the epoch.
-    tri!(unsafe {
+    // SAFETY: the C caller keeps the result buffer until the operation completes.
+    unsafe {
         w.get(
             call,
             result_addr as *mut u8,
@@ -413,8 +483,7 @@ pub unsafe extern "C" fn MPI_Get_accumulate(
             Some((op, ty, data)),
             None,
         )
-    });
-    MPI_SUCCESS
+    }
 }
 
 /// # Safety
@@ -462,9 +531,10 @@ pub unsafe extern "C" fn MPI_Compare_and_swap(
 ) -> c_int {
     let call = "MPI_Compare_and_swap";
     let w = tri!(super::capi::win(call, win));
-    let dt = tri!(dtype(call, datatype));
+    let dt = wtri!(w, dtype(call, datatype));
     if dt.named().is_none() || !dt.contiguous() {
-        return err(
+        return errw(
+            &w,
             MPI_ERR_TYPE,
             "MPI_Compare_and_swap: the datatype must be a predefined integer-like type",
         );
@@ -476,7 +546,7 @@ pub unsafe extern "C" fn MPI_Compare_and_swap(
         dt.pack(origin_addr as *const u8, 1, &mut new);
     }
     // SAFETY: the C caller keeps the result buffer for the epoch.
-    tri!(unsafe {
+    wtri!(w, unsafe {
         w.get(
             call,
             result_addr as *mut u8,
@@ -496,49 +566,49 @@ pub unsafe extern "C" fn MPI_Compare_and_swap(
 #[unsafe(no_mangle)]
 pub extern "C" fn MPI_Win_fence(assert: c_int, win: Raw) -> c_int {
     let w = tri!(super::capi::win("MPI_Win_fence", win));
-    tri!(w.fence(assert));
+    wtri!(w, w.fence(assert));
     MPI_SUCCESS
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn MPI_Win_lock(lock_type: c_int, rank: c_int, _assert: c_int, win: Raw) -> c_int {
     let w = tri!(super::capi::win("MPI_Win_lock", win));
-    tri!(w.lock(lock_type, rank));
+    wtri!(w, w.lock(lock_type, rank));
     MPI_SUCCESS
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn MPI_Win_unlock(rank: c_int, win: Raw) -> c_int {
     let w = tri!(super::capi::win("MPI_Win_unlock", win));
-    tri!(w.unlock(rank));
+    wtri!(w, w.unlock(rank));
     MPI_SUCCESS
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn MPI_Win_lock_all(_assert: c_int, win: Raw) -> c_int {
     let w = tri!(super::capi::win("MPI_Win_lock_all", win));
-    tri!(w.lock_all());
+    wtri!(w, w.lock_all());
     MPI_SUCCESS
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn MPI_Win_unlock_all(win: Raw) -> c_int {
     let w = tri!(super::capi::win("MPI_Win_unlock_all", win));
-    tri!(w.unlock_all());
+    wtri!(w, w.unlock_all());
     MPI_SUCCESS
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn MPI_Win_flush(rank: c_int, win: Raw) -> c_int {
     let w = tri!(super::capi::win("MPI_Win_flush", win));
-    tri!(w.flush(Some(rank)));
+    wtri!(w, w.flush(Some(rank)));
     MPI_SUCCESS
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn MPI_Win_flush_all(win: Raw) -> c_int {
     let w = tri!(super::capi::win("MPI_Win_flush_all", win));
-    tri!(w.flush(None));
+    wtri!(w, w.flush(None));
     MPI_SUCCESS
 }
 
@@ -566,9 +636,10 @@ pub extern "C" fn MPI_Win_sync(win: Raw) -> c_int {
 pub unsafe extern "C" fn MPI_Win_get_group(win: Raw, group: *mut Raw) -> c_int {
     let w = tri!(super::capi::win("MPI_Win_get_group", win));
     if group.is_null() {
-        return err(MPI_ERR_ARG, "MPI_Win_get_group: group is NULL");
+        return errw(&w, MPI_ERR_ARG, "MPI_Win_get_group: group is NULL");
     }
-    shim::comm_group(w.comm, group)
+    // SAFETY: `group` checked non-null.
+    unsafe { crate::comm::MPI_Comm_group(w.comm, group) }
 }
 
 /// The predefined attributes: `MPI_WIN_BASE` gives the base address itself, the others a
@@ -585,7 +656,8 @@ pub unsafe extern "C" fn MPI_Win_get_attr(
 ) -> c_int {
     let w = tri!(super::capi::win("MPI_Win_get_attr", win));
     if attribute_val.is_null() || flag.is_null() {
-        return err(
+        return errw(
+            &w,
             MPI_ERR_ARG,
             "MPI_Win_get_attr: attribute_val or flag is NULL",
         );
@@ -615,7 +687,7 @@ pub unsafe extern "C" fn MPI_Win_get_attr(
 pub unsafe extern "C" fn MPI_Win_set_name(win: Raw, name: *const c_char) -> c_int {
     let w = tri!(super::capi::win("MPI_Win_set_name", win));
     if name.is_null() {
-        return err(MPI_ERR_ARG, "MPI_Win_set_name: win_name is NULL");
+        return errw(&w, MPI_ERR_ARG, "MPI_Win_set_name: win_name is NULL");
     }
     // SAFETY: non-null and NUL-terminated, as the C caller vouches.
     w.set_name(&unsafe { c_name(name) });
@@ -632,7 +704,8 @@ pub unsafe extern "C" fn MPI_Win_get_name(
 ) -> c_int {
     let w = tri!(super::capi::win("MPI_Win_get_name", win));
     if name.is_null() || resultlen.is_null() {
-        return err(
+        return errw(
+            &w,
             MPI_ERR_ARG,
             "MPI_Win_get_name: win_name or resultlen is NULL",
         );
@@ -647,45 +720,393 @@ pub unsafe extern "C" fn MPI_Win_get_name(
     MPI_SUCCESS
 }
 
-// MPI_Alloc_mem and MPI_Free_mem are runtime.rs's (merge of mpicore and mpitypes).
-
-macro_rules! unsupported {
-    ($($name:ident ( $($arg:ident : $t:ty),* ) => $why:literal;)*) => {$(
-        /// Not provided: returns `MPI_ERR_UNSUPPORTED_OPERATION`.
-        ///
-        /// # Safety
-        /// Never dereferences its arguments.
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name($(_: $t),*) -> c_int {
-            err(MPI_ERR_UNSUPPORTED_OPERATION, concat!(stringify!($name), ": ", $why))
-        }
-    )*};
+fn group(call: &str, w: &Window, h: Raw) -> Result<Vec<u32>, Failure> {
+    let g = crate::group::lookup(h)
+        .map_err(|c| (c, format!("{call}: {h:#x} is not a group")))?
+        .ranks
+        .clone();
+    w.window_ranks(call, &g)
 }
 
-unsupported! {
-    MPI_Win_allocate_shared(a: isize, b: c_int, c: Raw, d: Raw, e: *mut c_void, f: *mut Raw) =>
-        "shared-memory windows are not supported (use MPI_Win_allocate)";
-    MPI_Win_shared_query(a: Raw, b: c_int, c: *mut isize, d: *mut c_int, e: *mut c_void) =>
-        "shared-memory windows are not supported";
-    MPI_Win_create_dynamic(a: Raw, b: Raw, c: *mut Raw) => "dynamic windows are not supported";
-    MPI_Win_attach(a: Raw, b: *mut c_void, c: isize) => "dynamic windows are not supported";
-    MPI_Win_detach(a: Raw, b: *const c_void) => "dynamic windows are not supported";
-    MPI_Win_post(a: Raw, b: c_int, c: Raw) =>
-        "post/start/complete/wait synchronisation is not supported (use MPI_Win_fence or MPI_Win_lock)";
-    MPI_Win_start(a: Raw, b: c_int, c: Raw) =>
-        "post/start/complete/wait synchronisation is not supported (use MPI_Win_fence or MPI_Win_lock)";
-    MPI_Win_complete(a: Raw) =>
-        "post/start/complete/wait synchronisation is not supported (use MPI_Win_fence or MPI_Win_lock)";
-    MPI_Win_wait(a: Raw) =>
-        "post/start/complete/wait synchronisation is not supported (use MPI_Win_fence or MPI_Win_lock)";
-    MPI_Win_test(a: Raw, b: *mut c_int) =>
-        "post/start/complete/wait synchronisation is not supported (use MPI_Win_fence or MPI_Win_lock)";
-    MPI_Rput(a: *const c_void, b: c_int, c: Raw, d: c_int, e: isize, f: c_int, g: Raw, h: Raw, i: *mut Raw) =>
-        "request-based RMA is not supported (use MPI_Put and MPI_Win_flush)";
-    MPI_Rget(a: *mut c_void, b: c_int, c: Raw, d: c_int, e: isize, f: c_int, g: Raw, h: Raw, i: *mut Raw) =>
-        "request-based RMA is not supported (use MPI_Get and MPI_Win_flush)";
-    MPI_Raccumulate(a: *const c_void, b: c_int, c: Raw, d: c_int, e: isize, f: c_int, g: Raw, h: Raw, i: Raw, j: *mut Raw) =>
-        "request-based RMA is not supported (use MPI_Accumulate and MPI_Win_flush)";
-    MPI_Rget_accumulate(a: *const c_void, b: c_int, c: Raw, d: *mut c_void, e: c_int, f: Raw, g: c_int, h: isize, i: c_int, j: Raw, k: Raw, l: Raw, m: *mut Raw) =>
-        "request-based RMA is not supported (use MPI_Get_accumulate and MPI_Win_flush)";
+#[unsafe(no_mangle)]
+pub extern "C" fn MPI_Win_post(grp: Raw, _assert: c_int, win: Raw) -> c_int {
+    let call = "MPI_Win_post";
+    let w = tri!(super::capi::win(call, win));
+    let g = wtri!(w, group(call, &w, grp));
+    wtri!(w, w.post(&g));
+    MPI_SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn MPI_Win_start(grp: Raw, _assert: c_int, win: Raw) -> c_int {
+    let call = "MPI_Win_start";
+    let w = tri!(super::capi::win(call, win));
+    let g = wtri!(w, group(call, &w, grp));
+    wtri!(w, w.start(&g));
+    MPI_SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn MPI_Win_complete(win: Raw) -> c_int {
+    let w = tri!(super::capi::win("MPI_Win_complete", win));
+    wtri!(w, w.complete());
+    MPI_SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn MPI_Win_wait(win: Raw) -> c_int {
+    let w = tri!(super::capi::win("MPI_Win_wait", win));
+    wtri!(w, w.wait_exposure(true));
+    MPI_SUCCESS
+}
+
+/// # Safety
+/// The C caller passes valid pointers.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Win_test(win: Raw, flag: *mut c_int) -> c_int {
+    let w = tri!(super::capi::win("MPI_Win_test", win));
+    if flag.is_null() {
+        return errw(&w, MPI_ERR_ARG, "MPI_Win_test: flag is NULL");
+    }
+    let done = wtri!(w, w.wait_exposure(false));
+    // SAFETY: non-null; the C caller passes an int.
+    unsafe { *flag = done as c_int };
+    MPI_SUCCESS
+}
+
+/// # Safety
+/// The C caller passes valid pointers.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Win_create_dynamic(_info: Raw, comm: Raw, win: *mut Raw) -> c_int {
+    let call = "MPI_Win_create_dynamic";
+    tri!(check_create(call, 0, 1, win));
+    // SAFETY: win checked. Displacements are addresses: base 0, unbounded, unit 1.
+    tri!(unsafe {
+        create_common(
+            call,
+            0,
+            isize::MAX,
+            1,
+            comm,
+            MPI_WIN_FLAVOR_DYNAMIC,
+            None,
+            win,
+        )
+    });
+    MPI_SUCCESS
+}
+
+/// # Safety
+/// The C caller passes valid pointers.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Win_attach(win: Raw, base: *mut c_void, size: isize) -> c_int {
+    let w = tri!(super::capi::win("MPI_Win_attach", win));
+    if size < 0 {
+        return errw(
+            &w,
+            MPI_ERR_SIZE,
+            &format!("MPI_Win_attach: size {size} is negative"),
+        );
+    }
+    wtri!(w, w.attach(base as usize, size as usize));
+    MPI_SUCCESS
+}
+
+/// # Safety
+/// The C caller passes valid pointers.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Win_detach(win: Raw, base: *const c_void) -> c_int {
+    let w = tri!(super::capi::win("MPI_Win_detach", win));
+    wtri!(w, w.detach(base as usize));
+    MPI_SUCCESS
+}
+
+/// # Safety
+/// The C caller passes valid pointers.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Win_allocate_shared(
+    size: isize,
+    disp_unit: c_int,
+    _info: Raw,
+    comm: Raw,
+    baseptr: *mut c_void,
+    win: *mut Raw,
+) -> c_int {
+    let call = "MPI_Win_allocate_shared";
+    tri!(check_create(call, size, disp_unit, win));
+    if baseptr.is_null() {
+        return err(MPI_ERR_ARG, "MPI_Win_allocate_shared: baseptr is NULL");
+    }
+    let (h, ch) = tri!(dup(comm).map_err(|(c, w)| (c, format!("{call}: {w}"))));
+    let local = same_host(&ch);
+    let w = tri!(allocate_shared(ch, size as usize, disp_unit, h, local));
+    // SAFETY: baseptr is the address of a pointer; win checked.
+    unsafe {
+        (baseptr as *mut *mut c_void).write(w.base() as *mut c_void);
+        win.write(register(w));
+    }
+    MPI_SUCCESS
+}
+
+/// # Safety
+/// The C caller passes valid pointers.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Win_shared_query(
+    win: Raw,
+    rank: c_int,
+    size: *mut isize,
+    disp_unit: *mut c_int,
+    baseptr: *mut c_void,
+) -> c_int {
+    let call = "MPI_Win_shared_query";
+    let w = tri!(super::capi::win(call, win));
+    if size.is_null() || disp_unit.is_null() || baseptr.is_null() {
+        return errw(
+            &w,
+            MPI_ERR_ARG,
+            "MPI_Win_shared_query: an output argument is NULL",
+        );
+    }
+    let r = if rank == MPI_PROC_NULL {
+        None
+    } else if rank < 0 {
+        return errw(
+            &w,
+            MPI_ERR_RANK,
+            &format!("{call}: rank {rank} is negative"),
+        );
+    } else {
+        Some(rank as u32)
+    };
+    let (a, s, d) = wtri!(w, w.shared_segment(r));
+    // SAFETY: checked non-null; the C caller passes writable outputs.
+    unsafe {
+        *size = s as isize;
+        *disp_unit = d;
+        (baseptr as *mut *mut c_void).write(a as *mut c_void);
+    }
+    MPI_SUCCESS
+}
+
+/// A request-based operation in core's request table.
+struct Rma {
+    w: Arc<Window>,
+    /// The get whose data completes it (0: complete already).
+    id: u64,
+}
+
+impl crate::request::Operation for Rma {
+    fn progress(&mut self) -> Option<Result<(), c_int>> {
+        if self.id == 0 || self.w.arrived(self.id) {
+            return Some(Ok(()));
+        }
+        if let Err((c, _)) = self.w.poll_replies() {
+            return Some(Err(c));
+        }
+        self.w.arrived(self.id).then_some(Ok(()))
+    }
+}
+
+/// # Safety
+/// `request` is writable.
+unsafe fn start(w: Arc<Window>, id: u64, request: *mut Raw) -> c_int {
+    if request.is_null() {
+        return errw(&w, MPI_ERR_ARG, "request is NULL");
+    }
+    let h = crate::request::start_operation(Box::new(Rma { w, id }));
+    // SAFETY: checked non-null.
+    unsafe { request.write(h) };
+    MPI_SUCCESS
+}
+
+/// # Safety
+/// The C caller passes valid pointers.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Rput(
+    origin_addr: *const c_void,
+    origin_count: c_int,
+    origin_datatype: Raw,
+    target_rank: c_int,
+    target_disp: isize,
+    target_count: c_int,
+    target_datatype: Raw,
+    win: Raw,
+    request: *mut Raw,
+) -> c_int {
+    let w = tri!(super::capi::win("MPI_Rput", win));
+    wtri!(w, w.check_passive("MPI_Rput", target_rank));
+    // SAFETY: forwarded.
+    let rc = unsafe {
+        MPI_Put(
+            origin_addr,
+            origin_count,
+            origin_datatype,
+            target_rank,
+            target_disp,
+            target_count,
+            target_datatype,
+            win,
+        )
+    };
+    if rc != MPI_SUCCESS {
+        return rc;
+    }
+    // SAFETY: forwarded.
+    unsafe { start(w, 0, request) }
+}
+
+/// # Safety
+/// The C caller passes valid pointers.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Raccumulate(
+    origin_addr: *const c_void,
+    origin_count: c_int,
+    origin_datatype: Raw,
+    target_rank: c_int,
+    target_disp: isize,
+    target_count: c_int,
+    target_datatype: Raw,
+    op: Raw,
+    win: Raw,
+    request: *mut Raw,
+) -> c_int {
+    let w = tri!(super::capi::win("MPI_Raccumulate", win));
+    wtri!(w, w.check_passive("MPI_Raccumulate", target_rank));
+    // SAFETY: forwarded.
+    let rc = unsafe {
+        MPI_Accumulate(
+            origin_addr,
+            origin_count,
+            origin_datatype,
+            target_rank,
+            target_disp,
+            target_count,
+            target_datatype,
+            op,
+            win,
+        )
+    };
+    if rc != MPI_SUCCESS {
+        return rc;
+    }
+    // SAFETY: forwarded.
+    unsafe { start(w, 0, request) }
+}
+
+/// # Safety
+/// The C caller passes valid pointers.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Rget(
+    origin_addr: *mut c_void,
+    origin_count: c_int,
+    origin_datatype: Raw,
+    target_rank: c_int,
+    target_disp: isize,
+    target_count: c_int,
+    target_datatype: Raw,
+    win: Raw,
+    request: *mut Raw,
+) -> c_int {
+    let call = "MPI_Rget";
+    let w = tri!(super::capi::win(call, win));
+    wtri!(w, w.check_passive(call, target_rank));
+    let oc = wtri!(w, count(call, "origin_count", origin_count));
+    let tc = wtri!(w, count(call, "target_count", target_count));
+    let odt = wtri!(w, dtype(call, origin_datatype));
+    let tdt = wtri!(w, dtype(call, target_datatype));
+    // SAFETY: the C caller keeps the origin buffer until the request completes.
+    let id = wtri!(w, unsafe {
+        w.get(
+            call,
+            origin_addr as *mut u8,
+            oc,
+            &odt,
+            target_rank,
+            target_disp,
+            tc,
+            &tdt,
+            None,
+            None,
+        )
+    });
+    // SAFETY: forwarded.
+    unsafe { start(w, id, request) }
+}
+
+/// # Safety
+/// The C caller passes valid pointers.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Rget_accumulate(
+    origin_addr: *const c_void,
+    origin_count: c_int,
+    origin_datatype: Raw,
+    result_addr: *mut c_void,
+    result_count: c_int,
+    result_datatype: Raw,
+    target_rank: c_int,
+    target_disp: isize,
+    target_count: c_int,
+    target_datatype: Raw,
+    op: Raw,
+    win: Raw,
+    request: *mut Raw,
+) -> c_int {
+    let call = "MPI_Rget_accumulate";
+    let w = tri!(super::capi::win(call, win));
+    wtri!(w, w.check_passive(call, target_rank));
+    // SAFETY: forwarded.
+    let id = wtri!(w, unsafe {
+        get_accumulate(
+            &w,
+            call,
+            origin_addr,
+            origin_count,
+            origin_datatype,
+            result_addr,
+            result_count,
+            result_datatype,
+            target_rank,
+            target_disp,
+            target_count,
+            target_datatype,
+            op,
+        )
+    });
+    // SAFETY: forwarded.
+    unsafe { start(w, id, request) }
+}
+
+/// `MPI_Win_create_errhandler`: a communicator error handler (the window's errors go
+/// through its communicator, whose handle the function receives).
+///
+/// # Safety
+/// The C caller passes valid pointers.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Win_create_errhandler(
+    f: Option<crate::runtime::ErrFn>,
+    errhandler: *mut Raw,
+) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { crate::runtime::MPI_Comm_create_errhandler(f, errhandler) }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn MPI_Win_set_errhandler(win: Raw, errhandler: Raw) -> c_int {
+    let w = tri!(super::capi::win("MPI_Win_set_errhandler", win));
+    crate::runtime::MPI_Comm_set_errhandler(w.comm, errhandler)
+}
+
+/// # Safety
+/// The C caller passes valid pointers.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Win_get_errhandler(win: Raw, errhandler: *mut Raw) -> c_int {
+    let w = tri!(super::capi::win("MPI_Win_get_errhandler", win));
+    // SAFETY: forwarded.
+    unsafe { crate::runtime::MPI_Comm_get_errhandler(w.comm, errhandler) }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn MPI_Win_call_errhandler(win: Raw, errorcode: c_int) -> c_int {
+    let w = tri!(super::capi::win("MPI_Win_call_errhandler", win));
+    crate::runtime::MPI_Comm_call_errhandler(w.comm, errorcode)
 }

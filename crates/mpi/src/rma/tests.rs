@@ -317,21 +317,169 @@ fn errors_name_the_problem() {
     });
 }
 
+/// Accumulate applies the collectives' predefined operations to packed values, the
+/// pair types included.
 #[test]
-fn shim_ops() {
-    let t = int();
-    let a: Vec<u8> = [1i32, -5, 7].iter().flat_map(|v| v.to_ne_bytes()).collect();
-    let mut b: Vec<u8> = [2i32, 3, 4].iter().flat_map(|v| v.to_ne_bytes()).collect();
-    ops::apply(0x23, &t, &a, &mut b).unwrap();
-    let r: Vec<i32> = b
-        .chunks(4)
-        .map(|c| i32::from_ne_bytes(c.try_into().unwrap()))
-        .collect();
-    assert_eq!(r, vec![2, 3, 7]);
-    let d = crate::datatype::lookup(0x214).unwrap();
+fn accumulate_ops() {
+    let ints = |v: &[i32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_ne_bytes()).collect() };
+    let back = |b: &[u8]| -> Vec<i32> {
+        b.chunks(4)
+            .map(|c| i32::from_ne_bytes(c.try_into().unwrap()))
+            .collect()
+    };
+    let mut b = ints(&[2, 3, 4]);
+    ops::apply(0x23, &int(), &ints(&[1, -5, 7]), &mut b).unwrap();
+    assert_eq!(back(&b), vec![2, 3, 7], "MPI_MAX");
+    let two = crate::datatype::lookup(0x22b).unwrap();
+    let mut b = ints(&[2, 30, 1, 40]);
+    ops::apply(0x38, &two, &ints(&[1, 5, 1, 7]), &mut b).unwrap();
     assert_eq!(
-        ops::apply(0x28, &d, &[0; 8], &mut [0; 8]),
-        Err(MPI_ERR_OP),
-        "BAND on doubles"
+        back(&b),
+        vec![1, 5, 1, 7],
+        "MPI_MINLOC on MPI_2INT: ties take the lower index"
     );
+    let d = crate::datatype::lookup(0x214).unwrap();
+    assert_eq!(ops::check(0x28, &d), Err(MPI_ERR_OP), "BAND on doubles");
+    assert!(ops::check(0x3c, &d).is_ok() && !ops::valid(0x10005));
+}
+
+#[test]
+fn post_start_complete_wait_epochs() {
+    run(3, 1 << 16, |c, me| {
+        let mut buf = vec![0i32; 4];
+        let w = window(c, me, &mut buf);
+        for round in 1..=5 {
+            if me == 0 {
+                w.post(&[1, 2]).unwrap();
+                if round % 2 == 0 {
+                    w.wait_exposure(true).unwrap();
+                } else {
+                    while !w.wait_exposure(false).unwrap() {
+                        std::thread::yield_now();
+                    }
+                }
+                assert_eq!(buf[1..3], [round * 10 + 1, round * 10 + 2], "round {round}");
+            } else {
+                w.start(&[0]).unwrap();
+                put(&w, &[round * 10 + me as i32], 0, me as isize).unwrap();
+                w.complete().unwrap();
+                let e = put(&w, &[0], 0, 0).unwrap_err();
+                assert_eq!(e.0, MPI_ERR_RMA_SYNC, "the access epoch is over");
+            }
+        }
+        assert_eq!(w.complete().unwrap_err().0, MPI_ERR_RMA_SYNC);
+        w.free().unwrap();
+    });
+}
+
+#[test]
+fn dynamic_windows_reach_attached_memory() {
+    run(2, 1 << 16, |c, me| {
+        let ch = Channel {
+            p2p: c,
+            ranks: vec![0, 1],
+            me,
+            ctx: 9,
+        };
+        let w = Window::create(
+            ch,
+            0,
+            isize::MAX as usize,
+            1,
+            MPI_WIN_FLAVOR_DYNAMIC,
+            None,
+            0,
+        )
+        .unwrap();
+        let mut mem = vec![0i32; 8];
+        let addr = mem.as_mut_ptr() as usize;
+        w.attach(addr, 32).unwrap();
+        // Swap addresses outside the window (p2p tag 5).
+        c.send(1 - me, 5, &(addr as u64).to_le_bytes()).unwrap();
+        let mut b = [0u8; 8];
+        c.recv(1 - me, 5, &mut b).unwrap();
+        let peer = u64::from_le_bytes(b) as isize;
+        w.fence(0).unwrap();
+        put(&w, &[me as i32 + 7; 2], 1 - me, peer + 8).unwrap();
+        w.fence(0).unwrap();
+        assert_eq!(mem[2..4], [8 - me as i32, 8 - me as i32]);
+        if me == 0 {
+            put(&w, &[1], 1, peer + 32).unwrap(); // just past the attached region
+        }
+        let r = w.fence(0);
+        if me == 1 {
+            assert_eq!(
+                r.unwrap_err().0,
+                MPI_ERR_RMA_RANGE,
+                "reported by the target"
+            );
+        } else {
+            r.unwrap();
+        }
+        assert_eq!(w.detach(addr + 4).unwrap_err().0, MPI_ERR_RMA_ATTACH);
+        w.detach(addr).unwrap();
+        w.fence(MPI_MODE_NOSUCCEED).unwrap();
+        w.free().unwrap();
+    });
+}
+
+#[test]
+fn shared_windows_are_loads_and_stores_apart() {
+    run(3, 1 << 16, |c, me| {
+        let ch = Channel {
+            p2p: c,
+            ranks: vec![0, 1, 2],
+            me,
+            ctx: 11,
+        };
+        // Segments of 12, 0 and 40 bytes.
+        let size = [12usize, 0, 40][me as usize];
+        let w = allocate_shared(ch, size, 4, 0, true).unwrap();
+        let (first, fsize, unit) = w.shared_segment(None).unwrap();
+        assert_eq!(
+            (fsize, unit),
+            (12, 4),
+            "rank 0's segment is the first non-empty one"
+        );
+        let (mine, msize, _) = w.shared_segment(Some(me)).unwrap();
+        assert_eq!((mine, msize), (w.base(), size));
+        w.fence(0).unwrap();
+        if me == 2 {
+            // A store into rank 0's segment, through this process's mapping.
+            // SAFETY: rank 0's segment holds 3 ints; nobody else touches it this epoch.
+            unsafe { (first as *mut i32).add(1).write(42) };
+        }
+        // RMA on a shared window works as on any other.
+        if me == 0 {
+            put(&w, &[7, 8], 2, 8).unwrap();
+        }
+        w.fence(0).unwrap();
+        // SAFETY: the fence ordered the store before these loads.
+        assert_eq!(unsafe { (first as *const i32).add(1).read() }, 42);
+        let (two, _, _) = w.shared_segment(Some(2)).unwrap();
+        assert_eq!(
+            // SAFETY: rank 2's segment holds 10 ints.
+            unsafe {
+                [
+                    (two as *const i32).add(8).read(),
+                    (two as *const i32).add(9).read(),
+                ]
+            },
+            [7, 8]
+        );
+        w.fence(MPI_MODE_NOSUCCEED).unwrap();
+        w.free().unwrap();
+    });
+    let left: Vec<_> = std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .starts_with(&format!("bulkwire-win-{}-", std::process::id()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(left.is_empty(), "the mapping's file is removed");
 }

@@ -19,9 +19,9 @@
 #define C2F(h) ((MPI_Fint)(uintptr_t)(h))
 
 /* The special addresses: Fortran programs name them through these common blocks (mpif.h),
- * gfortran gives a common block /name/ the symbol name_, aligned to 16 bytes (the linker
+ * gfortran gives a common block /name/ the symbol name_, aligned to up to 32 bytes (the linker
  * warns of a definition aligned less). */
-#define COMMON_BLOCK __attribute__((aligned(16)))
+#define COMMON_BLOCK __attribute__((aligned(32)))
 MPI_Fint mpi_fortran_bottom_[1] COMMON_BLOCK;
 MPI_Fint mpi_fortran_in_place_[1] COMMON_BLOCK;
 MPI_Fint mpi_fortran_status_ignore_[MPI_F_STATUS_SIZE] COMMON_BLOCK;

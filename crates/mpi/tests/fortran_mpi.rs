@@ -7,7 +7,9 @@
 //!   Waitany indices, probes, communicators, strings with hidden lengths, MPI_Wtime;
 //! - `fixed.f` (fixed form, `include 'mpif.h'`): Sendrecv and Sendrecv_replace;
 //! - `coll.f90`: collectives, LOGICAL reductions, MAXLOC on MPI_2DOUBLE_PRECISION, a
-//!   Fortran operation (`MPI_Op_create`), a non-blocking Iallreduce.
+//!   Fortran operation (`MPI_Op_create`), a non-blocking Iallreduce;
+//! - `types.f90`: derived datatypes (a strided row, a struct from MPI_Get_address sent
+//!   from MPI_BOTTOM), MPI_Get_count/MPI_Get_elements, MPI_Pack and MPI_Unpack.
 //!
 //! The programs pass one buffer argument different types (implicit interfaces), which
 //! gfortran 10 and later accept with `-fallow-argument-mismatch`, as `bwmpifort` adds.
@@ -189,6 +191,11 @@ fn fixed_form_with_mpif_h() {
 #[test]
 fn collectives_logical_ops_and_a_fortran_operation() {
     every_rank_passes("coll.f90", &[2, 3, 4]);
+}
+
+#[test]
+fn derived_datatypes_and_packing() {
+    every_rank_passes("types.f90", &[2, 3]);
 }
 
 /// Every constant of `mpif.h` has the value of the C constant of that name in `mpi.h`

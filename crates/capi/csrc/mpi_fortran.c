@@ -171,7 +171,8 @@ void mpi_ialltoallw_(void *sendbuf, MPI_Fint *sendcounts, MPI_Fint *sdispls, MPI
 /* ---- User-defined operations -----------------------------------------------------------
  * A Fortran operation is called as f(invec, inoutvec, len, datatype) with an INTEGER
  * datatype; C passes an MPI_Datatype. The C side calls one of a fixed set of trampolines,
- * each bound to one slot of Fortran functions. */
+ * each bound to one slot of Fortran functions: trampoline `ab` (two octal digits) serves
+ * slot 0ab. */
 typedef void(FortranUserFunction)(void *, void *, MPI_Fint *, MPI_Fint *);
 #define OP_SLOTS 64
 static FortranUserFunction *op_slots[OP_SLOTS];
@@ -181,7 +182,7 @@ static FortranUserFunction *op_slots[OP_SLOTS];
     {                                                                                  \
         MPI_Fint fdt = C2F(*dt);                                                       \
         MPI_Fint flen = *len;                                                          \
-        op_slots[i](in, inout, &flen, &fdt);                                           \
+        op_slots[0##i](in, inout, &flen, &fdt);                                        \
     }
 #define T8(a) TRAMPOLINE(a##0) TRAMPOLINE(a##1) TRAMPOLINE(a##2) TRAMPOLINE(a##3) \
     TRAMPOLINE(a##4) TRAMPOLINE(a##5) TRAMPOLINE(a##6) TRAMPOLINE(a##7)

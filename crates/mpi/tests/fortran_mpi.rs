@@ -1,7 +1,8 @@
 //! MPI programs in Fortran, end to end: the `mpi` module (`include/mpi.f90`) is compiled
 //! with `gfortran` (or `$FC`) into a temporary directory, the programs of `tests/fortran/`
-//! against it (or `include/mpif.h`), linked with the `libbulkwire.a` of this target
-//! directory and run under `bsprun -n P`, bounded in time.
+//! against it (or `include/mpif.h`), linked with the `libbulkwire.a` (or
+//! `libbulkwire.so`) of this target directory and run under `bsprun -n P`, bounded in
+//! time.
 //!
 //! - `pt2pt.f90` (`use mpi`): statuses, wildcards, non-blocking calls with 1-based
 //!   Waitany indices, probes, communicators, strings with hidden lengths, MPI_Wtime;
@@ -92,12 +93,22 @@ fn run_ok(c: &mut Command, what: &str) {
     );
 }
 
+/// How a program is linked.
+#[derive(Clone, Copy, PartialEq)]
+enum Link {
+    Static,
+    /// With `libbulkwire.so` (the common blocks then live in the program, the library's
+    /// references bound to them).
+    Shared,
+}
+
 /// Compiles the `mpi` module and `tests/fortran/{file}` into an executable.
-fn compile(fc: &str, file: &str, lib: &Path) -> (Scratch, PathBuf) {
+fn compile(fc: &str, file: &str, lib: &Path, link: Link) -> (Scratch, PathBuf) {
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "mpif-{}-{}",
+        "mpif-{}{}-{}",
         file.replace('.', "_"),
+        if link == Link::Shared { "-so" } else { "" },
         std::process::id()
     ));
     std::fs::create_dir_all(&dir).unwrap();
@@ -114,6 +125,30 @@ fn compile(fc: &str, file: &str, lib: &Path) -> (Scratch, PathBuf) {
         "the mpi module",
     );
     let exe = dir.join("prog");
+    let mut libs: Vec<std::ffi::OsString> = Vec::new();
+    match link {
+        Link::Static => libs.push(lib.into()),
+        Link::Shared => {
+            // The library under its SONAME (libbulkwire.so.0.MINOR before 1.0), as the
+            // loader looks for it.
+            let major = env!("CARGO_PKG_VERSION_MAJOR");
+            let abi = if major == "0" {
+                format!("0.{}", env!("CARGO_PKG_VERSION_MINOR"))
+            } else {
+                major.to_string()
+            };
+            let so = lib.with_file_name("libbulkwire.so");
+            std::os::unix::fs::symlink(&so, dir.join(format!("libbulkwire.so.{abi}"))).unwrap();
+            std::os::unix::fs::symlink(&so, dir.join("libbulkwire.so")).unwrap();
+            let mut rpath = std::ffi::OsString::from("-Wl,-rpath,");
+            rpath.push(&dir);
+            libs.extend([
+                format!("-L{}", dir.display()).into(),
+                "-lbulkwire".into(),
+                rpath,
+            ]);
+        }
+    }
     run_ok(
         Command::new(fc)
             .current_dir(&dir)
@@ -128,7 +163,7 @@ fn compile(fc: &str, file: &str, lib: &Path) -> (Scratch, PathBuf) {
             .arg("-I")
             .arg(&include)
             .arg(here.join("tests/fortran").join(file))
-            .arg(lib)
+            .args(&libs)
             .args(["-lpthread", "-ldl", "-lm", "-lrt", "-lgcc_s", "-o"])
             .arg(&exe),
         file,
@@ -138,11 +173,28 @@ fn compile(fc: &str, file: &str, lib: &Path) -> (Scratch, PathBuf) {
 
 /// Runs `tests/fortran/{file}` at each p; every rank must print "`name` OK rank=r".
 fn every_rank_passes(file: &str, ps: &[u32]) {
+    every_rank_passes_linked(file, ps, Link::Static);
+}
+
+fn every_rank_passes_linked(file: &str, ps: &[u32], link: Link) {
     let Some((fc, lib, run)) = tools() else {
         return;
     };
+    if link == Link::Shared {
+        let so = lib.with_file_name("libbulkwire.so");
+        if std::fs::metadata(&so)
+            .and_then(|m| m.modified())
+            .map_or(true, |t| t < newest_source())
+        {
+            eprintln!(
+                "skipped: {} is missing or older than the MPI sources (cargo build -p bulkwire-capi)",
+                so.display()
+            );
+            return;
+        }
+    }
     let name = file.split('.').next().unwrap();
-    let (_scratch, exe) = compile(&fc, file, &lib);
+    let (_scratch, exe) = compile(&fc, file, &lib, link);
     for &n in ps {
         let mut c = Command::new(&run);
         c.args(["-n", &n.to_string(), "--timeout", "60"])
@@ -196,6 +248,14 @@ fn collectives_logical_ops_and_a_fortran_operation() {
 #[test]
 fn derived_datatypes_and_packing() {
     every_rank_passes("types.f90", &[2, 3]);
+}
+
+/// The shared library exports the Fortran names and the common blocks: MPI_IN_PLACE
+/// and MPI_STATUS_IGNORE are recognised when the program holds them.
+#[test]
+fn programs_linked_with_the_shared_library() {
+    every_rank_passes_linked("coll.f90", &[3], Link::Shared);
+    every_rank_passes_linked("pt2pt.f90", &[2], Link::Shared);
 }
 
 /// Every constant of `mpif.h` has the value of the C constant of that name in `mpi.h`

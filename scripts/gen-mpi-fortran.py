@@ -51,11 +51,11 @@ HAND = {
     "MPI_Type_set_attr", "MPI_Type_get_attr", "MPI_Win_set_attr", "MPI_Win_get_attr",
     "MPI_Comm_create_keyval", "MPI_Keyval_create", "MPI_Type_create_keyval",
     "MPI_Win_create_keyval",
-    "MPI_Info_get", "MPI_Alltoallw", "MPI_Ialltoallw",
+    "MPI_Info_get", "MPI_Alltoallw", "MPI_Ialltoallw", "MPI_Comm_create_errhandler",
 }
 # Not bound: they take C function pointers or C-only arguments.
 SKIP = {
-    "MPI_Comm_create_errhandler", "MPI_Win_create_errhandler", "MPI_Grequest_start",
+    "MPI_Win_create_errhandler", "MPI_Grequest_start",
     "MPI_Neighbor_alltoallw", "MPI_Ineighbor_alltoallw",
 }
 
@@ -416,6 +416,54 @@ void mpi_op_create_(FortranUserFunction *fn, MPI_Fint *commute, MPI_Fint *op, MP
     *op = C2F(c);
 }
 
+/* ---- Error handlers --------------------------------------------------------------------
+ * A Fortran error handler is called as f(comm, errorcode) with an INTEGER communicator;
+ * C passes an MPI_Comm pointer (and, by the standard, variadic arguments that Fortran
+ * does not see). Trampolines as for operations: 16 slots. */
+#ifdef HAVE_MPI_Comm_create_errhandler
+typedef void(FortranErrhandler)(MPI_Fint *, MPI_Fint *);
+#define EH_SLOTS 16
+static FortranErrhandler *eh_slots[EH_SLOTS];
+
+#define EH_TRAMPOLINE(i)                                                     \
+    static void eh_trampoline_##i(MPI_Comm *comm, int *code, ...)            \
+    {                                                                        \
+        MPI_Fint fcomm = C2F(*comm);                                         \
+        MPI_Fint fcode = *code;                                              \
+        eh_slots[i](&fcomm, &fcode);                                         \
+    }
+EH_TRAMPOLINE(0) EH_TRAMPOLINE(1) EH_TRAMPOLINE(2) EH_TRAMPOLINE(3)
+EH_TRAMPOLINE(4) EH_TRAMPOLINE(5) EH_TRAMPOLINE(6) EH_TRAMPOLINE(7)
+EH_TRAMPOLINE(8) EH_TRAMPOLINE(9) EH_TRAMPOLINE(10) EH_TRAMPOLINE(11)
+EH_TRAMPOLINE(12) EH_TRAMPOLINE(13) EH_TRAMPOLINE(14) EH_TRAMPOLINE(15)
+static MPI_Comm_errhandler_function *const eh_trampolines[EH_SLOTS] = {
+    eh_trampoline_0,  eh_trampoline_1,  eh_trampoline_2,  eh_trampoline_3,
+    eh_trampoline_4,  eh_trampoline_5,  eh_trampoline_6,  eh_trampoline_7,
+    eh_trampoline_8,  eh_trampoline_9,  eh_trampoline_10, eh_trampoline_11,
+    eh_trampoline_12, eh_trampoline_13, eh_trampoline_14, eh_trampoline_15,
+};
+
+void mpi_comm_create_errhandler_(FortranErrhandler *fn, MPI_Fint *errhandler, MPI_Fint *ierror)
+{
+    /* As for operations: one slot per distinct subroutine, never reused. */
+    int slot = -1;
+    for (int i = 0; i < EH_SLOTS && slot < 0; i++) {
+        FortranErrhandler *expected = NULL;
+        if (__atomic_compare_exchange_n(&eh_slots[i], &expected, fn, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE) ||
+            expected == fn)
+            slot = i;
+    }
+    if (slot < 0) {
+        *ierror = MPI_ERR_INTERN;
+        return;
+    }
+    MPI_Errhandler c = MPI_ERRHANDLER_NULL;
+    *ierror = MPI_Comm_create_errhandler(eh_trampolines[slot], &c);
+    *errhandler = C2F(c);
+}
+#endif
+
 /* ---- Attributes ------------------------------------------------------------------------
  * A Fortran attribute value is an INTEGER(KIND=MPI_ADDRESS_KIND) stored as the C
  * attribute's pointer value; the predefined attributes' C values point at ints (or, for
@@ -715,6 +763,7 @@ HAND_OPTIONAL = [
     ("mpi_comm_create_keyval_", ["MPI_Comm_create_keyval"]),
     ("mpi_type_create_keyval_", ["MPI_Type_create_keyval"]),
     ("mpi_win_create_keyval_", ["MPI_Win_create_keyval"]),
+    ("mpi_comm_create_errhandler_", ["MPI_Comm_create_errhandler"]),
 ]
 
 

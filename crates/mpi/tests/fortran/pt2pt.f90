@@ -1,7 +1,8 @@
 ! Point-to-point through `use mpi`: statuses (fields, MPI_Get_count, MPI_STATUS_IGNORE and
 ! MPI_STATUSES_IGNORE), wildcards, non-blocking calls with Waitall/Waitany (1-based
-! indices), Sendrecv, communicators, strings with hidden lengths, MPI_Wtime as a function,
-! a predefined attribute. Every rank prints "pt2pt OK rank=r" at the end.
+! indices), Sendrecv, communicators, a Fortran error handler, strings with hidden
+! lengths, MPI_Wtime as a function, a predefined attribute. Every rank prints
+! "pt2pt OK rank=r" at the end.
 program pt2pt
     use mpi
     implicit none
@@ -13,10 +14,14 @@ program pt2pt
     character(len=MPI_MAX_PROCESSOR_NAME) :: pname
     character(len=MPI_MAX_OBJECT_NAME) :: cname
     character(len=MPI_MAX_ERROR_STRING) :: estr
-    integer :: plen, clen, elen, dup, split
+    integer :: plen, clen, elen, dup, split, eh
+    integer :: seen, seen_comm, seen_code
+    common /errors_seen/ seen, seen_comm, seen_code
+    external :: record_error
     integer(kind=MPI_ADDRESS_KIND) :: tagub
     logical :: found, flag
 
+    seen = 0
     call MPI_Init(ierr)
     call check(ierr == MPI_SUCCESS, 'init')
     call MPI_Initialized(flag, ierr)
@@ -94,6 +99,16 @@ program pt2pt
     call check(i == (n - 1) - rank / 2, 'split rank (key reverses)')
     call MPI_Comm_free(split, ierr)
     call check(split == MPI_COMM_NULL, 'free sets null')
+    ! A Fortran error handler on the duplicate: called with the communicator and the
+    ! code, which the call then returns.
+    call MPI_Comm_create_errhandler(record_error, eh, ierr)
+    call MPI_Comm_set_errhandler(dup, eh, ierr)
+    call MPI_Send(ibuf, 1, MPI_INTEGER, size + 5, 0, dup, ierr)
+    call check(ierr /= MPI_SUCCESS .and. seen == 1 .and. seen_code == ierr &
+               .and. seen_comm == dup, 'error handler')
+    call MPI_Error_class(ierr, i, n)
+    call check(i == MPI_ERR_RANK, 'error class')
+    call MPI_Errhandler_free(eh, ierr)
     call MPI_Barrier(dup, ierr)
     call MPI_Comm_free(dup, ierr)
 
@@ -127,3 +142,14 @@ contains
     end subroutine check
 
 end program pt2pt
+
+! Records the call: how many, on which communicator, which code.
+subroutine record_error(comm, code)
+    implicit none
+    integer :: comm, code
+    integer :: seen, seen_comm, seen_code
+    common /errors_seen/ seen, seen_comm, seen_code
+    seen = seen + 1
+    seen_comm = comm
+    seen_code = code
+end subroutine record_error

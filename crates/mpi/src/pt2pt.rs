@@ -77,8 +77,11 @@ fn check(
             format!("{call}: count {count} is negative"),
         ));
     }
-    let dt = dt::lookup(datatype)
-        .map_err(|e| fail(comm_h, e, format!("{call}: invalid datatype {datatype:#x}")))?;
+    // Nothing moves to or from MPI_PROC_NULL: its datatype may be MPI_DATATYPE_NULL.
+    let dt = match dt::lookup(datatype) {
+        Err(_) if peer == MPI_PROC_NULL && datatype == MPI_DATATYPE_NULL => dt::lookup(0x247)?,
+        r => r.map_err(|e| fail(comm_h, e, format!("{call}: invalid datatype {datatype:#x}")))?,
+    };
     let any_tag = recv && tag == MPI_ANY_TAG;
     if !any_tag && !(0..=TAG_UB).contains(&tag) {
         return Err(fail(
@@ -90,18 +93,18 @@ fn check(
     let any = recv && peer == MPI_ANY_SOURCE;
     let world = if peer == MPI_PROC_NULL || any {
         None
-    } else if peer < 0 || peer as u32 >= comm.size() {
+    } else if peer < 0 || peer as u32 >= comm.peers().size() {
         let role = if recv { "source" } else { "destination" };
         return Err(fail(
             comm_h,
             MPI_ERR_RANK,
             format!(
                 "{call}: {role} {peer} is outside the communicator (size {})",
-                comm.size()
+                comm.peers().size()
             ),
         ));
     } else {
-        Some(comm.world(peer as u32))
+        Some(comm.peer_world(peer as u32))
     };
     Ok(Args {
         comm,

@@ -5,6 +5,7 @@
 //! driven by the table, or a completed status. Each request has its own lock; the
 //! table's lock is held only to find it, and no lock is held while a call waits in p2p.
 
+use std::ffi::c_void;
 use std::os::raw::c_int;
 use std::sync::{Arc, Mutex};
 
@@ -92,9 +93,47 @@ pub(crate) enum Body {
         unpack: Option<Unpack>,
     },
     Op(Box<dyn Operation>),
+    /// A generalized request: the program completes it (`MPI_Grequest_complete`).
+    Greq(Greq),
     Done(MpiStatus),
     /// A persistent request not started (or completed and collected).
     Inactive,
+}
+
+/// `MPI_Grequest_query_function`, `..._free_function`, `..._cancel_function`.
+type QueryFn = unsafe extern "C" fn(*mut c_void, *mut MpiStatus) -> c_int;
+type FreeFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+type CancelFn = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
+
+pub(crate) struct Greq {
+    done: bool,
+    query: Option<QueryFn>,
+    free: Option<FreeFn>,
+    cancel: Option<CancelFn>,
+    extra: *mut c_void,
+}
+
+impl Greq {
+    /// The status the program's query function gives, then its free function.
+    fn finish(&self) -> MpiStatus {
+        let mut st = MpiStatus::EMPTY;
+        if let Some(q) = self.query {
+            // SAFETY: the program's function with its own state.
+            let rc = unsafe { q(self.extra, &mut st) };
+            if rc != MPI_SUCCESS {
+                st.error = rc;
+            }
+        }
+        self.release();
+        st
+    }
+
+    fn release(&self) {
+        if let Some(f) = self.free {
+            // SAFETY: as above.
+            unsafe { f(self.extra) };
+        }
+    }
 }
 
 /// How a persistent request starts again.
@@ -153,7 +192,7 @@ pub(crate) fn status_of(comm: &Communicator, r: Result<Status, bulkwire_p2p::Err
     match r {
         Ok(st) => {
             let src = comm
-                .rank_of(st.source)
+                .peer_rank_of(st.source)
                 .map_or(MPI_UNDEFINED, |r| r as c_int);
             let tag = st.tag & 0xffff;
             MpiStatus::new(src, tag, MPI_SUCCESS, st.len as i64)
@@ -166,7 +205,9 @@ pub(crate) fn status_of(comm: &Communicator, r: Result<Status, bulkwire_p2p::Err
         Err(e) => {
             let mut s = MpiStatus::EMPTY;
             if let bulkwire_p2p::Error::Truncated { peer, tag, cap, .. } = e {
-                s.source = comm.rank_of(peer).map_or(MPI_UNDEFINED, |r| r as c_int);
+                s.source = comm
+                    .peer_rank_of(peer)
+                    .map_or(MPI_UNDEFINED, |r| r as c_int);
                 s.tag = tag & 0xffff;
                 s.set_bytes(cap as i64);
             }
@@ -196,6 +237,14 @@ fn finish_p2p(body: Body, r: Result<Status, bulkwire_p2p::Error>) -> MpiStatus {
 fn poll(r: &mut Req) -> bool {
     match &mut r.body {
         Body::Done(_) | Body::Inactive => true,
+        Body::Greq(g) => {
+            if !g.done {
+                return false;
+            }
+            let st = g.finish();
+            r.body = Body::Done(st);
+            true
+        }
         Body::Op(op) => match op.progress() {
             None => false,
             Some(res) => {
@@ -817,6 +866,7 @@ pub unsafe extern "C" fn MPI_Request_free(request: *mut Raw) -> c_int {
             // A collective in flight cannot be abandoned; its peers need its messages.
             DETACHED.lock().unwrap_or_else(|e| e.into_inner()).push(op);
         }
+        Body::Greq(g) => g.release(),
         Body::Done(_) | Body::Inactive => {}
     }
     // SAFETY: as above.
@@ -884,12 +934,68 @@ pub unsafe extern "C" fn MPI_Cancel(request: *mut Raw) -> c_int {
         return bad_request("MPI_Cancel", h);
     };
     let r = s.lock().unwrap_or_else(|e| e.into_inner());
-    if let Body::P2p { id, recv: true, .. } = &r.body
-        && let Ok(p) = p2p()
-    {
-        p.cancel_raw(*id);
+    match &r.body {
+        Body::P2p { id, recv: true, .. } => {
+            if let Ok(p) = p2p() {
+                p.cancel_raw(*id);
+            }
+        }
+        Body::Greq(g) => {
+            if let Some(c) = g.cancel {
+                // SAFETY: the program's function with its own state.
+                unsafe { c(g.extra, c_int::from(g.done)) };
+            }
+        }
+        _ => {}
     }
     MPI_SUCCESS
+}
+
+/// A request the program completes itself; its functions give the status, free and
+/// cancel it.
+///
+/// # Safety
+/// Functions of the standard's types (or null); `request` valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Grequest_start(
+    query_fn: Option<QueryFn>,
+    free_fn: Option<FreeFn>,
+    cancel_fn: Option<CancelFn>,
+    extra_state: *mut c_void,
+    request: *mut Raw,
+) -> c_int {
+    let g = Greq {
+        done: false,
+        query: query_fn,
+        free: free_fn,
+        cancel: cancel_fn,
+        extra: extra_state,
+    };
+    // SAFETY: the caller's contract.
+    unsafe { put(request, insert(Body::Greq(g), None, MPI_COMM_WORLD)) };
+    MPI_SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn MPI_Grequest_complete(request: Raw) -> c_int {
+    let Some(s) = find(request) else {
+        return bad_request("MPI_Grequest_complete", request);
+    };
+    let mut r = s.lock().unwrap_or_else(|e| e.into_inner());
+    match &mut r.body {
+        Body::Greq(g) => {
+            g.done = true;
+            MPI_SUCCESS
+        }
+        _ => {
+            drop(r);
+            fail(
+                MPI_COMM_WORLD,
+                MPI_ERR_REQUEST,
+                "MPI_Grequest_complete: not a generalized request",
+            )
+        }
+    }
 }
 
 /// # Safety

@@ -948,3 +948,15 @@ pub fn code_of(e: &bulkwire_p2p::Error) -> c_int {
         _ => MPI_ERR_OTHER,
     }
 }
+
+/// The profiling interface's names of the message conversions (MPICH's tests call them;
+/// the other `PMPI_` names are not provided).
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Message_c2f(h: Raw) -> c_int {
+    MPI_Message_c2f(h)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Message_f2c(f: c_int) -> Raw {
+    MPI_Message_f2c(f)
+}

@@ -38,6 +38,33 @@ static void isolation(void) {
     CHECK(dup == MPI_COMM_NULL);
 }
 
+static void idup(void) {
+    MPI_Comm dup;
+    int r;
+    /* MPI_Comm_idup does not block: rank 0 starts its own only after every other rank
+     * has started theirs and then sent it a synchronous message. */
+    MPI_Request q;
+    int v = rank;
+    if (rank == 0) {
+        for (int p = 1; p < size; p++) OK(MPI_Recv(&v, 1, MPI_INT, p, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        OK(MPI_Comm_idup(MPI_COMM_WORLD, &dup, &q));
+    } else {
+        OK(MPI_Comm_idup(MPI_COMM_WORLD, &dup, &q));
+        OK(MPI_Ssend(&v, 1, MPI_INT, 0, 9, MPI_COMM_WORLD));
+    }
+    OK(MPI_Wait(&q, MPI_STATUS_IGNORE));
+    OK(MPI_Comm_rank(dup, &r));
+    CHECK(r == rank);
+    int sum = rank, got;
+    for (int p = 0; p < size; p++) {
+        if (p == rank) continue;
+        OK(MPI_Sendrecv(&rank, 1, MPI_INT, p, 1, &got, 1, MPI_INT, p, 1, dup, MPI_STATUS_IGNORE));
+        sum += got;
+    }
+    CHECK(sum == size * (size - 1) / 2);
+    OK(MPI_Comm_free(&dup));
+}
+
 static void splits(void) {
     /* Even and odd ranks, reversed by key. */
     MPI_Comm half;
@@ -132,6 +159,60 @@ static void groups(void) {
     MPI_Group all[] = {world, first, last, u, x, rev};
     for (int i = 0; i < 6; i++) OK(MPI_Group_free(&all[i]));
     CHECK(all[0] == MPI_GROUP_NULL);
+}
+
+/* Intercommunicators between the even and the odd ranks: point-to-point across, a
+ * duplicate, and the merge back into one intra-communicator (odd ranks high). */
+static void intercomms(void) {
+    MPI_Comm half, inter, inter2, merged;
+    OK(MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &half));
+    int hr, hs;
+    OK(MPI_Comm_rank(half, &hr));
+    OK(MPI_Comm_size(half, &hs));
+    OK(MPI_Intercomm_create(half, 0, MPI_COMM_WORLD, rank % 2 ? 0 : 1, 7, &inter));
+    int flag, rs, r;
+    OK(MPI_Comm_test_inter(inter, &flag));
+    CHECK(flag);
+    OK(MPI_Comm_remote_size(inter, &rs));
+    CHECK(rs == (rank % 2 ? (size + 1) / 2 : size / 2));
+    OK(MPI_Comm_rank(inter, &r));
+    CHECK(r == hr);
+    MPI_Group rg;
+    int zero = 0, w;
+    MPI_Group world;
+    OK(MPI_Comm_group(MPI_COMM_WORLD, &world));
+    OK(MPI_Comm_remote_group(inter, &rg));
+    OK(MPI_Group_translate_ranks(rg, 1, &zero, world, &w));
+    CHECK(w == (rank % 2 ? 0 : 1));
+    OK(MPI_Group_free(&rg));
+    OK(MPI_Group_free(&world));
+    /* Each process of the smaller side sends its rank to the same rank across. */
+    OK(MPI_Comm_dup(inter, &inter2));
+    if (hr < rs) {
+        int v = rank, got = -1;
+        MPI_Status st;
+        OK(MPI_Sendrecv(&v, 1, MPI_INT, hr, 3, &got, 1, MPI_INT, MPI_ANY_SOURCE, MPI_ANY_TAG, inter2, &st));
+        CHECK(st.MPI_SOURCE == hr && st.MPI_TAG == 3);
+        CHECK(got == (rank % 2 ? rank - 1 : rank + 1));
+    }
+    /* A split of an intercommunicator: one colour, reversed by key. */
+    MPI_Comm sub;
+    int srs;
+    OK(MPI_Comm_split(inter, 0, -rank, &sub));
+    OK(MPI_Comm_remote_size(sub, &srs));
+    OK(MPI_Comm_rank(sub, &r));
+    CHECK(srs == rs && r == hs - 1 - hr);
+    OK(MPI_Comm_free(&sub));
+    OK(MPI_Intercomm_merge(inter, rank % 2, &merged));
+    int mr, ms;
+    OK(MPI_Comm_rank(merged, &mr));
+    OK(MPI_Comm_size(merged, &ms));
+    CHECK(ms == size);
+    CHECK(mr == (rank % 2 ? (size + 1) / 2 + rank / 2 : rank / 2));
+    OK(MPI_Comm_free(&merged));
+    OK(MPI_Comm_free(&inter2));
+    OK(MPI_Comm_free(&inter));
+    OK(MPI_Comm_free(&half));
 }
 
 static void cartesian(void) {
@@ -323,9 +404,11 @@ int main(int argc, char **argv) {
     isolation();
     splits();
     groups();
+    intercomms();
     cartesian();
     handlers_and_attributes();
     environment();
+    idup();
     printf("comm OK rank=%d\n", rank);
     OK(MPI_Finalize());
     int flag;

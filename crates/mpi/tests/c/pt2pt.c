@@ -121,7 +121,37 @@ static void probes(void) {
     }
 }
 
+static int greq_freed = 0;
+static int greq_query(void *extra, MPI_Status *st) {
+    (void)extra;
+    st->MPI_SOURCE = 5;
+    st->MPI_TAG = 6;
+    st->MPI_ERROR = MPI_SUCCESS;
+    MPI_Status_set_elements(st, MPI_INT, 3);
+    MPI_Status_set_cancelled(st, 0);
+    return MPI_SUCCESS;
+}
+static int greq_free(void *extra) {
+    greq_freed += *(int *)extra;
+    return MPI_SUCCESS;
+}
+static int greq_cancel(void *extra, int complete) {
+    (void)extra, (void)complete;
+    return MPI_SUCCESS;
+}
+
 static void cancel_and_null(void) {
+    /* A generalized request: incomplete until the program says so. */
+    MPI_Request g;
+    int one = 1, gflag, gc;
+    MPI_Status gst;
+    OK(MPI_Grequest_start(greq_query, greq_free, greq_cancel, &one, &g));
+    OK(MPI_Test(&g, &gflag, &gst));
+    CHECK(!gflag);
+    OK(MPI_Grequest_complete(g));
+    OK(MPI_Wait(&g, &gst));
+    OK(MPI_Get_count(&gst, MPI_INT, &gc));
+    CHECK(g == MPI_REQUEST_NULL && gst.MPI_SOURCE == 5 && gc == 3 && greq_freed == 1);
     int v = 0;
     MPI_Request r;
     MPI_Status st;

@@ -13,6 +13,7 @@
 //! its types), reductions when the operation and type are ones it computes.
 
 pub mod algo;
+pub mod nonblocking;
 pub mod plan;
 pub mod sched;
 pub mod world;
@@ -31,7 +32,7 @@ use crate::datatype::{self, Datatype};
 use crate::error::*;
 use crate::handle::Raw;
 use crate::op::{self, Op};
-use crate::request::{self, Operation};
+use crate::request;
 use crate::runtime;
 
 const MPI_COMM_WORLD: Raw = 0x101;
@@ -39,19 +40,6 @@ const MPI_COMM_WORLD: Raw = 0x101;
 /// Reports an error of a call without a communicator through `MPI_COMM_WORLD`'s handler.
 pub(crate) fn fail_world(code: c_int, what: impl Display) -> c_int {
     runtime::fail(MPI_COMM_WORLD, code, what)
-}
-
-/// A non-blocking collective as the request table sees it.
-struct Pending {
-    comm: Arc<Communicator>,
-    sched: Sched,
-}
-
-impl Operation for Pending {
-    fn progress(&mut self) -> Option<Result<(), c_int>> {
-        let net = self.comm.net();
-        self.sched.progress(&net, false)
-    }
 }
 
 /// One collective call: its communicator and name, for checks and error reports. Errors
@@ -68,7 +56,12 @@ type R<T> = Result<T, c_int>;
 impl Call {
     fn new(h: Raw, what: &'static str) -> R<Call> {
         match comm::lookup(h) {
-            Ok(c) => Ok(Call { h, c, what }),
+            Ok(c) => {
+                // The collectives of intercommunicators (two groups, MPI_ROOT) are not
+                // provided.
+                comm::intra(what, &c, h)?;
+                Ok(Call { h, c, what })
+            }
             Err(e) => Err(fail_world(
                 e,
                 format_args!("{what}: {h:#x} is not a communicator"),
@@ -169,10 +162,7 @@ impl Call {
                     .map_err(|e| self.err(e, "the collective failed"))
             }
             Some(r) => {
-                let h = request::start_operation(Box::new(Pending {
-                    comm: self.c.clone(),
-                    sched: s,
-                }));
+                let h = request::start_operation(Box::new(nonblocking::start(self.c.clone(), s)));
                 // SAFETY: checked non-null by `request_ptr`; the caller's contract.
                 unsafe { *r = h };
                 Ok(())

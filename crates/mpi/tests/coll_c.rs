@@ -1,6 +1,7 @@
 //! The collectives from C: `tests/c/coll.c` compiled with the system C compiler (`cc`, or
 //! `$CC`) against `mpi.h` and the built `libbulkwire.a`, run under `bsprun -n P` for
-//! p = 1 to 4 and 7 (and with `BULKWIRE_COLL=p2p` at p = 3 and 4), bounded in time. The program checks every collective, blocking and
+//! p = 1 to 4 and 7 (and with `BULKWIRE_COLL=p2p` at p = 3 and 4, and over UDP with 5%
+//! loss at p = 3), bounded in time. The program checks every collective, blocking and
 //! non-blocking, on `MPI_COMM_WORLD` (through the collectives layer) and on a reordered
 //! communicator (the schedules), and aborts on the first wrong value.
 //!
@@ -99,16 +100,23 @@ fn every_collective_from_c_under_bsprun() {
         }
     };
     let prog = compile(&lib);
-    // The default (the network cache on this host for world-like communicators), then the
-    // collectives layer's point-to-point algorithms.
-    let runs = [1, 2, 3, 4, 7]
-        .map(|p| (p, None))
-        .into_iter()
-        .chain([(3, Some("p2p")), (4, Some("p2p"))]);
-    for (p, mode) in runs {
-        let env: Vec<(&str, &str)> = mode.map(|m| ("BULKWIRE_COLL", m)).into_iter().collect();
-        let (code, out) = run(&bsprun, &prog, p, &env);
-        assert_eq!(code, Some(0), "p = {p} {mode:?}:\n{out}");
+    // The default (the network cache on this host for world-like communicators), the
+    // collectives layer's point-to-point algorithms, and those over UDP losing 5% of the
+    // packets.
+    const P2P: &[(&str, &str)] = &[("BULKWIRE_COLL", "p2p")];
+    const LOSSY: &[(&str, &str)] = &[
+        ("BULKWIRE_COLL", "p2p"),
+        ("BULKWIRE_TRANSPORT", "udp"),
+        ("BULKWIRE_FAULTS", "loss=0.05,seed=3"),
+    ];
+    let runs =
+        [1, 2, 3, 4, 7]
+            .map(|p| (p, &[][..]))
+            .into_iter()
+            .chain([(3, P2P), (4, P2P), (3, LOSSY)]);
+    for (p, env) in runs {
+        let (code, out) = run(&bsprun, &prog, p, env);
+        assert_eq!(code, Some(0), "p = {p} {env:?}:\n{out}");
         for r in 0..p {
             assert!(
                 out.lines().any(|l| l == format!("COLL OK rank={r}")),

@@ -410,6 +410,11 @@ impl Sched {
         }
     }
 
+    /// Whether the schedule has completed (its outcome is final).
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
     /// Runs the schedule to completion.
     pub fn run<N: Net + ?Sized>(&mut self, net: &N) -> Result<(), c_int> {
         loop {

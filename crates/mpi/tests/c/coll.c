@@ -353,12 +353,76 @@ static void misuse(void) {
     CLASS(MPI_Iallreduce(&x, &y, 1, MPI_INT, MPI_SUM, c, NULL), MPI_ERR_REQUEST);
     CLASS(MPI_Gather(&x, 1, MPI_INT, &y, 1, MPI_INT, -1, c), MPI_ERR_ROOT);
     CLASS(MPI_Alltoallw(&x, NULL, NULL, NULL, &y, NULL, NULL, NULL, c), MPI_ERR_ARG);
+    /* an intercommunicator of the even and the odd ranks: its collectives are refused */
+    if (p > 1) {
+        MPI_Comm half, inter;
+        int wr;
+        OK(MPI_Comm_rank(MPI_COMM_WORLD, &wr));
+        OK(MPI_Comm_split(MPI_COMM_WORLD, wr % 2, wr, &half));
+        OK(MPI_Intercomm_create(half, 0, MPI_COMM_WORLD, wr % 2 ? 0 : 1, 9, &inter));
+        OK(MPI_Comm_set_errhandler(inter, MPI_ERRORS_RETURN));
+        CLASS(MPI_Barrier(inter), MPI_ERR_COMM);
+        CLASS(MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_SUM, inter), MPI_ERR_COMM);
+        OK(MPI_Comm_free(&inter));
+        OK(MPI_Comm_free(&half));
+    }
     /* still usable */
     OK(MPI_Iallreduce(&x, &y, 1, MPI_INT, MPI_SUM, c, &rq));
     OK(MPI_Wait(&rq, MPI_STATUS_IGNORE));
     CHECK(y == p, "allreduce after errors gave %d", y);
     OK(MPI_Comm_free(&c));
 #undef CLASS
+}
+
+/* MPI's progress rule: rank 1 waits for a barrier while rank 0 sits in a blocking receive
+ * of what rank 1 sends only after the barrier; rank 0's part of the barrier must have left
+ * by then (a single-round barrier of two: its messages go when the call starts). */
+static void progress_rule(void) {
+    int p, me, x = 0;
+    MPI_Comm pair;
+    MPI_Request rq;
+    OK(MPI_Comm_size(MPI_COMM_WORLD, &p));
+    if (p < 2) return;
+    OK(MPI_Comm_split(MPI_COMM_WORLD, wrank < 2 ? 0 : MPI_UNDEFINED, wrank, &pair));
+    if (pair == MPI_COMM_NULL) return;
+    OK(MPI_Comm_rank(pair, &me));
+    OK(MPI_Ibarrier(pair, &rq));
+    if (me == 0) {
+        OK(MPI_Recv(&x, 1, MPI_INT, 1, 5, pair, MPI_STATUS_IGNORE));
+        OK(MPI_Wait(&rq, MPI_STATUS_IGNORE));
+        CHECK(x == 77, "got %d", x);
+    } else {
+        OK(MPI_Wait(&rq, MPI_STATUS_IGNORE));
+        x = 77;
+        OK(MPI_Send(&x, 1, MPI_INT, 0, 5, pair));
+    }
+    OK(MPI_Comm_free(&pair));
+}
+
+/* The same with every process and a barrier of several rounds: rank 2 needs rank 0's
+ * second-round message (the dissemination barrier's distance 2), which must leave while
+ * rank 0 is blocked in the receive (the progress thread's work). */
+static void progress_rule_rounds(void) {
+    int p, x = 0;
+    MPI_Request rq;
+    OK(MPI_Comm_size(MPI_COMM_WORLD, &p));
+    if (p < 3) return;
+    /* Rank 0 starts first, so its later rounds cannot complete when it starts. */
+    if (wrank != 0) {
+        double t = MPI_Wtime();
+        while (MPI_Wtime() - t < 0.05) {
+        }
+    }
+    OK(MPI_Ibarrier(MPI_COMM_WORLD, &rq));
+    if (wrank == 0) {
+        OK(MPI_Recv(&x, 1, MPI_INT, 2, 6, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        OK(MPI_Wait(&rq, MPI_STATUS_IGNORE));
+        CHECK(x == 78, "got %d", x);
+    } else {
+        OK(MPI_Wait(&rq, MPI_STATUS_IGNORE));
+        x = 78;
+        if (wrank == 2) OK(MPI_Send(&x, 1, MPI_INT, 0, 6, MPI_COMM_WORLD));
+    }
 }
 
 int main(int argc, char **argv) {
@@ -381,6 +445,8 @@ int main(int argc, char **argv) {
     suite(rev, 1);
     if (p > 1) CHECK(bwmpi_coll_world_stats(NULL, 0) == before, "a reordered communicator used Coll");
     misuse();
+    progress_rule();
+    progress_rule_rounds();
     neighborhoods(0);
     neighborhoods(1);
     overlap(MPI_COMM_WORLD);

@@ -1,17 +1,24 @@
 //! MPI datatypes: the predefined C (and Fortran) types of the MPI 5.0 ABI and the derived
 //! types built from them.
 //!
-//! One element of a type is kept as a normalised list of byte runs `(offset, length)` in
-//! type-map order, adjacent runs merged: a vector of contiguous blocks is one run per block,
-//! a contiguous type of a contiguous type is one run. Packing walks the runs; a type whose
-//! element is one run as long as its extent is `contiguous()`, and `count` elements of it
-//! are one run that can be sent in place. Beside the runs a type records the predefined type
-//! its values all have (`basic()`, for reductions) and the sizes of its basic values in order
-//! (for `MPI_Get_elements`), run-length encoded.
+//! One element of a type is kept as a normalised list of byte runs in type-map order:
+//! runs that touch are joined, and runs of one length at one stride are kept as one
+//! strided run, so a vector's blocks are one run however many there are, and a contiguous
+//! type of a contiguous type is one run. Packing walks the runs; a type whose element is
+//! one run as long as its extent is `contiguous()`, and `count` elements of it are one run
+//! that can be sent in place. Beside the runs a type records the predefined type its values
+//! all have (`basic()`, for reductions) and its basic values in order, run-length encoded
+//! (for `MPI_Get_elements` and the `external32` representation of `MPI_Pack_external`:
+//! big-endian, with the standard's sizes).
 //!
 //! Handles: predefined types at their ABI values (`MPI_INT` = 0x209), derived ones from a
 //! `handle::Table`. The table holds an `Arc`, so freeing a type a pending operation still
 //! uses is safe.
+//!
+//! Limits: a type's description grows with the runs that do not repeat at one stride (an
+//! indexed type of n scattered blocks is n runs, a vector of vectors one strided run per
+//! outer block); one of more than 2^26 runs is refused with `MPI_ERR_NO_MEM`. The long
+//! double types have no `external32` form (`MPI_ERR_UNSUPPORTED_DATAREP`).
 
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,6 +27,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crate::error::*;
 use crate::handle::{self, Kind, Raw, Table};
 
+pub(crate) mod attr;
 mod capi;
 #[cfg(test)]
 mod tests;
@@ -108,27 +116,124 @@ impl Basic {
         }
     }
 
-    /// The byte runs of one value and the sizes of its parts: a pair type is a C struct
-    /// `{ value; int }` with the struct's padding, so `MPI_SHORT_INT` has a hole and
+    /// The parts of one value with their offsets, and its extent: a pair type is a C
+    /// struct `{ value; int }` with the struct's padding, so `MPI_SHORT_INT` has a hole and
     /// `MPI_DOUBLE_INT` a 16-byte extent.
-    fn parts(self) -> (&'static [(isize, usize)], usize) {
+    fn parts(self) -> (&'static [(isize, Basic)], usize) {
         use Basic::*;
         match self {
-            DoubleInt | LongInt => (&[(0, 8), (8, 4)], 16),
-            ShortInt => (&[(0, 2), (4, 4)], 8),
-            LongDoubleInt => (&[(0, 16), (16, 4)], 32),
-            FloatInt | TwoInt | TwoFloat => (&[(0, 4), (4, 4)], 8),
-            TwoDouble => (&[(0, 8), (8, 8)], 16),
+            DoubleInt => (&[(0, Double), (8, Int)], 16),
+            LongInt => (&[(0, Long), (8, Int)], 16),
+            ShortInt => (&[(0, Short), (4, Int)], 8),
+            LongDoubleInt => (&[(0, LongDouble), (16, Int)], 32),
+            FloatInt => (&[(0, Float), (4, Int)], 8),
+            TwoInt => (&[(0, Int), (4, Int)], 8),
+            TwoFloat => (&[(0, Float), (4, Float)], 8),
+            TwoDouble => (&[(0, Double), (8, Double)], 16),
             _ => (&[], self.size()),
+        }
+    }
+
+    /// Bytes of the value in the `external32` representation (big-endian; `long` and
+    /// `unsigned long` are 4 bytes there, `wchar_t` 2); `None` for the long double types,
+    /// whose external form (IEEE quadruple precision) is not provided.
+    pub fn external_size(self) -> Option<usize> {
+        use Basic::*;
+        match self {
+            Long | UnsignedLong => Some(4),
+            WChar => Some(2),
+            LongDouble | CLongDoubleComplex | LongDoubleInt => None,
+            LongInt => Some(8),
+            b => Some(b.size()),
+        }
+    }
+
+    /// Appends the `external32` form of the value `v` (its native bytes) to `out`.
+    fn native_to_external(self, v: &[u8], out: &mut Vec<u8>) {
+        use Basic::*;
+        let be = |b: &[u8], out: &mut Vec<u8>| {
+            if cfg!(target_endian = "little") {
+                out.extend(b.iter().rev());
+            } else {
+                out.extend_from_slice(b);
+            }
+        };
+        match self {
+            Long | UnsignedLong | WChar => {
+                let n = self.external_size().unwrap_or(0);
+                let mut w = [0u8; 8];
+                w[..v.len()].copy_from_slice(v);
+                // The low bytes, most significant first.
+                let x = if v.len() == 8 {
+                    u64::from_ne_bytes(w)
+                } else {
+                    u32::from_ne_bytes(w[..4].try_into().unwrap()) as u64
+                };
+                out.extend_from_slice(&x.to_be_bytes()[8 - n..]);
+            }
+            CFloatComplex | CDoubleComplex => {
+                let h = v.len() / 2;
+                be(&v[..h], out);
+                be(&v[h..], out);
+            }
+            _ => be(v, out),
+        }
+    }
+
+    /// Appends the native bytes of the `external32` value `x` to `out`.
+    fn external_to_native(self, x: &[u8], out: &mut Vec<u8>) {
+        use Basic::*;
+        let ne = |b: &[u8], out: &mut Vec<u8>| {
+            if cfg!(target_endian = "little") {
+                out.extend(b.iter().rev());
+            } else {
+                out.extend_from_slice(b);
+            }
+        };
+        match self {
+            Long => out.extend_from_slice(
+                &(i32::from_be_bytes(x.try_into().unwrap()) as i64).to_ne_bytes(),
+            ),
+            UnsignedLong => out.extend_from_slice(
+                &(u32::from_be_bytes(x.try_into().unwrap()) as u64).to_ne_bytes(),
+            ),
+            WChar => out.extend_from_slice(
+                &(u16::from_be_bytes(x.try_into().unwrap()) as i32).to_ne_bytes(),
+            ),
+            CFloatComplex | CDoubleComplex => {
+                let h = x.len() / 2;
+                ne(&x[..h], out);
+                ne(&x[h..], out);
+            }
+            _ => ne(x, out),
         }
     }
 }
 
-/// One run of bytes of an element, at `off` from the element's start.
+/// `count` runs of `len` bytes of an element, the first at `off` from the element's start,
+/// each `stride` bytes after the one before (a vector's blocks are one `Run`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Run {
     pub off: isize,
     pub len: usize,
+    pub count: usize,
+    pub stride: isize,
+}
+
+impl Run {
+    fn one(off: isize, len: usize) -> Run {
+        Run {
+            off,
+            len,
+            count: 1,
+            stride: 0,
+        }
+    }
+
+    /// The single runs, in order.
+    pub(crate) fn each(&self) -> impl Iterator<Item = (isize, usize)> + '_ {
+        (0..self.count as isize).map(move |j| (self.off + j * self.stride, self.len))
+    }
 }
 
 /// Where one element's bytes lie, and its bounds.
@@ -144,37 +249,55 @@ pub(crate) struct Layout {
     pub align: usize,
     pub basic: Option<(Basic, usize)>,
     /// Sizes of the basic values in type-map order, as (size, how many in a row).
-    pub prims: Vec<(usize, usize)>,
+    pub prims: Vec<(Basic, usize)>,
 }
 
 /// `count` copies of `old`, the first at `disp` bytes from the new element's start, each
 /// following one `old.extent` further.
+#[derive(Clone, Copy)]
 pub(crate) struct Block<'a> {
     pub disp: isize,
     pub count: usize,
     pub old: &'a Layout,
 }
 
-fn push_run(runs: &mut Vec<Run>, off: isize, len: usize) {
-    if len == 0 {
+/// Appends `r` (shifted by `shift`): joined to the last run where they touch, counted
+/// into it where it continues its stride.
+fn push_run(runs: &mut Vec<Run>, shift: isize, r: &Run) {
+    if r.len == 0 || r.count == 0 {
         return;
     }
-    if let Some(last) = runs.last_mut()
-        && last.off + last.len as isize == off
-    {
-        last.len += len;
-        return;
+    let off = shift + r.off;
+    if let Some(last) = runs.last_mut() {
+        if r.count == 1 && last.count == 1 && last.off + last.len as isize == off {
+            last.len += r.len;
+            return;
+        }
+        if last.len == r.len {
+            if last.count == 1 && (r.count == 1 || r.stride == off - last.off) {
+                last.stride = off - last.off;
+                last.count += r.count;
+                return;
+            }
+            if last.count > 1
+                && off == last.off + last.count as isize * last.stride
+                && (r.count == 1 || r.stride == last.stride)
+            {
+                last.count += r.count;
+                return;
+            }
+        }
     }
-    runs.push(Run { off, len });
+    runs.push(Run { off, ..*r });
 }
 
-fn push_prims(prims: &mut Vec<(usize, usize)>, size: usize, n: usize) {
+fn push_prims(prims: &mut Vec<(Basic, usize)>, b: Basic, n: usize) {
     if n == 0 {
         return;
     }
     match prims.last_mut() {
-        Some(last) if last.0 == size => last.1 += n,
-        _ => prims.push((size, n)),
+        Some(last) if last.0 == b => last.1 += n,
+        _ => prims.push((b, n)),
     }
 }
 
@@ -187,20 +310,19 @@ impl Layout {
         let (parts, extent) = b.parts();
         let mut prims = Vec::new();
         let runs = if parts.is_empty() {
-            push_prims(&mut prims, b.size(), 1);
-            vec![Run {
-                off: 0,
-                len: b.size(),
-            }]
+            push_prims(&mut prims, b, 1);
+            vec![Run::one(0, b.size())]
         } else {
             let mut runs = Vec::new();
-            for &(off, len) in parts {
-                push_run(&mut runs, off, len);
-                push_prims(&mut prims, len, 1);
+            for &(off, part) in parts {
+                push_run(&mut runs, 0, &Run::one(off, part.size()));
+                push_prims(&mut prims, part, 1);
             }
             runs
         };
-        let true_ub = runs.last().map_or(0, |r| r.off + r.len as isize);
+        let true_ub = parts
+            .last()
+            .map_or(b.size() as isize, |&(off, part)| off + part.size() as isize);
         Layout {
             runs,
             size: b.size(),
@@ -220,12 +342,18 @@ impl Layout {
 
     /// One element is one run exactly as long as its extent (or holds no data).
     pub fn dense(&self) -> bool {
-        self.runs.is_empty() || (self.runs.len() == 1 && self.extent() == self.size as isize)
+        self.runs.is_empty()
+            || (self.runs.len() == 1
+                && self.runs[0].count == 1
+                && self.extent() == self.size as isize)
     }
 
     /// The type made of `blocks`; `pad`: round the extent up to the alignment of the values
     /// inside (`MPI_Type_create_struct`).
-    pub(crate) fn build(blocks: &[Block], pad: bool) -> Result<Layout, c_int> {
+    pub(crate) fn build<'a>(
+        blocks: impl IntoIterator<Item = Block<'a>>,
+        pad: bool,
+    ) -> Result<Layout, c_int> {
         let ovf = MPI_ERR_ARG;
         let mut runs: Vec<Run> = Vec::new();
         let mut prims = Vec::new();
@@ -234,7 +362,14 @@ impl Layout {
         let mut true_bounds: Option<(isize, isize)> = None;
         let mut align = 1;
         let mut basic: Option<Option<(Basic, usize)>> = None;
+        // The value type of the blocks' old types when they all have the same.
+        let mut olds_basic: Option<Option<Option<(Basic, usize)>>> = None;
         for b in blocks {
+            olds_basic = match olds_basic {
+                None => Some(Some(b.old.basic)),
+                Some(Some(x)) if x == b.old.basic => Some(Some(x)),
+                _ => Some(None),
+            };
             // A struct's empty blocks add nothing, not even their alignment (the
             // single-type constructors take the old type's, see `inherit`).
             if b.count == 0 {
@@ -278,7 +413,7 @@ impl Layout {
             if old.dense() {
                 // The copies lie end to end: one run for the whole block.
                 if let Some(r) = old.runs.first() {
-                    push_run(&mut runs, b.disp + r.off, old.size * b.count);
+                    push_run(&mut runs, b.disp, &Run::one(r.off, old.size * b.count));
                 }
                 if old.prims.len() == 1 {
                     push_prims(&mut prims, old.prims[0].0, old.prims[0].1 * b.count);
@@ -300,7 +435,7 @@ impl Layout {
                 for k in 0..b.count as isize {
                     let base = b.disp + k * ext;
                     for r in &old.runs {
-                        push_run(&mut runs, base + r.off, r.len);
+                        push_run(&mut runs, base, r);
                     }
                     for &(s, n) in &old.prims {
                         push_prims(&mut prims, s, n);
@@ -324,12 +459,7 @@ impl Layout {
             Some(b) => b,
             // No data: keep the value type of a single old type (a count 0 contiguous
             // type of MPI_INT still reduces as MPI_INT).
-            None => match blocks {
-                [first, rest @ ..] if rest.iter().all(|b| b.old.basic == first.old.basic) => {
-                    first.old.basic.map(|(t, _)| (t, 0))
-                }
-                _ => None,
-            },
+            None => olds_basic.flatten().flatten().map(|(t, _)| (t, 0)),
         };
         Ok(Layout {
             runs,
@@ -399,6 +529,7 @@ pub struct Datatype {
     named: Option<Raw>,
     name: Mutex<String>,
     envelope: Option<Envelope>,
+    pub(crate) attrs: attr::Attrs,
 }
 
 impl std::fmt::Debug for Datatype {
@@ -418,6 +549,7 @@ impl Datatype {
             named: None,
             name: Mutex::new(String::new()),
             envelope: Some(envelope),
+            attrs: attr::Attrs::default(),
         }
     }
 
@@ -428,6 +560,7 @@ impl Datatype {
             named: Some(h),
             name: Mutex::new(name.to_string()),
             envelope: None,
+            attrs: attr::Attrs::default(),
         }
     }
 
@@ -496,15 +629,15 @@ impl Datatype {
         let mut pending: Option<(isize, usize)> = None;
         for k in 0..count as isize {
             let base = k * ext;
-            for r in &l.runs {
-                let off = base + r.off;
+            for (off, len) in l.runs.iter().flat_map(Run::each) {
+                let off = base + off;
                 match &mut pending {
-                    Some((o, n)) if *o + *n as isize == off => *n += r.len,
+                    Some((o, n)) if *o + *n as isize == off => *n += len,
                     _ => {
                         if let Some((o, n)) = pending.take() {
                             f(o, n);
                         }
-                        pending = Some((off, r.len));
+                        pending = Some((off, len));
                     }
                 }
             }
@@ -592,6 +725,78 @@ impl Datatype {
         });
     }
 
+    /// Bytes of `count` elements in the `external32` representation; `None` if a value
+    /// has no external form here (long double).
+    pub fn external_size(&self, count: usize) -> Option<usize> {
+        let mut n = 0usize;
+        for &(b, c) in &self.layout.prims {
+            n = n.checked_add(b.external_size()?.checked_mul(c)?)?;
+        }
+        n.checked_mul(count)
+    }
+
+    /// Appends `count` elements at `buf` to `out` in the `external32` representation.
+    ///
+    /// # Safety
+    /// As for `pack`.
+    pub unsafe fn pack_external(
+        &self,
+        buf: *const u8,
+        count: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), c_int> {
+        let ext = self
+            .external_size(count)
+            .ok_or(MPI_ERR_UNSUPPORTED_DATAREP)?;
+        let mut native = Vec::new();
+        // SAFETY: forwarded.
+        unsafe { self.pack(buf, count, &mut native) };
+        out.reserve(ext);
+        let mut at = 0;
+        for _ in 0..count {
+            for &(b, c) in &self.layout.prims {
+                for _ in 0..c {
+                    b.native_to_external(&native[at..at + b.size()], out);
+                    at += b.size();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes `count` elements from their `external32` form `data` into `buf`; the bytes
+    /// of `data` used.
+    ///
+    /// # Safety
+    /// As for `unpack`.
+    pub unsafe fn unpack_external(
+        &self,
+        data: &[u8],
+        buf: *mut u8,
+        count: usize,
+    ) -> Result<usize, c_int> {
+        let ext = self
+            .external_size(count)
+            .ok_or(MPI_ERR_UNSUPPORTED_DATAREP)?;
+        if data.len() < ext {
+            return Err(MPI_ERR_TRUNCATE);
+        }
+        let mut native = Vec::with_capacity(self.size() * count);
+        let mut at = 0;
+        for _ in 0..count {
+            for &(b, c) in &self.layout.prims {
+                let n = b.external_size().unwrap_or(0);
+                for _ in 0..c {
+                    b.external_to_native(&data[at..at + n], &mut native);
+                    at += n;
+                }
+            }
+        }
+        // SAFETY: forwarded.
+        unsafe { self.unpack(&native, buf, count) };
+        Ok(ext)
+    }
+
     /// `MPI_Get_elements`: the basic values in `bytes` bytes of packed data of this type;
     /// `None` when the bytes end inside a value.
     pub fn elements(&self, bytes: u64) -> Option<u64> {
@@ -602,7 +807,8 @@ impl Datatype {
         let per: u64 = self.layout.prims.iter().map(|&(_, n)| n as u64).sum();
         let mut n = bytes / size * per;
         let mut rem = (bytes % size) as usize;
-        for &(s, c) in &self.layout.prims {
+        for &(b, c) in &self.layout.prims {
+            let s = b.size();
             if rem == 0 {
                 break;
             }
@@ -782,7 +988,7 @@ pub mod build {
     pub fn contiguous(n: c_int, old: &Arc<Datatype>) -> Result<Datatype, c_int> {
         let c = count(n)?;
         let l = Layout::build(
-            &[Block {
+            [Block {
                 disp: 0,
                 count: c,
                 old: old.layout(),
@@ -811,16 +1017,14 @@ pub mod build {
         } else {
             mul(stride, old.extent())?
         };
-        let blocks = (0..c as isize)
-            .map(|i| {
-                Ok(Block {
-                    disp: mul(i, step)?,
-                    count: bl,
-                    old: old.layout(),
-                })
-            })
-            .collect::<Result<Vec<_>, c_int>>()?;
-        let l = Layout::build(&blocks, false)?.inherit(old.layout());
+        // The last block's displacement fits, so do all the others'.
+        mul(c.saturating_sub(1) as isize, step)?;
+        let blocks = (0..c as isize).map(|i| Block {
+            disp: i * step,
+            count: bl,
+            old: old.layout(),
+        });
+        let l = Layout::build(blocks, false)?.inherit(old.layout());
         let e = if bytes {
             env(
                 MPI_COMBINER_HVECTOR,
@@ -860,7 +1064,7 @@ pub mod build {
                 })
             })
             .collect::<Result<Vec<_>, c_int>>()?;
-        let l = Layout::build(&blocks, false)?.inherit(old.layout());
+        let l = Layout::build(blocks.iter().copied(), false)?.inherit(old.layout());
         let n = disps.len() as c_int;
         let e = match (bytes, block) {
             (false, false) => {
@@ -908,7 +1112,7 @@ pub mod build {
                 })
             })
             .collect::<Result<Vec<_>, c_int>>()?;
-        let l = Layout::build(&blocks, true)?;
+        let l = Layout::build(blocks.iter().copied(), true)?;
         let mut ints = vec![lens.len() as c_int];
         ints.extend_from_slice(lens);
         Ok(Datatype::derived(
@@ -998,7 +1202,7 @@ pub mod build {
                 let mut d = nd - 1;
                 loop {
                     if d == 0 {
-                        let l = Layout::build(&blocks, false)?;
+                        let l = Layout::build(blocks.iter().copied(), false)?;
                         return l.resized(0, total).map(|l| l.inherit(old.layout()));
                     }
                     d -= 1;
@@ -1010,7 +1214,7 @@ pub mod build {
                 }
             }
         }
-        let l = Layout::build(&[], false)?;
+        let l = Layout::build([], false)?;
         l.resized(0, total).map(|l| l.inherit(old.layout()))
     }
 

@@ -7,6 +7,7 @@ use std::fmt::Display;
 use std::os::raw::c_int;
 use std::sync::Arc;
 
+use super::attr;
 use super::build;
 use super::*;
 use crate::handle::Raw;
@@ -451,8 +452,13 @@ pub unsafe extern "C" fn MPI_Type_dup(oldtype: Raw, newtype: *mut Raw) -> c_int 
     let call = "MPI_Type_dup";
     let old = tri!(get(call, oldtype));
     tri!(checked_out(call, newtype));
+    let new = Arc::new(build::dup(&old));
+    if let Err(c) = old.attrs.copy_to(oldtype, &new.attrs) {
+        return err(call, c, "an attribute's copy callback failed");
+    }
     // SAFETY: newtype checked.
-    unsafe { finish(call, Ok(build::dup(&old)), newtype) }
+    unsafe { newtype.write(register(new)) };
+    MPI_SUCCESS
 }
 
 /// # Safety
@@ -487,6 +493,9 @@ pub unsafe extern "C" fn MPI_Type_free(datatype: *mut Raw) -> c_int {
             MPI_ERR_TYPE,
             format_args!("{name} ({h:#x}) is predefined and cannot be freed"),
         );
+    }
+    if let Err(c) = t.attrs.delete_all(h) {
+        return err(call, c, "an attribute's delete callback failed");
     }
     tri!(release(h).map_err(|c| err(call, c, "the datatype was freed already")));
     // SAFETY: as above.
@@ -792,60 +801,160 @@ pub unsafe extern "C" fn MPI_Pack_size(
     MPI_SUCCESS
 }
 
-/// External data representation (`external32`): not provided.
+/// Whether `datarep` names the one representation provided, `external32`.
 ///
 /// # Safety
-/// Never dereferences its arguments.
+/// `datarep` is null or NUL-terminated.
+unsafe fn external32(call: &str, datarep: *const c_char) -> Result<(), c_int> {
+    // SAFETY: non-null strings are NUL-terminated, as the C caller vouches.
+    let ok = !datarep.is_null() && unsafe { CStr::from_ptr(datarep) }.to_bytes() == b"external32";
+    if ok {
+        Ok(())
+    } else {
+        Err(err(
+            call,
+            MPI_ERR_UNSUPPORTED_DATAREP,
+            "the data representation must be \"external32\"",
+        ))
+    }
+}
+
+/// # Safety
+/// The C caller passes valid pointers.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Pack_external(
-    _datarep: *const c_char,
-    _inbuf: *const c_void,
-    _incount: c_int,
-    _datatype: Raw,
-    _outbuf: *mut c_void,
-    _outsize: isize,
-    _position: *mut isize,
+    datarep: *const c_char,
+    inbuf: *const c_void,
+    incount: c_int,
+    datatype: Raw,
+    outbuf: *mut c_void,
+    outsize: isize,
+    position: *mut isize,
 ) -> c_int {
-    err(
-        "MPI_Pack_external",
-        MPI_ERR_UNSUPPORTED_OPERATION,
-        "the external32 representation is not supported",
-    )
+    let call = "MPI_Pack_external";
+    // SAFETY: forwarded.
+    tri!(unsafe { external32(call, datarep) });
+    let n = tri!(nonneg(call, "incount", incount));
+    let t = tri!(get(call, datatype));
+    tri!(committed(call, &t));
+    if position.is_null() {
+        return err(call, MPI_ERR_ARG, "position is NULL");
+    }
+    // SAFETY: non-null.
+    let pos = unsafe { *position };
+    let Some(bytes) = t.external_size(n) else {
+        return err(
+            call,
+            MPI_ERR_UNSUPPORTED_DATAREP,
+            "long double has no external32 form here",
+        );
+    };
+    if pos < 0 || outsize < 0 || pos as u64 + bytes as u64 > outsize as u64 {
+        return err(
+            call,
+            MPI_ERR_TRUNCATE,
+            format_args!(
+                "{bytes} bytes at position {pos} do not fit in the output buffer of {outsize} bytes"
+            ),
+        );
+    }
+    let mut v = Vec::with_capacity(bytes);
+    // SAFETY: the C caller vouches for incount elements at inbuf.
+    let r = unsafe { t.pack_external(inbuf as *const u8, n, &mut v) };
+    tri!(r.map_err(|c| err(call, c, "conversion failed")));
+    if bytes > 0 {
+        if outbuf.is_null() {
+            return err(call, MPI_ERR_BUFFER, "outbuf is NULL");
+        }
+        // SAFETY: [pos, pos+bytes) lies inside the outsize bytes at outbuf (checked).
+        unsafe {
+            std::ptr::copy_nonoverlapping(v.as_ptr(), (outbuf as *mut u8).add(pos as usize), bytes)
+        };
+    }
+    // SAFETY: non-null.
+    unsafe { *position = pos + bytes as isize };
+    MPI_SUCCESS
 }
 
 /// # Safety
-/// Never dereferences its arguments.
+/// The C caller passes valid pointers.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Unpack_external(
-    _datarep: *const c_char,
-    _inbuf: *const c_void,
-    _insize: isize,
-    _position: *mut isize,
-    _outbuf: *mut c_void,
-    _outcount: c_int,
-    _datatype: Raw,
+    datarep: *const c_char,
+    inbuf: *const c_void,
+    insize: isize,
+    position: *mut isize,
+    outbuf: *mut c_void,
+    outcount: c_int,
+    datatype: Raw,
 ) -> c_int {
-    err(
-        "MPI_Unpack_external",
-        MPI_ERR_UNSUPPORTED_OPERATION,
-        "the external32 representation is not supported",
-    )
+    let call = "MPI_Unpack_external";
+    // SAFETY: forwarded.
+    tri!(unsafe { external32(call, datarep) });
+    let n = tri!(nonneg(call, "outcount", outcount));
+    let t = tri!(get(call, datatype));
+    tri!(committed(call, &t));
+    if position.is_null() {
+        return err(call, MPI_ERR_ARG, "position is NULL");
+    }
+    // SAFETY: non-null.
+    let pos = unsafe { *position };
+    let Some(bytes) = t.external_size(n) else {
+        return err(
+            call,
+            MPI_ERR_UNSUPPORTED_DATAREP,
+            "long double has no external32 form here",
+        );
+    };
+    if pos < 0 || insize < 0 || pos as u64 + bytes as u64 > insize as u64 {
+        return err(
+            call,
+            MPI_ERR_TRUNCATE,
+            format_args!(
+                "{bytes} bytes at position {pos} run past the input buffer of {insize} bytes"
+            ),
+        );
+    }
+    if bytes > 0 {
+        if inbuf.is_null() {
+            return err(call, MPI_ERR_BUFFER, "inbuf is NULL");
+        }
+        // SAFETY: [pos, pos+bytes) lies inside the insize bytes at inbuf (checked).
+        let src =
+            unsafe { std::slice::from_raw_parts((inbuf as *const u8).add(pos as usize), bytes) };
+        // SAFETY: the C caller vouches for outcount writable elements at outbuf.
+        let r = unsafe { t.unpack_external(src, outbuf as *mut u8, n) };
+        tri!(r.map_err(|c| err(call, c, "conversion failed")));
+    }
+    // SAFETY: non-null.
+    unsafe { *position = pos + bytes as isize };
+    MPI_SUCCESS
 }
 
 /// # Safety
-/// Never dereferences its arguments.
+/// The C caller passes valid pointers.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Pack_external_size(
-    _datarep: *const c_char,
-    _incount: c_int,
-    _datatype: Raw,
-    _size: *mut isize,
+    datarep: *const c_char,
+    incount: c_int,
+    datatype: Raw,
+    size: *mut isize,
 ) -> c_int {
-    err(
-        "MPI_Pack_external_size",
-        MPI_ERR_UNSUPPORTED_OPERATION,
-        "the external32 representation is not supported",
-    )
+    let call = "MPI_Pack_external_size";
+    // SAFETY: forwarded.
+    tri!(unsafe { external32(call, datarep) });
+    let n = tri!(nonneg(call, "incount", incount));
+    let t = tri!(get(call, datatype));
+    let Some(bytes) = t.external_size(n) else {
+        return err(
+            call,
+            MPI_ERR_UNSUPPORTED_DATAREP,
+            "long double has no external32 form here",
+        );
+    };
+    // SAFETY: the C caller passes a writable MPI_Aint.
+    tri!(unsafe { out(call, "size", size, bytes as isize) });
+    MPI_SUCCESS
 }
 
 /// # Safety
@@ -1120,4 +1229,124 @@ pub extern "C" fn MPI_Type_toint(datatype: Raw) -> c_int {
 #[unsafe(no_mangle)]
 pub extern "C" fn MPI_Type_fromint(datatype: c_int) -> Raw {
     datatype as u32 as Raw
+}
+
+/// The keys of datatype attributes.
+static KEYS: attr::Keys = attr::Keys::new();
+const MPI_KEYVAL_INVALID: c_int = 0;
+
+/// # Safety
+/// Callbacks of the C types `MPI_Type_copy_attr_function` and
+/// `MPI_Type_delete_attr_function` (or the predefined ones); `type_keyval` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Type_create_keyval(
+    copy: usize,
+    delete: usize,
+    type_keyval: *mut c_int,
+    extra_state: *mut c_void,
+) -> c_int {
+    let k = KEYS.create(copy, delete, extra_state);
+    // SAFETY: the C caller passes a writable int.
+    tri!(unsafe { out("MPI_Type_create_keyval", "type_keyval", type_keyval, k) });
+    MPI_SUCCESS
+}
+
+/// # Safety
+/// `type_keyval` readable and writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Type_free_keyval(type_keyval: *mut c_int) -> c_int {
+    let call = "MPI_Type_free_keyval";
+    if type_keyval.is_null() {
+        return err(call, MPI_ERR_ARG, "type_keyval is NULL");
+    }
+    // SAFETY: non-null.
+    let k = unsafe { *type_keyval };
+    if KEYS.free(k).is_err() {
+        return err(
+            call,
+            MPI_ERR_KEYVAL,
+            format_args!("{k} is not a datatype key"),
+        );
+    }
+    // SAFETY: non-null.
+    unsafe { *type_keyval = MPI_KEYVAL_INVALID };
+    MPI_SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn MPI_Type_set_attr(
+    datatype: Raw,
+    type_keyval: c_int,
+    attribute_val: *mut c_void,
+) -> c_int {
+    let call = "MPI_Type_set_attr";
+    let t = tri!(get(call, datatype));
+    let Some(kv) = KEYS.get(type_keyval) else {
+        return err(
+            call,
+            MPI_ERR_KEYVAL,
+            format_args!("{type_keyval} is not a datatype key"),
+        );
+    };
+    match t
+        .attrs
+        .set(datatype, type_keyval, kv, attribute_val as usize)
+    {
+        Ok(()) => MPI_SUCCESS,
+        Err(c) => err(call, c, "the old value's delete callback failed"),
+    }
+}
+
+/// # Safety
+/// `attribute_val` points to a `void *`; `flag` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Type_get_attr(
+    datatype: Raw,
+    type_keyval: c_int,
+    attribute_val: *mut c_void,
+    flag: *mut c_int,
+) -> c_int {
+    let call = "MPI_Type_get_attr";
+    let t = tri!(get(call, datatype));
+    if KEYS.get(type_keyval).is_none() {
+        return err(
+            call,
+            MPI_ERR_KEYVAL,
+            format_args!("{type_keyval} is not a datatype key"),
+        );
+    }
+    if attribute_val.is_null() || flag.is_null() {
+        return err(call, MPI_ERR_ARG, "attribute_val or flag is NULL");
+    }
+    let v = t.attrs.get(type_keyval);
+    // SAFETY: checked non-null; the C caller's outputs.
+    unsafe {
+        *flag = v.is_some() as c_int;
+        if let Some(v) = v {
+            (attribute_val as *mut usize).write(v);
+        }
+    }
+    MPI_SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn MPI_Type_delete_attr(datatype: Raw, type_keyval: c_int) -> c_int {
+    let call = "MPI_Type_delete_attr";
+    let t = tri!(get(call, datatype));
+    if KEYS.get(type_keyval).is_none() {
+        return err(
+            call,
+            MPI_ERR_KEYVAL,
+            format_args!("{type_keyval} is not a datatype key"),
+        );
+    }
+    match t.attrs.delete(datatype, type_keyval) {
+        Ok(true) => MPI_SUCCESS,
+        Ok(false) => err(
+            call,
+            MPI_ERR_KEYVAL,
+            format_args!("no attribute with key {type_keyval}"),
+        ),
+        Err(c) => err(call, c, "the delete callback failed"),
+    }
 }

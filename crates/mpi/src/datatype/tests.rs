@@ -11,8 +11,10 @@ const DOUBLE: Raw = 0x214;
 const CHAR: Raw = 0x243;
 const FLOAT: Raw = 0x210;
 
+/// The single runs of one element, as the type map's order has them (before
+/// `for_each_run` joins the ones that touch).
 fn runs(t: &Datatype) -> Vec<(isize, usize)> {
-    t.layout().runs.iter().map(|r| (r.off, r.len)).collect()
+    t.layout().runs.iter().flat_map(|r| r.each()).collect()
 }
 
 /// The standard's running example: `{(double, 0), (char, 8)}`, extent 16.
@@ -108,8 +110,22 @@ fn runs_merge_and_contiguous_types_send_in_place() {
     assert_eq!(runs(&v), vec![(0, 32)], "blocks that touch are one run");
     assert!(v.contiguous());
     let v = build::vector(1000, 2, 3, false, &i).unwrap();
-    assert_eq!(v.layout().runs.len(), 1000);
+    assert_eq!(runs(&v).len(), 1000);
+    assert_eq!(
+        v.layout().runs.len(),
+        1,
+        "a vector's blocks are one strided run"
+    );
     assert!(!v.contiguous());
+    // A vector of 20 million blocks is described in a few bytes.
+    let huge = build::vector(20_000_000, 1, 2, false, &named(0x20b)).unwrap();
+    assert_eq!(huge.layout().runs.len(), 1);
+    assert_eq!(huge.size(), 160_000_000);
+    // A vector of vectors: one strided run per outer block.
+    let inner = Arc::new(build::vector(3, 1, 2, false, &i).unwrap());
+    let outer = build::vector(4, 1, 2, false, &inner).unwrap();
+    assert_eq!(outer.layout().runs.len(), 4);
+    assert_eq!(runs(&outer)[..4], [(0, 4), (8, 4), (16, 4), (40, 4)]);
     // A big contiguous type of a contiguous one stays one run.
     let big = Arc::new(build::contiguous(1 << 20, &i).unwrap());
     let bigger = build::contiguous(1 << 10, &big).unwrap();
@@ -691,6 +707,16 @@ proptest! {
                 prop_assert_eq!(dst[i], 0, "byte {} outside the type map was written", i);
             }
         }
+        // external32 there and back restores the type map's bytes too.
+        let mut ext = Vec::new();
+        // SAFETY: as above.
+        unsafe { t.pack_external(src.as_ptr().wrapping_add(base), count, &mut ext) }.unwrap();
+        prop_assert_eq!(Some(ext.len()), t.external_size(count));
+        let mut dst2 = vec![0u8; len];
+        // SAFETY: as above.
+        let used = unsafe { t.unpack_external(&ext, dst2.as_mut_ptr().wrapping_add(base), count) }.unwrap();
+        prop_assert_eq!(used, ext.len());
+        prop_assert_eq!(&dst2, &dst);
         // Packing in pieces gives the same bytes.
         let mut pieces = vec![0u8; packed.len()];
         let mut at = 0;
@@ -703,4 +729,39 @@ proptest! {
         }
         prop_assert_eq!(pieces, packed);
     }
+}
+
+#[test]
+fn external32_is_big_endian_with_the_standards_sizes() {
+    let v = build::vector(2, 1, 2, false, &named(INT)).unwrap();
+    let data = [1i32, -1, 0x0102_0304, -1];
+    let mut out = Vec::new();
+    // SAFETY: the vector spans 3 ints of `data`.
+    unsafe { v.pack_external(data.as_ptr().cast(), 1, &mut out) }.unwrap();
+    assert_eq!(out, [0, 0, 0, 1, 1, 2, 3, 4]);
+    let mut back = [0i32; 4];
+    // SAFETY: as above.
+    let used = unsafe { v.unpack_external(&out, back.as_mut_ptr().cast(), 1) }.unwrap();
+    assert_eq!((used, back), (8, [1, 0, 0x0102_0304, 0]));
+    // long is 4 bytes in external32; a pair type is its two values, without the padding.
+    let l = named(0x20a);
+    assert_eq!(l.external_size(3), Some(12));
+    assert_eq!(named(0x229).external_size(1), Some(12), "MPI_DOUBLE_INT");
+    let x = [-2i64];
+    let mut out = Vec::new();
+    // SAFETY: one long.
+    unsafe { l.pack_external(x.as_ptr().cast(), 1, &mut out) }.unwrap();
+    assert_eq!(out, [0xff, 0xff, 0xff, 0xfe]);
+    let mut y = [0i64];
+    // SAFETY: one long.
+    unsafe { l.unpack_external(&out, y.as_mut_ptr().cast(), 1) }.unwrap();
+    assert_eq!(y, [-2], "sign-extended back");
+    let z = named(0x216); // double complex: each half big-endian
+    let c = [1.0f64, -2.0];
+    let mut out = Vec::new();
+    // SAFETY: one double complex.
+    unsafe { z.pack_external(c.as_ptr().cast(), 1, &mut out) }.unwrap();
+    assert_eq!(&out[..8], &1.0f64.to_be_bytes());
+    assert_eq!(&out[8..], &(-2.0f64).to_be_bytes());
+    assert_eq!(named(0x220).external_size(1), None, "long double");
 }

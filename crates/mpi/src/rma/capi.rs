@@ -668,7 +668,8 @@ pub unsafe extern "C" fn MPI_Win_get_attr(
         MPI_WIN_DISP_UNIT => Some(&w.attr_disp as *const c_int as *const c_void),
         MPI_WIN_CREATE_FLAVOR => Some(&w.attr_flavor as *const c_int as *const c_void),
         MPI_WIN_MODEL => Some(&w.attr_model as *const c_int as *const c_void),
-        _ => None,
+        // The program's keys: core keeps their values (comm.rs).
+        k => crate::comm::win_attr(win, k).map(|v| v as *const c_void),
     };
     // SAFETY: the window (and so the values pointed to) lives until MPI_Win_free; the C
     // caller passes the address of a pointer and of an int.
@@ -1109,4 +1110,22 @@ pub unsafe extern "C" fn MPI_Win_get_errhandler(win: Raw, errhandler: *mut Raw) 
 pub extern "C" fn MPI_Win_call_errhandler(win: Raw, errorcode: c_int) -> c_int {
     let w = tri!(super::capi::win("MPI_Win_call_errhandler", win));
     crate::runtime::MPI_Comm_call_errhandler(w.comm, errorcode)
+}
+
+/// The window keeps no hints: a new, empty info object.
+///
+/// # Safety
+/// `info_used` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Win_get_info(win: Raw, info_used: *mut Raw) -> c_int {
+    tri!(super::capi::win("MPI_Win_get_info", win));
+    // SAFETY: forwarded.
+    unsafe { crate::runtime::MPI_Info_create(info_used) }
+}
+
+/// Hints are accepted and ignored (the standard allows it).
+#[unsafe(no_mangle)]
+pub extern "C" fn MPI_Win_set_info(win: Raw, _info: Raw) -> c_int {
+    tri!(super::capi::win("MPI_Win_set_info", win));
+    MPI_SUCCESS
 }

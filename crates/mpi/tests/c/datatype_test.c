@@ -1,10 +1,10 @@
 /* Datatypes, checked from C: the predefined types' sizes and extents (the pair types with
  * their C struct layout), the standard's examples of the constructors, pack and unpack,
- * decoding (envelope and contents), names, subarrays and darrays, derived types in
- * point-to-point messages (a strided send into a contiguous receive, MPI_Get_elements of
- * a short message) and the errors of bad arguments. Any number of processes; every rank
- * prints "datatype_test OK rank=R" and exits 0, or names the first failed check and
- * aborts. */
+ * external32, decoding (envelope and contents), names, subarrays and darrays, derived
+ * types in point-to-point messages (a strided send into a contiguous receive,
+ * MPI_Get_elements of a short message), attributes and the errors of bad arguments. Any
+ * number of processes; every rank prints "datatype_test OK rank=R" and exits 0, or names
+ * the first failed check and aborts. */
 #include <mpi.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -123,6 +123,29 @@ static void pack_unpack(void) {
     OK(MPI_Type_free(&v));
 }
 
+/* external32: big-endian, MPI_INT 4 bytes, a vector of vectors as its ints. */
+static void external(void) {
+    int a[9] = {1, -1, 2, -2, -3, -4, 3, -5, 0x01020304};
+    MPI_Datatype in, outer;
+    OK(MPI_Type_vector(2, 1, 2, MPI_INT, &in));
+    OK(MPI_Type_vector(2, 1, 2, in, &outer));
+    OK(MPI_Type_commit(&outer));
+    MPI_Aint sz, pos = 0;
+    OK(MPI_Pack_external_size("external32", 1, outer, &sz));
+    CHECK(sz == 16, "external32 size %ld", (long)sz);
+    unsigned char buf[16];
+    OK(MPI_Pack_external("external32", a, 1, outer, buf, sizeof buf, &pos));
+    CHECK(pos == 16, "packed %ld", (long)pos);
+    CHECK(buf[3] == 1 && buf[0] == 0 && buf[12] == 1 && buf[15] == 4, "big-endian");
+    int b[9] = {0};
+    pos = 0;
+    OK(MPI_Unpack_external("external32", buf, sizeof buf, &pos, b, 1, outer));
+    CHECK(pos == 16 && b[0] == 1 && b[2] == 2 && b[6] == 3 && b[8] == 0x01020304 && b[1] == 0,
+          "unpacked");
+    OK(MPI_Type_free(&in));
+    OK(MPI_Type_free(&outer));
+}
+
 static void arrays(void) {
     /* A 2x3 block at (1, 1) of a 4x5 int array, both orders. */
     int sizes[2] = {4, 5}, sub[2] = {2, 3}, starts[2] = {1, 1};
@@ -194,6 +217,49 @@ static void messages(void) {
     OK(MPI_Type_free(&col1));
 }
 
+static int copies, deletes;
+
+static int copy_attr(MPI_Datatype t, int key, void *extra, void *in, void *out, int *flag) {
+    (void)t, (void)key, (void)extra;
+    copies++;
+    *(void **)out = (char *)in + 1;
+    *flag = 1;
+    return MPI_SUCCESS;
+}
+
+static int delete_attr(MPI_Datatype t, int key, void *val, void *extra) {
+    (void)t, (void)key, (void)val, (void)extra;
+    deletes++;
+    return MPI_SUCCESS;
+}
+
+/* Attributes: a dup copies them through the key's callback, a free deletes them. */
+static void attributes(void) {
+    int key;
+    static char base[4];
+    MPI_Datatype t, d;
+    OK(MPI_Type_create_keyval(copy_attr, delete_attr, &key, NULL));
+    OK(MPI_Type_contiguous(2, MPI_INT, &t));
+    OK(MPI_Type_set_attr(t, key, base));
+    void *v;
+    int flag;
+    OK(MPI_Type_get_attr(t, key, &v, &flag));
+    CHECK(flag && v == base, "get_attr");
+    OK(MPI_Type_dup(t, &d));
+    CHECK(copies == 1, "copies %d", copies);
+    OK(MPI_Type_get_attr(d, key, &v, &flag));
+    CHECK(flag && v == base + 1, "the copy's value");
+    OK(MPI_Type_delete_attr(t, key));
+    CHECK(deletes == 1, "deletes %d", deletes);
+    OK(MPI_Type_get_attr(t, key, &v, &flag));
+    CHECK(!flag, "deleted");
+    OK(MPI_Type_free(&d));
+    CHECK(deletes == 2, "freeing deletes: %d", deletes);
+    OK(MPI_Type_free(&t));
+    OK(MPI_Type_free_keyval(&key));
+    CHECK(key == MPI_KEYVAL_INVALID, "freed key");
+}
+
 /* Bad arguments are errors of their class under MPI_ERRORS_RETURN. */
 static void errors(void) {
     int cls;
@@ -216,8 +282,10 @@ int main(int argc, char **argv) {
     predefined();
     examples();
     pack_unpack();
+    external();
     arrays();
     messages();
+    attributes();
     errors();
     MPI_Aint a1, a2;
     int x[4];

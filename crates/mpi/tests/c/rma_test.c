@@ -1,10 +1,10 @@
 /* One-sided communication, checked from C: fence epochs (put, get, accumulate with
  * strided types on both sides), passive target (exclusive locks around a
  * read-modify-write, shared locks with fetch-and-op, compare-and-swap and request-based
- * operations, flush), MPI_Win_allocate and the window's attributes, a shared window
- * among the processes of a host. Any number of processes (Open MPI 4.1 needs
- * `--mca osc sm,pt2pt`); every rank prints "rma_test OK rank=R" and exits 0, or names
- * the first failed check and aborts. */
+ * operations, flush), MPI_Win_allocate and the window's attributes (predefined and the
+ * program's), a shared window among the processes of a host. Any number of processes
+ * (Open MPI 4.1 needs `--mca osc sm,pt2pt`); every rank prints "rma_test OK rank=R" and
+ * exits 0, or names the first failed check and aborts. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,6 +110,16 @@ static void exclusive_counter(void) {
     CHECK(flag && *unit == sizeof(long), "MPI_WIN_DISP_UNIT");
     OK(MPI_Win_get_attr(win, MPI_WIN_CREATE_FLAVOR, &flavor, &flag));
     CHECK(flag && *flavor == MPI_WIN_FLAVOR_ALLOCATE, "MPI_WIN_CREATE_FLAVOR");
+    int key;
+    void *v;
+    OK(MPI_Win_create_keyval(MPI_WIN_NULL_COPY_FN, MPI_WIN_NULL_DELETE_FN, &key, NULL));
+    OK(MPI_Win_set_attr(win, key, &size));
+    OK(MPI_Win_get_attr(win, key, &v, &flag));
+    CHECK(flag && v == &size, "a window attribute");
+    OK(MPI_Win_delete_attr(win, key));
+    OK(MPI_Win_get_attr(win, key, &v, &flag));
+    CHECK(!flag, "a deleted window attribute");
+    OK(MPI_Win_free_keyval(&key));
     OK(MPI_Win_free(&win));
 }
 

@@ -307,6 +307,7 @@ npb() {
         rm -rf "$b" && mkdir -p "$b" && cp -a "$tree/." "$b/"
         # NPB's own template: the same flags for every MPI, only MPICC differs.
         cp "$b/config/make.def.template" "$b/config/make.def"
+        mkdir -p "$b/bin" # the release has it empty; a git copy may not
         for class in S W; do
             local exe="$b/bin/is.$class.x" ok=0
             make -C "$b" is CLASS=$class MPICC="$work/mpis/$m/bin/mpicc" \

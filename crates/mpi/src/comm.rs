@@ -54,6 +54,8 @@ pub struct Communicator {
     coll_seq: AtomicU16,
     /// Communicator rank of each world rank (`u32::MAX`: not a member).
     inv: Vec<u32>,
+    /// An intercommunicator's remote group (point-to-point ranks name its members).
+    pub remote: Option<Arc<Group>>,
 }
 
 impl Communicator {
@@ -83,6 +85,54 @@ impl Communicator {
             name: Mutex::new(String::new()),
             coll_seq: AtomicU16::new(0),
             inv,
+            remote: None,
+        }
+    }
+
+    /// This communicator as an intercommunicator with `remote` on the other side.
+    fn with_remote(mut self, remote: Arc<Group>) -> Communicator {
+        self.world_like = false;
+        self.remote = Some(remote);
+        self
+    }
+
+    pub fn is_inter(&self) -> bool {
+        self.remote.is_some()
+    }
+
+    /// The group point-to-point ranks name: the remote group of an intercommunicator,
+    /// else the communicator's own.
+    pub fn peers(&self) -> &Group {
+        self.remote.as_deref().unwrap_or(&self.group)
+    }
+
+    /// The world rank of point-to-point peer `r`.
+    pub fn peer_world(&self, r: u32) -> u32 {
+        self.peers().ranks[r as usize]
+    }
+
+    /// The point-to-point rank of world rank `w`, if it is a peer.
+    pub fn peer_rank_of(&self, w: u32) -> Option<u32> {
+        match &self.remote {
+            Some(g) => g.rank_of(w),
+            None => self.rank_of(w),
+        }
+    }
+
+    /// Every process of the communicator, both groups of an intercommunicator: the group
+    /// whose first member has the lower world rank first (every member computes the
+    /// same list).
+    fn everyone(&self) -> Vec<u32> {
+        match &self.remote {
+            None => self.group.ranks.clone(),
+            Some(r) => {
+                let (a, b) = if self.group.ranks[0] < r.ranks[0] {
+                    (&self.group, r)
+                } else {
+                    (r, &self.group)
+                };
+                a.ranks.iter().chain(&b.ranks).copied().collect()
+            }
         }
     }
 
@@ -370,6 +420,18 @@ fn release_ctx(ctx: u16) {
     }
 }
 
+/// Refuses an intercommunicator where only intra-communicators are supported.
+pub(crate) fn intra(call: &str, c: &Communicator, h: Raw) -> Result<(), c_int> {
+    if c.is_inter() {
+        return Err(fail(
+            h,
+            MPI_ERR_COMM,
+            format!("{call}: intercommunicators are not supported here"),
+        ));
+    }
+    Ok(())
+}
+
 /// A communicator of `group` (a subset of `parent`'s, in its order) with `topo`; every
 /// member of `parent` calls; those outside `group` get `MPI_COMM_NULL`.
 pub(crate) fn create_sub(
@@ -379,6 +441,7 @@ pub(crate) fn create_sub(
     group: Arc<Group>,
     topo: Option<Topo>,
 ) -> Result<Raw, c_int> {
+    intra(call, parent, parent_h)?;
     let member = group.rank_of(crate::runtime::world_rank()).is_some();
     let (ctx, _) = agree_ctx(&parent.group.ranks, parent.ctx / 2, &[], member).map_err(|e| {
         fail(
@@ -404,6 +467,7 @@ pub(crate) fn split(
     key: c_int,
     topo: Option<Topo>,
 ) -> Result<Raw, c_int> {
+    intra(call, parent, parent_h)?;
     let mut mine = Vec::with_capacity(8);
     mine.extend_from_slice(&color.to_le_bytes());
     mine.extend_from_slice(&key.to_le_bytes());
@@ -513,7 +577,15 @@ fn copy_attrs(from_h: Raw, from: &Communicator, to_h: Raw) -> Result<(), c_int> 
 
 fn dup(call: &str, comm: Raw) -> Result<Raw, c_int> {
     let c = get(call, comm)?;
-    let h = create_sub(call, &c, comm, c.group.clone(), c.topo.clone())?;
+    let h = match &c.remote {
+        None => create_sub(call, &c, comm, c.group.clone(), c.topo.clone())?,
+        Some(r) => {
+            let (ctx, _) = agree_ctx(&c.everyone(), c.ctx / 2, &[], true)
+                .map_err(|e| fail(comm, e, format!("{call}: agreeing on a context id failed")))?;
+            let eh = *c.errhandler.lock().unwrap_or_else(|e| e.into_inner());
+            store(Communicator::new(c.group.clone(), ctx, None, eh, job()?).with_remote(r.clone()))
+        }
+    };
     copy_attrs(comm, &c, h).map_err(|e| {
         fail(
             comm,
@@ -664,6 +736,7 @@ pub unsafe extern "C" fn MPI_Comm_create_group(
 ) -> c_int {
     const CALL: &str = "MPI_Comm_create_group";
     let c = tri!(get(CALL, comm));
+    tri!(intra(CALL, &c, comm));
     let g = tri!(group::lookup(group).map_err(|e| fail(
         comm,
         e,
@@ -799,15 +872,14 @@ pub unsafe extern "C" fn MPI_Comm_get_name(
     MPI_SUCCESS
 }
 
-/// Intercommunicators are not made here: every communicator is an intra-communicator.
 ///
 /// # Safety
 /// `flag` valid for a write.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Comm_test_inter(comm: Raw, flag: *mut c_int) -> c_int {
-    let _ = tri!(get("MPI_Comm_test_inter", comm));
+    let c = tri!(get("MPI_Comm_test_inter", comm));
     // SAFETY: the caller's contract.
-    unsafe { put(flag, 0) };
+    unsafe { put(flag, c_int::from(c.is_inter())) };
     MPI_SUCCESS
 }
 
@@ -1090,6 +1162,321 @@ pub unsafe extern "C" fn MPI_Attr_get(
 #[unsafe(no_mangle)]
 pub extern "C" fn MPI_Attr_delete(comm: Raw, keyval: c_int) -> c_int {
     MPI_Comm_delete_attr(comm, keyval)
+}
+
+// ---- intercommunicators ---------------------------------------------------------------
+
+/// Sends `mine` to world rank `to` and receives its answer, tagged `tag` (the leaders of
+/// an intercommunicator's two groups; sent without waiting, so that two large messages
+/// cannot wait for each other).
+fn swap(to: u32, tag: i32, mine: &[u8]) -> Result<Vec<u8>, c_int> {
+    let p = p2p()?;
+    let e = |e: bulkwire_p2p::Error| code_of(&e);
+    // SAFETY: `mine` outlives the request, waited for below.
+    let id = unsafe { p.isend_raw(to, tag, mine.as_ptr(), mine.len()) }.map_err(e)?;
+    let got = p.recv_vec(to, tag, usize::MAX).map_err(e);
+    p.wait_raw(id).map_err(e)?;
+    Ok(got?.0)
+}
+
+/// # Safety
+/// `newintercomm` valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Intercomm_create(
+    local_comm: Raw,
+    local_leader: c_int,
+    peer_comm: Raw,
+    remote_leader: c_int,
+    tag: c_int,
+    newintercomm: *mut Raw,
+) -> c_int {
+    const CALL: &str = "MPI_Intercomm_create";
+    let lc = tri!(get(CALL, local_comm));
+    tri!(intra(CALL, &lc, local_comm));
+    if local_leader < 0 || local_leader as u32 >= lc.size() {
+        return fail(
+            local_comm,
+            MPI_ERR_RANK,
+            format!(
+                "{CALL}: local leader {local_leader} is outside the communicator (size {})",
+                lc.size()
+            ),
+        );
+    }
+    let leader = lc.world(local_leader as u32);
+    let me = crate::runtime::world_rank();
+    // Only the leader reads the peer communicator and the remote leader.
+    let mut remote_world = 0;
+    let mut wire = 0;
+    if me == leader {
+        let pc = tri!(get(CALL, peer_comm));
+        if remote_leader < 0 || remote_leader as u32 >= pc.peers().size() {
+            return fail(
+                peer_comm,
+                MPI_ERR_RANK,
+                format!("{CALL}: remote leader {remote_leader} is outside the peer communicator"),
+            );
+        }
+        if !(0..=TAG_UB).contains(&tag) {
+            return fail(
+                local_comm,
+                MPI_ERR_TAG,
+                format!("{CALL}: tag {tag} is outside 0..={TAG_UB}"),
+            );
+        }
+        remote_world = pc.peer_world(remote_leader as u32);
+        wire = pc.wire_tag(tag);
+    }
+    // The leader first: it gathers the group's bitmaps and talks to the other leader.
+    let members: Vec<u32> = std::iter::once(leader)
+        .chain(lc.group.ranks.iter().copied().filter(|&w| w != leader))
+        .collect();
+    let key = 0x4000 | (lc.ctx / 2);
+    let mut ranks_bytes = Vec::with_capacity(lc.group.ranks.len() * 4);
+    for r in &lc.group.ranks {
+        ranks_bytes.extend_from_slice(&r.to_le_bytes());
+    }
+    let (ctx, remote) = loop {
+        // Round 1: the lowest id free on both groups, and the remote group.
+        let ans = agree(&members, key, used_bitmap(), |all| {
+            let mut mine = [0u8; BITMAP_BYTES];
+            for v in &all {
+                for (a, b) in mine.iter_mut().zip(v) {
+                    *a |= b;
+                }
+            }
+            let mut out = mine.to_vec();
+            out.extend_from_slice(&ranks_bytes);
+            match swap(remote_world, wire, &out) {
+                Ok(theirs) if theirs.len() >= BITMAP_BYTES => {
+                    let (tb, tr) = theirs.split_at(BITMAP_BYTES);
+                    let mut ans = lowest_free([&mine[..], tb].into_iter()).to_vec();
+                    ans.extend_from_slice(tr);
+                    ans
+                }
+                _ => vec![0, 0],
+            }
+        });
+        let ans =
+            tri!(ans.map_err(|e| fail(local_comm, e, format!("{CALL}: the exchange failed"))));
+        let ctx = u16::from_le_bytes([ans[0], ans[1]]);
+        if ctx == WORLD_CTX {
+            return fail(
+                local_comm,
+                MPI_ERR_INTERN,
+                format!("{CALL}: the leaders' exchange failed or no context id is free"),
+            );
+        }
+        // Round 2: whether every process of both groups could take it.
+        let took = try_take(ctx);
+        let ok = tri!(
+            agree(&members, key, vec![u8::from(took)], |all| {
+                let mine = u8::from(all.iter().all(|v| v.first() == Some(&1)));
+                let theirs = swap(remote_world, wire, &[mine]).ok();
+                vec![u8::from(mine == 1 && theirs.as_deref() == Some(&[1][..]))]
+            })
+            .map_err(|e| fail(local_comm, e, format!("{CALL}: the exchange failed")))
+        );
+        if ok.first() == Some(&1) {
+            let remote: Vec<u32> = ans[2..]
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            break (ctx, remote);
+        }
+        if took {
+            release_ctx(ctx);
+        }
+    };
+    let eh = *lc.errhandler.lock().unwrap_or_else(|e| e.into_inner());
+    let c = Communicator::new(lc.group.clone(), ctx, None, eh, tri!(job()))
+        .with_remote(Arc::new(Group { ranks: remote }));
+    // SAFETY: the caller's contract.
+    unsafe { put(newintercomm, store(c)) };
+    MPI_SUCCESS
+}
+
+/// # Safety
+/// `newintracomm` valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Intercomm_merge(
+    intercomm: Raw,
+    high: c_int,
+    newintracomm: *mut Raw,
+) -> c_int {
+    const CALL: &str = "MPI_Intercomm_merge";
+    let c = tri!(get(CALL, intercomm));
+    let Some(remote) = &c.remote else {
+        return fail(
+            intercomm,
+            MPI_ERR_COMM,
+            format!("{CALL}: not an intercommunicator"),
+        );
+    };
+    let everyone = c.everyone();
+    let key = 0xC000 | (c.ctx / 2);
+    let (ctx, highs) = tri!(
+        agree_ctx(&everyone, key, &[u8::from(high != 0)], true).map_err(|e| fail(
+            intercomm,
+            e,
+            format!("{CALL}: agreeing on a context id failed")
+        ))
+    );
+    // The first group of `everyone` goes first unless only it asked to be high.
+    let (first, second) = if everyone[0] == c.group.ranks[0] {
+        (&c.group, remote)
+    } else {
+        (remote, &c.group)
+    };
+    let first_high = highs.first() == Some(&1);
+    let second_high = highs.get(first.ranks.len()) == Some(&1);
+    let (a, b) = if first_high && !second_high {
+        (second, first)
+    } else {
+        (first, second)
+    };
+    let group = Group {
+        ranks: a.ranks.iter().chain(&b.ranks).copied().collect(),
+    };
+    let eh = *c.errhandler.lock().unwrap_or_else(|e| e.into_inner());
+    let h = store(Communicator::new(
+        Arc::new(group),
+        ctx,
+        None,
+        eh,
+        tri!(job()),
+    ));
+    // SAFETY: the caller's contract.
+    unsafe { put(newintracomm, h) };
+    MPI_SUCCESS
+}
+
+/// # Safety
+/// `size` valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_remote_size(comm: Raw, size: *mut c_int) -> c_int {
+    let c = tri!(get("MPI_Comm_remote_size", comm));
+    let Some(r) = &c.remote else {
+        return fail(
+            comm,
+            MPI_ERR_COMM,
+            "MPI_Comm_remote_size: not an intercommunicator",
+        );
+    };
+    // SAFETY: the caller's contract.
+    unsafe { put(size, r.size() as c_int) };
+    MPI_SUCCESS
+}
+
+/// # Safety
+/// `group` valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Comm_remote_group(comm: Raw, group: *mut Raw) -> c_int {
+    let c = tri!(get("MPI_Comm_remote_group", comm));
+    let Some(r) = &c.remote else {
+        return fail(
+            comm,
+            MPI_ERR_COMM,
+            "MPI_Comm_remote_group: not an intercommunicator",
+        );
+    };
+    // SAFETY: the caller's contract.
+    unsafe { put(group, group::insert(r.clone())) };
+    MPI_SUCCESS
+}
+
+// ---- window attributes ----------------------------------------------------------------
+// Keys are shared with communicators' (one table); values are kept here by window handle.
+// `MPI_Win_get_attr` (rma) answers the predefined keys; [`win_attr`] the program's.
+
+static WIN_ATTRS: Mutex<BTreeMap<(Raw, c_int), usize>> = Mutex::new(BTreeMap::new());
+
+/// The value the program set for `key` on window `win`.
+pub fn win_attr(win: Raw, key: c_int) -> Option<usize> {
+    WIN_ATTRS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&(win, key))
+        .copied()
+}
+
+/// # Safety
+/// As `MPI_Comm_create_keyval` (the window callbacks have the same shapes).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Win_create_keyval(
+    copy: usize,
+    delete: usize,
+    win_keyval: *mut c_int,
+    extra_state: *mut c_void,
+) -> c_int {
+    // SAFETY: forwarded contract.
+    unsafe { MPI_Comm_create_keyval(copy, delete, win_keyval, extra_state) }
+}
+
+/// # Safety
+/// As `MPI_Comm_free_keyval`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Win_free_keyval(win_keyval: *mut c_int) -> c_int {
+    // SAFETY: forwarded contract.
+    unsafe { MPI_Comm_free_keyval(win_keyval) }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn MPI_Win_set_attr(
+    win: Raw,
+    win_keyval: c_int,
+    attribute_val: *mut c_void,
+) -> c_int {
+    const CALL: &str = "MPI_Win_set_attr";
+    if crate::rma::lookup(win).is_err() {
+        return fail(
+            MPI_COMM_WORLD,
+            MPI_ERR_WIN,
+            format!("{CALL}: invalid window handle {win:#x}"),
+        );
+    }
+    if keyval(win_keyval).is_none() {
+        return fail(
+            MPI_COMM_WORLD,
+            MPI_ERR_KEYVAL,
+            format!("{CALL}: invalid key {win_keyval}"),
+        );
+    }
+    let _ = MPI_Win_delete_attr(win, win_keyval);
+    WIN_ATTRS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert((win, win_keyval), attribute_val as usize);
+    MPI_SUCCESS
+}
+
+/// Calls the key's delete callback (with the window's handle) and forgets the value.
+#[unsafe(no_mangle)]
+pub extern "C" fn MPI_Win_delete_attr(win: Raw, win_keyval: c_int) -> c_int {
+    let Some(v) = WIN_ATTRS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&(win, win_keyval))
+    else {
+        return MPI_SUCCESS;
+    };
+    if let Some(kv) = keyval(win_keyval)
+        && kv.delete != 0
+    {
+        // SAFETY: a MPI_Win_delete_attr_function registered by the program (the same
+        // shape as a communicator's, with the window's handle).
+        let f: DeleteFn = unsafe { std::mem::transmute::<usize, DeleteFn>(kv.delete) };
+        // SAFETY: the callback's contract.
+        let rc = unsafe { f(win, win_keyval, v as *mut c_void, kv.extra) };
+        if rc != MPI_SUCCESS {
+            return fail(
+                MPI_COMM_WORLD,
+                rc,
+                "MPI_Win_delete_attr: the delete callback failed",
+            );
+        }
+    }
+    MPI_SUCCESS
 }
 
 #[cfg(test)]

@@ -90,18 +90,18 @@ fn check(
     let any = recv && peer == MPI_ANY_SOURCE;
     let world = if peer == MPI_PROC_NULL || any {
         None
-    } else if peer < 0 || peer as u32 >= comm.size() {
+    } else if peer < 0 || peer as u32 >= comm.peers().size() {
         let role = if recv { "source" } else { "destination" };
         return Err(fail(
             comm_h,
             MPI_ERR_RANK,
             format!(
                 "{call}: {role} {peer} is outside the communicator (size {})",
-                comm.size()
+                comm.peers().size()
             ),
         ));
     } else {
-        Some(comm.world(peer as u32))
+        Some(comm.peer_world(peer as u32))
     };
     Ok(Args {
         comm,

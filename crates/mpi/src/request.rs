@@ -153,7 +153,7 @@ pub(crate) fn status_of(comm: &Communicator, r: Result<Status, bulkwire_p2p::Err
     match r {
         Ok(st) => {
             let src = comm
-                .rank_of(st.source)
+                .peer_rank_of(st.source)
                 .map_or(MPI_UNDEFINED, |r| r as c_int);
             let tag = st.tag & 0xffff;
             MpiStatus::new(src, tag, MPI_SUCCESS, st.len as i64)
@@ -166,7 +166,9 @@ pub(crate) fn status_of(comm: &Communicator, r: Result<Status, bulkwire_p2p::Err
         Err(e) => {
             let mut s = MpiStatus::EMPTY;
             if let bulkwire_p2p::Error::Truncated { peer, tag, cap, .. } = e {
-                s.source = comm.rank_of(peer).map_or(MPI_UNDEFINED, |r| r as c_int);
+                s.source = comm
+                    .peer_rank_of(peer)
+                    .map_or(MPI_UNDEFINED, |r| r as c_int);
                 s.tag = tag & 0xffff;
                 s.set_bytes(cap as i64);
             }

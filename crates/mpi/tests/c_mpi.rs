@@ -69,11 +69,12 @@ impl Drop for Exe {
     }
 }
 
-fn compile(name: &str, lib: &Path) -> Exe {
+/// Compiles `tests/c/name.c`; `tag` keeps the executables of tests running at once apart.
+fn compile(name: &str, tag: &str, lib: &Path) -> Exe {
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out =
-        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("mpi-{name}-{}", std::process::id()));
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("mpi-{name}-{tag}-{}", std::process::id()));
     let o = Command::new(&cc)
         .args([
             "-std=c11",
@@ -135,7 +136,7 @@ fn bsprun(run: &Path, n: u32, prog: &Exe, args: &[&str]) -> Run {
 /// Runs `name.c` at each p; every rank must print "`name` OK rank=r".
 fn every_rank_passes(name: &str, ps: &[u32]) {
     let Some((lib, run)) = tools() else { return };
-    let exe = compile(name, &lib);
+    let exe = compile(name, "all", &lib);
     for &n in ps {
         let r = bsprun(&run, n, &exe, &[]);
         assert_eq!(
@@ -175,7 +176,7 @@ fn threads_make_communicators_and_exchange_messages_at_once() {
 #[test]
 fn an_invalid_call_is_fatal_by_default_and_names_the_call_and_rank() {
     let Some((lib, run)) = tools() else { return };
-    let exe = compile("fail", &lib);
+    let exe = compile("fail", "fatal", &lib);
     let r = bsprun(&run, 2, &exe, &["fatal"]);
     assert_ne!(r.code, Some(0), "{}\n{}", r.stdout, r.stderr);
     assert!(
@@ -190,7 +191,7 @@ fn an_invalid_call_is_fatal_by_default_and_names_the_call_and_rank() {
 #[test]
 fn a_dead_peer_fails_the_receive_instead_of_hanging() {
     let Some((lib, run)) = tools() else { return };
-    let exe = compile("fail", &lib);
+    let exe = compile("fail", "dead", &lib);
     let r = bsprun(&run, 2, &exe, &["dead"]);
     assert_ne!(r.code, Some(0), "the job lost a process");
     assert!(

@@ -134,6 +134,53 @@ static void groups(void) {
     CHECK(all[0] == MPI_GROUP_NULL);
 }
 
+/* Intercommunicators between the even and the odd ranks: point-to-point across, a
+ * duplicate, and the merge back into one intra-communicator (odd ranks high). */
+static void intercomms(void) {
+    MPI_Comm half, inter, inter2, merged;
+    OK(MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &half));
+    int hr, hs;
+    OK(MPI_Comm_rank(half, &hr));
+    OK(MPI_Comm_size(half, &hs));
+    OK(MPI_Intercomm_create(half, 0, MPI_COMM_WORLD, rank % 2 ? 0 : 1, 7, &inter));
+    int flag, rs, r;
+    OK(MPI_Comm_test_inter(inter, &flag));
+    CHECK(flag);
+    OK(MPI_Comm_remote_size(inter, &rs));
+    CHECK(rs == (rank % 2 ? (size + 1) / 2 : size / 2));
+    OK(MPI_Comm_rank(inter, &r));
+    CHECK(r == hr);
+    MPI_Group rg;
+    int zero = 0, w;
+    MPI_Group world;
+    OK(MPI_Comm_group(MPI_COMM_WORLD, &world));
+    OK(MPI_Comm_remote_group(inter, &rg));
+    OK(MPI_Group_translate_ranks(rg, 1, &zero, world, &w));
+    CHECK(w == (rank % 2 ? 0 : 1));
+    OK(MPI_Group_free(&rg));
+    OK(MPI_Group_free(&world));
+    /* Each process of the smaller side sends its rank to the same rank across. */
+    OK(MPI_Comm_dup(inter, &inter2));
+    if (hr < rs) {
+        int v = rank, got = -1;
+        MPI_Status st;
+        OK(MPI_Sendrecv(&v, 1, MPI_INT, hr, 3, &got, 1, MPI_INT, MPI_ANY_SOURCE, MPI_ANY_TAG, inter2, &st));
+        CHECK(st.MPI_SOURCE == hr && st.MPI_TAG == 3);
+        CHECK(got == (rank % 2 ? rank - 1 : rank + 1));
+    }
+    OK(MPI_Intercomm_merge(inter, rank % 2, &merged));
+    int mr, ms;
+    OK(MPI_Comm_rank(merged, &mr));
+    OK(MPI_Comm_size(merged, &ms));
+    CHECK(ms == size);
+    CHECK(mr == (rank % 2 ? (size + 1) / 2 + rank / 2 : rank / 2));
+    OK(MPI_Comm_free(&merged));
+    OK(MPI_Comm_free(&inter2));
+    OK(MPI_Comm_free(&inter));
+    OK(MPI_Comm_free(&half));
+    (void)hs;
+}
+
 static void cartesian(void) {
     int dims[2] = {0, 0};
     OK(MPI_Dims_create(size, 2, dims));
@@ -323,6 +370,7 @@ int main(int argc, char **argv) {
     isolation();
     splits();
     groups();
+    intercomms();
     cartesian();
     handlers_and_attributes();
     environment();

@@ -285,9 +285,13 @@ mpich_tests() {
             rm -f "$tap"
             # One program per test (not the git tree's all-in-one run_mpitests, which
             # needs every MPI-4 call to link), each at the process count its testlist says.
+            # runtests gives MPICH's mpiexec its time limit in MPIEXEC_TIMEOUT; bsprun and
+            # Open MPI's mpirun take it as --timeout.
+            local limitarg=()
+            [ "$m" != mpich ] && limitarg=("-timelimitarg=--timeout %d")
             (cd "$b/$d" && MPITEST_RUN_INDIVIDUAL=1 MPITEST_TIMEOUT=$limit \
                 perl "$runtests" -srcdir="$lists" -tests=testlist -mpiexec="$work/mpis/$m/bin/mpiexec" \
-                -tapfile="$tap") >"$log/mpich-$m-$d.out" 2>&1
+                "${limitarg[@]}" -tapfile="$tap") >"$log/mpich-$m-$d.out" 2>&1
             local passed skipped failed
             passed=$(grep '^ok ' "$tap" 2>/dev/null | grep -vc '# SKIP')
             skipped=$(grep '^ok ' "$tap" 2>/dev/null | grep -c '# SKIP')

@@ -894,6 +894,11 @@ void mpi_request_get_status_(MPI_Fint *request, MPI_Fint *flag, MPI_Fint *status
     *ierror = MPI_Request_get_status(F2C(MPI_Request, *request), flag, STATUS(status));
 }
 
+void mpi_grequest_complete_(MPI_Fint *request, MPI_Fint *ierror)
+{
+    *ierror = MPI_Grequest_complete(F2C(MPI_Request, *request));
+}
+
 void mpi_comm_size_(MPI_Fint *comm, MPI_Fint *size, MPI_Fint *ierror)
 {
     *ierror = MPI_Comm_size(F2C(MPI_Comm, *comm), size);
@@ -994,6 +999,18 @@ void mpi_comm_test_inter_(MPI_Fint *comm, MPI_Fint *flag, MPI_Fint *ierror)
     *ierror = MPI_Comm_test_inter(F2C(MPI_Comm, *comm), flag);
 }
 
+void mpi_comm_remote_size_(MPI_Fint *comm, MPI_Fint *size, MPI_Fint *ierror)
+{
+    *ierror = MPI_Comm_remote_size(F2C(MPI_Comm, *comm), size);
+}
+
+void mpi_comm_remote_group_(MPI_Fint *comm, MPI_Fint *group, MPI_Fint *ierror)
+{
+    MPI_Group c_group = F2C(MPI_Group, *group);
+    *ierror = MPI_Comm_remote_group(F2C(MPI_Comm, *comm), &c_group);
+    *group = C2F(c_group);
+}
+
 void mpi_comm_set_info_(MPI_Fint *comm, MPI_Fint *info, MPI_Fint *ierror)
 {
     *ierror = MPI_Comm_set_info(F2C(MPI_Comm, *comm), F2C(MPI_Info, *info));
@@ -1004,6 +1021,20 @@ void mpi_comm_get_info_(MPI_Fint *comm, MPI_Fint *info_used, MPI_Fint *ierror)
     MPI_Info c_info_used = F2C(MPI_Info, *info_used);
     *ierror = MPI_Comm_get_info(F2C(MPI_Comm, *comm), &c_info_used);
     *info_used = C2F(c_info_used);
+}
+
+void mpi_intercomm_create_(MPI_Fint *local_comm, MPI_Fint *local_leader, MPI_Fint *peer_comm, MPI_Fint *remote_leader, MPI_Fint *tag, MPI_Fint *newintercomm, MPI_Fint *ierror)
+{
+    MPI_Comm c_newintercomm = F2C(MPI_Comm, *newintercomm);
+    *ierror = MPI_Intercomm_create(F2C(MPI_Comm, *local_comm), *local_leader, F2C(MPI_Comm, *peer_comm), *remote_leader, *tag, &c_newintercomm);
+    *newintercomm = C2F(c_newintercomm);
+}
+
+void mpi_intercomm_merge_(MPI_Fint *intercomm, MPI_Fint *high, MPI_Fint *newintracomm, MPI_Fint *ierror)
+{
+    MPI_Comm c_newintracomm = F2C(MPI_Comm, *newintracomm);
+    *ierror = MPI_Intercomm_merge(F2C(MPI_Comm, *intercomm), *high, &c_newintracomm);
+    *newintracomm = C2F(c_newintracomm);
 }
 
 void mpi_group_size_(MPI_Fint *group, MPI_Fint *size, MPI_Fint *ierror)
@@ -1335,6 +1366,16 @@ void mpi_type_match_size_(MPI_Fint *typeclass, MPI_Fint *size, MPI_Fint *datatyp
     MPI_Datatype c_datatype = F2C(MPI_Datatype, *datatype);
     *ierror = MPI_Type_match_size(*typeclass, *size, &c_datatype);
     *datatype = C2F(c_datatype);
+}
+
+void mpi_type_free_keyval_(MPI_Fint *type_keyval, MPI_Fint *ierror)
+{
+    *ierror = MPI_Type_free_keyval(type_keyval);
+}
+
+void mpi_type_delete_attr_(MPI_Fint *datatype, MPI_Fint *type_keyval, MPI_Fint *ierror)
+{
+    *ierror = MPI_Type_delete_attr(F2C(MPI_Datatype, *datatype), *type_keyval);
 }
 
 void mpi_pack_(void *inbuf, MPI_Fint *incount, MPI_Fint *datatype, void *outbuf, MPI_Fint *outsize, MPI_Fint *position, MPI_Fint *comm, MPI_Fint *ierror)
@@ -1840,6 +1881,16 @@ void mpi_win_get_name_(MPI_Fint *win, char *win_name, MPI_Fint *resultlen, MPI_F
     c2fstr(c_win_name, win_name, win_name_len);
 }
 
+void mpi_win_free_keyval_(MPI_Fint *win_keyval, MPI_Fint *ierror)
+{
+    *ierror = MPI_Win_free_keyval(win_keyval);
+}
+
+void mpi_win_delete_attr_(MPI_Fint *win, MPI_Fint *win_keyval, MPI_Fint *ierror)
+{
+    *ierror = MPI_Win_delete_attr(F2C(MPI_Win, *win), *win_keyval);
+}
+
 void mpi_win_set_errhandler_(MPI_Fint *win, MPI_Fint *errhandler, MPI_Fint *ierror)
 {
     *ierror = MPI_Win_set_errhandler(F2C(MPI_Win, *win), F2C(MPI_Errhandler, *errhandler));
@@ -1857,6 +1908,18 @@ void mpi_win_call_errhandler_(MPI_Fint *win, MPI_Fint *errorcode, MPI_Fint *ierr
     *ierror = MPI_Win_call_errhandler(F2C(MPI_Win, *win), *errorcode);
 }
 
-/* Not bound (C function pointers or C-only arguments): MPI_Neighbor_alltoallw, MPI_Ineighbor_alltoallw, MPI_Win_create_errhandler. */
+void mpi_win_set_info_(MPI_Fint *win, MPI_Fint *info, MPI_Fint *ierror)
+{
+    *ierror = MPI_Win_set_info(F2C(MPI_Win, *win), F2C(MPI_Info, *info));
+}
 
-/* Not in the library (not bound until they are): MPI_Grequest_start, MPI_Grequest_complete, MPI_Comm_remote_size, MPI_Comm_remote_group, MPI_Intercomm_create, MPI_Intercomm_merge, MPI_Dist_graph_create, MPI_Dist_graph_create_adjacent, MPI_Dist_graph_neighbors_count, MPI_Dist_graph_neighbors, MPI_Type_free_keyval, MPI_Type_delete_attr, MPI_Win_free_keyval, MPI_Win_delete_attr, MPI_Win_set_info, MPI_Win_get_info. */
+void mpi_win_get_info_(MPI_Fint *win, MPI_Fint *info_used, MPI_Fint *ierror)
+{
+    MPI_Info c_info_used = F2C(MPI_Info, *info_used);
+    *ierror = MPI_Win_get_info(F2C(MPI_Win, *win), &c_info_used);
+    *info_used = C2F(c_info_used);
+}
+
+/* Not bound (C function pointers or C-only arguments): MPI_Grequest_start, MPI_Neighbor_alltoallw, MPI_Ineighbor_alltoallw, MPI_Win_create_errhandler. */
+
+/* Not in the library (not bound until they are): MPI_Dist_graph_create, MPI_Dist_graph_create_adjacent, MPI_Dist_graph_neighbors_count, MPI_Dist_graph_neighbors. */

@@ -6,3 +6,9 @@
 #define HAVE_MPI_Comm_get_attr 1
 #define HAVE_MPI_Comm_set_attr 1
 #define HAVE_MPI_Ialltoallw 1
+#define HAVE_MPI_Type_create_keyval 1
+#define HAVE_MPI_Type_get_attr 1
+#define HAVE_MPI_Type_set_attr 1
+#define HAVE_MPI_Win_create_keyval 1
+#define HAVE_MPI_Win_get_attr 1
+#define HAVE_MPI_Win_set_attr 1

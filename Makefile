@@ -52,13 +52,15 @@ ABI := $(if $(filter 0,$(MAJOR)),0.$(MINOR),$(MAJOR))
 # What the static library needs from the system (rustc --print native-static-libs).
 SYSTEM_LIBS := -lgcc_s -lutil -lrt -lpthread -lm -ldl
 
-TOOLS := bspcc bspcxx bwmpicc bwmpicxx bsprun bwbench
+TOOLS := bspcc bspcxx bwmpicc bwmpicxx bwmpifort bsprun bwbench
 HEADERS := bsp.h mcbsp.h mcbsp-affinity.h mcbsp-profiling.h mcbsp-resiliency.h bulkwire.h \
 	bsp.hpp
-# MPI's header, from the MPI crate (none in a tree whose MPI layer has no header yet).
-MPI_HEADERS := $(notdir $(wildcard crates/mpi/include/*.h))
+# MPI's headers (mpi.h, mpif.h) and the mpi module's source, from the MPI crate (none in a
+# tree whose MPI layer has no header yet).
+MPI_HEADERS := $(notdir $(wildcard crates/mpi/include/*.h crates/mpi/include/*.f90))
 # The MPI names: wrapper links, by the tool each runs.
-MPI_LINKS := mpicc:bwmpicc mpicxx:bwmpicxx mpic++:bwmpicxx mpirun:bsprun mpiexec:bsprun
+MPI_LINKS := mpicc:bwmpicc mpicxx:bwmpicxx mpic++:bwmpicxx mpifort:bwmpifort mpif90:bwmpifort \
+  mpif77:bwmpifort mpirun:bsprun mpiexec:bsprun
 MPI_PC := mpi mpi-c mpi-cxx
 
 .PHONY: all build install install-files uninstall

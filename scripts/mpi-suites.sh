@@ -276,14 +276,22 @@ mpich_tests() {
         [ -f "$runtests" ] || runtests="$t/runtests"
         local d
         for d in ${dirs//,/ }; do
-            [ -f "$b/$d/testlist" ] || { SUMMARY+=("MPICH test/mpi $d ($m): no testlist"); continue; }
+            # A testlist configure generates is in the build tree; the others in the sources.
+            local lists=.
+            [ -f "$b/$d/testlist" ] || lists="$t/$d"
+            [ -f "$lists/testlist" ] || [ -f "$b/$d/$lists/testlist" ] ||
+                { SUMMARY+=("MPICH test/mpi $d ($m): no testlist"); continue; }
             local tap="$log/mpich-$m-$d.tap"
             rm -f "$tap"
             # One program per test (not the git tree's all-in-one run_mpitests, which
             # needs every MPI-4 call to link), each at the process count its testlist says.
+            # runtests gives MPICH's mpiexec its time limit in MPIEXEC_TIMEOUT; bsprun and
+            # Open MPI's mpirun take it as --timeout.
+            local limitarg=()
+            [ "$m" != mpich ] && limitarg=("-timelimitarg=--timeout %d")
             (cd "$b/$d" && MPITEST_RUN_INDIVIDUAL=1 MPITEST_TIMEOUT=$limit \
-                perl "$runtests" -srcdir=. -tests=testlist -mpiexec="$work/mpis/$m/bin/mpiexec" \
-                -tapfile="$tap") >"$log/mpich-$m-$d.out" 2>&1
+                perl "$runtests" -srcdir="$lists" -tests=testlist -mpiexec="$work/mpis/$m/bin/mpiexec" \
+                "${limitarg[@]}" -tapfile="$tap") >"$log/mpich-$m-$d.out" 2>&1
             local passed skipped failed
             passed=$(grep '^ok ' "$tap" 2>/dev/null | grep -vc '# SKIP')
             skipped=$(grep '^ok ' "$tap" 2>/dev/null | grep -c '# SKIP')
@@ -307,6 +315,7 @@ npb() {
         rm -rf "$b" && mkdir -p "$b" && cp -a "$tree/." "$b/"
         # NPB's own template: the same flags for every MPI, only MPICC differs.
         cp "$b/config/make.def.template" "$b/config/make.def"
+        mkdir -p "$b/bin" # the release has it empty; a git copy may not
         for class in S W; do
             local exe="$b/bin/is.$class.x" ok=0
             make -C "$b" is CLASS=$class MPICC="$work/mpis/$m/bin/mpicc" \

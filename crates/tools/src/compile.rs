@@ -31,6 +31,13 @@
 //! `-link_info` the compiler with each step's flags (MPICH's), each on standard output.
 //! Their header `mpi.h` is installed in `PREFIX/include/bulkwire-mpi`, apart from the
 //! other headers, so that it never shadows another MPI's `mpi.h` in `/usr/local/include`.
+//!
+//! `bwmpifort` compiles Fortran MPI programs (`use mpi`, `include 'mpif.h'`) with
+//! `$BWMPIFORT_FC`, `$FC`, `gfortran` or `f95`. A Fortran module file belongs to the
+//! compiler (and version) that wrote it, so the `mpi` module's source (`mpi.f90`, beside
+//! `mpif.h`) is compiled on first use into a cache directory named by the compiler and the
+//! sources (`$XDG_CACHE_HOME/bulkwire/mpi-mod-<hash>`), added to the include path; the
+//! link adds `-lgfortran` for build systems that link with another driver.
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
@@ -57,6 +64,11 @@ const HEADERS: &[(&str, &str)] = &[
 ];
 /// MPI's header, by name.
 const MPI_HEADERS: &[(&str, &str)] = &[("mpi.h", include_str!("../../mpi/include/mpi.h"))];
+/// MPI's Fortran include file and the source of its `mpi` module.
+const MPI_FORTRAN_HEADERS: &[(&str, &str)] = &[
+    ("mpif.h", include_str!("../../mpi/include/mpif.h")),
+    ("mpi.f90", include_str!("../../mpi/include/mpi.f90")),
+];
 /// Where the MPI header is installed, under `PREFIX/include`.
 const MPI_INCLUDE_SUBDIR: &str = "bulkwire-mpi";
 const LIBRARY: &str = "libbulkwire.a";
@@ -68,7 +80,14 @@ const SYSTEM_LIBS: &[&str] = &["-lgcc_s", "-lutil", "-lrt", "-lpthread", "-lm", 
 const IGNORED_WITH_VALUE: &[&str] = &["-flibrary-level", "-fcombine-puts-buffer", "-bspfifo"];
 const IGNORED: &[&str] = &["-fcombine-puts", "-fnocombine-puts"];
 /// bulkwire's compiler wrappers: never a compiler for another one.
-const WRAPPERS: &[&str] = &["bspcc", "bspcxx", "bwcc", "bwmpicc", "bwmpicxx"];
+const WRAPPERS: &[&str] = &[
+    "bspcc",
+    "bspcxx",
+    "bwcc",
+    "bwmpicc",
+    "bwmpicxx",
+    "bwmpifort",
+];
 /// Other MPIs' wrappers (Open MPI's, MPICH's and their Debian names): never the compiler
 /// of an MPI wrapper.
 const MPI_WRAPPERS: &[&str] = &[
@@ -81,6 +100,15 @@ const MPI_WRAPPERS: &[&str] = &[
     "mpic++.openmpi",
     "mpicc.mpich",
     "mpicxx.mpich",
+    "mpifort",
+    "mpif90",
+    "mpif77",
+    "mpifort.openmpi",
+    "mpif90.openmpi",
+    "mpif77.openmpi",
+    "mpifort.mpich",
+    "mpif90.mpich",
+    "mpif77.mpich",
 ];
 /// Set in the compiler's environment: a wrapper that finds it was started, directly or
 /// not, by a compiler a wrapper started.
@@ -91,6 +119,8 @@ const NESTED: &str = "BULKWIRE_BSPCC_NESTED";
 pub enum Lang {
     C,
     Cxx,
+    /// Only for MPI (`bwmpifort`).
+    Fortran,
 }
 
 /// The interface a wrapper's programs are written to.
@@ -116,6 +146,7 @@ impl Tool {
             (Api::Bsp, Lang::Cxx) => "bspcxx",
             (Api::Mpi, Lang::C) => "bwmpicc",
             (Api::Mpi, Lang::Cxx) => "bwmpicxx",
+            (Api::Mpi, Lang::Fortran) | (Api::Bsp, Lang::Fortran) => "bwmpifort",
         }
     }
 
@@ -126,15 +157,17 @@ impl Tool {
             (Api::Bsp, Lang::Cxx) => (&["BSPCXX_CXX", "CXX"], &["c++", "g++", "clang++"]),
             (Api::Mpi, Lang::C) => (&["BWMPICC_CC", "CC"], &["cc", "gcc", "clang"]),
             (Api::Mpi, Lang::Cxx) => (&["BWMPICXX_CXX", "CXX"], &["c++", "g++", "clang++"]),
+            (_, Lang::Fortran) => (&["BWMPIFORT_FC", "FC"], &["gfortran", "f95"]),
         }
     }
 
     /// The headers this wrapper's programs include, and where they are installed under
     /// `PREFIX/include`.
     fn headers(self) -> (&'static [(&'static str, &'static str)], &'static str) {
-        match self.api {
-            Api::Bsp => (HEADERS, ""),
-            Api::Mpi => (MPI_HEADERS, MPI_INCLUDE_SUBDIR),
+        match (self.api, self.lang) {
+            (_, Lang::Fortran) => (MPI_FORTRAN_HEADERS, MPI_INCLUDE_SUBDIR),
+            (Api::Bsp, _) => (HEADERS, ""),
+            (Api::Mpi, _) => (MPI_HEADERS, MPI_INCLUDE_SUBDIR),
         }
     }
 }
@@ -147,7 +180,7 @@ pub fn main(lang: Lang) -> ExitCode {
     })
 }
 
-/// `bwmpicc` (C) and `bwmpicxx` (C++).
+/// `bwmpicc` (C), `bwmpicxx` (C++) and `bwmpifort` (Fortran).
 pub fn main_mpi(lang: Lang) -> ExitCode {
     main_of(Tool {
         lang,
@@ -185,7 +218,8 @@ fn usage(tool: Tool) -> String {
         ),
         Api::Mpi => format!(
             "usage: {0} [-v] [-show] [compiler options] files... [-o output]\n\
-             Compiles and links MPI programs (mpi.h) against bulkwire (libbulkwire.a).\n\
+             Compiles and links MPI programs (mpi.h; Fortran: use mpi, mpif.h) against\n\
+             bulkwire (libbulkwire.a).\n\
              The compiler is the first usable of {1}; all options but those below go to it.\n\
              \n\
              \x20 -v                print the compiler command, then run it\n\
@@ -295,16 +329,34 @@ fn run(tool: Tool, args: Vec<OsString>) -> Result<ExitCode, String> {
     });
     let mut inc = OsString::from("-I");
     inc.push(&include);
+    let fortran = tool.lang == Lang::Fortran;
+    // Fortran: the compiler is needed for every answer, as the module is its own.
+    let found = if fortran { Some(compiler(tool)?) } else { None };
+    let mut compile_words = vec![inc.clone()];
+    let mut inc_dirs = vec![include.clone().into_os_string()];
+    if let Some((program, lead)) = &found {
+        let (modules, version) = fortran_module_dir(&include, program, lead)?;
+        let mut m = OsString::from("-I");
+        m.push(&modules);
+        compile_words.push(m);
+        if allows_argument_mismatch(&version) {
+            compile_words.push("-fallow-argument-mismatch".into());
+        }
+        inc_dirs.push(modules.into_os_string());
+    }
     let link_words = || -> Result<Vec<OsString>, String> {
         let mut w = vec![library()?.into_os_string()];
+        if fortran {
+            w.push("-lgfortran".into());
+        }
         w.extend(SYSTEM_LIBS.iter().map(OsString::from));
         Ok(w)
     };
     // The flag-only answers need no compiler.
     let words: Option<Vec<OsString>> = match req.show {
-        Some(Show::Compile) => Some(vec![inc.clone()]),
+        Some(Show::Compile) => Some(compile_words.clone()),
         Some(Show::Link) => Some(link_words()?),
-        Some(Show::IncDirs) => Some(vec![include.clone().into_os_string()]),
+        Some(Show::IncDirs) => Some(inc_dirs),
         Some(Show::LibDirs) => {
             let lib = library()?;
             Some(vec![
@@ -316,6 +368,7 @@ fn run(tool: Tool, args: Vec<OsString>) -> Result<ExitCode, String> {
         }
         Some(Show::Libs) => Some(
             std::iter::once("bulkwire")
+                .chain(fortran.then_some("gfortran"))
                 .chain(SYSTEM_LIBS.iter().map(|l| l.trim_start_matches("-l")))
                 .map(OsString::from)
                 .collect(),
@@ -326,9 +379,12 @@ fn run(tool: Tool, args: Vec<OsString>) -> Result<ExitCode, String> {
         println!("{}", shell_words(words.iter().map(|w| w.as_os_str())));
         return Ok(ExitCode::SUCCESS);
     }
-    let (program, lead) = compiler(tool)?;
+    let (program, lead) = match found {
+        Some(f) => f,
+        None => compiler(tool)?,
+    };
     let mut cmd = Command::new(&program);
-    cmd.args(&lead).arg(inc);
+    cmd.args(&lead).args(&compile_words);
     if req.mcbsp {
         cmd.arg("-DBULKWIRE_MCBSP=1");
     }
@@ -416,7 +472,11 @@ fn compiler(tool: Tool) -> Result<(PathBuf, Vec<OsString>), String> {
     }
     Err(format!(
         "no {} compiler to run ({})",
-        if tool.lang == Lang::C { "C" } else { "C++" },
+        match tool.lang {
+            Lang::C => "C",
+            Lang::Cxx => "C++",
+            Lang::Fortran => "Fortran",
+        },
         skipped.join("; ")
     ))
 }
@@ -522,6 +582,21 @@ fn header_dir(tool: Tool) -> Result<PathBuf, String> {
     if let Some(dir) = installed_headers(tool) {
         return Ok(dir);
     }
+    let name = match tool.api {
+        Api::Bsp => format!("include-{:016x}", fingerprint(headers)),
+        Api::Mpi => format!("mpi-include-{:016x}", fingerprint(headers)),
+    };
+    in_cache(&name, "the headers", |dir| write_headers(dir, headers))
+}
+
+/// `fill(dir)` on the first cache directory `name` where it succeeds: under
+/// `$XDG_CACHE_HOME/bulkwire` (or `~/.cache/bulkwire`), else under a private directory of
+/// the system's temporary one.
+fn in_cache(
+    name: &str,
+    what: &str,
+    fill: impl Fn(&Path) -> std::io::Result<()>,
+) -> Result<PathBuf, String> {
     let base = std::env::var_os("XDG_CACHE_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
@@ -530,33 +605,124 @@ fn header_dir(tool: Tool) -> Result<PathBuf, String> {
                 .filter(|v| !v.is_empty())
                 .map(|h| Path::new(&h).join(".cache"))
         });
-    let name = match tool.api {
-        Api::Bsp => format!("include-{:016x}", fingerprint(headers)),
-        Api::Mpi => format!("mpi-include-{:016x}", fingerprint(headers)),
-    };
     let mut tried = Vec::new();
     let tmp = std::env::temp_dir().join(format!("bulkwire-{}", uid()));
     for dir in base
-        .map(|b| b.join("bulkwire").join(&name))
+        .map(|b| b.join("bulkwire").join(name))
         .into_iter()
-        .chain(std::iter::once(tmp.join(&name)))
+        .chain(std::iter::once(tmp.join(name)))
     {
         // The name under the shared temporary directory is predictable: another user
-        // could create it first and put their own headers in it, so it must be ours alone.
+        // could create it first and put their own files in it, so it must be ours alone.
         let guarded = if dir.starts_with(&tmp) {
             bulkwire_launch::files::private_dir(&tmp)
         } else {
             Ok(())
         };
-        match guarded.and_then(|()| write_headers(&dir, headers)) {
+        match guarded.and_then(|()| fill(&dir)) {
             Ok(()) => return Ok(dir),
             Err(e) => tried.push(format!("{}: {e}", dir.display())),
         }
     }
     Err(format!(
-        "cannot write the headers to a cache directory ({})",
+        "cannot write {what} to a cache directory ({})",
         tried.join("; ")
     ))
+}
+
+/// The directory of the `mpi` module (`mpi.mod`) compiled by this Fortran compiler from
+/// `include`'s `mpi.f90`: compiled on first use, into a directory named by the compiler's
+/// path, its `--version` and the sources (a module file is only read by the compiler that
+/// wrote it).
+/// Also the compiler's `--version`.
+fn fortran_module_dir(
+    include: &Path,
+    program: &Path,
+    lead: &[OsString],
+) -> Result<(PathBuf, String), String> {
+    let source = include.join("mpi.f90");
+    let text = std::fs::read_to_string(&source)
+        .map_err(|e| format!("cannot read {}: {e}", source.display()))?;
+    let mpif = std::fs::read_to_string(include.join("mpif.h")).unwrap_or_default();
+    let version = Command::new(program)
+        .args(lead)
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let mut key = program.as_os_str().to_string_lossy().into_owned();
+    for w in lead {
+        key.push(' ');
+        key.push_str(&w.to_string_lossy());
+    }
+    let name = format!(
+        "mpi-mod-{:016x}",
+        fingerprint(&[
+            ("compiler", &key),
+            ("version", &version),
+            ("mpi.f90", &text),
+            ("mpif.h", &mpif)
+        ])
+    );
+    let dir = in_cache(&name, "the mpi module", |dir| {
+        if dir.join("mpi.mod").is_file() {
+            return Ok(());
+        }
+        // Compiled in a directory of its own, then renamed: a concurrent wrapper sees the
+        // whole module or none.
+        let parent = dir.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(parent)?;
+        let work = parent.join(format!(".{name}.{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&work);
+        std::fs::create_dir_all(&work)?;
+        let out = Command::new(program)
+            .args(lead)
+            .env(NESTED, "1")
+            .arg("-c")
+            .arg("-I")
+            .arg(include)
+            .arg(&source)
+            .arg("-J")
+            .arg(&work)
+            .arg("-o")
+            .arg(work.join("mpi.o"))
+            .output()?;
+        if !out.status.success() {
+            let _ = std::fs::remove_dir_all(&work);
+            return Err(std::io::Error::other(format!(
+                "{} failed to compile {}: {}",
+                program.display(),
+                source.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        match std::fs::rename(&work, dir) {
+            Ok(()) => Ok(()),
+            // Another wrapper finished first.
+            Err(_) if dir.join("mpi.mod").is_file() => {
+                let _ = std::fs::remove_dir_all(&work);
+                Ok(())
+            }
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&work);
+                Err(e)
+            }
+        }
+    })?;
+    Ok((dir, version))
+}
+
+/// Whether the compiler is gfortran 10 or later, which rejects one buffer argument
+/// passed different types in one file (every MPI program with implicit interfaces does)
+/// unless told `-fallow-argument-mismatch`, as MPICH's and Open MPI's mpif.h users are.
+fn allows_argument_mismatch(version: &str) -> bool {
+    let first = version.lines().next().unwrap_or("");
+    first.starts_with("GNU Fortran")
+        && first
+            .split_whitespace()
+            .last()
+            .and_then(|v| v.split('.').next()?.parse::<u32>().ok())
+            .is_some_and(|major| major >= 10)
 }
 
 fn write_headers(dir: &Path, headers: &[(&str, &str)]) -> std::io::Result<()> {

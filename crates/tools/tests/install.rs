@@ -276,7 +276,8 @@ fn an_installed_tree_builds_programs_with_pkg_config_cmake_and_the_wrappers() {
 
 /// The installed static library and a program bspcc linked against it carry no debug
 /// information (with it, and the library's LLVM bitcode, a release build's are 69 MB and
-/// 17 MB; without, 11 MB and 4 MB).
+/// 17 MB; without, 11 MB and 4 MB; the test profile's archive, with the MPI layer, 36 MB
+/// without them).
 fn sizes(lib: &Path, prog: &Path) {
     let size = |p: &Path| std::fs::metadata(p).unwrap().len();
     let (a, so, exe) = (
@@ -286,7 +287,7 @@ fn sizes(lib: &Path, prog: &Path) {
     );
     eprintln!("installed sizes: libbulkwire.a {a} B, libbulkwire.so {so} B, program {exe} B");
     const MB: u64 = 1 << 20;
-    assert!(a < 30 * MB, "libbulkwire.a is {a} bytes");
+    assert!(a < 48 * MB, "libbulkwire.a is {a} bytes");
     assert!(
         exe < 12 * MB,
         "a program linked statically by bspcc is {exe} bytes"

@@ -3,7 +3,8 @@
 //! Message-based: every message opens its own short connection, and the receiver's upper
 //! layer decides when data may flow, so data only ever flows into a posted receive buffer
 //! (end-to-end flow control, and the reason RMPP overlaps computation and communication).
-//! There is no congestion control.
+//! There is no congestion control in the paper; here, with [`Common::cc`], the receiver
+//! grants data in bounded amounts (below).
 //!
 //! # One message's connection
 //!
@@ -73,13 +74,25 @@
 //! unless it is the next to announce and later heads wait for it.
 //! A receive buffer is allocated when a message is accepted: it is the posted receive.
 //!
+//! # Receiver grants ([`Common::cc`], `BULKWIRE_CC=on`)
+//!
+//! Seven senders that each stream a whole message into one switch port overflow it (on
+//! the simulated switch of docs/performance.md, 89 % of the packets lost). So a receiver
+//! lets its accepted messages have [`GRANT_PACKETS`] in flight in all beyond the highest
+//! byte each received, granted in the order accepted (Homa's receiver-driven grants; the
+//! paper's Cts is already the receiver's permission). The Cts's `offset` is how far the
+//! sender may go; a message not yet granted gets a Cts for its head alone, which stops
+//! the sender's Rts timer; the grant is extended by further Cts as data arrives. Every
+//! process of a job agrees on the setting, so a Cts means the same at both ends.
+//!
 //! Round trips are measured with Karn's rule: Cts -> first data and Fin -> Close at the
 //! receiver; Rts -> Cts/Fin at the sender, less the time the Rts waited for acceptance,
 //! which Cts and Fin report in `aux` (64 ns units).
 //!
 //! Header use: Rts: `msg`, `total`, payload = head, flags FIRST (and LAST when the head is
 //! the whole message). Data: `msg`, `offset`, `total`, flags LAST / ACK_REQ / RETRANSMIT.
-//! Cts, Fin: `msg`, `total`, `aux` = time held. Resend: `msg`, `offset..total` = first
+//! Cts, Fin: `msg`, `total`, `aux` = time held; Cts `offset` = bytes granted (0: all).
+//! Resend: `msg`, `offset..total` = first
 //! range, payload = further ranges. Close: `msg`.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -443,7 +456,8 @@ impl Rmpp {
                 // many packets as streaming (rmpp learns of losses once per pass, and a
                 // pass's first window still leaves as a burst) and took longer; its timers
                 // following the queue alone made it slower still (3.8x the links' bound
-                // against 3.4x).
+                // against 3.4x). With receiver grants ([`Common::cc`]) they follow it: a
+                // grant's data may queue behind others' for milliseconds.
                 rtt: Rtt::new(c.rto_initial, c.rto_min, c.rto_max).following_queue(c.cc),
                 cc: Window::new(c.cc_all),
                 closed: None,

@@ -74,15 +74,7 @@ pub fn run_on(
 
 /// The worker side of [`run`]: a BSP program of the launched job's size.
 pub fn worker_main(args: &[OsString]) -> Result<(), String> {
-    let w = jobs::Worker::<BspSpec>::parse(args)?;
-    let s = jobs::settings()?;
-    let p = s
-        .launch
-        .job
-        .as_ref()
-        .ok_or("not started by a launcher")?
-        .nprocs;
-    let bsp = bulkwire_bsp::Bsp::begin(p, &s.launch, s.bsp).map_err(|e| e.to_string())?;
+    let (w, bsp) = jobs::bsp_worker::<BspSpec>(args)?;
     let cfg = BenchConfig {
         hmax: w.spec.hmax,
         hstep: w.spec.hstep,

@@ -198,3 +198,19 @@ impl<S: DeserializeOwned> Worker<S> {
 pub fn settings() -> Result<bulkwire_config::Settings, String> {
     bulkwire_config::Settings::from_env().map_err(|e| e.to_string())
 }
+
+/// A BSP worker's start: its spec, and a BSP section of the launched job's size.
+pub fn bsp_worker<S: DeserializeOwned>(
+    args: &[OsString],
+) -> Result<(Worker<S>, bulkwire_bsp::Bsp), String> {
+    let w = Worker::<S>::parse(args)?;
+    let s = settings()?;
+    let p = s
+        .launch
+        .job
+        .as_ref()
+        .ok_or("not started by a launcher")?
+        .nprocs;
+    let bsp = bulkwire_bsp::Bsp::begin(p, &s.launch, s.bsp).map_err(|e| e.to_string())?;
+    Ok((w, bsp))
+}

@@ -72,15 +72,8 @@ pub fn run_on(
 
 /// The worker side of [`run_on`].
 pub fn worker_main(args: &[OsString]) -> Result<(), String> {
-    let w = jobs::Worker::<XchgSpec>::parse(args)?;
-    let s = jobs::settings()?;
-    let p = s
-        .launch
-        .job
-        .as_ref()
-        .ok_or("not started by a launcher")?
-        .nprocs;
-    let mut bsp = bulkwire_bsp::Bsp::begin(p, &s.launch, s.bsp).map_err(|e| e.to_string())?;
+    let (w, mut bsp) = jobs::bsp_worker::<XchgSpec>(args)?;
+    let p = bsp.nprocs();
     let (n, me, pn) = (w.spec.size, bsp.pid() as usize, p as usize);
     let steps = w.spec.steps.max(1);
     let dest = bsp.push_reg(vec![0u8; n * pn]);

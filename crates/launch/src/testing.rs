@@ -202,6 +202,21 @@ pub fn make_undumpable() {
 
 mod fabric;
 
+/// The network namespaces of this machine (`ip netns list`), so that a test can check
+/// that none of its beds is left behind.
+pub fn namespaces() -> Vec<String> {
+    Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter_map(|l| l.split_whitespace().next().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 pub use fabric::{
     CPU_BOUND, CpuTimes, CpuUse, DEFAULT_BUFFER, Fabric, FabricSpec, HOST_QUEUE, MAX_HOSTS,
     PortCounters, parse_qdisc,

@@ -47,14 +47,6 @@ fn in_ns<T: Send + 'static>(
     })
 }
 
-fn namespaces() -> Vec<String> {
-    let o = Command::new("ip").args(["netns", "list"]).output().unwrap();
-    String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().next().map(String::from))
-        .collect()
-}
-
 #[test]
 fn a_switch_port_holds_a_flow_to_its_rate_and_drops_an_overload() {
     if let Some(why) = missing() {
@@ -147,7 +139,7 @@ fn a_switch_port_holds_a_flow_to_its_rate_and_drops_an_overload() {
     drop(f);
     let status = sleeper.wait().unwrap();
     assert!(!status.success(), "the sleeper was killed: {status:?}");
-    let left: Vec<String> = namespaces()
+    let left: Vec<String> = bulkwire_launch::testing::namespaces()
         .into_iter()
         .filter(|n| *n == switch || names.contains(n))
         .collect();

@@ -87,14 +87,6 @@ fn beds_of(pid: u32) -> Vec<String> {
         .collect()
 }
 
-fn namespaces() -> Vec<String> {
-    let o = Command::new("ip").args(["netns", "list"]).output().unwrap();
-    String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().next().map(String::from))
-        .collect()
-}
-
 #[test]
 fn smoke_run_between_two_namespaces_writes_its_tables_and_cleans_up() {
     if let Some(why) = no_bed() {
@@ -118,7 +110,7 @@ fn smoke_run_between_two_namespaces_writes_its_tables_and_cleans_up() {
     let out = wait_within(child, LIMIT);
     assert_eq!(out.0, Some(0), "bwbench cluster --smoke: {}", out.1);
     testing::assert_no_leftovers(&mark);
-    let left: Vec<String> = namespaces()
+    let left: Vec<String> = testing::namespaces()
         .into_iter()
         .filter(|n| beds_of(pid).contains(n))
         .collect();

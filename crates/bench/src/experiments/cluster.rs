@@ -223,17 +223,7 @@ impl Experiment for Cluster {
             plan.skip(format!("everything: {why}"));
             return plan;
         }
-        let mpi = s.mpi().map_err(String::from).and_then(|m| {
-            if m.version.contains("Open MPI") {
-                Ok(short_mpi(&m.version))
-            } else {
-                Err(format!(
-                    "only Open MPI's mpirun is driven across hosts (found {})",
-                    m.version
-                ))
-            }
-        });
-        plan_runs(s, mpi)
+        plan_runs(s, open_mpi(s))
     }
 
     fn report(&self, s: &Suite, done: &[Done<Tag>]) -> Section {
@@ -262,6 +252,21 @@ impl Experiment for Cluster {
 }
 
 /// Why the test bed cannot be made here, if it cannot.
+/// The MPI that runs across the test bed's hosts, by its short name: Open MPI's `mpirun`
+/// through the remote shell, or why there is none.
+pub(crate) fn open_mpi(s: &Suite) -> Result<String, String> {
+    s.mpi().map_err(String::from).and_then(|m| {
+        if m.version.contains("Open MPI") {
+            Ok(short_mpi(&m.version))
+        } else {
+            Err(format!(
+                "only Open MPI's mpirun is driven across hosts (found {})",
+                m.version
+            ))
+        }
+    })
+}
+
 pub(crate) fn prerequisites(s: &Suite) -> Result<(), String> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {

@@ -4,6 +4,11 @@
 //! HOST's address. With it, `bsprun --rsh netns-rsh -H 10.0.0.1:2,10.0.0.2:2 ./prog` and
 //! `mpirun --mca plm_rsh_agent netns-rsh` start their ranks on namespace "hosts" as they
 //! would on machines over ssh. Needs root (setns).
+//!
+//! The command also gets a hostname of its own (a UTS namespace named after the network
+//! namespace), as a machine has: Open MPI keys its session directories and PMIx's shared
+//! store by hostname, and its daemons on "hosts" that all answered to this machine's name
+//! collided in one directory (`mkdir: File exists`, a segmentation fault in PMIx).
 
 use std::ffi::CString;
 use std::fs::File;
@@ -29,12 +34,16 @@ fn main() -> ExitCode {
         eprintln!("netns-rsh: no command (an interactive shell is not offered)");
         return ExitCode::from(2);
     }
-    match enter(host) {
-        Ok(()) => {}
+    let name = match enter(host) {
+        Ok(name) => name,
         Err(e) => {
             eprintln!("netns-rsh: {host}: {e}");
             return ExitCode::from(255);
         }
+    };
+    if let Err(e) = own_hostname(&name) {
+        eprintln!("netns-rsh: {host}: cannot give it the hostname {name}: {e}");
+        return ExitCode::from(255);
     }
     let line = command
         .iter()
@@ -60,8 +69,22 @@ fn cstr(s: &str) -> CString {
     CString::new(s.replace('\0', "")).expect("no NUL left")
 }
 
-/// Moves this process into the namespace that owns `host`'s address.
-fn enter(host: &str) -> Result<(), String> {
+/// Puts this process in a UTS namespace of its own named `name`.
+fn own_hostname(name: &str) -> std::io::Result<()> {
+    // SAFETY: unshare with one flag; this process has one thread.
+    if unsafe { libc::unshare(libc::CLONE_NEWUTS) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let name = &name.as_bytes()[..name.len().min(64)];
+    // SAFETY: a pointer and length of a live byte slice.
+    if unsafe { libc::sethostname(name.as_ptr().cast(), name.len()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Moves this process into the namespace that owns `host`'s address: its name.
+fn enter(host: &str) -> Result<String, String> {
     let ip: IpAddr = (host, 0)
         .to_socket_addrs()
         .map_err(|e| format!("cannot resolve ({e})"))?
@@ -87,7 +110,7 @@ fn enter(host: &str) -> Result<(), String> {
             continue;
         }
         if owns(ip) {
-            return Ok(());
+            return Ok(e.file_name().to_string_lossy().into_owned());
         }
     }
     Err(format!(

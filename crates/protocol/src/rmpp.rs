@@ -3,7 +3,8 @@
 //! Message-based: every message opens its own short connection, and the receiver's upper
 //! layer decides when data may flow, so data only ever flows into a posted receive buffer
 //! (end-to-end flow control, and the reason RMPP overlaps computation and communication).
-//! There is no congestion control.
+//! There is no congestion control in the paper; here, with [`Common::cc`], the receiver
+//! grants data in bounded amounts (below).
 //!
 //! # One message's connection
 //!
@@ -73,13 +74,25 @@
 //! unless it is the next to announce and later heads wait for it.
 //! A receive buffer is allocated when a message is accepted: it is the posted receive.
 //!
+//! # Receiver grants ([`Common::cc`], `BULKWIRE_CC=on`)
+//!
+//! Seven senders that each stream a whole message into one switch port overflow it (on
+//! the simulated switch of docs/performance.md, 89 % of the packets lost). So a receiver
+//! lets its accepted messages have [`GRANT_PACKETS`] in flight in all beyond the highest
+//! byte each received, granted in the order accepted (Homa's receiver-driven grants; the
+//! paper's Cts is already the receiver's permission). The Cts's `offset` is how far the
+//! sender may go; a message not yet granted gets a Cts for its head alone, which stops
+//! the sender's Rts timer; the grant is extended by further Cts as data arrives. Every
+//! process of a job agrees on the setting, so a Cts means the same at both ends.
+//!
 //! Round trips are measured with Karn's rule: Cts -> first data and Fin -> Close at the
 //! receiver; Rts -> Cts/Fin at the sender, less the time the Rts waited for acceptance,
 //! which Cts and Fin report in `aux` (64 ns units).
 //!
 //! Header use: Rts: `msg`, `total`, payload = head, flags FIRST (and LAST when the head is
 //! the whole message). Data: `msg`, `offset`, `total`, flags LAST / ACK_REQ / RETRANSMIT.
-//! Cts, Fin: `msg`, `total`, `aux` = time held. Resend: `msg`, `offset..total` = first
+//! Cts, Fin: `msg`, `total`, `aux` = time held; Cts `offset` = bytes granted (0: all).
+//! Resend: `msg`, `offset..total` = first
 //! range, payload = further ranges. Close: `msg`.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -230,6 +243,16 @@ impl RangeSet {
         added
     }
 
+    /// Where the first range starts.
+    pub fn first(&self) -> Option<u64> {
+        self.m.keys().next().copied()
+    }
+
+    /// Where the last range ends (0 when empty).
+    pub fn end(&self) -> u64 {
+        self.m.values().next_back().copied().unwrap_or(0)
+    }
+
     /// Takes up to `max` bytes from the start of the first range.
     pub fn pop_front(&mut self, max: u64) -> Option<(u64, u64)> {
         let (&s, &e) = self.m.iter().next()?;
@@ -275,6 +298,19 @@ const MAX_BACKOFF: u32 = 16;
 /// Most ranges one Resend lists.
 const MAX_RANGES: usize = 64;
 
+/// Receiver grants (with `BULKWIRE_CC=on`): packets a receiver lets one message have in
+/// flight beyond the highest byte it received: a share of a 64 KiB switch port (43
+/// full frames) that leaves room for the heads of the other senders' Rts.
+const GRANT_PACKETS: u64 = 20;
+
+/// Receiver grants: requests without progress that ask only for the holes below the
+/// highest byte received (and repeat the grant) before one asks for all of the grant.
+/// At 100 Mb/s a grant of 20 packets queues for 2.4 ms, ten times the timeout's floor,
+/// and the grant's Cts may wait as long behind data in the sender's port: asking for
+/// the grant again at the first timeout resent what was only queued (5x the links'
+/// bound on the simulated switch, against 1.3x).
+const GRANT_PATIENCE: u32 = 6;
+
 /// A message of ours with an open connection.
 struct TxMsg {
     id: MsgId,
@@ -296,6 +332,9 @@ struct TxMsg {
     sent_hi: u64,
     /// Time of the latest data packet sent.
     last_tx: Time,
+    /// Bytes below which the receiver lets us send (receiver grants; the whole message
+    /// without them).
+    granted: u64,
 }
 
 enum RxState {
@@ -306,6 +345,8 @@ enum RxState {
         buf: FillBuf,
         have: RangeSet,
         got_data: bool,
+        /// Bytes granted to the sender (the whole message without receiver grants).
+        granted: u64,
     },
     /// Fin sent. `data` until delivered; `closed` once the Close came.
     Complete { data: Option<Vec<u8>>, closed: bool },
@@ -388,6 +429,13 @@ pub struct Rmpp {
     misbehaved: Option<PeerMisbehaved>,
     /// Bytes of heads held by announced, unaccepted connections.
     announced_bytes: u64,
+    /// A peer died holding grants: the next messages get theirs at the next poll.
+    regrant_due: bool,
+    /// Latest arrival of new data from any peer.
+    last_data: Time,
+    /// Receiver grants on ([`Common::cc`]): accepted messages still receiving, in the
+    /// order accepted, granted data in that order within [`GRANT_PACKETS`] in flight.
+    grants: Option<VecDeque<(Rank, MsgId)>>,
 }
 
 impl Rmpp {
@@ -408,8 +456,9 @@ impl Rmpp {
                 // many packets as streaming (rmpp learns of losses once per pass, and a
                 // pass's first window still leaves as a burst) and took longer; its timers
                 // following the queue alone made it slower still (3.8x the links' bound
-                // against 3.4x).
-                rtt: Rtt::new(c.rto_initial, c.rto_min, c.rto_max).following_queue(c.cc_all),
+                // against 3.4x). With receiver grants ([`Common::cc`]) they follow it: a
+                // grant's data may queue behind others' for milliseconds.
+                rtt: Rtt::new(c.rto_initial, c.rto_min, c.rto_max).following_queue(c.cc),
                 cc: Window::new(c.cc_all),
                 closed: None,
                 ignored_requests: 0,
@@ -428,6 +477,9 @@ impl Rmpp {
             events: VecDeque::new(),
             misbehaved: None,
             announced_bytes: 0,
+            regrant_due: false,
+            last_data: 0,
+            grants: c.cc.then(VecDeque::new),
             c,
             cfg,
         })
@@ -547,19 +599,47 @@ impl Rmpp {
         let Some(conn) = self.peers[from as usize].rx.get(&id) else {
             return;
         };
-        let RxState::Receiving { have, got_data, .. } = &conn.state else {
+        let RxState::Receiving {
+            have,
+            got_data,
+            granted,
+            ..
+        } = &conn.state
+        else {
             return;
         };
-        let (total, hold) = (conn.total, Self::hold(now, conn.arrived));
-        if !got_data {
-            self.push_ctl(Kind::Cts, from, id, |h| {
-                h.total = total;
-                h.aux = hold;
-            });
+        let (total, hold, granted) = (conn.total, Self::hold(now, conn.arrived), *granted);
+        // With grants the Cts says how far the sender may go (`offset`, above the head);
+        // without, `offset` 0: the whole message.
+        let grant = if self.grants.is_some() { granted } else { 0 };
+        let cts = |h: &mut Header| {
+            h.total = total;
+            h.aux = hold;
+            h.offset = grant;
+        };
+        // With grants, a Cts again until patience runs out (the sender may have got it
+        // and sent data that is lost, which only a Resend brings back).
+        if !got_data && (self.grants.is_none() || conn.sends < GRANT_PATIENCE) {
+            self.push_ctl(Kind::Cts, from, id, cts);
             return;
         }
-        let gaps = have.gaps(total, 1 + (mp / 16).min(MAX_RANGES));
+        // Holes only within the grant: beyond it the sender has sent nothing. While other
+        // messages hold grants too, at first only below the highest byte received (the
+        // path keeps a pair's order): above it the data may still be queued behind what
+        // was granted to the others ([`GRANT_PATIENCE`]).
+        let shared = self.grants.as_ref().is_some_and(|q| q.len() > 1);
+        let upto = if shared && conn.sends < GRANT_PATIENCE {
+            have.end().min(granted)
+        } else {
+            granted
+        };
+        let gaps = have.gaps(upto, 1 + (mp / 16).min(MAX_RANGES));
         let Some(&(a, b)) = gaps.first() else {
+            if granted < total || upto < granted {
+                // All granted data is here and the grant's extension was lost, or what
+                // was granted may still be on its way.
+                self.push_ctl(Kind::Cts, from, id, cts);
+            }
             return;
         };
         let mut p = Vec::with_capacity((gaps.len() - 1) * 16);
@@ -763,6 +843,7 @@ impl Rmpp {
                 buf,
                 have,
                 got_data,
+                ..
             } => {
                 let added = have.insert(hdr.offset, end);
                 if added == 0 {
@@ -777,6 +858,7 @@ impl Rmpp {
                     buf.write(hdr.offset as usize, payload);
                     p.stats.bytes_received += added;
                     p.last_data = now;
+                    self.last_data = now;
                     if !*got_data && conn.sends == 1 {
                         // Karn: the Cts went once, and the sender answers it at once.
                         p.rtt.sample(now.saturating_sub(conn.sent_at));
@@ -803,15 +885,90 @@ impl Rmpp {
             Then::Request => {
                 self.request(now, from, id);
                 self.arm_rx(now, from, id, 1);
+                self.regrant(now);
             }
             // The timer runs from the latest arrival, back-off cleared.
-            Then::Progress => self.arm_rx(now, from, id, 1),
+            Then::Progress => {
+                self.arm_rx(now, from, id, 1);
+                self.regrant(now);
+            }
             Then::Complete => {
                 self.send_fin(now, from, id);
                 self.arm_rx(now, from, id, 1);
                 self.deliver(from);
+                self.regrant(now);
             }
         }
+    }
+
+    /// Receiver grants: lets the accepted messages have [`GRANT_PACKETS`] in flight in
+    /// all, beyond the highest byte each received (a loss below it does not hold the
+    /// budget), granted in the order accepted, so that one or two senders at a time send
+    /// into this host's port and the rest wait their turn. A grant grows by at least a
+    /// quarter of the budget, or to the message's end, so that a Cts goes out every few
+    /// data packets, not for each.
+    fn regrant(&mut self, now: Time) {
+        let Some(mut q) = self.grants.take() else {
+            return;
+        };
+        q.retain(|&(from, id)| {
+            self.peers[from as usize].closed.is_none()
+                && matches!(
+                    self.peers[from as usize].rx.get(&id).map(|c| &c.state),
+                    Some(RxState::Receiving { .. })
+                )
+        });
+        let mut outstanding = 0;
+        let mut more = Vec::new();
+        for &(from, id) in &q {
+            if let Some(RxState::Receiving { have, granted, .. }) =
+                self.peers[from as usize].rx.get(&id).map(|c| &c.state)
+            {
+                outstanding += granted.saturating_sub(have.end());
+            }
+        }
+        for &(from, id) in &q {
+            let budget = self.c.max_payload[from as usize].max(1) as u64 * GRANT_PACKETS;
+            let room = budget.saturating_sub(outstanding);
+            let Some(conn) = self.peers[from as usize].rx.get_mut(&id) else {
+                continue;
+            };
+            let total = conn.total;
+            let RxState::Receiving { granted, .. } = &mut conn.state else {
+                continue;
+            };
+            if *granted >= total {
+                continue;
+            }
+            let want = (*granted + room).min(total);
+            if want < total && room < budget / 4 {
+                break;
+            }
+            outstanding += want - *granted;
+            *granted = want;
+            more.push((from, id));
+        }
+        self.grants = Some(q);
+        for (from, id) in more {
+            self.send_grant(now, from, id);
+            self.arm_rx(now, from, id, 1);
+        }
+    }
+
+    /// A Cts that carries the grant (`offset`: the sender may send below it).
+    fn send_grant(&mut self, now: Time, from: Rank, id: MsgId) {
+        let Some(conn) = self.peers[from as usize].rx.get(&id) else {
+            return;
+        };
+        let RxState::Receiving { granted, .. } = conn.state else {
+            return;
+        };
+        let (total, hold) = (conn.total, Self::hold(now, conn.arrived));
+        self.push_ctl(Kind::Cts, from, id, |h| {
+            h.total = total;
+            h.aux = hold;
+            h.offset = granted;
+        });
     }
 
     fn on_close(&mut self, now: Time, from: Rank, id: MsgId) {
@@ -886,6 +1043,7 @@ impl Rmpp {
 
     /// Cts or Resend: the receiver wants `ranges` (already validated).
     fn on_request(&mut self, now: Time, to: Rank, hdr: &Header, ranges: &[(u64, u64)]) {
+        let grants = self.grants.is_some();
         let Some(k) = self.tx_index(to, hdr.msg) else {
             // A late answer for a connection already finished.
             return;
@@ -904,7 +1062,8 @@ impl Rmpp {
             p.stats.bogus += 1;
             return;
         }
-        if m.open && (!m.todo.is_empty() || now.saturating_sub(m.last_tx) < half_rtt) {
+        let granted_todo = m.todo.first().is_some_and(|a| a < m.granted);
+        if m.open && (granted_todo || now.saturating_sub(m.last_tx) < half_rtt) {
             // A pass is under way, or just ended: this request was written before the
             // receiver saw it (its timer fired while we were busy with other messages).
             // The pass ends with ACK_REQ, whose answer lists exactly what is missing;
@@ -921,13 +1080,23 @@ impl Rmpp {
                 .sum();
             p.cc.on_loss_share(now, &p.rtt, m.sent_hi.saturating_sub(missing), m.sent_hi);
         }
+        if !m.open {
+            // Nothing beyond the head was sent yet: all of it is to go, as far as granted.
+            m.todo.insert(m.head as u64, len);
+            m.granted = if grants { 0 } else { len };
+        }
         m.open = true;
         m.rts_due = false;
         m.deadline = None;
         for &(a, b) in ranges {
             m.todo.insert(a, b);
+            // What the receiver asks for again it has room for.
+            m.granted = m.granted.max(b);
         }
-        if !m.todo.is_empty() {
+        if grants && hdr.kind == Kind::Cts {
+            m.granted = m.granted.max(hdr.offset.min(len));
+        }
+        if m.todo.first().is_some_and(|a| a < m.granted) {
             self.ready.insert(to);
         }
     }
@@ -937,13 +1106,27 @@ impl Rmpp {
             return;
         };
         let m = &self.peers[to as usize].tx[k];
-        let (head, len) = (m.head as u64, m.data.len() as u64);
+        let (head, len, open) = (m.head as u64, m.data.len() as u64, m.open);
         if head == len {
             // Nothing beyond the head to send: only Fin answers a single-packet message.
             self.peers[to as usize].stats.bogus += 1;
             return;
         }
-        self.on_request(now, to, hdr, &[(head, len)]);
+        if self.grants.is_some() && open {
+            // A grant's extension: more of the message may go, nothing to resend.
+            let m = &mut self.peers[to as usize].tx[k];
+            m.granted = m.granted.max(hdr.offset.min(len));
+            if m.todo.first().is_some_and(|a| a < m.granted) {
+                self.ready.insert(to);
+            }
+            return;
+        }
+        if self.grants.is_some() {
+            // The first Cts: how far it grants is in `offset`.
+            self.on_request(now, to, hdr, &[]);
+        } else {
+            self.on_request(now, to, hdr, &[(head, len)]);
+        }
     }
 
     fn on_resend(&mut self, now: Time, to: Rank, hdr: &Header, payload: &[u8]) {
@@ -998,7 +1181,10 @@ impl Rmpp {
     fn has_work(&self, to: Rank) -> bool {
         let p = &self.peers[to as usize];
         p.closed.is_none()
-            && (self.can_open(to) || p.tx.iter().any(|m| m.rts_due || !m.todo.is_empty()))
+            && (self.can_open(to)
+                || p.tx
+                    .iter()
+                    .any(|m| m.rts_due || m.todo.first().is_some_and(|a| a < m.granted)))
     }
 
     /// Opens connections for queued messages while the window allows.
@@ -1023,6 +1209,7 @@ impl Rmpp {
                 todo: RangeSet::default(),
                 sent_hi: 0,
                 last_tx: 0,
+                granted: 0,
             });
         }
     }
@@ -1086,7 +1273,11 @@ impl Rmpp {
                     paced = true;
                     break 'msgs;
                 }
-                let Some((a, b)) = m.todo.pop_front(mp) else {
+                // Only what the receiver granted (all of it without grants).
+                let Some(first) = m.todo.first().filter(|&a| a < m.granted) else {
+                    break;
+                };
+                let Some((a, b)) = m.todo.pop_front(mp.min(m.granted - first)) else {
                     break;
                 };
                 p.cc.sent(now, gap, burst);
@@ -1133,9 +1324,14 @@ impl Rmpp {
         let mut due_rx = Vec::new();
         // While new data from the peer keeps coming, it is working through its messages
         // to us, in order: a request for a later one would only duplicate what is queued.
-        let flowing_until = self.peers[peer as usize].last_data
-            + self.rto(peer, 1)
-            + 2 * self.peers[peer as usize].peer_gap;
+        // With grants every peer's data shares this host's port, queued behind what was
+        // granted to others: while any of it arrives, the queue drains.
+        let last_data = if self.grants.is_some() {
+            self.last_data
+        } else {
+            self.peers[peer as usize].last_data
+        };
+        let flowing_until = last_data + self.rto(peer, 1) + 2 * self.peers[peer as usize].peer_gap;
         let p = &mut self.peers[peer as usize];
         if p.closed.is_some() {
             return;
@@ -1285,6 +1481,9 @@ impl Protocol for Rmpp {
     }
 
     fn poll_transmit(&mut self, now: Time, out: &mut Vec<Transmit>, max: usize) {
+        if std::mem::take(&mut self.regrant_due) {
+            self.regrant(now);
+        }
         let mut n = 0;
         // Control first: small, and each one unblocks a connection.
         while n < max {
@@ -1361,6 +1560,7 @@ impl Protocol for Rmpp {
         p.lingering = 0;
         self.timers.clear(peer);
         self.ctl.retain(|t| t.hdr.dst != peer);
+        self.regrant_due = self.grants.is_some();
     }
 
     /// Nothing depends on whether the upper layer waits.
@@ -1411,13 +1611,37 @@ impl Announcing for Rmpp {
             self.arm_rx(now, from, id, 1);
             self.deliver(from);
         } else {
+            // With grants the Cts grants nothing beyond the head (it stops the sender's
+            // Rts timer) until the message's turn comes; no timer runs while it waits.
+            let granted = if self.grants.is_some() {
+                head.len() as u64
+            } else {
+                total
+            };
             conn.state = RxState::Receiving {
                 buf,
                 have,
                 got_data: false,
+                granted,
             };
-            self.request(now, from, id);
-            self.arm_rx(now, from, id, 1);
+            match &mut self.grants {
+                Some(q) => {
+                    q.push_back((from, id));
+                    self.regrant(now);
+                    if self.peers[from as usize]
+                        .rx
+                        .get(&id)
+                        .is_some_and(|c| c.sends == 0)
+                    {
+                        // Not its turn: a Cts for the head alone.
+                        self.request(now, from, id);
+                    }
+                }
+                None => {
+                    self.request(now, from, id);
+                    self.arm_rx(now, from, id, 1);
+                }
+            }
         }
     }
 

@@ -311,6 +311,15 @@ const GRANT_PACKETS: u64 = 20;
 /// bound on the simulated switch, against 1.3x).
 const GRANT_PATIENCE: u32 = 6;
 
+/// Receiver grants: transmissions of a message's request without progress (its timer
+/// fired this many times less one, while no data at all reached this host) after which
+/// the data it was granted and did not send stops counting against the budget, so that
+/// the messages behind it get theirs. A sender that never sends (a forged Rts, a stopped
+/// process) would otherwise hold the budget forever. The message keeps its grant and
+/// its place: once its data arrives it counts again and is granted more in its turn, so
+/// a slow sender is only passed over while it sends nothing.
+const GRANT_STALL: u32 = 3;
+
 /// A message of ours with an open connection.
 struct TxMsg {
     id: MsgId,
@@ -921,10 +930,8 @@ impl Rmpp {
         let mut outstanding = 0;
         let mut more = Vec::new();
         for &(from, id) in &q {
-            if let Some(RxState::Receiving { have, granted, .. }) =
-                self.peers[from as usize].rx.get(&id).map(|c| &c.state)
-            {
-                outstanding += granted.saturating_sub(have.end());
+            if let Some(c) = self.peers[from as usize].rx.get(&id) {
+                outstanding += Self::owed(c);
             }
         }
         for &(from, id) in &q {
@@ -934,10 +941,13 @@ impl Rmpp {
                 continue;
             };
             let total = conn.total;
+            let stalled = Self::stalled(conn);
             let RxState::Receiving { granted, .. } = &mut conn.state else {
                 continue;
             };
-            if *granted >= total {
+            if *granted >= total || stalled {
+                // A stalled message is passed over, not dropped: its turn comes again
+                // once its data arrives ([`GRANT_STALL`]).
                 continue;
             }
             let want = (*granted + room).min(total);
@@ -952,6 +962,24 @@ impl Rmpp {
         for (from, id) in more {
             self.send_grant(now, from, id);
             self.arm_rx(now, from, id, 1);
+        }
+    }
+
+    /// Whether `c` has made no progress on its grant for [`GRANT_STALL`] requests: it
+    /// is owed granted data that does not come.
+    fn stalled(c: &RxConn) -> bool {
+        c.sends >= GRANT_STALL
+            && matches!(&c.state, RxState::Receiving { have, granted, .. } if *granted > have.end())
+    }
+
+    /// Granted data that `c` counts against the receiver's budget: what it may still
+    /// send beyond the highest byte received, unless it is stalled.
+    fn owed(c: &RxConn) -> u64 {
+        match &c.state {
+            RxState::Receiving { have, granted, .. } if !Self::stalled(c) => {
+                granted.saturating_sub(have.end())
+            }
+            _ => 0,
         }
     }
 
@@ -1384,15 +1412,23 @@ impl Rmpp {
         if wake {
             self.ready.insert(peer);
         }
+        let mut asked = false;
         for (id, sends) in due_rx {
             self.peers[peer as usize].stats.timeouts += 1;
             let state = self.peers[peer as usize].rx.get(&id).map(|c| &c.state);
             match state {
-                Some(RxState::Receiving { .. }) => self.request(now, peer, id),
+                Some(RxState::Receiving { .. }) => {
+                    self.request(now, peer, id);
+                    asked = true;
+                }
                 Some(RxState::Complete { closed: false, .. }) => self.send_fin(now, peer, id),
                 _ => continue,
             }
             self.arm_rx(now, peer, id, sends.saturating_add(1));
+        }
+        if asked {
+            // A message may have stalled: its share of the budget goes to the next ones.
+            self.regrant(now);
         }
         if let Some(t) = next {
             self.timers.set_earlier(peer, t);
@@ -2195,6 +2231,103 @@ mod tests {
         );
         a.handle_timeout(SEC);
         assert!(tx(&mut a, SEC).is_empty());
+    }
+
+    /// Receiver grants with a sender that does not send what it was granted: rank 1's
+    /// message is accepted first and takes the receiver's whole budget, then stays
+    /// silent (a forged Rts, or a stalled process). Rank 0's message behind it gets its
+    /// grant after [`GRANT_STALL`] requests without progress and completes; rank 1's
+    /// data, arriving late, still completes its message (passed over, not starved).
+    #[test]
+    fn a_silent_grant_passes_the_budget_on() {
+        let c = |rank| {
+            let mut c = Common::new(rank, 3, MP);
+            (c.rto_initial, c.rto_min, c.rto_max) = (10 * MS, MS, 80 * MS);
+            c
+        };
+        let mut g: Vec<Rmpp> = (0..3).map(|r| Rmpp::new(c(r), cfg(8, true)).unwrap()).collect();
+        let (d0, d1) = (pattern(60 * MP, 0), pattern(60 * MP, 1));
+        // What rank 1 sends is held back while it is silent.
+        let mut held: Vec<Transmit> = Vec::new();
+        let mut silent = true;
+        let mut got: Vec<(Rank, Vec<u8>)> = Vec::new();
+        // Everything sent until the network is quiet (rank 1's held while silent).
+        fn route(g: &mut [Rmpp], now: Time, held: &mut Vec<Transmit>, silent: bool) {
+            let mut moved = true;
+            while moved {
+                moved = false;
+                for from in 0..3u32 {
+                    for t in tx(&mut g[from as usize], now) {
+                        moved = true;
+                        if from == 1 && silent {
+                            held.push(t);
+                            continue;
+                        }
+                        let mut h = t.hdr;
+                        (h.src, h.len) = (from, t.payload.len() as u32);
+                        g[h.dst as usize].handle(now, &h, &t.payload);
+                    }
+                }
+            }
+        }
+        g[1].send(0, 2, d1.clone(), false).unwrap();
+        // Rank 1's Rts reaches the receiver, and its grant reaches rank 1.
+        let rts = tx(&mut g[1], 0);
+        rx_from(&mut g[2], 0, 1, &rts);
+        let cts = tx(&mut g[2], 0);
+        assert_eq!(kinds(&cts), [Kind::Cts]);
+        assert_eq!(cts[0].hdr.offset, (MP as u64) * (1 + GRANT_PACKETS));
+        rx_from(&mut g[1], 0, 2, &cts);
+        g[0].send(0, 2, d0.clone(), false).unwrap();
+        route(&mut g, 0, &mut held, silent);
+        assert_eq!(held.len() as u64, GRANT_PACKETS, "rank 1 sent its grant");
+        // Rank 0's message waits behind rank 1's grant: nothing beyond its head yet.
+        assert_eq!(g[2].peer_stats(0).bytes_received, MP as u64);
+        let mut now = 0;
+        while got.iter().all(|(from, _)| *from != 0) {
+            now = g.iter_mut().filter_map(|p| p.poll_timeout()).min().unwrap();
+            assert!(now < SEC, "rank 0's message never got a grant");
+            for p in g.iter_mut() {
+                p.handle_timeout(now);
+            }
+            route(&mut g, now, &mut held, silent);
+            got.extend(events(&mut g[2]).into_iter().filter_map(|e| match e {
+                Event::Message { from, data, .. } => Some((from, data)),
+                _ => None,
+            }));
+        }
+        assert!(g[2].peer_stats(1).timeouts >= u64::from(GRANT_STALL - 1));
+        // Rank 1 wakes up: what it sent arrives, and the rest follows.
+        silent = false;
+        for t in std::mem::take(&mut held) {
+            rx_from(&mut g[2], now, 1, &[t]);
+        }
+        let start = now;
+        while got.len() < 2 {
+            route(&mut g, now, &mut held, silent);
+            got.extend(events(&mut g[2]).into_iter().filter_map(|e| match e {
+                Event::Message { from, data, .. } => Some((from, data)),
+                _ => None,
+            }));
+            if got.len() == 2 {
+                break;
+            }
+            now = g.iter_mut().filter_map(|p| p.poll_timeout()).min().unwrap();
+            assert!(now < start + SEC, "rank 1's message never completed");
+            for p in g.iter_mut() {
+                p.handle_timeout(now);
+            }
+        }
+        assert_eq!(got, vec![(0, d0.to_vec()), (1, d1.to_vec())]);
+    }
+
+    /// Hands `ts` to `g` as sent by `from`.
+    fn rx_from(g: &mut Rmpp, now: Time, from: Rank, ts: &[Transmit]) {
+        for t in ts {
+            let mut h = t.hdr;
+            (h.src, h.len) = (from, t.payload.len() as u32);
+            g.handle(now, &h, &t.payload);
+        }
     }
 
     #[test]

@@ -114,7 +114,7 @@ vars! {
     CC: Stack, "BULKWIRE_CC",
         "on, off (also 1/0, true/false, yes/no) or all",
         "on",
-        "Congestion control: for gbn, a window per peer that halves on a loss through a queue and grows while packets get through, and a timeout that follows the queue; holefill and rmpp stay the papers'. all: also holefill's window and rmpp's pacing, for experiments (slower on the simulated switch, docs/protocols.md). off: the papers' protocols, which send as fast as their own windows allow; gbn's collapses on a switch whose buffers fill. Every process must agree.";
+        "Congestion control: for gbn, a window per peer that halves on a loss through a queue and grows while packets get through, and a timeout that follows the queue; for rmpp, receiver grants (each receiver lets 20 packets be in flight to it, one or two senders at a time); holefill stays the paper's. all: also holefill's window and rmpp's pacing, for experiments (slower on the simulated switch, docs/protocols.md). off: the papers' protocols, which send as fast as their own windows allow; gbn's collapses on a switch whose buffers fill. Every process must agree.";
     PEER_BUDGET: Stack, "BULKWIRE_PEER_BUDGET",
         "a size in bytes from 1M to 1024G (suffixes K, M, G: powers of 1024)",
         "1G",

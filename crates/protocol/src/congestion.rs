@@ -3,9 +3,10 @@
 //! (slow start, then additive increase; multiplicative decrease at most once per round
 //! trip; a small window again after a timeout; undone when the loss proves spurious),
 //! and pacing at the window's rate for a protocol that has no acknowledgement to clock
-//! its sending (rmpp streams a message without one). gbn's window is on by default;
-//! holefill's and rmpp's only with `BULKWIRE_CC=all` ([`crate::Common::cc_all`]): on the
-//! simulated switch they made things worse (docs/protocols.md has the figures).
+//! its sending (rmpp streams a message without one). gbn's window is on by default (rmpp
+//! has receiver grants instead, in `rmpp.rs`); holefill's window and rmpp's pacing only
+//! with `BULKWIRE_CC=all` ([`crate::Common::cc_all`]): on the simulated switch they made
+//! things worse (docs/protocols.md has the figures).
 //!
 //! Why this shape (figures in docs/protocols.md):
 //!

@@ -3,7 +3,8 @@
 //! Message-based: every message opens its own short connection, and the receiver's upper
 //! layer decides when data may flow, so data only ever flows into a posted receive buffer
 //! (end-to-end flow control, and the reason RMPP overlaps computation and communication).
-//! There is no congestion control.
+//! There is no congestion control in the paper; here, with [`Common::cc`], the receiver
+//! grants data in bounded amounts (below).
 //!
 //! # One message's connection
 //!
@@ -73,13 +74,35 @@
 //! unless it is the next to announce and later heads wait for it.
 //! A receive buffer is allocated when a message is accepted: it is the posted receive.
 //!
+//! # Receiver grants ([`Common::cc`], `BULKWIRE_CC=on`)
+//!
+//! Seven senders that each stream a whole message into one switch port overflow it (on
+//! the simulated switch of docs/performance.md, 89 % of the packets lost). So a receiver
+//! lets its accepted messages have [`GRANT_PACKETS`] in flight in all beyond the highest
+//! byte each received, granted in the order accepted (Homa's receiver-driven grants; the
+//! paper's Cts is already the receiver's permission). The Cts's `offset` is how far the
+//! sender may go; a message not yet granted gets a Cts for its head alone, which stops
+//! the sender's Rts timer; the grant is extended by further Cts as data arrives. Every
+//! process of a job agrees on the setting, so a Cts means the same at both ends.
+//!
+//! A grant is not held forever by a sender that does not use it (a forged Rts, a stopped
+//! process): after [`GRANT_STALL`] requests without any of its data (or
+//! [`GRANT_STALL_STARTED`] without new data, once some came), what it was granted stops
+//! counting against the budget and the messages behind it get theirs. It keeps its grant
+//! and its place, so a slow sender's message counts again, and is extended in its turn,
+//! as soon as its data arrives. The receiver's timers wait out data queued behind other
+//! grants: the round trip of each grant's extension (Cts to the first data beyond the
+//! old grant) is sampled, and a request repeats the grant [`GRANT_PATIENCE`] times before
+//! it asks for all of it, unless packets are being lost ([`LOSSY`]).
+//!
 //! Round trips are measured with Karn's rule: Cts -> first data and Fin -> Close at the
 //! receiver; Rts -> Cts/Fin at the sender, less the time the Rts waited for acceptance,
 //! which Cts and Fin report in `aux` (64 ns units).
 //!
 //! Header use: Rts: `msg`, `total`, payload = head, flags FIRST (and LAST when the head is
 //! the whole message). Data: `msg`, `offset`, `total`, flags LAST / ACK_REQ / RETRANSMIT.
-//! Cts, Fin: `msg`, `total`, `aux` = time held. Resend: `msg`, `offset..total` = first
+//! Cts, Fin: `msg`, `total`, `aux` = time held; Cts `offset` = bytes granted (0: all).
+//! Resend: `msg`, `offset..total` = first
 //! range, payload = further ranges. Close: `msg`.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -230,6 +253,16 @@ impl RangeSet {
         added
     }
 
+    /// Where the first range starts.
+    pub fn first(&self) -> Option<u64> {
+        self.m.keys().next().copied()
+    }
+
+    /// Where the last range ends (0 when empty).
+    pub fn end(&self) -> u64 {
+        self.m.values().next_back().copied().unwrap_or(0)
+    }
+
     /// Takes up to `max` bytes from the start of the first range.
     pub fn pop_front(&mut self, max: u64) -> Option<(u64, u64)> {
         let (&s, &e) = self.m.iter().next()?;
@@ -275,6 +308,51 @@ const MAX_BACKOFF: u32 = 16;
 /// Most ranges one Resend lists.
 const MAX_RANGES: usize = 64;
 
+/// Receiver grants (with `BULKWIRE_CC=on`): packets a receiver lets one message have in
+/// flight beyond the highest byte it received: a share of a 64 KiB switch port (43
+/// full frames) that leaves room for the heads of the other senders' Rts.
+const GRANT_PACKETS: u64 = 20;
+
+/// Receiver grants: requests without progress that ask only for the holes below the
+/// highest byte received (and repeat the grant) before one asks for all of the grant.
+/// At 100 Mb/s a grant of 20 packets queues for 2.4 ms, ten times the timeout's floor,
+/// and the grant's Cts may wait as long behind data in the sender's port: asking for
+/// the grant again at the first timeout resent what was only queued (5x the links'
+/// bound on the simulated switch). 5, on the simulated switch of docs/performance.md:
+/// with 3 or 4 rmpp lost half its packets and took 4-5x the bound; with 6 it held the
+/// bound too, but a first loss cost 6 timeouts (BSP at 5 % loss 5.8x its lossless
+/// time in `sim_recovery.rs`, whose bound is 5x). Where packets are being lost it is 1
+/// ([`LOSSY`]).
+const GRANT_PATIENCE: u32 = 5;
+
+/// Receiver grants: requests of a message without any of its data arriving after which
+/// what it was granted stops counting against the budget, so that the messages behind
+/// it get theirs. A sender that never sends (a forged Rts, a stopped process) would
+/// otherwise hold the budget forever. The message keeps its grant and its place: once
+/// its data arrives it counts again and is granted more in its turn, so a slow sender is
+/// only passed over while it sends nothing. As many as [`GRANT_PATIENCE`]: the timers
+/// also fire on a grant whose Cts is still queued behind data in the sender's port (on
+/// the simulated switch, passing over after 3 requests took 1.25x the links' bound,
+/// against 1.06x).
+const GRANT_STALL: u32 = GRANT_PATIENCE;
+
+/// Receiver grants: requests without progress after which a message that has received
+/// data stops counting against the budget, as [`GRANT_STALL`] for one that has not. Its
+/// sender started and is silent again although a Resend for all of its grant went after
+/// [`GRANT_PATIENCE`] requests, which a running sender answers. Higher, because a
+/// grant's data and its extensions queue behind the others' (10 took 1.47x the bound on
+/// the simulated switch, 14 and more 1.06x).
+const GRANT_STALL_STARTED: u32 = 3 * GRANT_PATIENCE;
+
+/// Receiver grants: the share of new packets that show a loss (data arriving above a
+/// hole, a resent packet or Rts), in 1/65536, above which this receiver takes a silence
+/// for a loss rather than for data queued behind other grants, and asks for it at its
+/// first timeout as without grants. On a switch that the grants keep from dropping the
+/// silences are queues; under random loss the patience made rmpp's BSP supersteps on the
+/// simulated network 6-16x their lossless time at 5 % loss and 28-37x at 20 %, against
+/// 2.5-4x and 5-12x without it (`sim_recovery.rs`).
+const LOSSY: u32 = 65536 / 1000;
+
 /// A message of ours with an open connection.
 struct TxMsg {
     id: MsgId,
@@ -296,6 +374,9 @@ struct TxMsg {
     sent_hi: u64,
     /// Time of the latest data packet sent.
     last_tx: Time,
+    /// Bytes below which the receiver lets us send (receiver grants; the whole message
+    /// without them).
+    granted: u64,
 }
 
 enum RxState {
@@ -306,6 +387,8 @@ enum RxState {
         buf: FillBuf,
         have: RangeSet,
         got_data: bool,
+        /// Bytes granted to the sender (the whole message without receiver grants).
+        granted: u64,
     },
     /// Fin sent. `data` until delivered; `closed` once the Close came.
     Complete { data: Option<Vec<u8>>, closed: bool },
@@ -321,6 +404,9 @@ struct RxConn {
     sends: u32,
     sent_at: Time,
     deadline: Option<Time>,
+    /// Receiver grants: when a grant's extension went and the grant before it, until
+    /// data beyond that arrives (a round-trip sample) or a request makes it ambiguous.
+    extended: Option<(Time, u64)>,
 }
 
 struct Peer {
@@ -388,6 +474,16 @@ pub struct Rmpp {
     misbehaved: Option<PeerMisbehaved>,
     /// Bytes of heads held by announced, unaccepted connections.
     announced_bytes: u64,
+    /// A peer died holding grants: the next messages get theirs at the next poll.
+    regrant_due: bool,
+    /// Latest arrival of new data from any peer.
+    last_data: Time,
+    /// Moving average of the share of new packets that show a loss (data above a hole,
+    /// a resend), in 1/65536: see [`LOSSY`].
+    gap_share: u32,
+    /// Receiver grants on ([`Common::cc`]): accepted messages still receiving, in the
+    /// order accepted, granted data in that order within [`GRANT_PACKETS`] in flight.
+    grants: Option<VecDeque<(Rank, MsgId)>>,
 }
 
 impl Rmpp {
@@ -408,8 +504,9 @@ impl Rmpp {
                 // many packets as streaming (rmpp learns of losses once per pass, and a
                 // pass's first window still leaves as a burst) and took longer; its timers
                 // following the queue alone made it slower still (3.8x the links' bound
-                // against 3.4x).
-                rtt: Rtt::new(c.rto_initial, c.rto_min, c.rto_max).following_queue(c.cc_all),
+                // against 3.4x). With receiver grants ([`Common::cc`]) they follow it: a
+                // grant's data may queue behind others' for milliseconds.
+                rtt: Rtt::new(c.rto_initial, c.rto_min, c.rto_max).following_queue(c.cc),
                 cc: Window::new(c.cc_all),
                 closed: None,
                 ignored_requests: 0,
@@ -428,6 +525,10 @@ impl Rmpp {
             events: VecDeque::new(),
             misbehaved: None,
             announced_bytes: 0,
+            regrant_due: false,
+            last_data: 0,
+            gap_share: 0,
+            grants: c.cc.then(VecDeque::new),
             c,
             cfg,
         })
@@ -544,22 +645,55 @@ impl Rmpp {
     /// of the holes otherwise.
     fn request(&mut self, now: Time, from: Rank, id: MsgId) {
         let mp = self.c.max_payload[from as usize].max(1);
+        if let Some(c) = self.peers[from as usize].rx.get_mut(&id) {
+            // Karn: data beyond the grant may now answer this request instead.
+            c.extended = None;
+        }
         let Some(conn) = self.peers[from as usize].rx.get(&id) else {
             return;
         };
-        let RxState::Receiving { have, got_data, .. } = &conn.state else {
+        let RxState::Receiving {
+            have,
+            got_data,
+            granted,
+            ..
+        } = &conn.state
+        else {
             return;
         };
-        let (total, hold) = (conn.total, Self::hold(now, conn.arrived));
-        if !got_data {
-            self.push_ctl(Kind::Cts, from, id, |h| {
-                h.total = total;
-                h.aux = hold;
-            });
+        let (total, hold, granted) = (conn.total, Self::hold(now, conn.arrived), *granted);
+        // With grants the Cts says how far the sender may go (`offset`, above the head);
+        // without, `offset` 0: the whole message.
+        let grant = if self.grants.is_some() { granted } else { 0 };
+        let cts = |h: &mut Header| {
+            h.total = total;
+            h.aux = hold;
+            h.offset = grant;
+        };
+        // With grants, a Cts again until patience runs out (the sender may have got it
+        // and sent data that is lost, which only a Resend brings back).
+        let patience = self.patience();
+        if !got_data && (self.grants.is_none() || conn.sends < patience) {
+            self.push_ctl(Kind::Cts, from, id, cts);
             return;
         }
-        let gaps = have.gaps(total, 1 + (mp / 16).min(MAX_RANGES));
+        // Holes only within the grant: beyond it the sender has sent nothing. While other
+        // messages hold grants too, at first only below the highest byte received (the
+        // path keeps a pair's order): above it the data may still be queued behind what
+        // was granted to the others ([`GRANT_PATIENCE`]).
+        let shared = self.grants.as_ref().is_some_and(|q| q.len() > 1);
+        let upto = if shared && conn.sends < patience {
+            have.end().min(granted)
+        } else {
+            granted
+        };
+        let gaps = have.gaps(upto, 1 + (mp / 16).min(MAX_RANGES));
         let Some(&(a, b)) = gaps.first() else {
+            if granted < total || upto < granted {
+                // All granted data is here and the grant's extension was lost, or what
+                // was granted may still be on its way.
+                self.push_ctl(Kind::Cts, from, id, cts);
+            }
             return;
         };
         let mut p = Vec::with_capacity((gaps.len() - 1) * 16);
@@ -664,6 +798,7 @@ impl Rmpp {
         }
         p.stats.bytes_received += len;
         self.announced_bytes += len;
+        Self::note_arrival(&mut self.gap_share, hdr.has(flags::RETRANSMIT));
         p.rx.insert(
             id,
             RxConn {
@@ -675,6 +810,7 @@ impl Rmpp {
                 sends: 0,
                 sent_at: now,
                 deadline: None,
+                extended: None,
             },
         );
         if self.cfg.auto_accept {
@@ -763,7 +899,9 @@ impl Rmpp {
                 buf,
                 have,
                 got_data,
+                ..
             } => {
+                let above_hole = hdr.offset > have.end();
                 let added = have.insert(hdr.offset, end);
                 if added == 0 {
                     p.stats.drop_duplicate += 1;
@@ -777,9 +915,23 @@ impl Rmpp {
                     buf.write(hdr.offset as usize, payload);
                     p.stats.bytes_received += added;
                     p.last_data = now;
+                    self.last_data = now;
+                    Self::note_arrival(
+                        &mut self.gap_share,
+                        above_hole || hdr.has(flags::RETRANSMIT),
+                    );
                     if !*got_data && conn.sends == 1 {
                         // Karn: the Cts went once, and the sender answers it at once.
                         p.rtt.sample(now.saturating_sub(conn.sent_at));
+                    }
+                    if let Some((at, before)) = conn.extended
+                        && hdr.offset >= before
+                        && !hdr.has(flags::RETRANSMIT)
+                    {
+                        // A grant's extension answered: its round trip, with the queues
+                        // the Cts and the data waited in, is what the timers must wait.
+                        p.rtt.sample(now.saturating_sub(at));
+                        conn.extended = None;
                     }
                     *got_data = true;
                     if have.len() == conn.total {
@@ -803,15 +955,149 @@ impl Rmpp {
             Then::Request => {
                 self.request(now, from, id);
                 self.arm_rx(now, from, id, 1);
+                self.regrant(now);
             }
             // The timer runs from the latest arrival, back-off cleared.
-            Then::Progress => self.arm_rx(now, from, id, 1),
+            Then::Progress => {
+                self.arm_rx(now, from, id, 1);
+                self.regrant(now);
+            }
             Then::Complete => {
                 self.send_fin(now, from, id);
                 self.arm_rx(now, from, id, 1);
                 self.deliver(from);
+                self.regrant(now);
             }
         }
+    }
+
+    /// Receiver grants: lets the accepted messages have [`GRANT_PACKETS`] in flight in
+    /// all, beyond the highest byte each received (a loss below it does not hold the
+    /// budget), granted in the order accepted, so that one or two senders at a time send
+    /// into this host's port and the rest wait their turn. A grant grows by at least a
+    /// quarter of the budget, or to the message's end, so that a Cts goes out every few
+    /// data packets, not for each.
+    fn regrant(&mut self, now: Time) {
+        let Some(mut q) = self.grants.take() else {
+            return;
+        };
+        q.retain(|&(from, id)| {
+            self.peers[from as usize].closed.is_none()
+                && matches!(
+                    self.peers[from as usize].rx.get(&id).map(|c| &c.state),
+                    Some(RxState::Receiving { .. })
+                )
+        });
+        let mut outstanding = 0;
+        let mut more = Vec::new();
+        for &(from, id) in &q {
+            if let Some(c) = self.peers[from as usize].rx.get(&id) {
+                outstanding += Self::owed(c);
+            }
+        }
+        for &(from, id) in &q {
+            let budget = self.c.max_payload[from as usize].max(1) as u64 * GRANT_PACKETS;
+            let room = budget.saturating_sub(outstanding);
+            let Some(conn) = self.peers[from as usize].rx.get_mut(&id) else {
+                continue;
+            };
+            let total = conn.total;
+            let stalled = Self::stalled(conn);
+            let RxState::Receiving {
+                granted, got_data, ..
+            } = &mut conn.state
+            else {
+                continue;
+            };
+            if *granted >= total || stalled {
+                // A stalled message is passed over, not dropped: its turn comes again
+                // once its data arrives ([`GRANT_STALL`]).
+                continue;
+            }
+            let want = (*granted + room).min(total);
+            if want < total && room < budget / 4 {
+                break;
+            }
+            outstanding += want - *granted;
+            if *got_data && conn.extended.is_none() {
+                conn.extended = Some((now, *granted));
+            }
+            *granted = want;
+            more.push((from, id));
+        }
+        self.grants = Some(q);
+        for (from, id) in more {
+            self.send_grant(now, from, id);
+            self.arm_rx(now, from, id, 1);
+        }
+    }
+
+    /// Counts a new packet of data (or an Rts) in [`Rmpp::gap_share`]: `lost` when it
+    /// shows that something was lost (it arrived above a hole, or it is a resend).
+    fn note_arrival(gap_share: &mut u32, lost: bool) {
+        // Weight 1/64: a few dozen packets' memory.
+        *gap_share -= *gap_share / 64;
+        if lost {
+            *gap_share += 65536 / 64;
+        }
+    }
+
+    /// Requests without progress that wait for granted data before asking for it:
+    /// [`GRANT_PATIENCE`], or 1 where packets are being lost ([`LOSSY`]).
+    fn patience(&self) -> u32 {
+        if self.gap_share > LOSSY {
+            1
+        } else {
+            GRANT_PATIENCE
+        }
+    }
+
+    /// Whether `c` is owed granted data that does not come: none of it after
+    /// [`GRANT_STALL`] requests, or none new after [`GRANT_STALL_STARTED`].
+    fn stalled(c: &RxConn) -> bool {
+        match &c.state {
+            RxState::Receiving {
+                have,
+                granted,
+                got_data,
+                ..
+            } if *granted > have.end() => {
+                c.sends
+                    >= if *got_data {
+                        GRANT_STALL_STARTED
+                    } else {
+                        GRANT_STALL
+                    }
+            }
+            _ => false,
+        }
+    }
+
+    /// Granted data that `c` counts against the receiver's budget: what it may still
+    /// send beyond the highest byte received, unless it is stalled.
+    fn owed(c: &RxConn) -> u64 {
+        match &c.state {
+            RxState::Receiving { have, granted, .. } if !Self::stalled(c) => {
+                granted.saturating_sub(have.end())
+            }
+            _ => 0,
+        }
+    }
+
+    /// A Cts that carries the grant (`offset`: the sender may send below it).
+    fn send_grant(&mut self, now: Time, from: Rank, id: MsgId) {
+        let Some(conn) = self.peers[from as usize].rx.get(&id) else {
+            return;
+        };
+        let RxState::Receiving { granted, .. } = conn.state else {
+            return;
+        };
+        let (total, hold) = (conn.total, Self::hold(now, conn.arrived));
+        self.push_ctl(Kind::Cts, from, id, |h| {
+            h.total = total;
+            h.aux = hold;
+            h.offset = granted;
+        });
     }
 
     fn on_close(&mut self, now: Time, from: Rank, id: MsgId) {
@@ -886,6 +1172,7 @@ impl Rmpp {
 
     /// Cts or Resend: the receiver wants `ranges` (already validated).
     fn on_request(&mut self, now: Time, to: Rank, hdr: &Header, ranges: &[(u64, u64)]) {
+        let grants = self.grants.is_some();
         let Some(k) = self.tx_index(to, hdr.msg) else {
             // A late answer for a connection already finished.
             return;
@@ -904,7 +1191,8 @@ impl Rmpp {
             p.stats.bogus += 1;
             return;
         }
-        if m.open && (!m.todo.is_empty() || now.saturating_sub(m.last_tx) < half_rtt) {
+        let granted_todo = m.todo.first().is_some_and(|a| a < m.granted);
+        if m.open && (granted_todo || now.saturating_sub(m.last_tx) < half_rtt) {
             // A pass is under way, or just ended: this request was written before the
             // receiver saw it (its timer fired while we were busy with other messages).
             // The pass ends with ACK_REQ, whose answer lists exactly what is missing;
@@ -921,13 +1209,23 @@ impl Rmpp {
                 .sum();
             p.cc.on_loss_share(now, &p.rtt, m.sent_hi.saturating_sub(missing), m.sent_hi);
         }
+        if !m.open {
+            // Nothing beyond the head was sent yet: all of it is to go, as far as granted.
+            m.todo.insert(m.head as u64, len);
+            m.granted = if grants { 0 } else { len };
+        }
         m.open = true;
         m.rts_due = false;
         m.deadline = None;
         for &(a, b) in ranges {
             m.todo.insert(a, b);
+            // What the receiver asks for again it has room for.
+            m.granted = m.granted.max(b);
         }
-        if !m.todo.is_empty() {
+        if grants && hdr.kind == Kind::Cts {
+            m.granted = m.granted.max(hdr.offset.min(len));
+        }
+        if m.todo.first().is_some_and(|a| a < m.granted) {
             self.ready.insert(to);
         }
     }
@@ -937,13 +1235,27 @@ impl Rmpp {
             return;
         };
         let m = &self.peers[to as usize].tx[k];
-        let (head, len) = (m.head as u64, m.data.len() as u64);
+        let (head, len, open) = (m.head as u64, m.data.len() as u64, m.open);
         if head == len {
             // Nothing beyond the head to send: only Fin answers a single-packet message.
             self.peers[to as usize].stats.bogus += 1;
             return;
         }
-        self.on_request(now, to, hdr, &[(head, len)]);
+        if self.grants.is_some() && open {
+            // A grant's extension: more of the message may go, nothing to resend.
+            let m = &mut self.peers[to as usize].tx[k];
+            m.granted = m.granted.max(hdr.offset.min(len));
+            if m.todo.first().is_some_and(|a| a < m.granted) {
+                self.ready.insert(to);
+            }
+            return;
+        }
+        if self.grants.is_some() {
+            // The first Cts: how far it grants is in `offset`.
+            self.on_request(now, to, hdr, &[]);
+        } else {
+            self.on_request(now, to, hdr, &[(head, len)]);
+        }
     }
 
     fn on_resend(&mut self, now: Time, to: Rank, hdr: &Header, payload: &[u8]) {
@@ -998,7 +1310,10 @@ impl Rmpp {
     fn has_work(&self, to: Rank) -> bool {
         let p = &self.peers[to as usize];
         p.closed.is_none()
-            && (self.can_open(to) || p.tx.iter().any(|m| m.rts_due || !m.todo.is_empty()))
+            && (self.can_open(to)
+                || p.tx
+                    .iter()
+                    .any(|m| m.rts_due || m.todo.first().is_some_and(|a| a < m.granted)))
     }
 
     /// Opens connections for queued messages while the window allows.
@@ -1023,6 +1338,7 @@ impl Rmpp {
                 todo: RangeSet::default(),
                 sent_hi: 0,
                 last_tx: 0,
+                granted: 0,
             });
         }
     }
@@ -1086,7 +1402,11 @@ impl Rmpp {
                     paced = true;
                     break 'msgs;
                 }
-                let Some((a, b)) = m.todo.pop_front(mp) else {
+                // Only what the receiver granted (all of it without grants).
+                let Some(first) = m.todo.first().filter(|&a| a < m.granted) else {
+                    break;
+                };
+                let Some((a, b)) = m.todo.pop_front(mp.min(m.granted - first)) else {
                     break;
                 };
                 p.cc.sent(now, gap, burst);
@@ -1133,9 +1453,14 @@ impl Rmpp {
         let mut due_rx = Vec::new();
         // While new data from the peer keeps coming, it is working through its messages
         // to us, in order: a request for a later one would only duplicate what is queued.
-        let flowing_until = self.peers[peer as usize].last_data
-            + self.rto(peer, 1)
-            + 2 * self.peers[peer as usize].peer_gap;
+        // With grants every peer's data shares this host's port, queued behind what was
+        // granted to others: while any of it arrives, the queue drains.
+        let last_data = if self.grants.is_some() {
+            self.last_data
+        } else {
+            self.peers[peer as usize].last_data
+        };
+        let flowing_until = last_data + self.rto(peer, 1) + 2 * self.peers[peer as usize].peer_gap;
         let p = &mut self.peers[peer as usize];
         if p.closed.is_some() {
             return;
@@ -1188,15 +1513,23 @@ impl Rmpp {
         if wake {
             self.ready.insert(peer);
         }
+        let mut asked = false;
         for (id, sends) in due_rx {
             self.peers[peer as usize].stats.timeouts += 1;
             let state = self.peers[peer as usize].rx.get(&id).map(|c| &c.state);
             match state {
-                Some(RxState::Receiving { .. }) => self.request(now, peer, id),
+                Some(RxState::Receiving { .. }) => {
+                    self.request(now, peer, id);
+                    asked = true;
+                }
                 Some(RxState::Complete { closed: false, .. }) => self.send_fin(now, peer, id),
                 _ => continue,
             }
             self.arm_rx(now, peer, id, sends.saturating_add(1));
+        }
+        if asked {
+            // A message may have stalled: its share of the budget goes to the next ones.
+            self.regrant(now);
         }
         if let Some(t) = next {
             self.timers.set_earlier(peer, t);
@@ -1285,6 +1618,9 @@ impl Protocol for Rmpp {
     }
 
     fn poll_transmit(&mut self, now: Time, out: &mut Vec<Transmit>, max: usize) {
+        if std::mem::take(&mut self.regrant_due) {
+            self.regrant(now);
+        }
         let mut n = 0;
         // Control first: small, and each one unblocks a connection.
         while n < max {
@@ -1361,6 +1697,7 @@ impl Protocol for Rmpp {
         p.lingering = 0;
         self.timers.clear(peer);
         self.ctl.retain(|t| t.hdr.dst != peer);
+        self.regrant_due = self.grants.is_some();
     }
 
     /// Nothing depends on whether the upper layer waits.
@@ -1411,13 +1748,37 @@ impl Announcing for Rmpp {
             self.arm_rx(now, from, id, 1);
             self.deliver(from);
         } else {
+            // With grants the Cts grants nothing beyond the head (it stops the sender's
+            // Rts timer) until the message's turn comes; no timer runs while it waits.
+            let granted = if self.grants.is_some() {
+                head.len() as u64
+            } else {
+                total
+            };
             conn.state = RxState::Receiving {
                 buf,
                 have,
                 got_data: false,
+                granted,
             };
-            self.request(now, from, id);
-            self.arm_rx(now, from, id, 1);
+            match &mut self.grants {
+                Some(q) => {
+                    q.push_back((from, id));
+                    self.regrant(now);
+                    if self.peers[from as usize]
+                        .rx
+                        .get(&id)
+                        .is_some_and(|c| c.sends == 0)
+                    {
+                        // Not its turn: a Cts for the head alone.
+                        self.request(now, from, id);
+                    }
+                }
+                None => {
+                    self.request(now, from, id);
+                    self.arm_rx(now, from, id, 1);
+                }
+            }
         }
     }
 
@@ -1971,6 +2332,105 @@ mod tests {
         );
         a.handle_timeout(SEC);
         assert!(tx(&mut a, SEC).is_empty());
+    }
+
+    /// Receiver grants with a sender that does not send what it was granted: rank 1's
+    /// message is accepted first and takes the receiver's whole budget, then stays
+    /// silent (a forged Rts, or a stalled process). Rank 0's message behind it gets its
+    /// grant after [`GRANT_STALL`] requests without progress and completes; rank 1's
+    /// data, arriving late, still completes its message (passed over, not starved).
+    #[test]
+    fn a_silent_grant_passes_the_budget_on() {
+        let c = |rank| {
+            let mut c = Common::new(rank, 3, MP);
+            (c.rto_initial, c.rto_min, c.rto_max) = (10 * MS, MS, 80 * MS);
+            c
+        };
+        let mut g: Vec<Rmpp> = (0..3)
+            .map(|r| Rmpp::new(c(r), cfg(8, true)).unwrap())
+            .collect();
+        let (d0, d1) = (pattern(60 * MP, 0), pattern(60 * MP, 1));
+        // What rank 1 sends is held back while it is silent.
+        let mut held: Vec<Transmit> = Vec::new();
+        let mut silent = true;
+        let mut got: Vec<(Rank, Vec<u8>)> = Vec::new();
+        // Everything sent until the network is quiet (rank 1's held while silent).
+        fn route(g: &mut [Rmpp], now: Time, held: &mut Vec<Transmit>, silent: bool) {
+            let mut moved = true;
+            while moved {
+                moved = false;
+                for from in 0..3u32 {
+                    for t in tx(&mut g[from as usize], now) {
+                        moved = true;
+                        if from == 1 && silent {
+                            held.push(t);
+                            continue;
+                        }
+                        let mut h = t.hdr;
+                        (h.src, h.len) = (from, t.payload.len() as u32);
+                        g[h.dst as usize].handle(now, &h, &t.payload);
+                    }
+                }
+            }
+        }
+        g[1].send(0, 2, d1.clone(), false).unwrap();
+        // Rank 1's Rts reaches the receiver, and its grant reaches rank 1.
+        let rts = tx(&mut g[1], 0);
+        rx_from(&mut g[2], 0, 1, &rts);
+        let cts = tx(&mut g[2], 0);
+        assert_eq!(kinds(&cts), [Kind::Cts]);
+        assert_eq!(cts[0].hdr.offset, (MP as u64) * (1 + GRANT_PACKETS));
+        rx_from(&mut g[1], 0, 2, &cts);
+        g[0].send(0, 2, d0.clone(), false).unwrap();
+        route(&mut g, 0, &mut held, silent);
+        assert_eq!(held.len() as u64, GRANT_PACKETS, "rank 1 sent its grant");
+        // Rank 0's message waits behind rank 1's grant: nothing beyond its head yet.
+        assert_eq!(g[2].peer_stats(0).bytes_received, MP as u64);
+        let mut now = 0;
+        while got.iter().all(|(from, _)| *from != 0) {
+            now = g.iter_mut().filter_map(|p| p.poll_timeout()).min().unwrap();
+            assert!(now < SEC, "rank 0's message never got a grant");
+            for p in g.iter_mut() {
+                p.handle_timeout(now);
+            }
+            route(&mut g, now, &mut held, silent);
+            got.extend(events(&mut g[2]).into_iter().filter_map(|e| match e {
+                Event::Message { from, data, .. } => Some((from, data)),
+                _ => None,
+            }));
+        }
+        assert!(g[2].peer_stats(1).timeouts >= u64::from(GRANT_STALL - 1));
+        // Rank 1 wakes up: what it sent arrives, and the rest follows.
+        silent = false;
+        for t in std::mem::take(&mut held) {
+            rx_from(&mut g[2], now, 1, &[t]);
+        }
+        let start = now;
+        while got.len() < 2 {
+            route(&mut g, now, &mut held, silent);
+            got.extend(events(&mut g[2]).into_iter().filter_map(|e| match e {
+                Event::Message { from, data, .. } => Some((from, data)),
+                _ => None,
+            }));
+            if got.len() == 2 {
+                break;
+            }
+            now = g.iter_mut().filter_map(|p| p.poll_timeout()).min().unwrap();
+            assert!(now < start + SEC, "rank 1's message never completed");
+            for p in g.iter_mut() {
+                p.handle_timeout(now);
+            }
+        }
+        assert_eq!(got, vec![(0, d0.to_vec()), (1, d1.to_vec())]);
+    }
+
+    /// Hands `ts` to `g` as sent by `from`.
+    fn rx_from(g: &mut Rmpp, now: Time, from: Rank, ts: &[Transmit]) {
+        for t in ts {
+            let mut h = t.hdr;
+            (h.src, h.len) = (from, t.payload.len() as u32);
+            g.handle(now, &h, &t.payload);
+        }
     }
 
     #[test]

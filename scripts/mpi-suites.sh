@@ -260,7 +260,7 @@ mpich_tests() {
     for m in "${IMPLS[@]}"; do
         local b="$work/mpich/$m"
         rm -rf "$b" && mkdir -p "$b"
-        if ! (cd "$b" && "$t/configure" --with-mpi="$work/mpis/$m" --enable-strictmpi \
+        if ! (cd "$b" && "$t/configure" --with-mpi="$work/mpis/$m" --enable-strictmpi --disable-dependency-tracking \
             --disable-fortran --disable-cxx --disable-romio --disable-io --disable-spawn \
             --disable-threads --disable-ft-tests --disable-perftest) \
             >"$log/mpich-$m.configure" 2>&1; then

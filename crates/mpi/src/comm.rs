@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::ffi::{c_char, c_void};
 use std::os::raw::c_int;
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use bulkwire_p2p::{ReqId, Source, Tag};
@@ -55,6 +55,11 @@ pub struct Communicator {
     attr_order: Mutex<Vec<c_int>>,
     pub(crate) name: Mutex<String>,
     coll_seq: AtomicU16,
+    /// `MPI_Comm_idup` tickets issued and completed: idups of one communicator agree one
+    /// after the other (their messages share a tag), in the order every member issued
+    /// them.
+    idup_next: AtomicU64,
+    idup_done: AtomicU64,
     /// Communicator rank of each world rank (`u32::MAX`: not a member).
     inv: Vec<u32>,
     /// An intercommunicator's remote group (point-to-point ranks name its members).
@@ -88,6 +93,8 @@ impl Communicator {
             attr_order: Mutex::new(Vec::new()),
             name: Mutex::new(String::new()),
             coll_seq: AtomicU16::new(0),
+            idup_next: AtomicU64::new(0),
+            idup_done: AtomicU64::new(0),
             inv,
             remote: None,
         }
@@ -749,6 +756,7 @@ pub unsafe extern "C" fn MPI_Comm_idup(comm: Raw, newcomm: *mut Raw, request: *m
     let c = tri!(get(CALL, comm));
     let p = tri!(p2p());
     let op = IdupOp {
+        ticket: c.idup_next.fetch_add(1, Ordering::AcqRel),
         members: c.everyone(),
         tag: (i32::from(CREATE_CTX) << 16) | i32::from(c.ctx / 2),
         me: p.rank(),
@@ -783,6 +791,8 @@ enum Round {
 
 /// [`agree_ctx`] as a state machine of non-blocking messages.
 struct IdupOp {
+    /// Runs once the communicator's earlier idups have completed.
+    ticket: u64,
     members: Vec<u32>,
     tag: i32,
     me: u32,
@@ -874,6 +884,9 @@ impl IdupOp {
         loop {
             match self.round {
                 Round::Start => {
+                    if self.parent.idup_done.load(Ordering::Acquire) != self.ticket {
+                        return Ok(None);
+                    }
                     self.start(used_bitmap(), BITMAP_BYTES, 2)?;
                     self.round = Round::Pick;
                 }
@@ -922,7 +935,12 @@ impl IdupOp {
 
 impl crate::request::Operation for IdupOp {
     fn progress(&mut self) -> Option<Result<(), c_int>> {
-        match self.step() {
+        let r = self.step();
+        if !matches!(r, Ok(None)) {
+            // The next idup of this communicator may start.
+            self.parent.idup_done.fetch_add(1, Ordering::AcqRel);
+        }
+        match r {
             Ok(None) => None,
             Err(e) => Some(Err(e)),
             Ok(Some(())) => {

@@ -8,8 +8,8 @@
 //! debug information). Then `make uninstall` removes every file.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
 const BSPCC: &str = env!("CARGO_BIN_EXE_bspcc");
 
@@ -60,47 +60,16 @@ int main() {
 }
 "#;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+/// A command with no `BULKWIRE_` variables (the programs start their own jobs).
+#[path = "common/installed.rs"]
+mod installed;
+use installed::{repo, stdout, walk};
 
 /// Runs `c` (bounded in time), returning its output; panics with it if it fails.
-fn ok(mut c: Command, what: &str) -> Output {
-    let start = Instant::now();
-    let child = c
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
-    let id = child.id();
-    let dog = std::thread::spawn(move || {
-        while start.elapsed() < Duration::from_secs(120) {
-            std::thread::sleep(Duration::from_millis(50));
-            if !Path::new(&format!("/proc/{id}")).exists() {
-                return;
-            }
-        }
-        // SAFETY: a signal to the child this test started.
-        unsafe { libc::kill(id as i32, libc::SIGKILL) };
-    });
-    let o = child.wait_with_output().unwrap();
-    dog.join().unwrap();
-    assert!(
-        o.status.success(),
-        "{what}: {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o
+fn ok(c: Command, what: &str) -> Output {
+    installed::ok_within(c, what, Duration::from_secs(120))
 }
 
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-/// A command with no `BULKWIRE_` variables (the programs start their own jobs).
 fn clean(program: impl AsRef<std::ffi::OsStr>) -> Command {
     let mut c = Command::new(program);
     for (k, _) in std::env::vars() {
@@ -349,18 +318,4 @@ fn cmake_package(prefix: &Path, work: &Path) {
         .arg(proj.join("build2"))
         .arg(format!("-DCMAKE_PREFIX_PATH={}", prefix.display()));
     ok(c, "cmake refusing another version");
-}
-
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut all = Vec::new();
-    if let Ok(rd) = std::fs::read_dir(dir) {
-        for e in rd.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                all.extend(walk(&p));
-            }
-            all.push(p);
-        }
-    }
-    all
 }

@@ -19,7 +19,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const BSPCC: &str = env!("CARGO_BIN_EXE_bspcc");
 /// The C ABI's manifest: libbulkwire carries the MPI layer when it depends on it.
@@ -61,44 +61,13 @@ int main(int argc, char **argv) {
 }
 "#;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+#[path = "common/installed.rs"]
+mod installed;
+use installed::{repo, stdout, walk};
 
 /// Runs `c` (bounded in time), returning its output; panics with it if it fails.
-fn ok(mut c: Command, what: &str) -> Output {
-    let start = Instant::now();
-    let child = c
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
-    let id = child.id();
-    let dog = std::thread::spawn(move || {
-        while start.elapsed() < Duration::from_secs(180) {
-            std::thread::sleep(Duration::from_millis(50));
-            if !Path::new(&format!("/proc/{id}")).exists() {
-                return;
-            }
-        }
-        // SAFETY: a signal to the child this test started.
-        unsafe { libc::kill(id as i32, libc::SIGKILL) };
-    });
-    let o = child.wait_with_output().unwrap();
-    dog.join().unwrap();
-    assert!(
-        o.status.success(),
-        "{what}: {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
+fn ok(c: Command, what: &str) -> Output {
+    installed::ok_within(c, what, Duration::from_secs(180))
 }
 
 fn has(tool: &str) -> bool {
@@ -358,18 +327,4 @@ fn mpi_programs(env: &Env, work: &Path, mpibin: &Path) {
     } else {
         eprintln!("cmake is not installed: find_package(MPI) is not checked");
     }
-}
-
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut all = Vec::new();
-    if let Ok(rd) = std::fs::read_dir(dir) {
-        for e in rd.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                all.extend(walk(&p));
-            }
-            all.push(p);
-        }
-    }
-    all
 }

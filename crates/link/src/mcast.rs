@@ -36,11 +36,11 @@ use crate::{Link, LinkCaps, Rank, RxBatch, Tx};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum McastMode {
     /// Used when the job spans hosts and detection finds that it reaches every member.
-    #[default]
     Auto,
     /// Used whenever the job has two members or more; the job fails if it does not work.
     On,
-    /// Never used.
+    /// Never used (the default: no collective sends over the group).
+    #[default]
     Off,
 }
 
@@ -64,18 +64,22 @@ pub struct McastSettings {
     pub mtu: usize,
     /// `SO_RCVBUF` / `SO_SNDBUF` request, bytes.
     pub sockbuf: usize,
-    /// How long detection probes the group.
+    /// How long detection probes the group at most.
     pub probe_for: Duration,
+    /// The group, instead of the one derived from the job's secret ([`group_for`]): for a
+    /// network whose switches pass only some groups.
+    pub group: Option<SocketAddrV4>,
 }
 
 impl Default for McastSettings {
     fn default() -> McastSettings {
         McastSettings {
-            mode: McastMode::Auto,
+            mode: McastMode::Off,
             ttl: 1,
             mtu: 1500,
             sockbuf: crate::udp::DEFAULT_SOCKBUF,
-            probe_for: Duration::from_millis(200),
+            probe_for: Duration::from_millis(500),
+            group: None,
         }
     }
 }
@@ -248,8 +252,8 @@ impl McastLink {
     /// every few milliseconds for `for_`, and notes whom it hears meanwhile: `who` says
     /// which member a datagram is a probe of, `None` for anything else (including what
     /// fails the job's MAC). Returns, per rank, whether it was heard (ourselves included).
-    /// Every member must call it at about the same time (after a rendezvous): probes
-    /// wait in the socket's buffer, so a member that starts late still hears the early.
+    /// Every member must have opened its socket before any probes (a rendezvous between
+    /// the two): probes then wait in the socket's buffer for a member that starts late.
     pub fn probe(
         &mut self,
         hello: &[u8],
@@ -276,8 +280,9 @@ impl McastLink {
                     *h = true;
                 }
             }
-            if heard.iter().all(|&h| h) && start.elapsed() >= for_ / 4 {
-                // Everyone heard, and everyone has heard our first probes by now too.
+            if heard.iter().all(|&h| h) && next > start + 2 * every {
+                // Everyone heard; our own probes, sent after every member had joined,
+                // wait in theirs sockets.
                 break;
             }
             crate::poll_readable(self.sock.as_raw_fd(), Some(every / 2))?;

@@ -135,6 +135,9 @@ pub enum McastEvent {
     Delivered { id: u32, dead: Vec<Rank> },
     /// A member we waited on in transfer `(root, id)` stayed silent past the deadline.
     PeerDead { root: Rank, id: u32, dead: PeerDead },
+    /// The root of transfer `id`, which this process has received, told the group that
+    /// every receiver has it: nothing more is owed to it.
+    Finished { root: Rank, id: u32 },
     /// The root ended transfer `id` before this process had all of it (it declared this
     /// process dead): the rest will not come.
     Abandoned { root: Rank, id: u32 },
@@ -575,6 +578,8 @@ impl Mcast {
         if self.receiving.contains_key(&(root, id)) {
             self.abandon(root, id);
             self.done_upto[root as usize] = Some(id);
+        } else if self.done_upto[root as usize] == Some(id) {
+            self.events.push_back(McastEvent::Finished { root, id });
         }
     }
 

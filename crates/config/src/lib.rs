@@ -516,6 +516,9 @@ fn coll_config(l: &Lookup, job: &JobConfig) -> Result<bulkwire_collectives::Conf
     })? {
         c.mode = m;
     }
+    if let Some(b) = l.get(&COLL_MCAST_MIN, size_or_off)? {
+        c.mcast_min = b;
+    }
     if let Some(b) = l.get(&COLL_PART, |v| size(v, 1, 1 << 30))? {
         c.part_bytes = b as usize;
     }

@@ -908,6 +908,11 @@ fn multicast_settings() {
     assert_eq!((m.mode, m.ttl, m.mtu), (McastMode::Auto, 4, 9000));
     assert_eq!(m.group, Some("239.192.1.2:30000".parse().unwrap()));
     assert!(s.job().agree.contains(&("BULKWIRE_MCAST", "auto".into())));
+    assert_eq!(s.coll.mcast_min, 32 << 10);
+    let s = settings(&[("BULKWIRE_COLL_MCAST_MIN", "1M")]).unwrap();
+    assert_eq!(s.coll.mcast_min, 1 << 20);
+    let s = settings(&[("BULKWIRE_COLL_MCAST_MIN", "off")]).unwrap();
+    assert_eq!(s.coll.mcast_min, usize::MAX);
     for (var, bad) in [
         ("BULKWIRE_MCAST", "maybe"),
         ("BULKWIRE_MCAST_TTL", "0"),
@@ -915,6 +920,7 @@ fn multicast_settings() {
         ("BULKWIRE_MCAST_GROUP", "10.0.0.1:3000"),
         ("BULKWIRE_MCAST_GROUP", "239.192.1.2"),
         ("BULKWIRE_MCAST_GROUP", "239.192.1.2:0"),
+        ("BULKWIRE_COLL_MCAST_MIN", "lots"),
     ] {
         let e = error(&[(var, bad)]);
         assert!(e.contains(var) && e.contains(bad), "{e}");

@@ -307,6 +307,10 @@ vars! {
         "a size in bytes (suffixes K, M, G) or off",
         "off",
         "Network cache: scatter, gather and alltoall blocks from this size are read out of the writer's buffer (single copy, process_vm_readv) instead of going through the cache; so are broadcast and allgather with one reader per buffer (p = 2), and reductions whose slice per process is 4 times this size. Off by default: the cache's two copies, pipelined on two cores, were faster at every size measured.";
+    COLL_MCAST_MIN: Collectives, "BULKWIRE_COLL_MCAST_MIN",
+        "a size in bytes (suffixes K, M, G) or off",
+        "32K",
+        "Where the job has a multicast group (BULKWIRE_MCAST) and three processes or more, broadcasts from this size, and allgathers of blocks from this size (each process broadcasting its block in turn), go over it; smaller ones, and every other collective, use the point-to-point algorithms.";
     BIND: Launch, "BULKWIRE_BIND",
         "share or none",
         "share",

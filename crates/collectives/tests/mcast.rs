@@ -1,0 +1,157 @@
+//! Broadcast and allgather over the job's IP multicast group: three processes of a job,
+//! as threads that pretend to run on three hosts, over this machine's loopback interface
+//! (where multicast loops back to the group's members). The group is kept when it reaches
+//! everyone, and then carries the large broadcasts and allgathers, also with datagrams
+//! lost on receive; when one member cannot hear the group, the job falls back to the
+//! point-to-point algorithms. Every wait is bounded by the job's deadline.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bulkwire_collectives::{Algorithm, Coll, Config};
+use bulkwire_launch::{Control, JobEnv, Server, ServerConfig};
+use bulkwire_link::{FaultConfig, McastMode};
+use bulkwire_p2p::Comm;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn pattern(n: usize, seed: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 31 + seed * 7) as u8).collect()
+}
+
+/// Runs `body` as each of `n` ranks on hosts of their own, with the multicast `mode`,
+/// `faults` on receive (none for ""), and `group` overriding the group of some ranks.
+fn job<T: Send>(
+    n: u32,
+    mode: McastMode,
+    faults: &str,
+    group: &[(u32, &str)],
+    body: impl Fn(&Coll) -> T + Sync,
+) -> Vec<T> {
+    let secret = bulkwire_launch::Secret::generate();
+    let mut cfg = ServerConfig::new(n, secret.clone());
+    cfg.timeout = Some(LIMIT);
+    let server = Server::bind(SocketAddr::from(([127, 0, 0, 1], 0)), cfg).unwrap();
+    let addr = server.local_addr();
+    let srv = std::thread::spawn(move || server.run());
+    let out = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..n)
+            .map(|r| {
+                let (secret, body) = (secret.clone(), &body);
+                s.spawn(move || {
+                    let mut env = JobEnv::bulkwire(r, n, secret, 7, addr);
+                    env.host_id = Some(format!("host{r}"));
+                    let ctl = Control::join(&env).unwrap();
+                    let mut p = bulkwire_p2p::Config::default();
+                    p.job.mcast.mode = mode;
+                    p.job.dead_after = 10_000_000_000;
+                    if !faults.is_empty() {
+                        p.job.faults = faults.parse::<FaultConfig>().unwrap();
+                    }
+                    if let Some((_, g)) = group.iter().find(|(q, _)| *q == r) {
+                        p.job.mcast.group = Some(g.parse().unwrap());
+                    }
+                    let comm = Comm::from_control(ctl, p).unwrap();
+                    let t = {
+                        let coll = Coll::new(&comm, Config::default()).unwrap();
+                        body(&coll)
+                    };
+                    comm.finalize().unwrap();
+                    t
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let _ = srv.join();
+    out
+}
+
+/// A broadcast of 1 MiB from each root in turn, a small one, and an allgather of 64 KiB
+/// blocks, checked; the algorithms each used.
+fn exercise(c: &Coll) -> Vec<Algorithm> {
+    let (me, p) = (c.comm().rank() as usize, c.comm().size() as usize);
+    let mut used = Vec::new();
+    for root in 0..p {
+        let want = pattern(1 << 20, root);
+        let mut buf = if me == root {
+            want.clone()
+        } else {
+            vec![0; want.len()]
+        };
+        c.broadcast(&mut buf, root as u32).unwrap();
+        assert!(buf == want, "rank {me}: broadcast from {root} corrupted");
+        used.push(c.last_algorithm());
+    }
+    let mut small = if me == 0 {
+        pattern(100, 9)
+    } else {
+        vec![0; 100]
+    };
+    c.broadcast(&mut small, 0).unwrap();
+    assert_eq!(small, pattern(100, 9));
+    used.push(c.last_algorithm());
+    let b = 64 << 10;
+    let mine = pattern(b, 100 + me);
+    let mut all = vec![0u8; b * p];
+    c.allgather(&mine, &mut all).unwrap();
+    for j in 0..p {
+        assert!(
+            all[j * b..(j + 1) * b] == pattern(b, 100 + j)[..],
+            "block {j}"
+        );
+    }
+    used.push(c.last_algorithm());
+    used
+}
+
+fn no_multicast_on_loopback() -> bool {
+    let g = "239.192.200.1:31999".parse().unwrap();
+    let s = bulkwire_link::McastSettings::default();
+    match bulkwire_link::McastLink::open(g, std::net::Ipv4Addr::LOCALHOST, 0, 1, &s) {
+        Ok(_) => false,
+        Err(e) => {
+            eprintln!("skipped: no multicast on the loopback interface here ({e})");
+            true
+        }
+    }
+}
+
+#[test]
+fn large_broadcasts_and_allgathers_go_over_the_group() {
+    if no_multicast_on_loopback() {
+        return;
+    }
+    for used in job(3, McastMode::On, "", &[], exercise) {
+        use Algorithm::*;
+        assert_eq!(used, [Multicast, Multicast, Multicast, Binomial, Multicast]);
+    }
+}
+
+#[test]
+fn lost_datagrams_are_repaired() {
+    if no_multicast_on_loopback() {
+        return;
+    }
+    let stats = job(4, McastMode::Auto, "loss=0.01,seed=3", &[], |c| {
+        let used = exercise(c);
+        assert!(used.contains(&Algorithm::Multicast));
+        c.comm().mcast_stats().unwrap()
+    });
+    let repairs: u64 = stats
+        .iter()
+        .map(|(s, _)| s.repairs_group + s.repairs_unicast)
+        .sum();
+    assert!(repairs > 0, "{stats:?}");
+}
+
+#[test]
+fn a_group_that_does_not_reach_everyone_leaves_point_to_point() {
+    if no_multicast_on_loopback() {
+        return;
+    }
+    let apart = [(2, "239.192.201.2:31998")];
+    for used in job(3, McastMode::Auto, "", &apart, exercise) {
+        assert!(!used.contains(&Algorithm::Multicast), "{used:?}");
+    }
+}

@@ -28,6 +28,18 @@ fn job<T: Send>(
     group: &[(u32, &str)],
     body: impl Fn(&Coll) -> T + Sync,
 ) -> Vec<T> {
+    job_with(n, mode, faults, group, 10, body)
+}
+
+/// [`job`] with a dead-peer deadline of `dead_s` seconds.
+fn job_with<T: Send>(
+    n: u32,
+    mode: McastMode,
+    faults: &str,
+    group: &[(u32, &str)],
+    dead_s: u64,
+    body: impl Fn(&Coll) -> T + Sync,
+) -> Vec<T> {
     let secret = bulkwire_launch::Secret::generate();
     let mut cfg = ServerConfig::new(n, secret.clone());
     cfg.timeout = Some(LIMIT);
@@ -44,7 +56,7 @@ fn job<T: Send>(
                     let ctl = Control::join(&env).unwrap();
                     let mut p = bulkwire_p2p::Config::default();
                     p.job.mcast.mode = mode;
-                    p.job.dead_after = 10_000_000_000;
+                    p.job.dead_after = dead_s * 1_000_000_000;
                     if !faults.is_empty() {
                         p.job.faults = faults.parse::<FaultConfig>().unwrap();
                     }
@@ -154,4 +166,30 @@ fn a_group_that_does_not_reach_everyone_leaves_point_to_point() {
     for used in job(3, McastMode::Auto, "", &apart, exercise) {
         assert!(!used.contains(&Algorithm::Multicast), "{used:?}");
     }
+}
+
+#[test]
+fn a_receiver_that_stops_is_named_by_the_root_within_the_deadline() {
+    if no_multicast_on_loopback() {
+        return;
+    }
+    let out = job_with(3, McastMode::On, "", &[], 2, |c| {
+        let me = c.comm().rank();
+        if me == 2 {
+            // Rank 2 stops taking part: it never answers the group again.
+            return None;
+        }
+        let t = std::time::Instant::now();
+        let mut buf = vec![me as u8; 1 << 20];
+        let r = c.broadcast(&mut buf, 0);
+        Some((r.map_err(|e| e.peer()), t.elapsed()))
+    });
+    let (root, took) = out[0].clone().unwrap();
+    assert_eq!(root, Err(Some(2)), "the root names rank 2");
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(6),
+        "{took:?}"
+    );
+    // The live receiver has its data.
+    assert_eq!(out[1].clone().unwrap().0, Ok(()));
 }

@@ -37,6 +37,8 @@ pub struct McastGroup {
     next_id: Vec<u32>,
     /// Events of transfers no call waits for yet.
     held: Vec<McastEvent>,
+    /// Receivers of our transfer declared dead, named when it ends.
+    dead: Vec<PeerDead>,
     drops: DropCounts,
 }
 
@@ -89,6 +91,7 @@ impl McastGroup {
             pending: VecDeque::new(),
             next_id: vec![1; nprocs as usize],
             held: Vec::new(),
+            dead: Vec::new(),
             drops: DropCounts::default(),
         })
     }
@@ -108,7 +111,8 @@ impl McastGroup {
 
     /// Broadcasts `buf` from `root` to every member: the root's `buf` is sent, every other
     /// member's is overwritten (it must be as long). Fails naming a member silent past
-    /// the deadline.
+    /// the deadline: the root once every other receiver has the data, a receiver when
+    /// the root falls silent.
     pub fn broadcast(&mut self, root: Rank, buf: &mut [u8]) -> Result<(), Error> {
         let Some(slot) = self.next_id.get_mut(root as usize) else {
             return Err(Error::Config(format!("no rank {root} in the group")));
@@ -124,11 +128,13 @@ impl McastGroup {
                 McastEvent::Delivered { id: d, dead } if *d == id => Some(dead.clone()),
                 _ => None,
             })?;
+            let named = std::mem::take(&mut self.dead);
             if let Some(&peer) = dead.first() {
-                return Err(Error::PeerDead(PeerDead {
+                let d = named.into_iter().find(|d| d.peer == peer);
+                return Err(Error::PeerDead(d.unwrap_or(PeerDead {
                     peer,
                     silent_for: self.proto.config().dead_after,
-                }));
+                })));
             }
             return Ok(());
         }
@@ -187,6 +193,12 @@ impl McastGroup {
                 }
                 match e {
                     // A root we wait on, or a receiver of ours, is gone.
+                    // A receiver of ours: the transfer goes on to the others, and the
+                    // call names it once they have everything.
+                    McastEvent::PeerDead { root, dead, .. } if root == self.filter.me => {
+                        self.dead.push(dead);
+                    }
+                    // A root we wait on.
                     McastEvent::PeerDead { dead, .. } => return Err(Error::PeerDead(dead)),
                     McastEvent::Finished { .. } => {}
                     e => self.held.push(e),

@@ -184,12 +184,12 @@ fn a_receiver_that_stops_is_named_by_the_root_within_the_deadline() {
         let r = c.broadcast(&mut buf, 0);
         Some((r.map_err(|e| e.peer()), t.elapsed()))
     });
-    let (root, took) = out[0].clone().unwrap();
+    let (root, took) = out[0].unwrap();
     assert_eq!(root, Err(Some(2)), "the root names rank 2");
     assert!(
         took >= Duration::from_secs(2) && took < Duration::from_secs(6),
         "{took:?}"
     );
     // The live receiver has its data.
-    assert_eq!(out[1].clone().unwrap().0, Ok(()));
+    assert_eq!(out[1].unwrap().0, Ok(()));
 }

@@ -193,3 +193,149 @@ fn a_receiver_that_stops_is_named_by_the_root_within_the_deadline() {
     // The live receiver has its data.
     assert_eq!(out[1].unwrap().0, Ok(()));
 }
+
+/// Needs root and `ip` for network namespaces; says why not.
+fn no_namespaces() -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("network namespaces need root".into());
+    }
+    let ok = std::process::Command::new("ip")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    (!ok).then(|| "no `ip`".into())
+}
+
+/// Runs `f` on a thread inside the network namespace `ns`.
+fn in_ns<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    use std::os::fd::AsRawFd;
+    let path = format!("/var/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).expect("the namespace's file");
+        // SAFETY: setns on a namespace descriptor we opened; it moves only this thread.
+        let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(r, 0, "setns {path}: {}", std::io::Error::last_os_error());
+        f()
+    })
+}
+
+/// A job of one process per host of `f`, each a thread in its host's namespace, with the
+/// rendezvous on host 0; `faults` on receive at the last rank only.
+fn fabric_job<T: Send + 'static>(
+    f: &bulkwire_launch::testing::Fabric,
+    faults: &'static str,
+    body: fn(&Coll) -> T,
+) -> Vec<(T, Option<String>)> {
+    let n = f.names.len() as u32;
+    let secret = bulkwire_launch::Secret::generate();
+    let mut cfg = ServerConfig::new(n, secret.clone());
+    cfg.timeout = Some(LIMIT);
+    let at: SocketAddr = format!("{}:0", f.addrs[0]).parse().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let srv = in_ns(&f.names[0], move || {
+        let server = Server::bind(at, cfg).unwrap();
+        tx.send(server.local_addr()).unwrap();
+        server.run()
+    });
+    let addr = rx.recv().unwrap();
+    let hs: Vec<_> = (0..n)
+        .map(|r| {
+            let secret = secret.clone();
+            in_ns(&f.names[r as usize], move || {
+                let mut env = JobEnv::bulkwire(r, n, secret, 9, addr);
+                // Threads of one process: each says it is its namespace's host.
+                env.host_id = Some(format!("ns{r}"));
+                let ctl = Control::join(&env).unwrap();
+                let mut p = bulkwire_p2p::Config::default();
+                p.job.mcast.mode = McastMode::Auto;
+                p.job.dead_after = 10_000_000_000;
+                if r == n - 1 && !faults.is_empty() {
+                    p.job.faults = faults.parse::<FaultConfig>().unwrap();
+                }
+                let comm = Comm::from_control(ctl, p).unwrap();
+                let t = {
+                    let coll = Coll::new(&comm, Config::default()).unwrap();
+                    body(&coll)
+                };
+                let off = comm.mcast_off().map(str::to_string);
+                comm.finalize().unwrap();
+                (t, off)
+            })
+        })
+        .collect();
+    let out = hs.into_iter().map(|h| h.join().unwrap()).collect();
+    let _ = srv.join();
+    out
+}
+
+/// Three hosts as network namespaces on a Linux bridge, which forwards multicast to
+/// every port as a switch does: the collectives take the group, also with 1 % of
+/// datagrams dropped at one receiver; with multicast kept from one port, detection
+/// finds it and the job falls back with the one line.
+#[test]
+fn over_a_bridge_between_namespaces() {
+    use bulkwire_launch::testing::{Fabric, FabricSpec};
+    if let Some(why) = no_namespaces() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let f = Fabric::new(FabricSpec::unshaped(3, 1500)).expect("the fabric");
+    for (used, off) in fabric_job(&f, "", exercise) {
+        assert_eq!(off, None);
+        assert!(used.contains(&Algorithm::Multicast), "{used:?}");
+    }
+    let out = fabric_job(&f, "loss=0.01,seed=7", |c| {
+        let used = exercise(c);
+        (used, c.comm().mcast_stats().unwrap())
+    });
+    for ((used, _), _) in &out {
+        assert!(used.contains(&Algorithm::Multicast), "{used:?}");
+    }
+    let repairs: u64 = out
+        .iter()
+        .map(|((_, (s, _)), _)| s.repairs_group + s.repairs_unicast)
+        .sum();
+    assert!(repairs > 0);
+
+    // The switch floods multicast to every port but host 2's: host 2 hears no one.
+    let sw = f.switch.clone();
+    let ip = |args: &[&str]| {
+        let ok = std::process::Command::new("ip")
+            .args(args)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "ip {args:?}");
+    };
+    ip(&[
+        "-n",
+        &sw,
+        "link",
+        "set",
+        "br0",
+        "type",
+        "bridge",
+        "mcast_snooping",
+        "0",
+    ]);
+    ip(&[
+        "-n",
+        &sw,
+        "link",
+        "set",
+        "p2",
+        "type",
+        "bridge_slave",
+        "mcast_flood",
+        "off",
+    ]);
+    for (used, off) in fabric_job(&f, "", exercise) {
+        assert!(!used.contains(&Algorithm::Multicast), "{used:?}");
+        let off = off.expect("the reason");
+        assert!(off.contains("rank 2 heard nothing from 0, 1"), "{off}");
+        assert!(!off.contains('\n'));
+    }
+}

@@ -279,6 +279,8 @@ pub struct Comm {
     /// The job's multicast group, where the job kept one (`BULKWIRE_MCAST`), for the
     /// collectives' broadcasts.
     mcast: Mutex<Option<bulkwire_engine::mcast::McastGroup>>,
+    /// Why the job goes without the group, where it tried one (the line rank 0 printed).
+    mcast_off: Option<String>,
 }
 
 /// Idle rounds of a wait between two reads of the clock.
@@ -344,6 +346,7 @@ impl Comm {
         comm.local = info.local;
         comm.host_cpus = host_cpus;
         comm.mcast = Mutex::new(group);
+        comm.mcast_off = info.mcast_off;
         Ok(comm)
     }
 
@@ -377,6 +380,7 @@ impl Comm {
             local: vec![false; size as usize],
             host_cpus: bulkwire_launch::available_cpus(),
             mcast: Mutex::new(None),
+            mcast_off: None,
         }
     }
 
@@ -386,6 +390,12 @@ impl Comm {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .is_some()
+    }
+
+    /// Why the job goes without its multicast group, where it tried one
+    /// (`BULKWIRE_MCAST=auto`): the line rank 0 printed.
+    pub fn mcast_off(&self) -> Option<&str> {
+        self.mcast_off.as_deref()
     }
 
     /// Runs `f` on the job's multicast group, if the job kept one; every process of the

@@ -230,6 +230,16 @@ fn fabric_job<T: Send + 'static>(
     faults: &'static str,
     body: fn(&Coll) -> T,
 ) -> Vec<(T, Option<String>)> {
+    fabric_job_with(f, faults, Config::default(), body)
+}
+
+/// [`fabric_job`] with the collectives' settings `coll`.
+fn fabric_job_with<T: Send + 'static>(
+    f: &bulkwire_launch::testing::Fabric,
+    faults: &'static str,
+    coll: Config,
+    body: fn(&Coll) -> T,
+) -> Vec<(T, Option<String>)> {
     let n = f.names.len() as u32;
     let secret = bulkwire_launch::Secret::generate();
     let mut cfg = ServerConfig::new(n, secret.clone());
@@ -244,7 +254,7 @@ fn fabric_job<T: Send + 'static>(
     let addr = rx.recv().unwrap();
     let hs: Vec<_> = (0..n)
         .map(|r| {
-            let secret = secret.clone();
+            let (secret, coll) = (secret.clone(), coll.clone());
             in_ns(&f.names[r as usize], move || {
                 let mut env = JobEnv::bulkwire(r, n, secret, 9, addr);
                 // Threads of one process: each says it is its namespace's host.
@@ -258,7 +268,7 @@ fn fabric_job<T: Send + 'static>(
                 }
                 let comm = Comm::from_control(ctl, p).unwrap();
                 let t = {
-                    let coll = Coll::new(&comm, Config::default()).unwrap();
+                    let coll = Coll::new(&comm, coll).unwrap();
                     body(&coll)
                 };
                 let off = comm.mcast_off().map(str::to_string);
@@ -338,4 +348,86 @@ fn over_a_bridge_between_namespaces() {
         assert!(off.contains("rank 2 heard nothing from 0, 1"), "{off}");
         assert!(!off.contains('\n'));
     }
+}
+
+/// Milliseconds of `op` at rank 0, between two barriers, in each of `rounds` rounds
+/// alternating `a` and `b`: the medians of each.
+fn alternate(c: &Coll, rounds: usize, mut op: impl FnMut(bool)) -> (f64, f64) {
+    let mut t = [Vec::new(), Vec::new()];
+    for i in 0..2 * rounds {
+        let b = i % 2 == 1;
+        c.barrier().unwrap();
+        let t0 = std::time::Instant::now();
+        op(b);
+        c.barrier().unwrap();
+        t[b as usize].push(t0.elapsed().as_secs_f64() * 1e3);
+    }
+    let med = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    (med(&mut t[0]), med(&mut t[1]))
+}
+
+/// Figures for `docs/performance.md`: on a switch of `BW_MCAST_HOSTS` (default 4) hosts
+/// with 100 Mb/s ports and 64 KiB port buffers, a 1 MiB broadcast and an allgather of
+/// 128 KiB blocks over the multicast group against the point-to-point algorithms, in
+/// alternating rounds of one job (the point-to-point ones are given one byte less, under
+/// the multicast threshold). `cargo test -p bulkwire-collectives --test mcast --
+/// --ignored --nocapture measure_on_a_shaped_switch` as root; `BW_MCAST_FAULTS` injects
+/// faults on receive at the last host.
+#[test]
+#[ignore = "a measurement: run by hand as root"]
+fn measure_on_a_shaped_switch() {
+    use bulkwire_launch::testing::{Fabric, FabricSpec};
+    if let Some(why) = no_namespaces() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let hosts = std::env::var("BW_MCAST_HOSTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4);
+    // Faults on receive at the last host (its point-to-point link too), e.g.
+    // BW_MCAST_FAULTS=loss=0.01,seed=1.
+    let faults: &'static str =
+        std::env::var("BW_MCAST_FAULTS").map_or("", |v| Box::leak(v.into_boxed_str()));
+    let f = Fabric::new(FabricSpec::shaped(hosts, 1500, 100_000_000, 64 << 10)).unwrap();
+    let mb = 1usize << 20;
+    let mut c = Config::default();
+    c.mcast_min = mb;
+    let bc = fabric_job_with(&f, faults, c, |c| {
+        let me = c.comm().rank();
+        let mut buf = vec![me as u8; 1 << 20];
+        alternate(c, 7, |p2p| {
+            let n = if p2p { buf.len() - 1 } else { buf.len() };
+            c.broadcast(&mut buf[..n], 0).unwrap();
+        })
+    });
+    let mut c = Config::default();
+    c.mcast_min = 128 << 10;
+    let ag = fabric_job_with(&f, faults, c, |c| {
+        let p = c.comm().size() as usize;
+        let b = 128 << 10;
+        let mine = vec![1u8; b];
+        let mut all = vec![0u8; b * p];
+        alternate(c, 7, |p2p| {
+            let k = if p2p { b - 1 } else { b };
+            c.allgather(&mine[..k], &mut all[..k * p]).unwrap();
+        })
+    });
+    // One transmission of 1 MiB: 1408-byte payloads in 1518-byte frames (with the
+    // preamble and gap, 1538 bytes of wire time) at 100 Mb/s.
+    let frames = mb.div_ceil(1500 - 28 - 64) as f64;
+    let wire = frames * 1538.0 * 8.0 / 1e8 * 1e3;
+    let ((bm, bp), _) = bc[0];
+    let ((am, ap), _) = ag[0];
+    println!(
+        "hosts {hosts}, faults {faults:?}: broadcast 1 MiB: multicast {bm:.1} ms, point-to-point {bp:.1} ms \
+         (ratio {:.2}); one transmission's wire time {wire:.1} ms (ratio {:.2}); \
+         allgather 128 KiB blocks: multicast {am:.1} ms, point-to-point {ap:.1} ms (ratio {:.2})",
+        bm / bp,
+        bm / wire,
+        am / ap
+    );
 }

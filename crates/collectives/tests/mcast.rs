@@ -394,8 +394,10 @@ fn measure_on_a_shaped_switch() {
         std::env::var("BW_MCAST_FAULTS").map_or("", |v| Box::leak(v.into_boxed_str()));
     let f = Fabric::new(FabricSpec::shaped(hosts, 1500, 100_000_000, 64 << 10)).unwrap();
     let mb = 1usize << 20;
-    let mut c = Config::default();
-    c.mcast_min = mb;
+    let c = Config {
+        mcast_min: mb,
+        ..Config::default()
+    };
     let bc = fabric_job_with(&f, faults, c, |c| {
         let me = c.comm().rank();
         let mut buf = vec![me as u8; 1 << 20];
@@ -404,8 +406,10 @@ fn measure_on_a_shaped_switch() {
             c.broadcast(&mut buf[..n], 0).unwrap();
         })
     });
-    let mut c = Config::default();
-    c.mcast_min = 128 << 10;
+    let c = Config {
+        mcast_min: 128 << 10,
+        ..Config::default()
+    };
     let ag = fabric_job_with(&f, faults, c, |c| {
         let p = c.comm().size() as usize;
         let b = 128 << 10;

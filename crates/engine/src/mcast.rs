@@ -124,10 +124,11 @@ impl McastGroup {
             self.proto
                 .send(now, id, bytes::Bytes::copy_from_slice(buf))
                 .map_err(|e| Error::Config(e.to_string()))?;
-            let dead = self.run(|e| match e {
-                McastEvent::Delivered { id: d, dead } if *d == id => Some(dead.clone()),
-                _ => None,
-            })?;
+            let dead =
+                match self.run(|e| matches!(e, McastEvent::Delivered { id: d, .. } if *d == id))? {
+                    McastEvent::Delivered { dead, .. } => dead,
+                    _ => Vec::new(),
+                };
             let named = std::mem::take(&mut self.dead);
             if let Some(&peer) = dead.first() {
                 let d = named.into_iter().find(|d| d.peer == peer);
@@ -140,19 +141,18 @@ impl McastGroup {
         }
         self.proto.expect(now, root, id);
         let len = buf.len();
-        let got = self.run(|e| match e {
-            McastEvent::Received {
-                root: r,
-                id: d,
-                data,
-            } if *r == root && *d == id => Some(Ok(data.clone())),
-            McastEvent::Abandoned { root: r, id: d } if *r == root && *d == id => {
-                Some(Err(Error::JobFailed(format!(
+        let got = match self.run(|e| match e {
+            McastEvent::Received { root: r, id: d, .. }
+            | McastEvent::Abandoned { root: r, id: d } => *r == root && *d == id,
+            _ => false,
+        })? {
+            McastEvent::Received { data, .. } => data,
+            _ => {
+                return Err(Error::JobFailed(format!(
                     "rank {root} gave up on multicast transfer {id} to this process"
-                ))))
+                )));
             }
-            _ => None,
-        })??;
+        };
         if got.len() != len {
             return Err(Error::Config(format!(
                 "rank {root} broadcast {} bytes where this process expected {len}",
@@ -161,38 +161,38 @@ impl McastGroup {
         }
         buf.copy_from_slice(&got);
         let until = Instant::now() + Self::LINGER;
-        let _ = self.run_until(until, |e| {
-            matches!(e, McastEvent::Finished { root: r, id: d } if *r == root && *d == id)
-                .then_some(())
-        });
+        let _ = self.run_until(
+            until,
+            |e| matches!(e, McastEvent::Finished { root: r, id: d } if *r == root && *d == id),
+        );
         Ok(())
     }
 
-    /// Serves the group until `want` picks an event; fails on a death that concerns us.
-    fn run<T>(&mut self, want: impl Fn(&McastEvent) -> Option<T>) -> Result<T, Error> {
+    /// Serves the group until `want` picks an event, and returns it; fails on a death
+    /// that concerns us.
+    fn run(&mut self, want: impl Fn(&McastEvent) -> bool) -> Result<McastEvent, Error> {
         match self.run_until(Instant::now() + Duration::from_secs(1 << 20), want)? {
-            Some(t) => Ok(t),
+            Some(e) => Ok(e),
             None => Err(Error::Timeout(Duration::from_secs(1 << 20))),
         }
     }
 
-    fn run_until<T>(
+    /// [`McastGroup::run`] until `until` at the latest (`None` then).
+    fn run_until(
         &mut self,
         until: Instant,
-        want: impl Fn(&McastEvent) -> Option<T>,
-    ) -> Result<Option<T>, Error> {
-        if let Some(i) = self.held.iter().position(|e| want(e).is_some()) {
-            let e = self.held.remove(i);
-            return Ok(want(&e));
+        want: impl Fn(&McastEvent) -> bool,
+    ) -> Result<Option<McastEvent>, Error> {
+        if let Some(i) = self.held.iter().position(&want) {
+            return Ok(Some(self.held.remove(i)));
         }
         loop {
             self.pump()?;
             while let Some(e) = self.proto.poll_event() {
-                if let Some(t) = want(&e) {
-                    return Ok(Some(t));
+                if want(&e) {
+                    return Ok(Some(e));
                 }
                 match e {
-                    // A root we wait on, or a receiver of ours, is gone.
                     // A receiver of ours: the transfer goes on to the others, and the
                     // call names it once they have everything.
                     McastEvent::PeerDead { root, dead, .. } if root == self.filter.me => {

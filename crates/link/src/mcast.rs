@@ -78,7 +78,7 @@ impl Default for McastSettings {
             ttl: 1,
             mtu: 1500,
             sockbuf: crate::udp::DEFAULT_SOCKBUF,
-            probe_for: Duration::from_millis(500),
+            probe_for: Duration::from_secs(2),
             group: None,
         }
     }

@@ -378,7 +378,7 @@ fn code_of(e: &Error) -> c_int {
         Error::Arg(_) => BW_ERR_ARG,
         Error::Root { .. } => BW_ERR_ROOT,
         Error::Peer { .. } => BW_ERR_PEER_DEAD,
-        Error::Shm(_) => BW_ERR_TRANSPORT,
+        Error::Shm(_) | Error::Mcast(_) => BW_ERR_TRANSPORT,
         Error::Config(_) => BW_ERR_INIT,
         // Only a failed collective breaks them, and a failed collective fails the job.
         Error::Broken(_) => BW_ERR_JOB_FAILED,

@@ -69,6 +69,9 @@ pub enum Error {
     /// The shared segment could not be made or used.
     #[error("network cache: {0}")]
     Shm(String),
+    /// The job's multicast group failed (not a dead peer: that is [`Error::P2p`]).
+    #[error("multicast: {0}")]
+    Mcast(String),
     #[error("bad configuration: {0}")]
     Config(String),
     /// An earlier collective failed on this process; the processes no longer agree on
@@ -173,7 +176,15 @@ pub struct Config {
     /// A network-cache peer stopped or gone this long fails the waits on it (the job's
     /// dead-peer deadline, 30 s by default, like p2p's silent-peer rule).
     pub dead_after: Duration,
+    /// Broadcasts of at least this many bytes, and allgathers of blocks this large, go
+    /// over the job's multicast group where it has one and there are three processes or
+    /// more (`usize::MAX`: never).
+    pub mcast_min: usize,
 }
+
+/// [`Config::mcast_min`] by default: 32 KiB, where a broadcast takes tens of datagrams
+/// and the p - 1 copies of the point-to-point algorithms start to cost their wire time.
+pub const DEFAULT_MCAST_MIN: usize = 32 << 10;
 
 /// Default part size: 1 MiB per process (two 512 KiB halves): past a few hundred KiB
 /// per chunk the per-generation synchronisation is a small fraction of the copy time.
@@ -187,6 +198,7 @@ impl Default for Config {
             family: Family::Auto,
             thresholds: Thresholds::default(),
             dead_after: Duration::from_secs(30),
+            mcast_min: DEFAULT_MCAST_MIN,
         }
     }
 }
@@ -206,6 +218,7 @@ impl Config {
             t.allreduce_long,
             t.netcache_reduce_long,
             t.netcache_direct,
+            self.mcast_min,
         ] {
             v.extend_from_slice(&(x as u64).to_le_bytes());
         }
@@ -230,6 +243,9 @@ pub enum Algorithm {
     Ring,
     Posted,
     Pairwise,
+    /// Over the job's IP multicast group: one transmission per datagram for every
+    /// receiver, repaired where lost (`bulkwire_protocol::mcast`).
+    Multicast,
 }
 
 struct Inner {
@@ -418,6 +434,21 @@ impl<'c> Coll<'c> {
         )
     }
 
+    /// Whether a broadcast of `n` bytes (or an allgather of `n`-byte blocks) goes over
+    /// the job's multicast group: the same answer on every process, since the group is
+    /// everyone's or no one's.
+    fn multicast(&self, n: usize) -> bool {
+        self.p >= 3 && n >= self.cfg.mcast_min && self.comm.has_mcast()
+    }
+
+    /// Broadcasts `buf` from `root` over the job's multicast group.
+    fn mcast_bcast(&self, buf: &mut [u8], root: u32) -> Result<(), Error> {
+        match self.comm.mcast_broadcast(root, buf) {
+            Some(r) => Ok(r?),
+            None => Err(Error::Mcast("the job has no multicast group".into())),
+        }
+    }
+
     fn large(&self, threshold: usize, n: usize) -> bool {
         match self.cfg.family {
             Family::Small => false,
@@ -480,9 +511,14 @@ impl<'c> Coll<'c> {
     fn broadcast_bytes(&self, buf: &mut [u8], root: usize) -> Result<(), Error> {
         let (comm, p) = (self.comm, self.p);
         let large = p >= 3 && self.large(self.cfg.thresholds.bcast_long, buf.len());
+        let mcast = self.multicast(buf.len());
         self.call(|shm, net| {
             if p == 1 || buf.is_empty() {
                 return Ok(Algorithm::Local);
+            }
+            if mcast {
+                self.mcast_bcast(buf, root as u32)?;
+                return Ok(Algorithm::Multicast);
             }
             if let Some(s) = shm {
                 s.bcast(comm, buf, root)?;
@@ -586,6 +622,7 @@ impl<'c> Coll<'c> {
         let (comm, p, me) = (self.comm, self.p, self.me as usize);
         let b = send.len();
         let large = self.large(self.cfg.thresholds.allgather_long, recv.len());
+        let mcast = self.multicast(b);
         self.call(|shm, net| {
             if b == 0 {
                 return Ok(Algorithm::Local);
@@ -599,6 +636,13 @@ impl<'c> Coll<'c> {
                 return Ok(s.shared_algorithm(send.len()));
             }
             recv[me * b..(me + 1) * b].copy_from_slice(send);
+            if mcast {
+                // A rotating sender: each process broadcasts its block in turn.
+                for (j, block) in recv.chunks_exact_mut(b).enumerate() {
+                    self.mcast_bcast(block, j as u32)?;
+                }
+                return Ok(Algorithm::Multicast);
+            }
             if large {
                 let pc: Vec<_> = (0..p as usize).map(|j| j * b..(j + 1) * b).collect();
                 algo::ring_allgather(net, 0, recv, &pc, me as u32, &|v| v, 0)?;

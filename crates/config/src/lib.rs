@@ -26,7 +26,7 @@ use bulkwire_bsp::Schedule;
 use bulkwire_collectives::{Family, Mode};
 use bulkwire_engine::job::{JobConfig, LinkKind};
 use bulkwire_launch::{LaunchConfig, Placement};
-use bulkwire_link::{FaultConfig, ShmSizes, UdpConfig};
+use bulkwire_link::{FaultConfig, McastMode, McastSettings, ShmSizes, UdpConfig};
 use bulkwire_p2p::SingleCopy;
 use bulkwire_protocol::gbn::GbnConfig;
 use bulkwire_protocol::holefill::HolefillConfig;
@@ -176,6 +176,7 @@ fn job_config(l: &Lookup) -> Result<JobConfig, ConfigError> {
     let tune_malloc = l.get(&MALLOC_TUNE, flag)?.unwrap_or(d.tune_malloc);
     let protocols = protocol_configs(l)?;
     let agree = must_agree(
+        mcast_mode(l)?,
         link,
         protocol.as_deref(),
         always_checksum,
@@ -192,6 +193,7 @@ fn job_config(l: &Lookup) -> Result<JobConfig, ConfigError> {
         protocols,
         faults,
         udp: udp_config(l)?,
+        mcast: mcast_settings(l)?,
         shm: shm_sizes(l)?,
         dead_after,
         spin,
@@ -210,6 +212,7 @@ fn job_config(l: &Lookup) -> Result<JobConfig, ConfigError> {
 /// agreed where they are used (shared-memory sizes when the segments are made, the BSP
 /// sync board, the collectives' settings).
 fn must_agree(
+    mcast: McastMode,
     link: LinkKind,
     protocol: Option<&str>,
     always_checksum: bool,
@@ -224,6 +227,9 @@ fn must_agree(
             if always_checksum { "always" } else { "auto" }.to_string(),
         ),
         (AUTH.name, auth.to_string()),
+        // Members that would open the group and those that would not disagree on the
+        // rounds of the job's start.
+        (MCAST.name, mcast.name().to_string()),
         // One sender without congestion control takes a shared port from the others.
         (
             CC.name,
@@ -244,6 +250,42 @@ fn must_agree(
         _ => {}
     }
     v
+}
+
+fn mcast_mode(l: &Lookup) -> Result<McastMode, ConfigError> {
+    Ok(l.get(&MCAST, |v| {
+        word(
+            v,
+            &[
+                ("auto", McastMode::Auto),
+                ("on", McastMode::On),
+                ("off", McastMode::Off),
+            ],
+        )
+    })?
+    .unwrap_or_default())
+}
+
+fn mcast_settings(l: &Lookup) -> Result<McastSettings, ConfigError> {
+    let d = McastSettings::default();
+    let udp = udp_config(l)?;
+    Ok(McastSettings {
+        mode: mcast_mode(l)?,
+        ttl: l
+            .get(&MCAST_TTL, |v| int(v, 1, 255))?
+            .map_or(d.ttl, |t| t as u32),
+        mtu: udp.mtu.unwrap_or(d.mtu),
+        sockbuf: udp.sockbuf,
+        group: l
+            .get(&MCAST_GROUP, |v| {
+                v.parse::<std::net::SocketAddrV4>()
+                    .ok()
+                    .filter(|a| a.ip().is_multicast() && a.port() != 0)
+                    .map(Some)
+            })?
+            .unwrap_or(d.group),
+        ..d
+    })
 }
 
 fn udp_config(l: &Lookup) -> Result<UdpConfig, ConfigError> {
@@ -473,6 +515,9 @@ fn coll_config(l: &Lookup, job: &JobConfig) -> Result<bulkwire_collectives::Conf
         )
     })? {
         c.mode = m;
+    }
+    if let Some(b) = l.get(&COLL_MCAST_MIN, size_or_off)? {
+        c.mcast_min = b;
     }
     if let Some(b) = l.get(&COLL_PART, |v| size(v, 1, 1 << 30))? {
         c.part_bytes = b as usize;

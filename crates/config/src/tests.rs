@@ -30,6 +30,7 @@ const DESCRIBED_DEFAULTS: &[&str] = &[
     "BULKWIRE_EAGER",
     "BULKWIRE_FAULTS",
     "BULKWIRE_MTU",
+    "BULKWIRE_MCAST_GROUP",
     "BULKWIRE_SHM_RING",
     "BULKWIRE_SHM_DGRAM",
     "BULKWIRE_HOLEFILL_WINDOW",
@@ -814,6 +815,7 @@ fn settings_that_must_agree_across_the_job() {
             "BULKWIRE_PROTOCOL",
             "BULKWIRE_CHECKSUM",
             "BULKWIRE_AUTH",
+            "BULKWIRE_MCAST",
             "BULKWIRE_CC",
             "BULKWIRE_HOLEFILL_SEQ_BITS"
         ]
@@ -884,5 +886,43 @@ fn spmd_entry_has_the_form_bsp_begin_writes() {
                 && e.contains("MODULE:OFFSET:CHECK:NAME"),
             "{e}"
         );
+    }
+}
+
+/// `BULKWIRE_MCAST` and its companions reach the job's settings; bad values are named.
+#[test]
+fn multicast_settings() {
+    use bulkwire_link::McastMode;
+    let s = settings(&[]).unwrap();
+    assert_eq!(s.job().mcast.mode, McastMode::Off);
+    assert_eq!(s.job().mcast.ttl, 1);
+    assert_eq!(s.job().mcast.group, None);
+    let s = settings(&[
+        ("BULKWIRE_MCAST", "auto"),
+        ("BULKWIRE_MCAST_TTL", "4"),
+        ("BULKWIRE_MCAST_GROUP", "239.192.1.2:30000"),
+        ("BULKWIRE_MTU", "9000"),
+    ])
+    .unwrap();
+    let m = &s.job().mcast;
+    assert_eq!((m.mode, m.ttl, m.mtu), (McastMode::Auto, 4, 9000));
+    assert_eq!(m.group, Some("239.192.1.2:30000".parse().unwrap()));
+    assert!(s.job().agree.contains(&("BULKWIRE_MCAST", "auto".into())));
+    assert_eq!(s.coll.mcast_min, 32 << 10);
+    let s = settings(&[("BULKWIRE_COLL_MCAST_MIN", "1M")]).unwrap();
+    assert_eq!(s.coll.mcast_min, 1 << 20);
+    let s = settings(&[("BULKWIRE_COLL_MCAST_MIN", "off")]).unwrap();
+    assert_eq!(s.coll.mcast_min, usize::MAX);
+    for (var, bad) in [
+        ("BULKWIRE_MCAST", "maybe"),
+        ("BULKWIRE_MCAST_TTL", "0"),
+        ("BULKWIRE_MCAST_TTL", "256"),
+        ("BULKWIRE_MCAST_GROUP", "10.0.0.1:3000"),
+        ("BULKWIRE_MCAST_GROUP", "239.192.1.2"),
+        ("BULKWIRE_MCAST_GROUP", "239.192.1.2:0"),
+        ("BULKWIRE_COLL_MCAST_MIN", "lots"),
+    ] {
+        let e = error(&[(var, bad)]);
+        assert!(e.contains(var) && e.contains(bad), "{e}");
     }
 }

@@ -135,6 +135,18 @@ vars! {
         "a size in bytes from 1 to 1G (suffixes K, M, G: powers of 1024)",
         "4M",
         "SO_SNDBUF and SO_RCVBUF requested for each UDP socket (as root, past the system's cap).";
+    MCAST: Udp, "BULKWIRE_MCAST",
+        "auto, on or off",
+        "off",
+        "IP multicast group of the job (an address and port derived from its secret, joined on the interface its hosts share): auto opens it when the job spans hosts and checks at start that every member hears every other, else goes on without it after one line saying why; on opens it for any job of two processes or more and fails the job if it does not reach every member; off never opens it. Every process must agree.";
+    MCAST_TTL: Udp, "BULKWIRE_MCAST_TTL",
+        "an integer from 1 to 255",
+        "1",
+        "Hops a multicast datagram may cross: 1 keeps the group on the hosts' own network segment.";
+    MCAST_GROUP: Udp, "BULKWIRE_MCAST_GROUP",
+        "an IPv4 multicast address and port, as 239.192.7.1:30000",
+        "derived from the job's secret",
+        "The multicast group, for a network whose switches pass only some groups; every process of the job must use the same.";
     SHM_RING: Shm, "BULKWIRE_SHM_RING",
         "a power of two from 4K to 1G (suffixes K, M, G: powers of 1024)",
         "1M, smaller with many processes per host (all rings within 256 MiB, at least 64K each)",
@@ -295,6 +307,10 @@ vars! {
         "a size in bytes (suffixes K, M, G) or off",
         "off",
         "Network cache: scatter, gather and alltoall blocks from this size are read out of the writer's buffer (single copy, process_vm_readv) instead of going through the cache; so are broadcast and allgather with one reader per buffer (p = 2), and reductions whose slice per process is 4 times this size. Off by default: the cache's two copies, pipelined on two cores, were faster at every size measured.";
+    COLL_MCAST_MIN: Collectives, "BULKWIRE_COLL_MCAST_MIN",
+        "a size in bytes (suffixes K, M, G) or off",
+        "32K",
+        "Where the job has a multicast group (BULKWIRE_MCAST) and three processes or more, broadcasts from this size, and allgathers of blocks from this size (each process broadcasting its block in turn), go over it; smaller ones, and every other collective, use the point-to-point algorithms.";
     BIND: Launch, "BULKWIRE_BIND",
         "share or none",
         "share",

@@ -6,12 +6,16 @@
 use std::io;
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bulkwire_launch::{Card, Control};
+use bulkwire_link::mcast::{self, McastLink, McastMode, McastSettings};
 use bulkwire_link::route::{Route, RouteLink};
 use bulkwire_link::{FaultConfig, Faulty, Link, Rendezvous, ShmLink, ShmSizes, UdpConfig, UdpLink};
-use bulkwire_protocol::wire::{HEADER_LEN, PacketKey};
+use bulkwire_protocol::wire::{
+    self, Cover, Filter, HEADER_LEN, Header, Integrity, Kind, PacketKey,
+};
 use bulkwire_protocol::{Common, ProtocolConfigs, SEC, Time};
 
 use crate::tcp::{self, TcpConfig, TcpTransport};
@@ -72,6 +76,8 @@ pub struct JobConfig {
     /// Faults injected on every datagram received (none by default).
     pub faults: FaultConfig,
     pub udp: UdpConfig,
+    /// The job's IP multicast group (`BULKWIRE_MCAST`): see [`JobInfo::mcast`].
+    pub mcast: McastSettings,
     /// Shared-memory ring and datagram sizes (defaults depend on the processes per host).
     pub shm: ShmSizes,
     /// A peer silent this long while we depend on it is declared dead.
@@ -105,6 +111,7 @@ impl Default for JobConfig {
             protocols: ProtocolConfigs::default(),
             faults: FaultConfig::none(),
             udp: UdpConfig::default(),
+            mcast: McastSettings::default(),
             shm: ShmSizes::default(),
             dead_after: DEFAULT_DEAD_AFTER,
             spin: DEFAULT_SPIN,
@@ -177,6 +184,12 @@ pub struct JobInfo {
     pub local: Vec<bool>,
     /// The links in use: `"shm"`, `"udp"`, `"shm+udp"`, or `"tcp"` for kernel TCP.
     pub links: &'static str,
+    /// The job's multicast group, opened and found to reach every member
+    /// (`BULKWIRE_MCAST`); every process has it or none does.
+    pub mcast: Option<Arc<Mutex<McastLink>>>,
+    /// Why the group is not in use, where it was tried (`BULKWIRE_MCAST=auto`): the one
+    /// line rank 0 printed.
+    pub mcast_off: Option<String>,
 }
 
 impl JobInfo {
@@ -264,12 +277,14 @@ pub fn connect(ctl: &mut Control, cfg: &JobConfig) -> Result<(Engine, JobInfo), 
             Some(UdpLink::bind((ctl.local_ip(), 0).into(), &cfg.udp)?)
         }
     };
+    let group = open_group(ctl, &cfg.mcast);
     let me = ctl.card(bound.iter().map(|b| b.local_addr()).collect());
     // Sender and receiver must agree on whether datagrams carry a CRC: what decides it
     // beyond the address table (forced, or bytes corrupted on purpose) goes in the card.
     let crc_forced = cfg.always_checksum || cfg.faults.corrupt > 0.0;
     let code = cfg.link.code() | if crc_forced { 0x80 } else { 0 };
     let (cards, local) = exchange_cards(ctl, me.clone(), code, cfg.link.name(), &cfg.agree)?;
+    let (mcast, mcast_off) = check_group(ctl, cfg, group, &local)?;
     let local_count = local.iter().filter(|&&l| l).count();
     if cfg.link == LinkKind::Shm
         && let Some(c) = cards.iter().find(|c| !c.same_host(&me))
@@ -344,6 +359,8 @@ pub fn connect(ctl: &mut Control, cfg: &JobConfig) -> Result<(Engine, JobInfo), 
         cards,
         local,
         links,
+        mcast,
+        mcast_off,
     };
     let policy = WaitPolicy::new(cfg.spin, info.local_count(), ctl.host_cpus());
     let mut engine = Engine::new(ep, policy);
@@ -368,8 +385,10 @@ pub fn connect_transport(
     }
     let rank = ctl.rank();
     let listener = TcpListener::bind((ctl.local_ip(), 0))?;
+    let group = open_group(ctl, &cfg.mcast);
     let me = ctl.card(vec![listener.local_addr()?]);
     let (cards, local) = exchange_cards(ctl, me, b't', "tcp", &cfg.agree)?;
+    let (mcast, mcast_off) = check_group(ctl, cfg, group, &local)?;
     let addrs: Vec<_> = cards.iter().map(|c| c.addrs[0]).collect();
     let tcfg = TcpConfig {
         dead_after: Duration::from_nanos(cfg.dead_after),
@@ -384,6 +403,8 @@ pub fn connect_transport(
         cards,
         local,
         links: "tcp",
+        mcast,
+        mcast_off,
     };
     let policy = WaitPolicy::new(cfg.spin, info.local_count(), ctl.host_cpus());
     let mut t = TcpTransport::new(rank, streams, tcfg, policy)?;
@@ -530,6 +551,157 @@ fn exchange_cards(
     let local = cards.iter().map(|c| c.same_host(&me)).collect();
     Ok((cards, local))
 }
+
+/// The job's multicast group, joined before the cards are exchanged so that every member
+/// has joined before any probes it (the exchange is the rendezvous between the two).
+/// `None` where the settings rule it out for the whole job (off, or a job of one);
+/// `Some(Err)` says why this process could not join.
+fn open_group(ctl: &Control, s: &McastSettings) -> Option<Result<McastLink, String>> {
+    if s.mode == McastMode::Off || ctl.nprocs() < 2 {
+        return None;
+    }
+    let group = s
+        .group
+        .unwrap_or_else(|| mcast::group_for(&ctl.secret().derive(MCAST_GROUP)));
+    let std::net::IpAddr::V4(iface) = ctl.local_ip() else {
+        return Some(Err(format!(
+            "rank {} reaches the job over IPv6 ({}), and the multicast group is IPv4",
+            ctl.rank(),
+            ctl.local_ip()
+        )));
+    };
+    Some(
+        McastLink::open(group, iface, ctl.rank(), ctl.nprocs(), s)
+            .map_err(|e| format!("rank {} could not join {group} on {iface}: {e}", ctl.rank())),
+    )
+}
+
+/// Detection, after the cards: unless the job is all on one host under `auto`, every
+/// member probes the group, the members compare what they heard over the launcher's
+/// connection, and all keep the group or all drop it. Under `auto` rank 0 prints one line
+/// saying why it is dropped; under `on` every member fails with it.
+#[allow(clippy::type_complexity)]
+fn check_group(
+    ctl: &mut Control,
+    cfg: &JobConfig,
+    group: Option<Result<McastLink, String>>,
+    local: &[bool],
+) -> Result<(Option<Arc<Mutex<McastLink>>>, Option<String>), Error> {
+    let Some(group) = group else {
+        return Ok((None, None));
+    };
+    let s = &cfg.mcast;
+    if s.mode == McastMode::Auto && local.iter().all(|&l| l) {
+        // One host: the network cache of shared memory serves the collectives.
+        return Ok((None, None));
+    }
+    let (rank, nprocs) = (ctl.rank(), ctl.nprocs());
+    let integrity = integrity(ctl, cfg);
+    let filter = Filter {
+        cookie: ctl.cookie(),
+        me: rank,
+        nprocs,
+    };
+    let mut probe = Header::new(Kind::Ping);
+    probe.src = rank;
+    probe.dst = wire::GROUP;
+    probe.cookie = filter.cookie;
+    probe.msg = MCAST_PROBE;
+    let hello = integrity.encode(&probe, &[]);
+    let mut who = |d: &[u8]| match integrity.decode_group(d, &filter) {
+        Ok((h, _)) if h.kind == Kind::Ping && h.msg == MCAST_PROBE => Some(h.src),
+        _ => None,
+    };
+    // Note: 0 = heard, 1 = not; then this member's own failure, if any.
+    let (mut link, mut note) = (None, Vec::new());
+    match group {
+        Ok(mut l) => match l.probe(&hello, &mut who, s.probe_for) {
+            Ok(heard) => {
+                note = heard.iter().map(|&h| u8::from(!h)).collect();
+                link = Some(l);
+            }
+            Err(e) => {
+                note.extend_from_slice(format!("rank {rank} could not probe: {e}").as_bytes())
+            }
+        },
+        Err(e) => note.extend_from_slice(e.as_bytes()),
+    }
+    let notes = ctl
+        .allgather(&note)
+        .map_err(|e| Error::JobFailed(e.to_string()))?;
+    let group_addr = link.as_ref().map(|l| l.group());
+    let verdict = match notes
+        .iter()
+        .find(|n| n.len() != nprocs as usize || n.iter().any(|&b| b > 1))
+    {
+        Some(failed) => Err(String::from_utf8_lossy(failed).into_owned()),
+        None => {
+            let heard: Vec<Vec<bool>> = notes
+                .iter()
+                .map(|n| n.iter().map(|&b| b == 0).collect())
+                .collect();
+            mcast::decide(
+                &heard,
+                group_addr.unwrap_or(std::net::SocketAddrV4::new(
+                    std::net::Ipv4Addr::UNSPECIFIED,
+                    0,
+                )),
+            )
+        }
+    };
+    match verdict {
+        Ok(()) => Ok((link.map(|l| Arc::new(Mutex::new(l))), None)),
+        Err(why) if s.mode == McastMode::On => Err(Error::Config(format!(
+            "BULKWIRE_MCAST=on, but {why} (use auto to go on without it)"
+        ))),
+        Err(why) => {
+            let line = format!("multicast off: {why}; collectives use point-to-point algorithms");
+            if rank == 0 {
+                eprintln!("bulkwire: {line}");
+            }
+            Ok((None, Some(line)))
+        }
+    }
+}
+
+/// Broadcasts over the job's multicast group, if [`connect`] kept one (see
+/// [`crate::mcast`]), checked as the probes were and with the job's faults injected on
+/// receive. Every process of the job gets one or none.
+pub fn mcast_group(
+    ctl: &Control,
+    cfg: &JobConfig,
+    info: &JobInfo,
+    mcfg: bulkwire_protocol::mcast::McastConfig,
+) -> Result<Option<crate::mcast::McastGroup>, Error> {
+    let Some(link) = &info.mcast else {
+        return Ok(None);
+    };
+    let mut mcfg = mcfg;
+    mcfg.dead_after = cfg.dead_after;
+    crate::mcast::McastGroup::new(
+        link.clone(),
+        integrity(ctl, cfg),
+        ctl.cookie(),
+        &cfg.faults,
+        mcfg,
+    )
+    .map(Some)
+}
+
+/// How the group's datagrams are checked: the job's MAC over header and payload, or
+/// cookie and CRC where the job authenticates nothing.
+fn integrity(ctl: &Control, cfg: &JobConfig) -> Integrity {
+    if cfg.authenticate {
+        Integrity::Mac(packet_key(ctl), Cover::Payload)
+    } else {
+        Integrity::Crc
+    }
+}
+
+/// The context of the multicast group's derivation from the secret.
+const MCAST_GROUP: &str = "bulkwire 1 multicast group";
+/// The message number of a multicast probe.
+const MCAST_PROBE: u32 = 0x4d43_5052;
 
 /// The job's packet key, derived from its secret for this one purpose.
 fn packet_key(ctl: &Control) -> PacketKey {

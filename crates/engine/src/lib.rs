@@ -10,6 +10,7 @@
 pub mod endpoint;
 pub mod engine;
 pub mod job;
+pub mod mcast;
 pub mod progress;
 pub mod sim;
 pub mod simproc;

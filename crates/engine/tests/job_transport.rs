@@ -331,6 +331,88 @@ fn nothing_is_left_after_sigkill() {
 }
 
 /// One rank of a job, when run as a child by the tests above.
+/// The lines of `outs` that start with `prefix`, one per rank.
+fn lines_with<'a>(outs: &'a [RankOut], prefix: &str) -> Vec<&'a str> {
+    outs.iter()
+        .map(|o| {
+            o.results
+                .iter()
+                .find(|l| l.starts_with(prefix))
+                .map_or("", |l| l.as_str())
+        })
+        .collect()
+}
+
+#[test]
+fn the_multicast_group_carries_broadcasts_across_hosts() {
+    // Three "hosts" on this machine's loopback, where multicast loops back to members.
+    let outs = run("mcast", &["a", "b", "c"], &[("BULKWIRE_MCAST", "auto")]);
+    for o in &outs {
+        assert!(o.results.contains(&"mcast=on".to_string()), "{o:?}");
+        assert!(
+            o.results.iter().any(|l| l.starts_with("broadcasts ok")),
+            "{o:?}"
+        );
+        assert_eq!(o.code, Some(0));
+    }
+    // A loss of 2 % on receive is repaired.
+    let lossy = [
+        ("BULKWIRE_MCAST", "on"),
+        ("BULKWIRE_FAULTS", "loss=0.02,seed=5"),
+    ];
+    let outs = run("mcast", &["a", "b", "c"], &lossy);
+    for o in &outs {
+        assert!(
+            o.results.iter().any(|l| l.starts_with("broadcasts ok")),
+            "{o:?}"
+        );
+    }
+    assert!(
+        lines_with(&outs, "broadcasts ok")
+            .iter()
+            .any(|l| !l.contains("repairs=0 ")),
+        "{outs:?}"
+    );
+}
+
+#[test]
+fn multicast_is_not_opened_on_one_host_or_when_off() {
+    for env in [&[("BULKWIRE_MCAST", "auto")][..], &[]] {
+        for o in run("mcast", &["h", "h"], env) {
+            assert!(o.results.contains(&"mcast=none".to_string()), "{o:?}");
+        }
+    }
+}
+
+#[test]
+fn a_group_that_does_not_reach_everyone_falls_back_or_fails() {
+    // Rank 2 joins another group: it hears no one and no one hears it, as on a network
+    // that drops multicast.
+    let env = [
+        ("BULKWIRE_MCAST", "auto"),
+        ("2:BULKWIRE_MCAST_GROUP", "239.192.77.77:31313"),
+    ];
+    let outs = run("mcast", &["a", "b", "c"], &env);
+    for o in &outs {
+        let l = o
+            .results
+            .iter()
+            .find(|l| l.starts_with("mcast="))
+            .unwrap_or_else(|| panic!("{o:?}"));
+        assert!(l.starts_with("mcast=off multicast off: "), "{l}");
+        assert!(l.contains("rank 2 heard nothing from 0, 1"), "{l}");
+        assert_eq!(o.code, Some(0));
+    }
+    let on = [
+        ("BULKWIRE_MCAST", "on"),
+        ("2:BULKWIRE_MCAST_GROUP", "239.192.77.77:31313"),
+    ];
+    for o in run("mcast", &["a", "b", "c"], &on) {
+        assert!(first(&o).starts_with("error "), "{o:?}");
+        assert!(first(&o).contains("BULKWIRE_MCAST=on"), "{o:?}");
+    }
+}
+
 #[test]
 fn child() {
     let Ok(scenario) = std::env::var(CHILD_ENV) else {
@@ -355,6 +437,7 @@ fn child() {
     );
     match scenario.as_str() {
         "deliver" => deliver(&mut e, ctl.rank(), ctl.nprocs()),
+        "mcast" => group(&ctl, &settings, &info),
         "hold" => {
             println!("RESULT ready");
             std::thread::sleep(LIMIT);
@@ -363,6 +446,34 @@ fn child() {
     }
     println!("RESULT delivered");
     ctl.finish(0).unwrap();
+}
+
+/// Reports whether the job kept its multicast group and, if it did, broadcasts over it
+/// from two roots, checked, with the stats.
+fn group(ctl: &Control, s: &bulkwire_config::Settings, info: &bulkwire_engine::job::JobInfo) {
+    let mcfg = bulkwire_protocol::mcast::McastConfig::new(1);
+    let Some(mut g) = bulkwire_engine::job::mcast_group(ctl, s.job(), info, mcfg).unwrap() else {
+        match &info.mcast_off {
+            Some(why) => println!("RESULT mcast=off {why}"),
+            None => println!("RESULT mcast=none"),
+        }
+        return;
+    };
+    println!("RESULT mcast=on");
+    let (r, p) = (ctl.rank(), ctl.nprocs());
+    for (root, n) in [(0, 1 << 20), (p - 1, 300_001), (0, 10)] {
+        let want: Vec<u8> = (0..n).map(|i| (i * 7 + root as usize) as u8).collect();
+        let mut buf = if r == root { want.clone() } else { vec![0; n] };
+        g.broadcast(root, &mut buf).unwrap();
+        assert!(buf == want, "rank {r}: broadcast from {root} corrupted");
+    }
+    let st = g.stats();
+    println!(
+        "RESULT broadcasts ok repairs={} nacks={} drops={}",
+        st.repairs_group + st.repairs_unicast,
+        st.nacks_sent,
+        g.drops().total()
+    );
 }
 
 /// Random traffic among all ranks, checked; then a "DONE" message to every peer (after its

@@ -6,6 +6,7 @@
 //! - [`sim`]: a deterministic simulated network with virtual time;
 //! - [`shm`]: shared-memory rings between the processes of a job on one host;
 //! - [`route`]: one link per peer (shared memory on this host, UDP to the others);
+//! - [`mcast`]: the job's IP multicast group, for reliable multicast collectives;
 //! - [`faults`]: a wrapper over any link that loses, corrupts, duplicates, reorders and delays.
 //!
 //! [`segment`] creates the shared-memory segments of a host (the rings' and others), and
@@ -17,6 +18,7 @@
 pub mod batch;
 pub mod faults;
 pub mod inproc;
+pub mod mcast;
 pub mod netcache;
 pub mod route;
 pub mod segment;
@@ -26,6 +28,7 @@ pub mod udp;
 
 pub use batch::{RX_BATCH_BYTES, RxBatch, Tx};
 pub use faults::{FaultConfig, FaultStats, Faulty};
+pub use mcast::{McastLink, McastMode, McastSettings};
 pub use netcache::NetCache;
 pub use route::RouteLink;
 pub use segment::{HostGroup, Rendezvous, Segment, thread_rendezvous};

@@ -276,6 +276,11 @@ pub struct Comm {
     local: Vec<bool>,
     /// The CPUs of this host the job's processes share.
     host_cpus: usize,
+    /// The job's multicast group, where the job kept one (`BULKWIRE_MCAST`), for the
+    /// collectives' broadcasts.
+    mcast: Mutex<Option<bulkwire_engine::mcast::McastGroup>>,
+    /// Why the job goes without the group, where it tried one (the line rank 0 printed).
+    mcast_off: Option<String>,
 }
 
 /// Idle rounds of a wait between two reads of the clock.
@@ -334,9 +339,14 @@ impl Comm {
         let mut state = State::new(engine, cfg.settings(), &info.local, &vm);
         state.set_job(job.clone());
         let host_cpus = ctl.host_cpus();
+        let mcfg = bulkwire_protocol::mcast::McastConfig::new(1);
+        let group = job::mcast_group(&ctl, &cfg.job, &info, mcfg)
+            .map_err(|e| Error::Init(e.to_string()))?;
         let mut comm = Comm::build(state, waker, policy, cfg.progress, Some(ctl), Some(job));
         comm.local = info.local;
         comm.host_cpus = host_cpus;
+        comm.mcast = Mutex::new(group);
+        comm.mcast_off = info.mcast_off;
         Ok(comm)
     }
 
@@ -369,7 +379,62 @@ impl Comm {
             finalized: AtomicBool::new(false),
             local: vec![false; size as usize],
             host_cpus: bulkwire_launch::available_cpus(),
+            mcast: Mutex::new(None),
+            mcast_off: None,
         }
+    }
+
+    /// Whether the job's multicast group carries broadcasts ([`Comm::with_mcast`]).
+    pub fn has_mcast(&self) -> bool {
+        self.mcast
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
+    /// Why the job goes without its multicast group, where it tried one
+    /// (`BULKWIRE_MCAST=auto`): the line rank 0 printed.
+    pub fn mcast_off(&self) -> Option<&str> {
+        self.mcast_off.as_deref()
+    }
+
+    /// Runs `f` on the job's multicast group, if the job kept one; every process of the
+    /// job has one or none. Nothing serves the point-to-point layer meanwhile but its
+    /// progress thread, if any.
+    pub fn with_mcast<R>(
+        &self,
+        f: impl FnOnce(&mut bulkwire_engine::mcast::McastGroup) -> R,
+    ) -> Option<R> {
+        self.mcast
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+            .map(f)
+    }
+
+    /// Broadcasts `buf` from `root` over the job's multicast group (collective: every
+    /// process calls it alike; see `bulkwire_engine::mcast`). `None`: the job has none.
+    pub fn mcast_broadcast(&self, root: Rank, buf: &mut [u8]) -> Option<Result<(), Error>> {
+        self.with_mcast(|g| {
+            g.broadcast(root, buf).map_err(|e| match e {
+                bulkwire_engine::Error::PeerDead(d) => Error::PeerDead(d),
+                bulkwire_engine::Error::JobFailed(message) => Error::JobFailed {
+                    rank: None,
+                    message,
+                },
+                e => Error::Transport(format!("multicast: {e}")),
+            })
+        })
+    }
+
+    /// The multicast group's counters: the protocol's and the datagrams it dropped.
+    pub fn mcast_stats(
+        &self,
+    ) -> Option<(
+        bulkwire_protocol::mcast::McastStats,
+        bulkwire_protocol::wire::DropCounts,
+    )> {
+        self.with_mcast(|g| (g.stats(), g.drops()))
     }
 
     pub fn rank(&self) -> Rank {

@@ -9,6 +9,8 @@
 //! - [`utopia`]: no recovery at all (the RMPP paper's ceiling);
 //! - [`gbn`]: ParaStation2's ACK/NACK go-back-N (the ParaStation2 paper);
 //! - [`holefill`]: BSPlib's hole-filling selective retransmission (the BSPlib paper);
+//! - [`mcast`]: reliable multicast from one root to a group (the RTFC paper's network
+//!   cache across hosts);
 //! - [`rmpp`]: Sandia's message-based protocol, one short connection per message (the RMPP paper);
 //! - [`common`]: what they share: fragmenting, reassembly, round-trip estimation;
 //! - [`congestion`]: the congestion window every recovering protocol sends under.
@@ -19,6 +21,7 @@ pub mod common;
 pub mod congestion;
 pub mod gbn;
 pub mod holefill;
+pub mod mcast;
 pub mod rmpp;
 pub mod stats;
 #[cfg(test)]

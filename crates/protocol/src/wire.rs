@@ -24,6 +24,9 @@ use std::fmt;
 
 /// Size of the fixed header in bytes.
 pub const HEADER_LEN: usize = 64;
+/// The destination of a packet for every member of a job's multicast group
+/// ([`crate::mcast`]): [`decode_group`] accepts it beside the receiver's own rank.
+pub const GROUP: u32 = u32::MAX;
 /// "BW" in little-endian.
 pub const MAGIC: u16 = u16::from_le_bytes(*b"BW");
 /// Wire version; bumped on any incompatible change.
@@ -169,6 +172,22 @@ impl Integrity {
             Integrity::Crc => decode_with(dgram, filter, Check::Crc),
             Integrity::Mac(k, c) => decode_with(dgram, filter, Check::Mac(k, *c)),
         }
+    }
+
+    /// [`Integrity::decode`] for a datagram of the multicast group: addressed to this
+    /// rank or to [`GROUP`].
+    #[inline]
+    pub fn decode_group<'a>(
+        &self,
+        dgram: &'a [u8],
+        filter: &Filter,
+    ) -> Result<(Header, &'a [u8]), DropReason> {
+        let check = match self {
+            Integrity::None => Check::None,
+            Integrity::Crc => Check::Crc,
+            Integrity::Mac(k, c) => Check::Mac(k, *c),
+        };
+        decode_addressed(dgram, filter, check, true)
     }
 
     /// A short name, for reports: `none`, `crc`, `mac`, `mac-header` or `mac-crc`.
@@ -494,6 +513,16 @@ pub fn decode_mac<'a>(
     decode_with(dgram, filter, Check::Mac(key, Cover::Payload))
 }
 
+/// [`decode_mac`] for a datagram of the multicast group ([`crate::mcast`]): addressed to
+/// this rank or to [`GROUP`]; every other check is the same.
+pub fn decode_group<'a>(
+    dgram: &'a [u8],
+    filter: &Filter,
+    key: &PacketKey,
+) -> Result<(Header, &'a [u8]), DropReason> {
+    decode_addressed(dgram, filter, Check::Mac(key, Cover::Payload), true)
+}
+
 #[derive(Clone, Copy)]
 enum Check<'k> {
     None,
@@ -507,6 +536,16 @@ fn decode_with<'a>(
     dgram: &'a [u8],
     filter: &Filter,
     check: Check<'_>,
+) -> Result<(Header, &'a [u8]), DropReason> {
+    decode_addressed(dgram, filter, check, false)
+}
+
+#[inline]
+fn decode_addressed<'a>(
+    dgram: &'a [u8],
+    filter: &Filter,
+    check: Check<'_>,
+    group: bool,
 ) -> Result<(Header, &'a [u8]), DropReason> {
     if dgram.len() < HEADER_LEN {
         return Err(DropReason::Short);
@@ -565,7 +604,8 @@ fn decode_with<'a>(
     if hdr.cookie != filter.cookie {
         return Err(DropReason::Foreign);
     }
-    if hdr.dst != filter.me || hdr.src >= filter.nprocs || hdr.src == filter.me {
+    let to_us = hdr.dst == filter.me || (group && hdr.dst == GROUP);
+    if !to_us || hdr.src >= filter.nprocs || hdr.src == filter.me {
         return Err(DropReason::Misaddressed);
     }
     // A fragment must lie inside its message.

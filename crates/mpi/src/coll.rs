@@ -643,7 +643,7 @@ macro_rules! entry {
         ///
         /// # Safety
         /// The MPI standard's contract for the call's pointers.
-        #[unsafe(no_mangle)]
+        #[unsafe(export_name = concat!("P", stringify!($name)))]
         pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
             #[allow(unused_unsafe)]
             // SAFETY: the C caller's contract, forwarded.

@@ -438,7 +438,7 @@ pub(crate) fn wait_body(body: Body, comm_h: Raw) -> MpiStatus {
 
 /// # Safety
 /// `request` valid for reads and writes; `status` null or valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Wait")]
 pub unsafe extern "C" fn MPI_Wait(request: *mut Raw, status: *mut MpiStatus) -> c_int {
     if request.is_null() {
         return fail(
@@ -467,7 +467,7 @@ pub unsafe extern "C" fn MPI_Wait(request: *mut Raw, status: *mut MpiStatus) -> 
 
 /// # Safety
 /// As `MPI_Wait`; `flag` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Test")]
 pub unsafe extern "C" fn MPI_Test(
     request: *mut Raw,
     flag: *mut c_int,
@@ -582,7 +582,7 @@ unsafe fn collect_at(
 
 /// # Safety
 /// `reqs` holds `count` handles; `statuses` null or holds `count` statuses.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Waitall")]
 pub unsafe extern "C" fn MPI_Waitall(
     count: c_int,
     reqs: *mut Raw,
@@ -644,7 +644,7 @@ pub unsafe extern "C" fn MPI_Waitall(
 
 /// # Safety
 /// As `MPI_Waitall`; `flag` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Testall")]
 pub unsafe extern "C" fn MPI_Testall(
     count: c_int,
     reqs: *mut Raw,
@@ -683,7 +683,7 @@ fn any_done(rs: &[Option<Shared>]) -> Option<usize> {
 
 /// # Safety
 /// `reqs` holds `count` handles; `index` valid for a write; `status` null or valid.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Waitany")]
 pub unsafe extern "C" fn MPI_Waitany(
     count: c_int,
     reqs: *mut Raw,
@@ -735,7 +735,7 @@ pub unsafe extern "C" fn MPI_Waitany(
 
 /// # Safety
 /// As `MPI_Waitany`; `flag` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Testany")]
 pub unsafe extern "C" fn MPI_Testany(
     count: c_int,
     reqs: *mut Raw,
@@ -834,7 +834,7 @@ unsafe fn some(
 
 /// # Safety
 /// `reqs`, `indices` and `statuses` (unless null) hold `count` entries.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Testsome")]
 pub unsafe extern "C" fn MPI_Testsome(
     count: c_int,
     reqs: *mut Raw,
@@ -857,7 +857,7 @@ pub unsafe extern "C" fn MPI_Testsome(
 
 /// # Safety
 /// As `MPI_Testsome`.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Waitsome")]
 pub unsafe extern "C" fn MPI_Waitsome(
     count: c_int,
     reqs: *mut Raw,
@@ -896,7 +896,7 @@ pub unsafe extern "C" fn MPI_Waitsome(
 
 /// # Safety
 /// `request` valid for reads and writes.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Request_free")]
 pub unsafe extern "C" fn MPI_Request_free(request: *mut Raw) -> c_int {
     const CALL: &str = "MPI_Request_free";
     if request.is_null() {
@@ -946,7 +946,7 @@ pub(crate) fn progress_detached() {
 
 /// # Safety
 /// `flag` valid for a write; `status` null or valid.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Request_get_status")]
 pub unsafe extern "C" fn MPI_Request_get_status(
     request: Raw,
     flag: *mut c_int,
@@ -984,7 +984,7 @@ pub unsafe extern "C" fn MPI_Request_get_status(
 ///
 /// # Safety
 /// `request` valid for a read.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Cancel")]
 pub unsafe extern "C" fn MPI_Cancel(request: *mut Raw) -> c_int {
     if request.is_null() {
         return fail(MPI_COMM_WORLD, MPI_ERR_ARG, "MPI_Cancel: null pointer");
@@ -1017,7 +1017,7 @@ pub unsafe extern "C" fn MPI_Cancel(request: *mut Raw) -> c_int {
 ///
 /// # Safety
 /// Functions of the standard's types (or null); `request` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Grequest_start")]
 pub unsafe extern "C" fn MPI_Grequest_start(
     query_fn: Option<QueryFn>,
     free_fn: Option<FreeFn>,
@@ -1037,7 +1037,7 @@ pub unsafe extern "C" fn MPI_Grequest_start(
     MPI_SUCCESS
 }
 
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Grequest_complete")]
 pub extern "C" fn MPI_Grequest_complete(request: Raw) -> c_int {
     let Some(s) = find(request) else {
         return bad_request("MPI_Grequest_complete", request);
@@ -1061,7 +1061,7 @@ pub extern "C" fn MPI_Grequest_complete(request: Raw) -> c_int {
 
 /// # Safety
 /// `status` valid for a read; `flag` for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Test_cancelled")]
 pub unsafe extern "C" fn MPI_Test_cancelled(status: *const MpiStatus, flag: *mut c_int) -> c_int {
     if status.is_null() {
         return fail(
@@ -1079,7 +1079,7 @@ pub unsafe extern "C" fn MPI_Test_cancelled(status: *const MpiStatus, flag: *mut
 
 /// # Safety
 /// `status` valid for reads and writes.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Status_set_cancelled")]
 pub unsafe extern "C" fn MPI_Status_set_cancelled(status: *mut MpiStatus, flag: c_int) -> c_int {
     if status.is_null() {
         return fail(
@@ -1127,7 +1127,7 @@ fn start(call: &str, h: Raw) -> c_int {
 
 /// # Safety
 /// `request` valid for a read.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Start")]
 pub unsafe extern "C" fn MPI_Start(request: *mut Raw) -> c_int {
     if request.is_null() {
         return fail(MPI_COMM_WORLD, MPI_ERR_ARG, "MPI_Start: null pointer");
@@ -1138,7 +1138,7 @@ pub unsafe extern "C" fn MPI_Start(request: *mut Raw) -> c_int {
 
 /// # Safety
 /// `reqs` holds `count` handles.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Startall")]
 pub unsafe extern "C" fn MPI_Startall(count: c_int, reqs: *mut Raw) -> c_int {
     for i in 0..count.max(0) as usize {
         // SAFETY: i < count, by contract.

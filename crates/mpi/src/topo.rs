@@ -144,7 +144,7 @@ fn balanced(n: i64, k: usize) -> Vec<i64> {
 
 /// # Safety
 /// `dims` holds `ndims` ints.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Dims_create")]
 pub unsafe extern "C" fn MPI_Dims_create(nnodes: c_int, ndims: c_int, dims: *mut c_int) -> c_int {
     if ndims < 0 || nnodes < 1 || (ndims > 0 && dims.is_null()) {
         return fail(
@@ -170,7 +170,7 @@ pub unsafe extern "C" fn MPI_Dims_create(nnodes: c_int, ndims: c_int, dims: *mut
 
 /// # Safety
 /// Pointers as in `mpi.h`.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Cart_create")]
 pub unsafe extern "C" fn MPI_Cart_create(
     comm_old: Raw,
     ndims: c_int,
@@ -239,7 +239,7 @@ fn cart(call: &str, comm: Raw) -> Result<Cart, c_int> {
 
 /// # Safety
 /// `status` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Topo_test")]
 pub unsafe extern "C" fn MPI_Topo_test(comm: Raw, status: *mut c_int) -> c_int {
     let c = tri!(comm::get("MPI_Topo_test", comm));
     let t = match &c.topo {
@@ -254,7 +254,7 @@ pub unsafe extern "C" fn MPI_Topo_test(comm: Raw, status: *mut c_int) -> c_int {
 
 /// # Safety
 /// `ndims` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Cartdim_get")]
 pub unsafe extern "C" fn MPI_Cartdim_get(comm: Raw, ndims: *mut c_int) -> c_int {
     let (_, d, _) = tri!(cart("MPI_Cartdim_get", comm));
     // SAFETY: the caller's contract.
@@ -264,7 +264,7 @@ pub unsafe extern "C" fn MPI_Cartdim_get(comm: Raw, ndims: *mut c_int) -> c_int 
 
 /// # Safety
 /// Arrays hold `maxdims` ints.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Cart_get")]
 pub unsafe extern "C" fn MPI_Cart_get(
     comm: Raw,
     maxdims: c_int,
@@ -287,7 +287,7 @@ pub unsafe extern "C" fn MPI_Cart_get(
 
 /// # Safety
 /// `coords` holds `maxdims` ints.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Cart_coords")]
 pub unsafe extern "C" fn MPI_Cart_coords(
     comm: Raw,
     rank: c_int,
@@ -313,7 +313,7 @@ pub unsafe extern "C" fn MPI_Cart_coords(
 
 /// # Safety
 /// `coords` holds the grid's number of dimensions; `rank` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Cart_rank")]
 pub unsafe extern "C" fn MPI_Cart_rank(comm: Raw, coords: *const c_int, rank: *mut c_int) -> c_int {
     const CALL: &str = "MPI_Cart_rank";
     let (_, d, p) = tri!(cart(CALL, comm));
@@ -335,7 +335,7 @@ pub unsafe extern "C" fn MPI_Cart_rank(comm: Raw, coords: *const c_int, rank: *m
 
 /// # Safety
 /// Pointers valid for writes.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Cart_shift")]
 pub unsafe extern "C" fn MPI_Cart_shift(
     comm: Raw,
     direction: c_int,
@@ -368,7 +368,7 @@ pub unsafe extern "C" fn MPI_Cart_shift(
 
 /// # Safety
 /// `remain_dims` holds the grid's number of dimensions; `newcomm` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Cart_sub")]
 pub unsafe extern "C" fn MPI_Cart_sub(
     comm: Raw,
     remain_dims: *const c_int,
@@ -405,7 +405,7 @@ pub unsafe extern "C" fn MPI_Cart_sub(
 
 /// # Safety
 /// Pointers as in `mpi.h`.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Cart_map")]
 pub unsafe extern "C" fn MPI_Cart_map(
     comm: Raw,
     ndims: c_int,
@@ -431,7 +431,7 @@ pub unsafe extern "C" fn MPI_Cart_map(
 
 /// # Safety
 /// Pointers as in `mpi.h`.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Graph_create")]
 pub unsafe extern "C" fn MPI_Graph_create(
     comm_old: Raw,
     nnodes: c_int,
@@ -494,7 +494,7 @@ fn graph(call: &str, comm: Raw) -> Result<(Vec<c_int>, Vec<c_int>), c_int> {
 
 /// # Safety
 /// Pointers valid for writes.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Graphdims_get")]
 pub unsafe extern "C" fn MPI_Graphdims_get(
     comm: Raw,
     nnodes: *mut c_int,
@@ -511,7 +511,7 @@ pub unsafe extern "C" fn MPI_Graphdims_get(
 
 /// # Safety
 /// Arrays hold `maxindex` and `maxedges` ints.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Graph_get")]
 pub unsafe extern "C" fn MPI_Graph_get(
     comm: Raw,
     maxindex: c_int,
@@ -539,7 +539,7 @@ fn neighbours(i: &[c_int], e: &[c_int], rank: c_int) -> Option<Vec<c_int>> {
 
 /// # Safety
 /// `nneighbors` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Graph_neighbors_count")]
 pub unsafe extern "C" fn MPI_Graph_neighbors_count(
     comm: Raw,
     rank: c_int,
@@ -563,7 +563,7 @@ pub unsafe extern "C" fn MPI_Graph_neighbors_count(
 
 /// # Safety
 /// `neighbors` holds `maxneighbors` ints.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Graph_neighbors")]
 pub unsafe extern "C" fn MPI_Graph_neighbors(
     comm: Raw,
     rank: c_int,
@@ -588,7 +588,7 @@ pub unsafe extern "C" fn MPI_Graph_neighbors(
 
 /// # Safety
 /// Pointers as in `mpi.h`.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Graph_map")]
 pub unsafe extern "C" fn MPI_Graph_map(
     comm: Raw,
     nnodes: c_int,

@@ -1328,6 +1328,34 @@ void pmpi_graph_map_(MPI_Fint *comm, MPI_Fint *nnodes, MPI_Fint *indx, MPI_Fint 
 }
 WEAK_ALIAS(mpi_graph_map_, pmpi_graph_map_);
 
+void pmpi_dist_graph_create_(MPI_Fint *comm_old, MPI_Fint *n, MPI_Fint *sources, MPI_Fint *degrees, MPI_Fint *destinations, MPI_Fint *weights, MPI_Fint *info, MPI_Fint *reorder, MPI_Fint *comm_dist_graph, MPI_Fint *ierror)
+{
+    MPI_Comm c_comm_dist_graph = F2C(MPI_Comm, *comm_dist_graph);
+    *ierror = PMPI_Dist_graph_create(F2C(MPI_Comm, *comm_old), *n, sources, degrees, destinations, WEIGHTS(weights), F2C(MPI_Info, *info), *reorder, &c_comm_dist_graph);
+    *comm_dist_graph = C2F(c_comm_dist_graph);
+}
+WEAK_ALIAS(mpi_dist_graph_create_, pmpi_dist_graph_create_);
+
+void pmpi_dist_graph_create_adjacent_(MPI_Fint *comm_old, MPI_Fint *indegree, MPI_Fint *sources, MPI_Fint *sourceweights, MPI_Fint *outdegree, MPI_Fint *destinations, MPI_Fint *destweights, MPI_Fint *info, MPI_Fint *reorder, MPI_Fint *comm_dist_graph, MPI_Fint *ierror)
+{
+    MPI_Comm c_comm_dist_graph = F2C(MPI_Comm, *comm_dist_graph);
+    *ierror = PMPI_Dist_graph_create_adjacent(F2C(MPI_Comm, *comm_old), *indegree, sources, WEIGHTS(sourceweights), *outdegree, destinations, WEIGHTS(destweights), F2C(MPI_Info, *info), *reorder, &c_comm_dist_graph);
+    *comm_dist_graph = C2F(c_comm_dist_graph);
+}
+WEAK_ALIAS(mpi_dist_graph_create_adjacent_, pmpi_dist_graph_create_adjacent_);
+
+void pmpi_dist_graph_neighbors_count_(MPI_Fint *comm, MPI_Fint *indegree, MPI_Fint *outdegree, MPI_Fint *weighted, MPI_Fint *ierror)
+{
+    *ierror = PMPI_Dist_graph_neighbors_count(F2C(MPI_Comm, *comm), indegree, outdegree, weighted);
+}
+WEAK_ALIAS(mpi_dist_graph_neighbors_count_, pmpi_dist_graph_neighbors_count_);
+
+void pmpi_dist_graph_neighbors_(MPI_Fint *comm, MPI_Fint *maxindegree, MPI_Fint *sources, MPI_Fint *sourceweights, MPI_Fint *maxoutdegree, MPI_Fint *destinations, MPI_Fint *destweights, MPI_Fint *ierror)
+{
+    *ierror = PMPI_Dist_graph_neighbors(F2C(MPI_Comm, *comm), *maxindegree, sources, WEIGHTS(sourceweights), *maxoutdegree, destinations, WEIGHTS(destweights));
+}
+WEAK_ALIAS(mpi_dist_graph_neighbors_, pmpi_dist_graph_neighbors_);
+
 void pmpi_type_contiguous_(MPI_Fint *count, MPI_Fint *oldtype, MPI_Fint *newtype, MPI_Fint *ierror)
 {
     MPI_Datatype c_newtype = F2C(MPI_Datatype, *newtype);
@@ -2171,4 +2199,4 @@ WEAK_ALIAS(mpi_win_get_info_, pmpi_win_get_info_);
 
 /* Not bound (C function pointers or C-only arguments): MPI_Grequest_start, MPI_Neighbor_alltoallw, MPI_Ineighbor_alltoallw, MPI_Win_create_errhandler. */
 
-/* Not in the library (not bound until they are): MPI_Dist_graph_create, MPI_Dist_graph_create_adjacent, MPI_Dist_graph_neighbors_count, MPI_Dist_graph_neighbors. */
+/* Not in the library (not bound until they are): none. */

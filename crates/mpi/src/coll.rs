@@ -1432,6 +1432,9 @@ impl Call {
             Some(crate::topo::Topo::Graph { index, edges }) => {
                 Ok(plan::Neighbors::graph(index, edges, self.me()))
             }
+            Some(crate::topo::Topo::DistGraph { sources, dests, .. }) => {
+                Ok(plan::Neighbors::dist_graph(sources, dests))
+            }
             None => Err(self.err(MPI_ERR_TOPOLOGY, "the communicator has no topology")),
         }
     }

@@ -12,6 +12,8 @@
 //!   once and exchange messages with wildcards on them (p = 2, 4);
 //! - `fail.c`: an invalid call under `MPI_ERRORS_ARE_FATAL` ends the job with one line
 //!   naming the call and the rank; a dead peer fails a receive instead of hanging;
+//! - `distgraph.c`: distributed graph topologies, adjacent and from edges any process
+//!   names, weighted and not, and the neighbourhood collectives on them (p = 2, 3, 4);
 //! - `profiling.c`: the profiling interface: the program's own `MPI_Send` and
 //!   `MPI_Allreduce` replace the library's and reach it through `PMPI_*`, linked with
 //!   `libbulkwire.a` and with `libbulkwire.so` (p = 2, 3).
@@ -158,6 +160,11 @@ fn point_to_point() {
 #[test]
 fn communicators_groups_topologies_attributes() {
     every_rank_passes("comm", &[2, 3, 4]);
+}
+
+#[test]
+fn distributed_graph_topologies_and_their_neighbourhood_collectives() {
+    every_rank_passes("distgraph", &[2, 3, 4]);
 }
 
 #[test]

@@ -14,7 +14,7 @@ use bulkwire_p2p::{ReqId, Status};
 use crate::comm::Communicator;
 use crate::dt::Datatype;
 use crate::error::*;
-use crate::group::put;
+use crate::group::{put, tri};
 use crate::handle::{Kind, Raw, Table};
 use crate::predef::*;
 use crate::runtime::{code_of, fail, p2p};
@@ -436,33 +436,55 @@ pub(crate) fn wait_body(body: Body, comm_h: Raw) -> MpiStatus {
 
 // ---- Wait and Test --------------------------------------------------------------------
 
+/// The request at `request` for `MPI_Wait` and `MPI_Test`: `None` for `MPI_REQUEST_NULL`.
+///
 /// # Safety
-/// `request` valid for reads and writes; `status` null or valid for a write.
-#[unsafe(export_name = "PMPI_Wait")]
-pub unsafe extern "C" fn MPI_Wait(request: *mut Raw, status: *mut MpiStatus) -> c_int {
+/// `request` null or valid for reads and writes.
+unsafe fn single<'a>(
+    call: &str,
+    request: *mut Raw,
+) -> Result<Option<(&'a mut Raw, Shared)>, c_int> {
     if request.is_null() {
-        return fail(
+        return Err(fail(
             MPI_COMM_WORLD,
             MPI_ERR_ARG,
-            "MPI_Wait: null request pointer",
-        );
+            format!("{call}: null request pointer"),
+        ));
     }
     // SAFETY: non-null, valid by contract.
     let h = unsafe { &mut *request };
     if *h == MPI_REQUEST_NULL {
+        return Ok(None);
+    }
+    let s = find(*h).ok_or_else(|| bad_request(call, *h))?;
+    Ok(Some((h, s)))
+}
+
+/// Collects the done request `s` at `h`: its status to `status`, its error reported.
+///
+/// # Safety
+/// `status` null or valid for a write.
+unsafe fn finish_single(call: &str, h: &mut Raw, s: &Shared, status: *mut MpiStatus) -> c_int {
+    let comm = comm_of(s);
+    let st = collect(h, s);
+    // SAFETY: the caller's contract.
+    unsafe { put_status(status, st) };
+    report(call, comm, &st)
+}
+
+/// # Safety
+/// `request` valid for reads and writes; `status` null or valid for a write.
+#[unsafe(export_name = "PMPI_Wait")]
+pub unsafe extern "C" fn MPI_Wait(request: *mut Raw, status: *mut MpiStatus) -> c_int {
+    // SAFETY: the caller's contract.
+    let Some((h, s)) = tri!(unsafe { single("MPI_Wait", request) }) else {
         // SAFETY: the caller's contract.
         unsafe { put_status(status, MpiStatus::EMPTY) };
         return MPI_SUCCESS;
-    }
-    let Some(s) = find(*h) else {
-        return bad_request("MPI_Wait", *h);
     };
     wait_shared(&s);
-    let comm = comm_of(&s);
-    let st = collect(h, &s);
     // SAFETY: the caller's contract.
-    unsafe { put_status(status, st) };
-    report("MPI_Wait", comm, &st)
+    unsafe { finish_single("MPI_Wait", h, &s, status) }
 }
 
 /// # Safety
@@ -473,40 +495,23 @@ pub unsafe extern "C" fn MPI_Test(
     flag: *mut c_int,
     status: *mut MpiStatus,
 ) -> c_int {
-    if request.is_null() {
-        return fail(
-            MPI_COMM_WORLD,
-            MPI_ERR_ARG,
-            "MPI_Test: null request pointer",
-        );
-    }
-    // SAFETY: non-null, valid by contract.
-    let h = unsafe { &mut *request };
-    if *h == MPI_REQUEST_NULL {
+    // SAFETY: the caller's contract.
+    let Some((h, s)) = tri!(unsafe { single("MPI_Test", request) }) else {
         // SAFETY: the caller's contract.
         unsafe {
             put(flag, 1);
             put_status(status, MpiStatus::EMPTY);
         }
         return MPI_SUCCESS;
-    }
-    let Some(s) = find(*h) else {
-        return bad_request("MPI_Test", *h);
     };
     let done = poll(&mut s.lock().unwrap_or_else(|e| e.into_inner()));
+    // SAFETY: the caller's contract.
+    unsafe { put(flag, c_int::from(done)) };
     if !done {
-        // SAFETY: the caller's contract.
-        unsafe { put(flag, 0) };
         return MPI_SUCCESS;
     }
-    let comm = comm_of(&s);
-    let st = collect(h, &s);
     // SAFETY: the caller's contract.
-    unsafe {
-        put(flag, 1);
-        put_status(status, st);
-    }
-    report("MPI_Test", comm, &st)
+    unsafe { finish_single("MPI_Test", h, &s, status) }
 }
 
 /// The requests at `reqs`, by index (`None`: null or inactive).
@@ -580,6 +585,19 @@ unsafe fn collect_at(
     (comm, st)
 }
 
+/// The result of a call on an array of requests: `MPI_ERR_IN_STATUS` through the handler
+/// of the first failed request's communicator, if one failed.
+fn in_status(call: &str, failed: Option<(Raw, MpiStatus)>) -> c_int {
+    match failed {
+        None => MPI_SUCCESS,
+        Some((comm, st)) => fail(
+            comm,
+            MPI_ERR_IN_STATUS,
+            format!("{call}: a request failed ({})", describe(&st)),
+        ),
+    }
+}
+
 /// # Safety
 /// `reqs` holds `count` handles; `statuses` null or holds `count` statuses.
 #[unsafe(export_name = "PMPI_Waitall")]
@@ -590,10 +608,7 @@ pub unsafe extern "C" fn MPI_Waitall(
 ) -> c_int {
     const CALL: &str = "MPI_Waitall";
     // SAFETY: the caller's contract.
-    let rs = match unsafe { read(CALL, count, reqs) } {
-        Ok(r) => r,
-        Err(e) => return e,
-    };
+    let rs = tri!(unsafe { read(CALL, count, reqs) });
     if let Some(ids) = p2p_ids(&rs)
         && let Ok(p) = p2p()
     {
@@ -632,14 +647,7 @@ pub unsafe extern "C" fn MPI_Waitall(
             }
         }
     }
-    match failed {
-        None => MPI_SUCCESS,
-        Some((comm, st)) => fail(
-            comm,
-            MPI_ERR_IN_STATUS,
-            format!("{CALL}: a request failed ({})", describe(&st)),
-        ),
-    }
+    in_status(CALL, failed)
 }
 
 /// # Safety
@@ -651,12 +659,8 @@ pub unsafe extern "C" fn MPI_Testall(
     flag: *mut c_int,
     statuses: *mut MpiStatus,
 ) -> c_int {
-    const CALL: &str = "MPI_Testall";
     // SAFETY: the caller's contract.
-    let rs = match unsafe { read(CALL, count, reqs) } {
-        Ok(r) => r,
-        Err(e) => return e,
-    };
+    let rs = tri!(unsafe { read("MPI_Testall", count, reqs) });
     if let Ok(p) = p2p() {
         p.progress();
     }
@@ -681,6 +685,70 @@ fn any_done(rs: &[Option<Shared>]) -> Option<usize> {
     })
 }
 
+/// Blocks until one of `rs` (at least one active) is done: its index. Requests all in
+/// p2p wait in the p2p layer; others are polled in turn.
+fn wait_any(rs: &[Option<Shared>]) -> usize {
+    loop {
+        if let Some(i) = any_done(rs) {
+            return i;
+        }
+        if let Some(ids) = p2p_ids(rs)
+            && let Ok(p) = p2p()
+            && let Some((i, res)) = p.wait_any_raw(&ids)
+        {
+            if let (Some(s), Some(id)) = (&rs[i], ids[i]) {
+                store_p2p(s, id, res);
+            }
+            return i;
+        }
+        idle();
+    }
+}
+
+/// The end of `MPI_Waitany` and `MPI_Testany`: `None` for no request done (`flag` 0),
+/// else collects request `i`, with `flag` 1. With no active request at all, `index` is
+/// `MPI_UNDEFINED`, `flag` 1 and the status empty.
+///
+/// # Safety
+/// As `MPI_Testany`; `reqs` holds more than `i` handles.
+unsafe fn finish_any(
+    call: &str,
+    rs: &[Option<Shared>],
+    done: Option<usize>,
+    reqs: *mut Raw,
+    index: *mut c_int,
+    flag: *mut c_int,
+    status: *mut MpiStatus,
+) -> c_int {
+    let (i, st, comm) = match done {
+        _ if rs.iter().all(Option::is_none) => (MPI_UNDEFINED, MpiStatus::EMPTY, None),
+        None => {
+            // SAFETY: the caller's contract.
+            unsafe {
+                put(flag, 0);
+                put(index, MPI_UNDEFINED);
+            }
+            return MPI_SUCCESS;
+        }
+        Some(i) => {
+            let Some(s) = &rs[i] else {
+                return MPI_ERR_INTERN;
+            };
+            let comm = comm_of(s);
+            // SAFETY: i < count.
+            let st = collect(unsafe { &mut *reqs.add(i) }, s);
+            (i as c_int, st, Some(comm))
+        }
+    };
+    // SAFETY: the caller's contract.
+    unsafe {
+        put(flag, 1);
+        put(index, i);
+        put_status(status, st);
+    }
+    comm.map_or(MPI_SUCCESS, |c| report(call, c, &st))
+}
+
 /// # Safety
 /// `reqs` holds `count` handles; `index` valid for a write; `status` null or valid.
 #[unsafe(export_name = "PMPI_Waitany")]
@@ -692,45 +760,10 @@ pub unsafe extern "C" fn MPI_Waitany(
 ) -> c_int {
     const CALL: &str = "MPI_Waitany";
     // SAFETY: the caller's contract.
-    let rs = match unsafe { read(CALL, count, reqs) } {
-        Ok(r) => r,
-        Err(e) => return e,
-    };
-    if rs.iter().all(Option::is_none) {
-        // SAFETY: the caller's contract.
-        unsafe {
-            put(index, MPI_UNDEFINED);
-            put_status(status, MpiStatus::EMPTY);
-        }
-        return MPI_SUCCESS;
-    }
-    let i = loop {
-        if let Some(i) = any_done(&rs) {
-            break i;
-        }
-        if let Some(ids) = p2p_ids(&rs)
-            && let Ok(p) = p2p()
-            && let Some((i, res)) = p.wait_any_raw(&ids)
-        {
-            if let (Some(s), Some(id)) = (&rs[i], ids[i]) {
-                store_p2p(s, id, res);
-            }
-            break i;
-        }
-        idle();
-    };
-    let Some(s) = &rs[i] else {
-        return MPI_ERR_INTERN;
-    };
-    let comm = comm_of(s);
-    // SAFETY: i < count.
-    let st = collect(unsafe { &mut *reqs.add(i) }, s);
+    let rs = tri!(unsafe { read(CALL, count, reqs) });
+    let done = rs.iter().any(Option::is_some).then(|| wait_any(&rs));
     // SAFETY: the caller's contract.
-    unsafe {
-        put(index, i as c_int);
-        put_status(status, st);
-    }
-    report(CALL, comm, &st)
+    unsafe { finish_any(CALL, &rs, done, reqs, index, std::ptr::null_mut(), status) }
 }
 
 /// # Safety
@@ -745,40 +778,10 @@ pub unsafe extern "C" fn MPI_Testany(
 ) -> c_int {
     const CALL: &str = "MPI_Testany";
     // SAFETY: the caller's contract.
-    let rs = match unsafe { read(CALL, count, reqs) } {
-        Ok(r) => r,
-        Err(e) => return e,
-    };
-    if rs.iter().all(Option::is_none) {
-        // SAFETY: the caller's contract.
-        unsafe {
-            put(flag, 1);
-            put(index, MPI_UNDEFINED);
-            put_status(status, MpiStatus::EMPTY);
-        }
-        return MPI_SUCCESS;
-    }
-    let Some(i) = any_done(&rs) else {
-        // SAFETY: the caller's contract.
-        unsafe {
-            put(flag, 0);
-            put(index, MPI_UNDEFINED);
-        }
-        return MPI_SUCCESS;
-    };
-    let Some(s) = &rs[i] else {
-        return MPI_ERR_INTERN;
-    };
-    let comm = comm_of(s);
-    // SAFETY: i < count.
-    let st = collect(unsafe { &mut *reqs.add(i) }, s);
+    let rs = tri!(unsafe { read(CALL, count, reqs) });
+    let done = any_done(&rs);
     // SAFETY: the caller's contract.
-    unsafe {
-        put(flag, 1);
-        put(index, i as c_int);
-        put_status(status, st);
-    }
-    report(CALL, comm, &st)
+    unsafe { finish_any(CALL, &rs, done, reqs, index, flag, status) }
 }
 
 /// Collects every done request of `rs`: how many (`MPI_UNDEFINED` if none is active).
@@ -822,14 +825,7 @@ unsafe fn some(
     }
     // SAFETY: the caller's contract.
     unsafe { put(outcount, n as c_int) };
-    match failed {
-        None => MPI_SUCCESS,
-        Some((comm, st)) => fail(
-            comm,
-            MPI_ERR_IN_STATUS,
-            format!("{call}: a request failed ({})", describe(&st)),
-        ),
-    }
+    in_status(call, failed)
 }
 
 /// # Safety
@@ -844,10 +840,7 @@ pub unsafe extern "C" fn MPI_Testsome(
 ) -> c_int {
     const CALL: &str = "MPI_Testsome";
     // SAFETY: the caller's contract.
-    let rs = match unsafe { read(CALL, count, reqs) } {
-        Ok(r) => r,
-        Err(e) => return e,
-    };
+    let rs = tri!(unsafe { read(CALL, count, reqs) });
     if let Ok(p) = p2p() {
         p.progress();
     }
@@ -867,26 +860,9 @@ pub unsafe extern "C" fn MPI_Waitsome(
 ) -> c_int {
     const CALL: &str = "MPI_Waitsome";
     // SAFETY: the caller's contract.
-    let rs = match unsafe { read(CALL, count, reqs) } {
-        Ok(r) => r,
-        Err(e) => return e,
-    };
+    let rs = tri!(unsafe { read(CALL, count, reqs) });
     if rs.iter().any(Option::is_some) {
-        loop {
-            if any_done(&rs).is_some() {
-                break;
-            }
-            if let Some(ids) = p2p_ids(&rs)
-                && let Ok(p) = p2p()
-                && let Some((i, res)) = p.wait_any_raw(&ids)
-            {
-                if let (Some(s), Some(id)) = (&rs[i], ids[i]) {
-                    store_p2p(s, id, res);
-                }
-                break;
-            }
-            idle();
-        }
+        wait_any(&rs);
     }
     // SAFETY: the caller's contract.
     unsafe { some(CALL, &rs, reqs, outcount, indices, statuses) }

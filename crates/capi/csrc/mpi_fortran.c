@@ -47,6 +47,8 @@ static void *fbuf(void *p)
 #define WEIGHTS(p) ((int *)fbuf((void *)(p)))
 #define STATUS(s) ((s) == mpi_fortran_status_ignore_ ? MPI_STATUS_IGNORE : (MPI_Status *)(void *)(s))
 #define STATUSES(s) ((s) == mpi_fortran_statuses_ignore_ ? MPI_STATUSES_IGNORE : (MPI_Status *)(void *)(s))
+/* `name` as a weak alias of `target` (both defined here). */
+#define WEAK_ALIAS(name, target) extern __typeof__(target) name __attribute__((weak, alias(#target)))
 
 /* Room for any string the C calls return (the longest is the library version). */
 #define STRMAX (MPI_MAX_LIBRARY_VERSION_STRING + 1)
@@ -398,1528 +400,1803 @@ KEYVAL_FN(mpi_keyval_create_, MPI_Keyval_create, MPI_Copy_function, MPI_Delete_f
 
 /* ---- Generated ------------------------------------------------------------------------ */
 
-void mpi_initialized_(MPI_Fint *flag, MPI_Fint *ierror)
+void pmpi_initialized_(MPI_Fint *flag, MPI_Fint *ierror)
 {
-    *ierror = MPI_Initialized(flag);
+    *ierror = PMPI_Initialized(flag);
 }
+WEAK_ALIAS(mpi_initialized_, pmpi_initialized_);
 
-void mpi_finalize_(MPI_Fint *ierror)
+void pmpi_finalize_(MPI_Fint *ierror)
 {
-    *ierror = MPI_Finalize();
+    *ierror = PMPI_Finalize();
 }
+WEAK_ALIAS(mpi_finalize_, pmpi_finalize_);
 
-void mpi_finalized_(MPI_Fint *flag, MPI_Fint *ierror)
+void pmpi_finalized_(MPI_Fint *flag, MPI_Fint *ierror)
 {
-    *ierror = MPI_Finalized(flag);
+    *ierror = PMPI_Finalized(flag);
 }
+WEAK_ALIAS(mpi_finalized_, pmpi_finalized_);
 
-void mpi_abort_(MPI_Fint *comm, MPI_Fint *errorcode, MPI_Fint *ierror)
+void pmpi_abort_(MPI_Fint *comm, MPI_Fint *errorcode, MPI_Fint *ierror)
 {
-    *ierror = MPI_Abort(F2C(MPI_Comm, *comm), *errorcode);
+    *ierror = PMPI_Abort(F2C(MPI_Comm, *comm), *errorcode);
 }
+WEAK_ALIAS(mpi_abort_, pmpi_abort_);
 
-void mpi_query_thread_(MPI_Fint *provided, MPI_Fint *ierror)
+void pmpi_query_thread_(MPI_Fint *provided, MPI_Fint *ierror)
 {
-    *ierror = MPI_Query_thread(provided);
+    *ierror = PMPI_Query_thread(provided);
 }
+WEAK_ALIAS(mpi_query_thread_, pmpi_query_thread_);
 
-void mpi_is_thread_main_(MPI_Fint *flag, MPI_Fint *ierror)
+void pmpi_is_thread_main_(MPI_Fint *flag, MPI_Fint *ierror)
 {
-    *ierror = MPI_Is_thread_main(flag);
+    *ierror = PMPI_Is_thread_main(flag);
 }
+WEAK_ALIAS(mpi_is_thread_main_, pmpi_is_thread_main_);
 
-void mpi_get_processor_name_(char *name, MPI_Fint *resultlen, MPI_Fint *ierror, size_t name_len)
+void pmpi_get_processor_name_(char *name, MPI_Fint *resultlen, MPI_Fint *ierror, size_t name_len)
 {
     char c_name[STRMAX];
     c_name[0] = 0;
-    *ierror = MPI_Get_processor_name(c_name, resultlen);
+    *ierror = PMPI_Get_processor_name(c_name, resultlen);
     c2fstr(c_name, name, name_len);
 }
+WEAK_ALIAS(mpi_get_processor_name_, pmpi_get_processor_name_);
 
-void mpi_get_version_(MPI_Fint *version, MPI_Fint *subversion, MPI_Fint *ierror)
+void pmpi_get_version_(MPI_Fint *version, MPI_Fint *subversion, MPI_Fint *ierror)
 {
-    *ierror = MPI_Get_version(version, subversion);
+    *ierror = PMPI_Get_version(version, subversion);
 }
+WEAK_ALIAS(mpi_get_version_, pmpi_get_version_);
 
-void mpi_get_library_version_(char *version, MPI_Fint *resultlen, MPI_Fint *ierror, size_t version_len)
+void pmpi_get_library_version_(char *version, MPI_Fint *resultlen, MPI_Fint *ierror, size_t version_len)
 {
     char c_version[STRMAX];
     c_version[0] = 0;
-    *ierror = MPI_Get_library_version(c_version, resultlen);
+    *ierror = PMPI_Get_library_version(c_version, resultlen);
     c2fstr(c_version, version, version_len);
 }
+WEAK_ALIAS(mpi_get_library_version_, pmpi_get_library_version_);
 
-void mpi_alloc_mem_(MPI_Aint *size, MPI_Fint *info, void *baseptr, MPI_Fint *ierror)
+void pmpi_alloc_mem_(MPI_Aint *size, MPI_Fint *info, void *baseptr, MPI_Fint *ierror)
 {
-    *ierror = MPI_Alloc_mem(*size, F2C(MPI_Info, *info), baseptr);
+    *ierror = PMPI_Alloc_mem(*size, F2C(MPI_Info, *info), baseptr);
 }
+WEAK_ALIAS(mpi_alloc_mem_, pmpi_alloc_mem_);
 
-void mpi_free_mem_(void *base, MPI_Fint *ierror)
+void pmpi_free_mem_(void *base, MPI_Fint *ierror)
 {
-    *ierror = MPI_Free_mem(BUF(base));
+    *ierror = PMPI_Free_mem(BUF(base));
 }
+WEAK_ALIAS(mpi_free_mem_, pmpi_free_mem_);
 
-void mpi_comm_set_errhandler_(MPI_Fint *comm, MPI_Fint *errhandler, MPI_Fint *ierror)
+void pmpi_comm_set_errhandler_(MPI_Fint *comm, MPI_Fint *errhandler, MPI_Fint *ierror)
 {
-    *ierror = MPI_Comm_set_errhandler(F2C(MPI_Comm, *comm), F2C(MPI_Errhandler, *errhandler));
+    *ierror = PMPI_Comm_set_errhandler(F2C(MPI_Comm, *comm), F2C(MPI_Errhandler, *errhandler));
 }
+WEAK_ALIAS(mpi_comm_set_errhandler_, pmpi_comm_set_errhandler_);
 
-void mpi_comm_get_errhandler_(MPI_Fint *comm, MPI_Fint *errhandler, MPI_Fint *ierror)
-{
-    MPI_Errhandler c_errhandler = F2C(MPI_Errhandler, *errhandler);
-    *ierror = MPI_Comm_get_errhandler(F2C(MPI_Comm, *comm), &c_errhandler);
-    *errhandler = C2F(c_errhandler);
-}
-
-void mpi_comm_call_errhandler_(MPI_Fint *comm, MPI_Fint *errorcode, MPI_Fint *ierror)
-{
-    *ierror = MPI_Comm_call_errhandler(F2C(MPI_Comm, *comm), *errorcode);
-}
-
-void mpi_errhandler_free_(MPI_Fint *errhandler, MPI_Fint *ierror)
+void pmpi_comm_get_errhandler_(MPI_Fint *comm, MPI_Fint *errhandler, MPI_Fint *ierror)
 {
     MPI_Errhandler c_errhandler = F2C(MPI_Errhandler, *errhandler);
-    *ierror = MPI_Errhandler_free(&c_errhandler);
+    *ierror = PMPI_Comm_get_errhandler(F2C(MPI_Comm, *comm), &c_errhandler);
     *errhandler = C2F(c_errhandler);
 }
+WEAK_ALIAS(mpi_comm_get_errhandler_, pmpi_comm_get_errhandler_);
 
-void mpi_error_string_(MPI_Fint *errorcode, char *string, MPI_Fint *resultlen, MPI_Fint *ierror, size_t string_len)
+void pmpi_comm_call_errhandler_(MPI_Fint *comm, MPI_Fint *errorcode, MPI_Fint *ierror)
+{
+    *ierror = PMPI_Comm_call_errhandler(F2C(MPI_Comm, *comm), *errorcode);
+}
+WEAK_ALIAS(mpi_comm_call_errhandler_, pmpi_comm_call_errhandler_);
+
+void pmpi_errhandler_free_(MPI_Fint *errhandler, MPI_Fint *ierror)
+{
+    MPI_Errhandler c_errhandler = F2C(MPI_Errhandler, *errhandler);
+    *ierror = PMPI_Errhandler_free(&c_errhandler);
+    *errhandler = C2F(c_errhandler);
+}
+WEAK_ALIAS(mpi_errhandler_free_, pmpi_errhandler_free_);
+
+void pmpi_error_string_(MPI_Fint *errorcode, char *string, MPI_Fint *resultlen, MPI_Fint *ierror, size_t string_len)
 {
     char c_string[STRMAX];
     c_string[0] = 0;
-    *ierror = MPI_Error_string(*errorcode, c_string, resultlen);
+    *ierror = PMPI_Error_string(*errorcode, c_string, resultlen);
     c2fstr(c_string, string, string_len);
 }
+WEAK_ALIAS(mpi_error_string_, pmpi_error_string_);
 
-void mpi_error_class_(MPI_Fint *errorcode, MPI_Fint *errorclass, MPI_Fint *ierror)
+void pmpi_error_class_(MPI_Fint *errorcode, MPI_Fint *errorclass, MPI_Fint *ierror)
 {
-    *ierror = MPI_Error_class(*errorcode, errorclass);
+    *ierror = PMPI_Error_class(*errorcode, errorclass);
 }
+WEAK_ALIAS(mpi_error_class_, pmpi_error_class_);
 
-void mpi_add_error_class_(MPI_Fint *errorclass, MPI_Fint *ierror)
+void pmpi_add_error_class_(MPI_Fint *errorclass, MPI_Fint *ierror)
 {
-    *ierror = MPI_Add_error_class(errorclass);
+    *ierror = PMPI_Add_error_class(errorclass);
 }
+WEAK_ALIAS(mpi_add_error_class_, pmpi_add_error_class_);
 
-void mpi_add_error_code_(MPI_Fint *errorclass, MPI_Fint *errorcode, MPI_Fint *ierror)
+void pmpi_add_error_code_(MPI_Fint *errorclass, MPI_Fint *errorcode, MPI_Fint *ierror)
 {
-    *ierror = MPI_Add_error_code(*errorclass, errorcode);
+    *ierror = PMPI_Add_error_code(*errorclass, errorcode);
 }
+WEAK_ALIAS(mpi_add_error_code_, pmpi_add_error_code_);
 
-void mpi_add_error_string_(MPI_Fint *errorcode, char *string, MPI_Fint *ierror, size_t string_len)
+void pmpi_add_error_string_(MPI_Fint *errorcode, char *string, MPI_Fint *ierror, size_t string_len)
 {
     char *c_string = f2cstr(string, string_len);
-    *ierror = MPI_Add_error_string(*errorcode, c_string);
+    *ierror = PMPI_Add_error_string(*errorcode, c_string);
     free(c_string);
 }
+WEAK_ALIAS(mpi_add_error_string_, pmpi_add_error_string_);
 
-void mpi_comm_free_keyval_(MPI_Fint *comm_keyval, MPI_Fint *ierror)
+void pmpi_comm_free_keyval_(MPI_Fint *comm_keyval, MPI_Fint *ierror)
 {
-    *ierror = MPI_Comm_free_keyval(comm_keyval);
+    *ierror = PMPI_Comm_free_keyval(comm_keyval);
 }
+WEAK_ALIAS(mpi_comm_free_keyval_, pmpi_comm_free_keyval_);
 
-void mpi_comm_delete_attr_(MPI_Fint *comm, MPI_Fint *comm_keyval, MPI_Fint *ierror)
+void pmpi_comm_delete_attr_(MPI_Fint *comm, MPI_Fint *comm_keyval, MPI_Fint *ierror)
 {
-    *ierror = MPI_Comm_delete_attr(F2C(MPI_Comm, *comm), *comm_keyval);
+    *ierror = PMPI_Comm_delete_attr(F2C(MPI_Comm, *comm), *comm_keyval);
 }
+WEAK_ALIAS(mpi_comm_delete_attr_, pmpi_comm_delete_attr_);
 
-void mpi_keyval_free_(MPI_Fint *keyval, MPI_Fint *ierror)
+void pmpi_keyval_free_(MPI_Fint *keyval, MPI_Fint *ierror)
 {
-    *ierror = MPI_Keyval_free(keyval);
+    *ierror = PMPI_Keyval_free(keyval);
 }
+WEAK_ALIAS(mpi_keyval_free_, pmpi_keyval_free_);
 
-void mpi_attr_delete_(MPI_Fint *comm, MPI_Fint *keyval, MPI_Fint *ierror)
+void pmpi_attr_delete_(MPI_Fint *comm, MPI_Fint *keyval, MPI_Fint *ierror)
 {
-    *ierror = MPI_Attr_delete(F2C(MPI_Comm, *comm), *keyval);
+    *ierror = PMPI_Attr_delete(F2C(MPI_Comm, *comm), *keyval);
 }
+WEAK_ALIAS(mpi_attr_delete_, pmpi_attr_delete_);
 
-void mpi_info_create_(MPI_Fint *info, MPI_Fint *ierror)
+void pmpi_info_create_(MPI_Fint *info, MPI_Fint *ierror)
 {
     MPI_Info c_info = F2C(MPI_Info, *info);
-    *ierror = MPI_Info_create(&c_info);
+    *ierror = PMPI_Info_create(&c_info);
     *info = C2F(c_info);
 }
+WEAK_ALIAS(mpi_info_create_, pmpi_info_create_);
 
-void mpi_info_set_(MPI_Fint *info, char *key, char *value, MPI_Fint *ierror, size_t key_len, size_t value_len)
+void pmpi_info_set_(MPI_Fint *info, char *key, char *value, MPI_Fint *ierror, size_t key_len, size_t value_len)
 {
     char *c_key = f2cstr(key, key_len);
     char *c_value = f2cstr(value, value_len);
-    *ierror = MPI_Info_set(F2C(MPI_Info, *info), c_key, c_value);
+    *ierror = PMPI_Info_set(F2C(MPI_Info, *info), c_key, c_value);
     free(c_key);
     free(c_value);
 }
+WEAK_ALIAS(mpi_info_set_, pmpi_info_set_);
 
-void mpi_info_get_valuelen_(MPI_Fint *info, char *key, MPI_Fint *valuelen, MPI_Fint *flag, MPI_Fint *ierror, size_t key_len)
+void pmpi_info_get_valuelen_(MPI_Fint *info, char *key, MPI_Fint *valuelen, MPI_Fint *flag, MPI_Fint *ierror, size_t key_len)
 {
     char *c_key = f2cstr(key, key_len);
-    *ierror = MPI_Info_get_valuelen(F2C(MPI_Info, *info), c_key, valuelen, flag);
+    *ierror = PMPI_Info_get_valuelen(F2C(MPI_Info, *info), c_key, valuelen, flag);
     free(c_key);
 }
+WEAK_ALIAS(mpi_info_get_valuelen_, pmpi_info_get_valuelen_);
 
-void mpi_info_delete_(MPI_Fint *info, char *key, MPI_Fint *ierror, size_t key_len)
+void pmpi_info_delete_(MPI_Fint *info, char *key, MPI_Fint *ierror, size_t key_len)
 {
     char *c_key = f2cstr(key, key_len);
-    *ierror = MPI_Info_delete(F2C(MPI_Info, *info), c_key);
+    *ierror = PMPI_Info_delete(F2C(MPI_Info, *info), c_key);
     free(c_key);
 }
+WEAK_ALIAS(mpi_info_delete_, pmpi_info_delete_);
 
-void mpi_info_dup_(MPI_Fint *info, MPI_Fint *newinfo, MPI_Fint *ierror)
+void pmpi_info_dup_(MPI_Fint *info, MPI_Fint *newinfo, MPI_Fint *ierror)
 {
     MPI_Info c_newinfo = F2C(MPI_Info, *newinfo);
-    *ierror = MPI_Info_dup(F2C(MPI_Info, *info), &c_newinfo);
+    *ierror = PMPI_Info_dup(F2C(MPI_Info, *info), &c_newinfo);
     *newinfo = C2F(c_newinfo);
 }
+WEAK_ALIAS(mpi_info_dup_, pmpi_info_dup_);
 
-void mpi_info_free_(MPI_Fint *info, MPI_Fint *ierror)
+void pmpi_info_free_(MPI_Fint *info, MPI_Fint *ierror)
 {
     MPI_Info c_info = F2C(MPI_Info, *info);
-    *ierror = MPI_Info_free(&c_info);
+    *ierror = PMPI_Info_free(&c_info);
     *info = C2F(c_info);
 }
+WEAK_ALIAS(mpi_info_free_, pmpi_info_free_);
 
-void mpi_info_get_nkeys_(MPI_Fint *info, MPI_Fint *nkeys, MPI_Fint *ierror)
+void pmpi_info_get_nkeys_(MPI_Fint *info, MPI_Fint *nkeys, MPI_Fint *ierror)
 {
-    *ierror = MPI_Info_get_nkeys(F2C(MPI_Info, *info), nkeys);
+    *ierror = PMPI_Info_get_nkeys(F2C(MPI_Info, *info), nkeys);
 }
+WEAK_ALIAS(mpi_info_get_nkeys_, pmpi_info_get_nkeys_);
 
-void mpi_info_get_nthkey_(MPI_Fint *info, MPI_Fint *n, char *key, MPI_Fint *ierror, size_t key_len)
+void pmpi_info_get_nthkey_(MPI_Fint *info, MPI_Fint *n, char *key, MPI_Fint *ierror, size_t key_len)
 {
     char c_key[STRMAX];
     c_key[0] = 0;
-    *ierror = MPI_Info_get_nthkey(F2C(MPI_Info, *info), *n, c_key);
+    *ierror = PMPI_Info_get_nthkey(F2C(MPI_Info, *info), *n, c_key);
     c2fstr(c_key, key, key_len);
 }
+WEAK_ALIAS(mpi_info_get_nthkey_, pmpi_info_get_nthkey_);
 
-void mpi_send_(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *ierror)
+void pmpi_send_(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *ierror)
 {
-    *ierror = MPI_Send(BUF(buf), *count, F2C(MPI_Datatype, *datatype), *dest, *tag, F2C(MPI_Comm, *comm));
+    *ierror = PMPI_Send(BUF(buf), *count, F2C(MPI_Datatype, *datatype), *dest, *tag, F2C(MPI_Comm, *comm));
 }
+WEAK_ALIAS(mpi_send_, pmpi_send_);
 
-void mpi_bsend_(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *ierror)
+void pmpi_bsend_(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *ierror)
 {
-    *ierror = MPI_Bsend(BUF(buf), *count, F2C(MPI_Datatype, *datatype), *dest, *tag, F2C(MPI_Comm, *comm));
+    *ierror = PMPI_Bsend(BUF(buf), *count, F2C(MPI_Datatype, *datatype), *dest, *tag, F2C(MPI_Comm, *comm));
 }
+WEAK_ALIAS(mpi_bsend_, pmpi_bsend_);
 
-void mpi_ssend_(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *ierror)
+void pmpi_ssend_(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *ierror)
 {
-    *ierror = MPI_Ssend(BUF(buf), *count, F2C(MPI_Datatype, *datatype), *dest, *tag, F2C(MPI_Comm, *comm));
+    *ierror = PMPI_Ssend(BUF(buf), *count, F2C(MPI_Datatype, *datatype), *dest, *tag, F2C(MPI_Comm, *comm));
 }
+WEAK_ALIAS(mpi_ssend_, pmpi_ssend_);
 
-void mpi_rsend_(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *ierror)
+void pmpi_rsend_(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *ierror)
 {
-    *ierror = MPI_Rsend(BUF(buf), *count, F2C(MPI_Datatype, *datatype), *dest, *tag, F2C(MPI_Comm, *comm));
+    *ierror = PMPI_Rsend(BUF(buf), *count, F2C(MPI_Datatype, *datatype), *dest, *tag, F2C(MPI_Comm, *comm));
 }
+WEAK_ALIAS(mpi_rsend_, pmpi_rsend_);
 
-void mpi_recv_(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *source, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *status, MPI_Fint *ierror)
+void pmpi_recv_(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *source, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *status, MPI_Fint *ierror)
 {
-    *ierror = MPI_Recv(BUF(buf), *count, F2C(MPI_Datatype, *datatype), *source, *tag, F2C(MPI_Comm, *comm), STATUS(status));
+    *ierror = PMPI_Recv(BUF(buf), *count, F2C(MPI_Datatype, *datatype), *source, *tag, F2C(MPI_Comm, *comm), STATUS(status));
 }
+WEAK_ALIAS(mpi_recv_, pmpi_recv_);
 
-void mpi_isend_(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
-{
-    MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Isend(BUF(buf), *count, F2C(MPI_Datatype, *datatype), *dest, *tag, F2C(MPI_Comm, *comm), &c_request);
-    *request = C2F(c_request);
-}
-
-void mpi_ibsend_(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
-{
-    MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Ibsend(BUF(buf), *count, F2C(MPI_Datatype, *datatype), *dest, *tag, F2C(MPI_Comm, *comm), &c_request);
-    *request = C2F(c_request);
-}
-
-void mpi_issend_(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
+void pmpi_isend_(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
 {
     MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Issend(BUF(buf), *count, F2C(MPI_Datatype, *datatype), *dest, *tag, F2C(MPI_Comm, *comm), &c_request);
+    *ierror = PMPI_Isend(BUF(buf), *count, F2C(MPI_Datatype, *datatype), *dest, *tag, F2C(MPI_Comm, *comm), &c_request);
     *request = C2F(c_request);
 }
+WEAK_ALIAS(mpi_isend_, pmpi_isend_);
 
-void mpi_irsend_(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
+void pmpi_ibsend_(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
 {
     MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Irsend(BUF(buf), *count, F2C(MPI_Datatype, *datatype), *dest, *tag, F2C(MPI_Comm, *comm), &c_request);
+    *ierror = PMPI_Ibsend(BUF(buf), *count, F2C(MPI_Datatype, *datatype), *dest, *tag, F2C(MPI_Comm, *comm), &c_request);
     *request = C2F(c_request);
 }
+WEAK_ALIAS(mpi_ibsend_, pmpi_ibsend_);
 
-void mpi_irecv_(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *source, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
+void pmpi_issend_(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
 {
     MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Irecv(BUF(buf), *count, F2C(MPI_Datatype, *datatype), *source, *tag, F2C(MPI_Comm, *comm), &c_request);
+    *ierror = PMPI_Issend(BUF(buf), *count, F2C(MPI_Datatype, *datatype), *dest, *tag, F2C(MPI_Comm, *comm), &c_request);
     *request = C2F(c_request);
 }
+WEAK_ALIAS(mpi_issend_, pmpi_issend_);
 
-void mpi_send_init_(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
+void pmpi_irsend_(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
 {
     MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Send_init(BUF(buf), *count, F2C(MPI_Datatype, *datatype), *dest, *tag, F2C(MPI_Comm, *comm), &c_request);
+    *ierror = PMPI_Irsend(BUF(buf), *count, F2C(MPI_Datatype, *datatype), *dest, *tag, F2C(MPI_Comm, *comm), &c_request);
     *request = C2F(c_request);
 }
+WEAK_ALIAS(mpi_irsend_, pmpi_irsend_);
 
-void mpi_bsend_init_(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
+void pmpi_irecv_(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *source, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
 {
     MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Bsend_init(BUF(buf), *count, F2C(MPI_Datatype, *datatype), *dest, *tag, F2C(MPI_Comm, *comm), &c_request);
+    *ierror = PMPI_Irecv(BUF(buf), *count, F2C(MPI_Datatype, *datatype), *source, *tag, F2C(MPI_Comm, *comm), &c_request);
     *request = C2F(c_request);
 }
+WEAK_ALIAS(mpi_irecv_, pmpi_irecv_);
 
-void mpi_ssend_init_(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
+void pmpi_send_init_(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
 {
     MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Ssend_init(BUF(buf), *count, F2C(MPI_Datatype, *datatype), *dest, *tag, F2C(MPI_Comm, *comm), &c_request);
+    *ierror = PMPI_Send_init(BUF(buf), *count, F2C(MPI_Datatype, *datatype), *dest, *tag, F2C(MPI_Comm, *comm), &c_request);
     *request = C2F(c_request);
 }
+WEAK_ALIAS(mpi_send_init_, pmpi_send_init_);
 
-void mpi_rsend_init_(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
+void pmpi_bsend_init_(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
 {
     MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Rsend_init(BUF(buf), *count, F2C(MPI_Datatype, *datatype), *dest, *tag, F2C(MPI_Comm, *comm), &c_request);
+    *ierror = PMPI_Bsend_init(BUF(buf), *count, F2C(MPI_Datatype, *datatype), *dest, *tag, F2C(MPI_Comm, *comm), &c_request);
     *request = C2F(c_request);
 }
+WEAK_ALIAS(mpi_bsend_init_, pmpi_bsend_init_);
 
-void mpi_recv_init_(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *source, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
+void pmpi_ssend_init_(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
 {
     MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Recv_init(BUF(buf), *count, F2C(MPI_Datatype, *datatype), *source, *tag, F2C(MPI_Comm, *comm), &c_request);
+    *ierror = PMPI_Ssend_init(BUF(buf), *count, F2C(MPI_Datatype, *datatype), *dest, *tag, F2C(MPI_Comm, *comm), &c_request);
     *request = C2F(c_request);
 }
+WEAK_ALIAS(mpi_ssend_init_, pmpi_ssend_init_);
 
-void mpi_start_(MPI_Fint *request, MPI_Fint *ierror)
+void pmpi_rsend_init_(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
 {
     MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Start(&c_request);
+    *ierror = PMPI_Rsend_init(BUF(buf), *count, F2C(MPI_Datatype, *datatype), *dest, *tag, F2C(MPI_Comm, *comm), &c_request);
     *request = C2F(c_request);
 }
+WEAK_ALIAS(mpi_rsend_init_, pmpi_rsend_init_);
 
-void mpi_startall_(MPI_Fint *count, MPI_Fint *array_of_requests, MPI_Fint *ierror)
+void pmpi_recv_init_(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *source, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
+{
+    MPI_Request c_request = F2C(MPI_Request, *request);
+    *ierror = PMPI_Recv_init(BUF(buf), *count, F2C(MPI_Datatype, *datatype), *source, *tag, F2C(MPI_Comm, *comm), &c_request);
+    *request = C2F(c_request);
+}
+WEAK_ALIAS(mpi_recv_init_, pmpi_recv_init_);
+
+void pmpi_start_(MPI_Fint *request, MPI_Fint *ierror)
+{
+    MPI_Request c_request = F2C(MPI_Request, *request);
+    *ierror = PMPI_Start(&c_request);
+    *request = C2F(c_request);
+}
+WEAK_ALIAS(mpi_start_, pmpi_start_);
+
+void pmpi_startall_(MPI_Fint *count, MPI_Fint *array_of_requests, MPI_Fint *ierror)
 {
     int n_array_of_requests = *count;
     MPI_Request *c_array_of_requests = malloc(sizeof(MPI_Request) * (size_t)(n_array_of_requests > 0 ? n_array_of_requests : 1));
     for (int i = 0; i < n_array_of_requests; i++) c_array_of_requests[i] = F2C(MPI_Request, array_of_requests[i]);
-    *ierror = MPI_Startall(*count, c_array_of_requests);
+    *ierror = PMPI_Startall(*count, c_array_of_requests);
     for (int i = 0; i < n_array_of_requests; i++) array_of_requests[i] = C2F(c_array_of_requests[i]);
     free(c_array_of_requests);
 }
+WEAK_ALIAS(mpi_startall_, pmpi_startall_);
 
-void mpi_sendrecv_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, MPI_Fint *dest, MPI_Fint *sendtag, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *source, MPI_Fint *recvtag, MPI_Fint *comm, MPI_Fint *status, MPI_Fint *ierror)
+void pmpi_sendrecv_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, MPI_Fint *dest, MPI_Fint *sendtag, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *source, MPI_Fint *recvtag, MPI_Fint *comm, MPI_Fint *status, MPI_Fint *ierror)
 {
-    *ierror = MPI_Sendrecv(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), *dest, *sendtag, BUF(recvbuf), *recvcount, F2C(MPI_Datatype, *recvtype), *source, *recvtag, F2C(MPI_Comm, *comm), STATUS(status));
+    *ierror = PMPI_Sendrecv(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), *dest, *sendtag, BUF(recvbuf), *recvcount, F2C(MPI_Datatype, *recvtype), *source, *recvtag, F2C(MPI_Comm, *comm), STATUS(status));
 }
+WEAK_ALIAS(mpi_sendrecv_, pmpi_sendrecv_);
 
-void mpi_sendrecv_replace_(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *sendtag, MPI_Fint *source, MPI_Fint *recvtag, MPI_Fint *comm, MPI_Fint *status, MPI_Fint *ierror)
+void pmpi_sendrecv_replace_(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *dest, MPI_Fint *sendtag, MPI_Fint *source, MPI_Fint *recvtag, MPI_Fint *comm, MPI_Fint *status, MPI_Fint *ierror)
 {
-    *ierror = MPI_Sendrecv_replace(BUF(buf), *count, F2C(MPI_Datatype, *datatype), *dest, *sendtag, *source, *recvtag, F2C(MPI_Comm, *comm), STATUS(status));
+    *ierror = PMPI_Sendrecv_replace(BUF(buf), *count, F2C(MPI_Datatype, *datatype), *dest, *sendtag, *source, *recvtag, F2C(MPI_Comm, *comm), STATUS(status));
 }
+WEAK_ALIAS(mpi_sendrecv_replace_, pmpi_sendrecv_replace_);
 
-void mpi_probe_(MPI_Fint *source, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *status, MPI_Fint *ierror)
+void pmpi_probe_(MPI_Fint *source, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *status, MPI_Fint *ierror)
 {
-    *ierror = MPI_Probe(*source, *tag, F2C(MPI_Comm, *comm), STATUS(status));
+    *ierror = PMPI_Probe(*source, *tag, F2C(MPI_Comm, *comm), STATUS(status));
 }
+WEAK_ALIAS(mpi_probe_, pmpi_probe_);
 
-void mpi_iprobe_(MPI_Fint *source, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *flag, MPI_Fint *status, MPI_Fint *ierror)
+void pmpi_iprobe_(MPI_Fint *source, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *flag, MPI_Fint *status, MPI_Fint *ierror)
 {
-    *ierror = MPI_Iprobe(*source, *tag, F2C(MPI_Comm, *comm), flag, STATUS(status));
+    *ierror = PMPI_Iprobe(*source, *tag, F2C(MPI_Comm, *comm), flag, STATUS(status));
 }
+WEAK_ALIAS(mpi_iprobe_, pmpi_iprobe_);
 
-void mpi_mprobe_(MPI_Fint *source, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *message, MPI_Fint *status, MPI_Fint *ierror)
-{
-    MPI_Message c_message = F2C(MPI_Message, *message);
-    *ierror = MPI_Mprobe(*source, *tag, F2C(MPI_Comm, *comm), &c_message, STATUS(status));
-    *message = C2F(c_message);
-}
-
-void mpi_improbe_(MPI_Fint *source, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *flag, MPI_Fint *message, MPI_Fint *status, MPI_Fint *ierror)
+void pmpi_mprobe_(MPI_Fint *source, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *message, MPI_Fint *status, MPI_Fint *ierror)
 {
     MPI_Message c_message = F2C(MPI_Message, *message);
-    *ierror = MPI_Improbe(*source, *tag, F2C(MPI_Comm, *comm), flag, &c_message, STATUS(status));
+    *ierror = PMPI_Mprobe(*source, *tag, F2C(MPI_Comm, *comm), &c_message, STATUS(status));
     *message = C2F(c_message);
 }
+WEAK_ALIAS(mpi_mprobe_, pmpi_mprobe_);
 
-void mpi_mrecv_(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *message, MPI_Fint *status, MPI_Fint *ierror)
+void pmpi_improbe_(MPI_Fint *source, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *flag, MPI_Fint *message, MPI_Fint *status, MPI_Fint *ierror)
 {
     MPI_Message c_message = F2C(MPI_Message, *message);
-    *ierror = MPI_Mrecv(BUF(buf), *count, F2C(MPI_Datatype, *datatype), &c_message, STATUS(status));
+    *ierror = PMPI_Improbe(*source, *tag, F2C(MPI_Comm, *comm), flag, &c_message, STATUS(status));
     *message = C2F(c_message);
 }
+WEAK_ALIAS(mpi_improbe_, pmpi_improbe_);
 
-void mpi_imrecv_(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *message, MPI_Fint *request, MPI_Fint *ierror)
+void pmpi_mrecv_(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *message, MPI_Fint *status, MPI_Fint *ierror)
+{
+    MPI_Message c_message = F2C(MPI_Message, *message);
+    *ierror = PMPI_Mrecv(BUF(buf), *count, F2C(MPI_Datatype, *datatype), &c_message, STATUS(status));
+    *message = C2F(c_message);
+}
+WEAK_ALIAS(mpi_mrecv_, pmpi_mrecv_);
+
+void pmpi_imrecv_(void *buf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *message, MPI_Fint *request, MPI_Fint *ierror)
 {
     MPI_Message c_message = F2C(MPI_Message, *message);
     MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Imrecv(BUF(buf), *count, F2C(MPI_Datatype, *datatype), &c_message, &c_request);
+    *ierror = PMPI_Imrecv(BUF(buf), *count, F2C(MPI_Datatype, *datatype), &c_message, &c_request);
     *message = C2F(c_message);
     *request = C2F(c_request);
 }
+WEAK_ALIAS(mpi_imrecv_, pmpi_imrecv_);
 
-void mpi_buffer_attach_(void *buffer, MPI_Fint *size, MPI_Fint *ierror)
+void pmpi_buffer_attach_(void *buffer, MPI_Fint *size, MPI_Fint *ierror)
 {
-    *ierror = MPI_Buffer_attach(BUF(buffer), *size);
+    *ierror = PMPI_Buffer_attach(BUF(buffer), *size);
 }
+WEAK_ALIAS(mpi_buffer_attach_, pmpi_buffer_attach_);
 
-void mpi_buffer_detach_(void *buffer_addr, MPI_Fint *size, MPI_Fint *ierror)
+void pmpi_buffer_detach_(void *buffer_addr, MPI_Fint *size, MPI_Fint *ierror)
 {
-    *ierror = MPI_Buffer_detach(buffer_addr, size);
+    *ierror = PMPI_Buffer_detach(buffer_addr, size);
 }
+WEAK_ALIAS(mpi_buffer_detach_, pmpi_buffer_detach_);
 
-void mpi_get_count_(MPI_Fint *status, MPI_Fint *datatype, MPI_Fint *count, MPI_Fint *ierror)
+void pmpi_get_count_(MPI_Fint *status, MPI_Fint *datatype, MPI_Fint *count, MPI_Fint *ierror)
 {
-    *ierror = MPI_Get_count(STATUS(status), F2C(MPI_Datatype, *datatype), count);
+    *ierror = PMPI_Get_count(STATUS(status), F2C(MPI_Datatype, *datatype), count);
 }
+WEAK_ALIAS(mpi_get_count_, pmpi_get_count_);
 
-void mpi_get_elements_(MPI_Fint *status, MPI_Fint *datatype, MPI_Fint *count, MPI_Fint *ierror)
+void pmpi_get_elements_(MPI_Fint *status, MPI_Fint *datatype, MPI_Fint *count, MPI_Fint *ierror)
 {
-    *ierror = MPI_Get_elements(STATUS(status), F2C(MPI_Datatype, *datatype), count);
+    *ierror = PMPI_Get_elements(STATUS(status), F2C(MPI_Datatype, *datatype), count);
 }
+WEAK_ALIAS(mpi_get_elements_, pmpi_get_elements_);
 
-void mpi_get_elements_x_(MPI_Fint *status, MPI_Fint *datatype, MPI_Count *count, MPI_Fint *ierror)
+void pmpi_get_elements_x_(MPI_Fint *status, MPI_Fint *datatype, MPI_Count *count, MPI_Fint *ierror)
 {
-    *ierror = MPI_Get_elements_x(STATUS(status), F2C(MPI_Datatype, *datatype), count);
+    *ierror = PMPI_Get_elements_x(STATUS(status), F2C(MPI_Datatype, *datatype), count);
 }
+WEAK_ALIAS(mpi_get_elements_x_, pmpi_get_elements_x_);
 
-void mpi_status_set_elements_(MPI_Fint *status, MPI_Fint *datatype, MPI_Fint *count, MPI_Fint *ierror)
+void pmpi_status_set_elements_(MPI_Fint *status, MPI_Fint *datatype, MPI_Fint *count, MPI_Fint *ierror)
 {
-    *ierror = MPI_Status_set_elements(STATUS(status), F2C(MPI_Datatype, *datatype), *count);
+    *ierror = PMPI_Status_set_elements(STATUS(status), F2C(MPI_Datatype, *datatype), *count);
 }
+WEAK_ALIAS(mpi_status_set_elements_, pmpi_status_set_elements_);
 
-void mpi_status_set_elements_x_(MPI_Fint *status, MPI_Fint *datatype, MPI_Count *count, MPI_Fint *ierror)
+void pmpi_status_set_elements_x_(MPI_Fint *status, MPI_Fint *datatype, MPI_Count *count, MPI_Fint *ierror)
 {
-    *ierror = MPI_Status_set_elements_x(STATUS(status), F2C(MPI_Datatype, *datatype), *count);
+    *ierror = PMPI_Status_set_elements_x(STATUS(status), F2C(MPI_Datatype, *datatype), *count);
 }
+WEAK_ALIAS(mpi_status_set_elements_x_, pmpi_status_set_elements_x_);
 
-void mpi_status_set_cancelled_(MPI_Fint *status, MPI_Fint *flag, MPI_Fint *ierror)
+void pmpi_status_set_cancelled_(MPI_Fint *status, MPI_Fint *flag, MPI_Fint *ierror)
 {
-    *ierror = MPI_Status_set_cancelled(STATUS(status), *flag);
+    *ierror = PMPI_Status_set_cancelled(STATUS(status), *flag);
 }
+WEAK_ALIAS(mpi_status_set_cancelled_, pmpi_status_set_cancelled_);
 
-void mpi_wait_(MPI_Fint *request, MPI_Fint *status, MPI_Fint *ierror)
+void pmpi_wait_(MPI_Fint *request, MPI_Fint *status, MPI_Fint *ierror)
 {
     MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Wait(&c_request, STATUS(status));
+    *ierror = PMPI_Wait(&c_request, STATUS(status));
     *request = C2F(c_request);
 }
+WEAK_ALIAS(mpi_wait_, pmpi_wait_);
 
-void mpi_waitall_(MPI_Fint *count, MPI_Fint *array_of_requests, MPI_Fint *array_of_statuses, MPI_Fint *ierror)
+void pmpi_waitall_(MPI_Fint *count, MPI_Fint *array_of_requests, MPI_Fint *array_of_statuses, MPI_Fint *ierror)
 {
     int n_array_of_requests = *count;
     MPI_Request *c_array_of_requests = malloc(sizeof(MPI_Request) * (size_t)(n_array_of_requests > 0 ? n_array_of_requests : 1));
     for (int i = 0; i < n_array_of_requests; i++) c_array_of_requests[i] = F2C(MPI_Request, array_of_requests[i]);
-    *ierror = MPI_Waitall(*count, c_array_of_requests, STATUSES(array_of_statuses));
+    *ierror = PMPI_Waitall(*count, c_array_of_requests, STATUSES(array_of_statuses));
     for (int i = 0; i < n_array_of_requests; i++) array_of_requests[i] = C2F(c_array_of_requests[i]);
     free(c_array_of_requests);
 }
+WEAK_ALIAS(mpi_waitall_, pmpi_waitall_);
 
-void mpi_waitany_(MPI_Fint *count, MPI_Fint *array_of_requests, MPI_Fint *indx, MPI_Fint *status, MPI_Fint *ierror)
+void pmpi_waitany_(MPI_Fint *count, MPI_Fint *array_of_requests, MPI_Fint *indx, MPI_Fint *status, MPI_Fint *ierror)
 {
     int n_array_of_requests = *count;
     MPI_Request *c_array_of_requests = malloc(sizeof(MPI_Request) * (size_t)(n_array_of_requests > 0 ? n_array_of_requests : 1));
     for (int i = 0; i < n_array_of_requests; i++) c_array_of_requests[i] = F2C(MPI_Request, array_of_requests[i]);
-    *ierror = MPI_Waitany(*count, c_array_of_requests, indx, STATUS(status));
+    *ierror = PMPI_Waitany(*count, c_array_of_requests, indx, STATUS(status));
     for (int i = 0; i < n_array_of_requests; i++) array_of_requests[i] = C2F(c_array_of_requests[i]);
     free(c_array_of_requests);
     if (*ierror == MPI_SUCCESS && *indx >= 0) *indx += 1;
 }
+WEAK_ALIAS(mpi_waitany_, pmpi_waitany_);
 
-void mpi_waitsome_(MPI_Fint *incount, MPI_Fint *array_of_requests, MPI_Fint *outcount, MPI_Fint *array_of_indices, MPI_Fint *array_of_statuses, MPI_Fint *ierror)
+void pmpi_waitsome_(MPI_Fint *incount, MPI_Fint *array_of_requests, MPI_Fint *outcount, MPI_Fint *array_of_indices, MPI_Fint *array_of_statuses, MPI_Fint *ierror)
 {
     int n_array_of_requests = *incount;
     MPI_Request *c_array_of_requests = malloc(sizeof(MPI_Request) * (size_t)(n_array_of_requests > 0 ? n_array_of_requests : 1));
     for (int i = 0; i < n_array_of_requests; i++) c_array_of_requests[i] = F2C(MPI_Request, array_of_requests[i]);
-    *ierror = MPI_Waitsome(*incount, c_array_of_requests, outcount, array_of_indices, STATUSES(array_of_statuses));
+    *ierror = PMPI_Waitsome(*incount, c_array_of_requests, outcount, array_of_indices, STATUSES(array_of_statuses));
     for (int i = 0; i < n_array_of_requests; i++) array_of_requests[i] = C2F(c_array_of_requests[i]);
     free(c_array_of_requests);
     if (*outcount != MPI_UNDEFINED) for (int i = 0; i < *outcount; i++) array_of_indices[i] += 1;
 }
+WEAK_ALIAS(mpi_waitsome_, pmpi_waitsome_);
 
-void mpi_test_(MPI_Fint *request, MPI_Fint *flag, MPI_Fint *status, MPI_Fint *ierror)
+void pmpi_test_(MPI_Fint *request, MPI_Fint *flag, MPI_Fint *status, MPI_Fint *ierror)
 {
     MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Test(&c_request, flag, STATUS(status));
+    *ierror = PMPI_Test(&c_request, flag, STATUS(status));
     *request = C2F(c_request);
 }
+WEAK_ALIAS(mpi_test_, pmpi_test_);
 
-void mpi_testall_(MPI_Fint *count, MPI_Fint *array_of_requests, MPI_Fint *flag, MPI_Fint *array_of_statuses, MPI_Fint *ierror)
+void pmpi_testall_(MPI_Fint *count, MPI_Fint *array_of_requests, MPI_Fint *flag, MPI_Fint *array_of_statuses, MPI_Fint *ierror)
 {
     int n_array_of_requests = *count;
     MPI_Request *c_array_of_requests = malloc(sizeof(MPI_Request) * (size_t)(n_array_of_requests > 0 ? n_array_of_requests : 1));
     for (int i = 0; i < n_array_of_requests; i++) c_array_of_requests[i] = F2C(MPI_Request, array_of_requests[i]);
-    *ierror = MPI_Testall(*count, c_array_of_requests, flag, STATUSES(array_of_statuses));
+    *ierror = PMPI_Testall(*count, c_array_of_requests, flag, STATUSES(array_of_statuses));
     for (int i = 0; i < n_array_of_requests; i++) array_of_requests[i] = C2F(c_array_of_requests[i]);
     free(c_array_of_requests);
 }
+WEAK_ALIAS(mpi_testall_, pmpi_testall_);
 
-void mpi_testany_(MPI_Fint *count, MPI_Fint *array_of_requests, MPI_Fint *indx, MPI_Fint *flag, MPI_Fint *status, MPI_Fint *ierror)
+void pmpi_testany_(MPI_Fint *count, MPI_Fint *array_of_requests, MPI_Fint *indx, MPI_Fint *flag, MPI_Fint *status, MPI_Fint *ierror)
 {
     int n_array_of_requests = *count;
     MPI_Request *c_array_of_requests = malloc(sizeof(MPI_Request) * (size_t)(n_array_of_requests > 0 ? n_array_of_requests : 1));
     for (int i = 0; i < n_array_of_requests; i++) c_array_of_requests[i] = F2C(MPI_Request, array_of_requests[i]);
-    *ierror = MPI_Testany(*count, c_array_of_requests, indx, flag, STATUS(status));
+    *ierror = PMPI_Testany(*count, c_array_of_requests, indx, flag, STATUS(status));
     for (int i = 0; i < n_array_of_requests; i++) array_of_requests[i] = C2F(c_array_of_requests[i]);
     free(c_array_of_requests);
     if (*ierror == MPI_SUCCESS && *indx >= 0) *indx += 1;
 }
+WEAK_ALIAS(mpi_testany_, pmpi_testany_);
 
-void mpi_testsome_(MPI_Fint *incount, MPI_Fint *array_of_requests, MPI_Fint *outcount, MPI_Fint *array_of_indices, MPI_Fint *array_of_statuses, MPI_Fint *ierror)
+void pmpi_testsome_(MPI_Fint *incount, MPI_Fint *array_of_requests, MPI_Fint *outcount, MPI_Fint *array_of_indices, MPI_Fint *array_of_statuses, MPI_Fint *ierror)
 {
     int n_array_of_requests = *incount;
     MPI_Request *c_array_of_requests = malloc(sizeof(MPI_Request) * (size_t)(n_array_of_requests > 0 ? n_array_of_requests : 1));
     for (int i = 0; i < n_array_of_requests; i++) c_array_of_requests[i] = F2C(MPI_Request, array_of_requests[i]);
-    *ierror = MPI_Testsome(*incount, c_array_of_requests, outcount, array_of_indices, STATUSES(array_of_statuses));
+    *ierror = PMPI_Testsome(*incount, c_array_of_requests, outcount, array_of_indices, STATUSES(array_of_statuses));
     for (int i = 0; i < n_array_of_requests; i++) array_of_requests[i] = C2F(c_array_of_requests[i]);
     free(c_array_of_requests);
     if (*outcount != MPI_UNDEFINED) for (int i = 0; i < *outcount; i++) array_of_indices[i] += 1;
 }
+WEAK_ALIAS(mpi_testsome_, pmpi_testsome_);
 
-void mpi_cancel_(MPI_Fint *request, MPI_Fint *ierror)
+void pmpi_cancel_(MPI_Fint *request, MPI_Fint *ierror)
 {
     MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Cancel(&c_request);
+    *ierror = PMPI_Cancel(&c_request);
     *request = C2F(c_request);
 }
+WEAK_ALIAS(mpi_cancel_, pmpi_cancel_);
 
-void mpi_test_cancelled_(MPI_Fint *status, MPI_Fint *flag, MPI_Fint *ierror)
+void pmpi_test_cancelled_(MPI_Fint *status, MPI_Fint *flag, MPI_Fint *ierror)
 {
-    *ierror = MPI_Test_cancelled(STATUS(status), flag);
+    *ierror = PMPI_Test_cancelled(STATUS(status), flag);
 }
+WEAK_ALIAS(mpi_test_cancelled_, pmpi_test_cancelled_);
 
-void mpi_request_free_(MPI_Fint *request, MPI_Fint *ierror)
+void pmpi_request_free_(MPI_Fint *request, MPI_Fint *ierror)
 {
     MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Request_free(&c_request);
+    *ierror = PMPI_Request_free(&c_request);
     *request = C2F(c_request);
 }
+WEAK_ALIAS(mpi_request_free_, pmpi_request_free_);
 
-void mpi_request_get_status_(MPI_Fint *request, MPI_Fint *flag, MPI_Fint *status, MPI_Fint *ierror)
+void pmpi_request_get_status_(MPI_Fint *request, MPI_Fint *flag, MPI_Fint *status, MPI_Fint *ierror)
 {
-    *ierror = MPI_Request_get_status(F2C(MPI_Request, *request), flag, STATUS(status));
+    *ierror = PMPI_Request_get_status(F2C(MPI_Request, *request), flag, STATUS(status));
 }
+WEAK_ALIAS(mpi_request_get_status_, pmpi_request_get_status_);
 
-void mpi_grequest_complete_(MPI_Fint *request, MPI_Fint *ierror)
+void pmpi_grequest_complete_(MPI_Fint *request, MPI_Fint *ierror)
 {
-    *ierror = MPI_Grequest_complete(F2C(MPI_Request, *request));
+    *ierror = PMPI_Grequest_complete(F2C(MPI_Request, *request));
 }
+WEAK_ALIAS(mpi_grequest_complete_, pmpi_grequest_complete_);
 
-void mpi_comm_size_(MPI_Fint *comm, MPI_Fint *size, MPI_Fint *ierror)
+void pmpi_comm_size_(MPI_Fint *comm, MPI_Fint *size, MPI_Fint *ierror)
 {
-    *ierror = MPI_Comm_size(F2C(MPI_Comm, *comm), size);
+    *ierror = PMPI_Comm_size(F2C(MPI_Comm, *comm), size);
 }
+WEAK_ALIAS(mpi_comm_size_, pmpi_comm_size_);
 
-void mpi_comm_rank_(MPI_Fint *comm, MPI_Fint *rank, MPI_Fint *ierror)
+void pmpi_comm_rank_(MPI_Fint *comm, MPI_Fint *rank, MPI_Fint *ierror)
 {
-    *ierror = MPI_Comm_rank(F2C(MPI_Comm, *comm), rank);
+    *ierror = PMPI_Comm_rank(F2C(MPI_Comm, *comm), rank);
 }
+WEAK_ALIAS(mpi_comm_rank_, pmpi_comm_rank_);
 
-void mpi_comm_dup_(MPI_Fint *comm, MPI_Fint *newcomm, MPI_Fint *ierror)
-{
-    MPI_Comm c_newcomm = F2C(MPI_Comm, *newcomm);
-    *ierror = MPI_Comm_dup(F2C(MPI_Comm, *comm), &c_newcomm);
-    *newcomm = C2F(c_newcomm);
-}
-
-void mpi_comm_dup_with_info_(MPI_Fint *comm, MPI_Fint *info, MPI_Fint *newcomm, MPI_Fint *ierror)
+void pmpi_comm_dup_(MPI_Fint *comm, MPI_Fint *newcomm, MPI_Fint *ierror)
 {
     MPI_Comm c_newcomm = F2C(MPI_Comm, *newcomm);
-    *ierror = MPI_Comm_dup_with_info(F2C(MPI_Comm, *comm), F2C(MPI_Info, *info), &c_newcomm);
+    *ierror = PMPI_Comm_dup(F2C(MPI_Comm, *comm), &c_newcomm);
     *newcomm = C2F(c_newcomm);
 }
+WEAK_ALIAS(mpi_comm_dup_, pmpi_comm_dup_);
 
-void mpi_comm_idup_(MPI_Fint *comm, MPI_Fint *newcomm, MPI_Fint *request, MPI_Fint *ierror)
+void pmpi_comm_dup_with_info_(MPI_Fint *comm, MPI_Fint *info, MPI_Fint *newcomm, MPI_Fint *ierror)
+{
+    MPI_Comm c_newcomm = F2C(MPI_Comm, *newcomm);
+    *ierror = PMPI_Comm_dup_with_info(F2C(MPI_Comm, *comm), F2C(MPI_Info, *info), &c_newcomm);
+    *newcomm = C2F(c_newcomm);
+}
+WEAK_ALIAS(mpi_comm_dup_with_info_, pmpi_comm_dup_with_info_);
+
+void pmpi_comm_idup_(MPI_Fint *comm, MPI_Fint *newcomm, MPI_Fint *request, MPI_Fint *ierror)
 {
     MPI_Comm c_newcomm = F2C(MPI_Comm, *newcomm);
     MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Comm_idup(F2C(MPI_Comm, *comm), &c_newcomm, &c_request);
+    *ierror = PMPI_Comm_idup(F2C(MPI_Comm, *comm), &c_newcomm, &c_request);
     *newcomm = C2F(c_newcomm);
     *request = C2F(c_request);
 }
+WEAK_ALIAS(mpi_comm_idup_, pmpi_comm_idup_);
 
-void mpi_comm_split_(MPI_Fint *comm, MPI_Fint *color, MPI_Fint *key, MPI_Fint *newcomm, MPI_Fint *ierror)
+void pmpi_comm_split_(MPI_Fint *comm, MPI_Fint *color, MPI_Fint *key, MPI_Fint *newcomm, MPI_Fint *ierror)
 {
     MPI_Comm c_newcomm = F2C(MPI_Comm, *newcomm);
-    *ierror = MPI_Comm_split(F2C(MPI_Comm, *comm), *color, *key, &c_newcomm);
+    *ierror = PMPI_Comm_split(F2C(MPI_Comm, *comm), *color, *key, &c_newcomm);
     *newcomm = C2F(c_newcomm);
 }
+WEAK_ALIAS(mpi_comm_split_, pmpi_comm_split_);
 
-void mpi_comm_split_type_(MPI_Fint *comm, MPI_Fint *split_type, MPI_Fint *key, MPI_Fint *info, MPI_Fint *newcomm, MPI_Fint *ierror)
+void pmpi_comm_split_type_(MPI_Fint *comm, MPI_Fint *split_type, MPI_Fint *key, MPI_Fint *info, MPI_Fint *newcomm, MPI_Fint *ierror)
 {
     MPI_Comm c_newcomm = F2C(MPI_Comm, *newcomm);
-    *ierror = MPI_Comm_split_type(F2C(MPI_Comm, *comm), *split_type, *key, F2C(MPI_Info, *info), &c_newcomm);
+    *ierror = PMPI_Comm_split_type(F2C(MPI_Comm, *comm), *split_type, *key, F2C(MPI_Info, *info), &c_newcomm);
     *newcomm = C2F(c_newcomm);
 }
+WEAK_ALIAS(mpi_comm_split_type_, pmpi_comm_split_type_);
 
-void mpi_comm_create_(MPI_Fint *comm, MPI_Fint *group, MPI_Fint *newcomm, MPI_Fint *ierror)
+void pmpi_comm_create_(MPI_Fint *comm, MPI_Fint *group, MPI_Fint *newcomm, MPI_Fint *ierror)
 {
     MPI_Comm c_newcomm = F2C(MPI_Comm, *newcomm);
-    *ierror = MPI_Comm_create(F2C(MPI_Comm, *comm), F2C(MPI_Group, *group), &c_newcomm);
+    *ierror = PMPI_Comm_create(F2C(MPI_Comm, *comm), F2C(MPI_Group, *group), &c_newcomm);
     *newcomm = C2F(c_newcomm);
 }
+WEAK_ALIAS(mpi_comm_create_, pmpi_comm_create_);
 
-void mpi_comm_create_group_(MPI_Fint *comm, MPI_Fint *group, MPI_Fint *tag, MPI_Fint *newcomm, MPI_Fint *ierror)
+void pmpi_comm_create_group_(MPI_Fint *comm, MPI_Fint *group, MPI_Fint *tag, MPI_Fint *newcomm, MPI_Fint *ierror)
 {
     MPI_Comm c_newcomm = F2C(MPI_Comm, *newcomm);
-    *ierror = MPI_Comm_create_group(F2C(MPI_Comm, *comm), F2C(MPI_Group, *group), *tag, &c_newcomm);
+    *ierror = PMPI_Comm_create_group(F2C(MPI_Comm, *comm), F2C(MPI_Group, *group), *tag, &c_newcomm);
     *newcomm = C2F(c_newcomm);
 }
+WEAK_ALIAS(mpi_comm_create_group_, pmpi_comm_create_group_);
 
-void mpi_comm_free_(MPI_Fint *comm, MPI_Fint *ierror)
+void pmpi_comm_free_(MPI_Fint *comm, MPI_Fint *ierror)
 {
     MPI_Comm c_comm = F2C(MPI_Comm, *comm);
-    *ierror = MPI_Comm_free(&c_comm);
+    *ierror = PMPI_Comm_free(&c_comm);
     *comm = C2F(c_comm);
 }
+WEAK_ALIAS(mpi_comm_free_, pmpi_comm_free_);
 
-void mpi_comm_compare_(MPI_Fint *comm1, MPI_Fint *comm2, MPI_Fint *result, MPI_Fint *ierror)
+void pmpi_comm_compare_(MPI_Fint *comm1, MPI_Fint *comm2, MPI_Fint *result, MPI_Fint *ierror)
 {
-    *ierror = MPI_Comm_compare(F2C(MPI_Comm, *comm1), F2C(MPI_Comm, *comm2), result);
+    *ierror = PMPI_Comm_compare(F2C(MPI_Comm, *comm1), F2C(MPI_Comm, *comm2), result);
 }
+WEAK_ALIAS(mpi_comm_compare_, pmpi_comm_compare_);
 
-void mpi_comm_group_(MPI_Fint *comm, MPI_Fint *group, MPI_Fint *ierror)
+void pmpi_comm_group_(MPI_Fint *comm, MPI_Fint *group, MPI_Fint *ierror)
 {
     MPI_Group c_group = F2C(MPI_Group, *group);
-    *ierror = MPI_Comm_group(F2C(MPI_Comm, *comm), &c_group);
+    *ierror = PMPI_Comm_group(F2C(MPI_Comm, *comm), &c_group);
     *group = C2F(c_group);
 }
+WEAK_ALIAS(mpi_comm_group_, pmpi_comm_group_);
 
-void mpi_comm_set_name_(MPI_Fint *comm, char *comm_name, MPI_Fint *ierror, size_t comm_name_len)
+void pmpi_comm_set_name_(MPI_Fint *comm, char *comm_name, MPI_Fint *ierror, size_t comm_name_len)
 {
     char *c_comm_name = f2cstr(comm_name, comm_name_len);
-    *ierror = MPI_Comm_set_name(F2C(MPI_Comm, *comm), c_comm_name);
+    *ierror = PMPI_Comm_set_name(F2C(MPI_Comm, *comm), c_comm_name);
     free(c_comm_name);
 }
+WEAK_ALIAS(mpi_comm_set_name_, pmpi_comm_set_name_);
 
-void mpi_comm_get_name_(MPI_Fint *comm, char *comm_name, MPI_Fint *resultlen, MPI_Fint *ierror, size_t comm_name_len)
+void pmpi_comm_get_name_(MPI_Fint *comm, char *comm_name, MPI_Fint *resultlen, MPI_Fint *ierror, size_t comm_name_len)
 {
     char c_comm_name[STRMAX];
     c_comm_name[0] = 0;
-    *ierror = MPI_Comm_get_name(F2C(MPI_Comm, *comm), c_comm_name, resultlen);
+    *ierror = PMPI_Comm_get_name(F2C(MPI_Comm, *comm), c_comm_name, resultlen);
     c2fstr(c_comm_name, comm_name, comm_name_len);
 }
+WEAK_ALIAS(mpi_comm_get_name_, pmpi_comm_get_name_);
 
-void mpi_comm_test_inter_(MPI_Fint *comm, MPI_Fint *flag, MPI_Fint *ierror)
+void pmpi_comm_test_inter_(MPI_Fint *comm, MPI_Fint *flag, MPI_Fint *ierror)
 {
-    *ierror = MPI_Comm_test_inter(F2C(MPI_Comm, *comm), flag);
+    *ierror = PMPI_Comm_test_inter(F2C(MPI_Comm, *comm), flag);
 }
+WEAK_ALIAS(mpi_comm_test_inter_, pmpi_comm_test_inter_);
 
-void mpi_comm_remote_size_(MPI_Fint *comm, MPI_Fint *size, MPI_Fint *ierror)
+void pmpi_comm_remote_size_(MPI_Fint *comm, MPI_Fint *size, MPI_Fint *ierror)
 {
-    *ierror = MPI_Comm_remote_size(F2C(MPI_Comm, *comm), size);
+    *ierror = PMPI_Comm_remote_size(F2C(MPI_Comm, *comm), size);
 }
+WEAK_ALIAS(mpi_comm_remote_size_, pmpi_comm_remote_size_);
 
-void mpi_comm_remote_group_(MPI_Fint *comm, MPI_Fint *group, MPI_Fint *ierror)
+void pmpi_comm_remote_group_(MPI_Fint *comm, MPI_Fint *group, MPI_Fint *ierror)
 {
     MPI_Group c_group = F2C(MPI_Group, *group);
-    *ierror = MPI_Comm_remote_group(F2C(MPI_Comm, *comm), &c_group);
+    *ierror = PMPI_Comm_remote_group(F2C(MPI_Comm, *comm), &c_group);
     *group = C2F(c_group);
 }
+WEAK_ALIAS(mpi_comm_remote_group_, pmpi_comm_remote_group_);
 
-void mpi_comm_set_info_(MPI_Fint *comm, MPI_Fint *info, MPI_Fint *ierror)
+void pmpi_comm_set_info_(MPI_Fint *comm, MPI_Fint *info, MPI_Fint *ierror)
 {
-    *ierror = MPI_Comm_set_info(F2C(MPI_Comm, *comm), F2C(MPI_Info, *info));
+    *ierror = PMPI_Comm_set_info(F2C(MPI_Comm, *comm), F2C(MPI_Info, *info));
 }
+WEAK_ALIAS(mpi_comm_set_info_, pmpi_comm_set_info_);
 
-void mpi_comm_get_info_(MPI_Fint *comm, MPI_Fint *info_used, MPI_Fint *ierror)
+void pmpi_comm_get_info_(MPI_Fint *comm, MPI_Fint *info_used, MPI_Fint *ierror)
 {
     MPI_Info c_info_used = F2C(MPI_Info, *info_used);
-    *ierror = MPI_Comm_get_info(F2C(MPI_Comm, *comm), &c_info_used);
+    *ierror = PMPI_Comm_get_info(F2C(MPI_Comm, *comm), &c_info_used);
     *info_used = C2F(c_info_used);
 }
+WEAK_ALIAS(mpi_comm_get_info_, pmpi_comm_get_info_);
 
-void mpi_intercomm_create_(MPI_Fint *local_comm, MPI_Fint *local_leader, MPI_Fint *peer_comm, MPI_Fint *remote_leader, MPI_Fint *tag, MPI_Fint *newintercomm, MPI_Fint *ierror)
+void pmpi_intercomm_create_(MPI_Fint *local_comm, MPI_Fint *local_leader, MPI_Fint *peer_comm, MPI_Fint *remote_leader, MPI_Fint *tag, MPI_Fint *newintercomm, MPI_Fint *ierror)
 {
     MPI_Comm c_newintercomm = F2C(MPI_Comm, *newintercomm);
-    *ierror = MPI_Intercomm_create(F2C(MPI_Comm, *local_comm), *local_leader, F2C(MPI_Comm, *peer_comm), *remote_leader, *tag, &c_newintercomm);
+    *ierror = PMPI_Intercomm_create(F2C(MPI_Comm, *local_comm), *local_leader, F2C(MPI_Comm, *peer_comm), *remote_leader, *tag, &c_newintercomm);
     *newintercomm = C2F(c_newintercomm);
 }
+WEAK_ALIAS(mpi_intercomm_create_, pmpi_intercomm_create_);
 
-void mpi_intercomm_merge_(MPI_Fint *intercomm, MPI_Fint *high, MPI_Fint *newintracomm, MPI_Fint *ierror)
+void pmpi_intercomm_merge_(MPI_Fint *intercomm, MPI_Fint *high, MPI_Fint *newintracomm, MPI_Fint *ierror)
 {
     MPI_Comm c_newintracomm = F2C(MPI_Comm, *newintracomm);
-    *ierror = MPI_Intercomm_merge(F2C(MPI_Comm, *intercomm), *high, &c_newintracomm);
+    *ierror = PMPI_Intercomm_merge(F2C(MPI_Comm, *intercomm), *high, &c_newintracomm);
     *newintracomm = C2F(c_newintracomm);
 }
+WEAK_ALIAS(mpi_intercomm_merge_, pmpi_intercomm_merge_);
 
-void mpi_group_size_(MPI_Fint *group, MPI_Fint *size, MPI_Fint *ierror)
+void pmpi_group_size_(MPI_Fint *group, MPI_Fint *size, MPI_Fint *ierror)
 {
-    *ierror = MPI_Group_size(F2C(MPI_Group, *group), size);
+    *ierror = PMPI_Group_size(F2C(MPI_Group, *group), size);
 }
+WEAK_ALIAS(mpi_group_size_, pmpi_group_size_);
 
-void mpi_group_rank_(MPI_Fint *group, MPI_Fint *rank, MPI_Fint *ierror)
+void pmpi_group_rank_(MPI_Fint *group, MPI_Fint *rank, MPI_Fint *ierror)
 {
-    *ierror = MPI_Group_rank(F2C(MPI_Group, *group), rank);
+    *ierror = PMPI_Group_rank(F2C(MPI_Group, *group), rank);
 }
+WEAK_ALIAS(mpi_group_rank_, pmpi_group_rank_);
 
-void mpi_group_translate_ranks_(MPI_Fint *group1, MPI_Fint *n, MPI_Fint *ranks1, MPI_Fint *group2, MPI_Fint *ranks2, MPI_Fint *ierror)
+void pmpi_group_translate_ranks_(MPI_Fint *group1, MPI_Fint *n, MPI_Fint *ranks1, MPI_Fint *group2, MPI_Fint *ranks2, MPI_Fint *ierror)
 {
-    *ierror = MPI_Group_translate_ranks(F2C(MPI_Group, *group1), *n, ranks1, F2C(MPI_Group, *group2), ranks2);
+    *ierror = PMPI_Group_translate_ranks(F2C(MPI_Group, *group1), *n, ranks1, F2C(MPI_Group, *group2), ranks2);
 }
+WEAK_ALIAS(mpi_group_translate_ranks_, pmpi_group_translate_ranks_);
 
-void mpi_group_compare_(MPI_Fint *group1, MPI_Fint *group2, MPI_Fint *result, MPI_Fint *ierror)
+void pmpi_group_compare_(MPI_Fint *group1, MPI_Fint *group2, MPI_Fint *result, MPI_Fint *ierror)
 {
-    *ierror = MPI_Group_compare(F2C(MPI_Group, *group1), F2C(MPI_Group, *group2), result);
+    *ierror = PMPI_Group_compare(F2C(MPI_Group, *group1), F2C(MPI_Group, *group2), result);
 }
+WEAK_ALIAS(mpi_group_compare_, pmpi_group_compare_);
 
-void mpi_group_union_(MPI_Fint *group1, MPI_Fint *group2, MPI_Fint *newgroup, MPI_Fint *ierror)
-{
-    MPI_Group c_newgroup = F2C(MPI_Group, *newgroup);
-    *ierror = MPI_Group_union(F2C(MPI_Group, *group1), F2C(MPI_Group, *group2), &c_newgroup);
-    *newgroup = C2F(c_newgroup);
-}
-
-void mpi_group_intersection_(MPI_Fint *group1, MPI_Fint *group2, MPI_Fint *newgroup, MPI_Fint *ierror)
+void pmpi_group_union_(MPI_Fint *group1, MPI_Fint *group2, MPI_Fint *newgroup, MPI_Fint *ierror)
 {
     MPI_Group c_newgroup = F2C(MPI_Group, *newgroup);
-    *ierror = MPI_Group_intersection(F2C(MPI_Group, *group1), F2C(MPI_Group, *group2), &c_newgroup);
+    *ierror = PMPI_Group_union(F2C(MPI_Group, *group1), F2C(MPI_Group, *group2), &c_newgroup);
     *newgroup = C2F(c_newgroup);
 }
+WEAK_ALIAS(mpi_group_union_, pmpi_group_union_);
 
-void mpi_group_difference_(MPI_Fint *group1, MPI_Fint *group2, MPI_Fint *newgroup, MPI_Fint *ierror)
+void pmpi_group_intersection_(MPI_Fint *group1, MPI_Fint *group2, MPI_Fint *newgroup, MPI_Fint *ierror)
 {
     MPI_Group c_newgroup = F2C(MPI_Group, *newgroup);
-    *ierror = MPI_Group_difference(F2C(MPI_Group, *group1), F2C(MPI_Group, *group2), &c_newgroup);
+    *ierror = PMPI_Group_intersection(F2C(MPI_Group, *group1), F2C(MPI_Group, *group2), &c_newgroup);
     *newgroup = C2F(c_newgroup);
 }
+WEAK_ALIAS(mpi_group_intersection_, pmpi_group_intersection_);
 
-void mpi_group_incl_(MPI_Fint *group, MPI_Fint *n, MPI_Fint *ranks, MPI_Fint *newgroup, MPI_Fint *ierror)
+void pmpi_group_difference_(MPI_Fint *group1, MPI_Fint *group2, MPI_Fint *newgroup, MPI_Fint *ierror)
 {
     MPI_Group c_newgroup = F2C(MPI_Group, *newgroup);
-    *ierror = MPI_Group_incl(F2C(MPI_Group, *group), *n, ranks, &c_newgroup);
+    *ierror = PMPI_Group_difference(F2C(MPI_Group, *group1), F2C(MPI_Group, *group2), &c_newgroup);
     *newgroup = C2F(c_newgroup);
 }
+WEAK_ALIAS(mpi_group_difference_, pmpi_group_difference_);
 
-void mpi_group_excl_(MPI_Fint *group, MPI_Fint *n, MPI_Fint *ranks, MPI_Fint *newgroup, MPI_Fint *ierror)
+void pmpi_group_incl_(MPI_Fint *group, MPI_Fint *n, MPI_Fint *ranks, MPI_Fint *newgroup, MPI_Fint *ierror)
 {
     MPI_Group c_newgroup = F2C(MPI_Group, *newgroup);
-    *ierror = MPI_Group_excl(F2C(MPI_Group, *group), *n, ranks, &c_newgroup);
+    *ierror = PMPI_Group_incl(F2C(MPI_Group, *group), *n, ranks, &c_newgroup);
     *newgroup = C2F(c_newgroup);
 }
+WEAK_ALIAS(mpi_group_incl_, pmpi_group_incl_);
 
-void mpi_group_range_incl_(MPI_Fint *group, MPI_Fint *n, MPI_Fint *ranges, MPI_Fint *newgroup, MPI_Fint *ierror)
+void pmpi_group_excl_(MPI_Fint *group, MPI_Fint *n, MPI_Fint *ranks, MPI_Fint *newgroup, MPI_Fint *ierror)
 {
     MPI_Group c_newgroup = F2C(MPI_Group, *newgroup);
-    *ierror = MPI_Group_range_incl(F2C(MPI_Group, *group), *n, (int (*)[3])ranges, &c_newgroup);
+    *ierror = PMPI_Group_excl(F2C(MPI_Group, *group), *n, ranks, &c_newgroup);
     *newgroup = C2F(c_newgroup);
 }
+WEAK_ALIAS(mpi_group_excl_, pmpi_group_excl_);
 
-void mpi_group_range_excl_(MPI_Fint *group, MPI_Fint *n, MPI_Fint *ranges, MPI_Fint *newgroup, MPI_Fint *ierror)
+void pmpi_group_range_incl_(MPI_Fint *group, MPI_Fint *n, MPI_Fint *ranges, MPI_Fint *newgroup, MPI_Fint *ierror)
 {
     MPI_Group c_newgroup = F2C(MPI_Group, *newgroup);
-    *ierror = MPI_Group_range_excl(F2C(MPI_Group, *group), *n, (int (*)[3])ranges, &c_newgroup);
+    *ierror = PMPI_Group_range_incl(F2C(MPI_Group, *group), *n, (int (*)[3])ranges, &c_newgroup);
     *newgroup = C2F(c_newgroup);
 }
+WEAK_ALIAS(mpi_group_range_incl_, pmpi_group_range_incl_);
 
-void mpi_group_free_(MPI_Fint *group, MPI_Fint *ierror)
+void pmpi_group_range_excl_(MPI_Fint *group, MPI_Fint *n, MPI_Fint *ranges, MPI_Fint *newgroup, MPI_Fint *ierror)
+{
+    MPI_Group c_newgroup = F2C(MPI_Group, *newgroup);
+    *ierror = PMPI_Group_range_excl(F2C(MPI_Group, *group), *n, (int (*)[3])ranges, &c_newgroup);
+    *newgroup = C2F(c_newgroup);
+}
+WEAK_ALIAS(mpi_group_range_excl_, pmpi_group_range_excl_);
+
+void pmpi_group_free_(MPI_Fint *group, MPI_Fint *ierror)
 {
     MPI_Group c_group = F2C(MPI_Group, *group);
-    *ierror = MPI_Group_free(&c_group);
+    *ierror = PMPI_Group_free(&c_group);
     *group = C2F(c_group);
 }
+WEAK_ALIAS(mpi_group_free_, pmpi_group_free_);
 
-void mpi_cart_create_(MPI_Fint *comm_old, MPI_Fint *ndims, MPI_Fint *dims, MPI_Fint *periods, MPI_Fint *reorder, MPI_Fint *comm_cart, MPI_Fint *ierror)
+void pmpi_cart_create_(MPI_Fint *comm_old, MPI_Fint *ndims, MPI_Fint *dims, MPI_Fint *periods, MPI_Fint *reorder, MPI_Fint *comm_cart, MPI_Fint *ierror)
 {
     MPI_Comm c_comm_cart = F2C(MPI_Comm, *comm_cart);
-    *ierror = MPI_Cart_create(F2C(MPI_Comm, *comm_old), *ndims, dims, periods, *reorder, &c_comm_cart);
+    *ierror = PMPI_Cart_create(F2C(MPI_Comm, *comm_old), *ndims, dims, periods, *reorder, &c_comm_cart);
     *comm_cart = C2F(c_comm_cart);
 }
+WEAK_ALIAS(mpi_cart_create_, pmpi_cart_create_);
 
-void mpi_cart_get_(MPI_Fint *comm, MPI_Fint *maxdims, MPI_Fint *dims, MPI_Fint *periods, MPI_Fint *coords, MPI_Fint *ierror)
+void pmpi_cart_get_(MPI_Fint *comm, MPI_Fint *maxdims, MPI_Fint *dims, MPI_Fint *periods, MPI_Fint *coords, MPI_Fint *ierror)
 {
-    *ierror = MPI_Cart_get(F2C(MPI_Comm, *comm), *maxdims, dims, periods, coords);
+    *ierror = PMPI_Cart_get(F2C(MPI_Comm, *comm), *maxdims, dims, periods, coords);
 }
+WEAK_ALIAS(mpi_cart_get_, pmpi_cart_get_);
 
-void mpi_cartdim_get_(MPI_Fint *comm, MPI_Fint *ndims, MPI_Fint *ierror)
+void pmpi_cartdim_get_(MPI_Fint *comm, MPI_Fint *ndims, MPI_Fint *ierror)
 {
-    *ierror = MPI_Cartdim_get(F2C(MPI_Comm, *comm), ndims);
+    *ierror = PMPI_Cartdim_get(F2C(MPI_Comm, *comm), ndims);
 }
+WEAK_ALIAS(mpi_cartdim_get_, pmpi_cartdim_get_);
 
-void mpi_cart_coords_(MPI_Fint *comm, MPI_Fint *rank, MPI_Fint *maxdims, MPI_Fint *coords, MPI_Fint *ierror)
+void pmpi_cart_coords_(MPI_Fint *comm, MPI_Fint *rank, MPI_Fint *maxdims, MPI_Fint *coords, MPI_Fint *ierror)
 {
-    *ierror = MPI_Cart_coords(F2C(MPI_Comm, *comm), *rank, *maxdims, coords);
+    *ierror = PMPI_Cart_coords(F2C(MPI_Comm, *comm), *rank, *maxdims, coords);
 }
+WEAK_ALIAS(mpi_cart_coords_, pmpi_cart_coords_);
 
-void mpi_cart_rank_(MPI_Fint *comm, MPI_Fint *coords, MPI_Fint *rank, MPI_Fint *ierror)
+void pmpi_cart_rank_(MPI_Fint *comm, MPI_Fint *coords, MPI_Fint *rank, MPI_Fint *ierror)
 {
-    *ierror = MPI_Cart_rank(F2C(MPI_Comm, *comm), coords, rank);
+    *ierror = PMPI_Cart_rank(F2C(MPI_Comm, *comm), coords, rank);
 }
+WEAK_ALIAS(mpi_cart_rank_, pmpi_cart_rank_);
 
-void mpi_cart_shift_(MPI_Fint *comm, MPI_Fint *direction, MPI_Fint *disp, MPI_Fint *rank_source, MPI_Fint *rank_dest, MPI_Fint *ierror)
+void pmpi_cart_shift_(MPI_Fint *comm, MPI_Fint *direction, MPI_Fint *disp, MPI_Fint *rank_source, MPI_Fint *rank_dest, MPI_Fint *ierror)
 {
-    *ierror = MPI_Cart_shift(F2C(MPI_Comm, *comm), *direction, *disp, rank_source, rank_dest);
+    *ierror = PMPI_Cart_shift(F2C(MPI_Comm, *comm), *direction, *disp, rank_source, rank_dest);
 }
+WEAK_ALIAS(mpi_cart_shift_, pmpi_cart_shift_);
 
-void mpi_cart_sub_(MPI_Fint *comm, MPI_Fint *remain_dims, MPI_Fint *newcomm, MPI_Fint *ierror)
+void pmpi_cart_sub_(MPI_Fint *comm, MPI_Fint *remain_dims, MPI_Fint *newcomm, MPI_Fint *ierror)
 {
     MPI_Comm c_newcomm = F2C(MPI_Comm, *newcomm);
-    *ierror = MPI_Cart_sub(F2C(MPI_Comm, *comm), remain_dims, &c_newcomm);
+    *ierror = PMPI_Cart_sub(F2C(MPI_Comm, *comm), remain_dims, &c_newcomm);
     *newcomm = C2F(c_newcomm);
 }
+WEAK_ALIAS(mpi_cart_sub_, pmpi_cart_sub_);
 
-void mpi_cart_map_(MPI_Fint *comm, MPI_Fint *ndims, MPI_Fint *dims, MPI_Fint *periods, MPI_Fint *newrank, MPI_Fint *ierror)
+void pmpi_cart_map_(MPI_Fint *comm, MPI_Fint *ndims, MPI_Fint *dims, MPI_Fint *periods, MPI_Fint *newrank, MPI_Fint *ierror)
 {
-    *ierror = MPI_Cart_map(F2C(MPI_Comm, *comm), *ndims, dims, periods, newrank);
+    *ierror = PMPI_Cart_map(F2C(MPI_Comm, *comm), *ndims, dims, periods, newrank);
 }
+WEAK_ALIAS(mpi_cart_map_, pmpi_cart_map_);
 
-void mpi_dims_create_(MPI_Fint *nnodes, MPI_Fint *ndims, MPI_Fint *dims, MPI_Fint *ierror)
+void pmpi_dims_create_(MPI_Fint *nnodes, MPI_Fint *ndims, MPI_Fint *dims, MPI_Fint *ierror)
 {
-    *ierror = MPI_Dims_create(*nnodes, *ndims, dims);
+    *ierror = PMPI_Dims_create(*nnodes, *ndims, dims);
 }
+WEAK_ALIAS(mpi_dims_create_, pmpi_dims_create_);
 
-void mpi_topo_test_(MPI_Fint *comm, MPI_Fint *status, MPI_Fint *ierror)
+void pmpi_topo_test_(MPI_Fint *comm, MPI_Fint *status, MPI_Fint *ierror)
 {
-    *ierror = MPI_Topo_test(F2C(MPI_Comm, *comm), status);
+    *ierror = PMPI_Topo_test(F2C(MPI_Comm, *comm), status);
 }
+WEAK_ALIAS(mpi_topo_test_, pmpi_topo_test_);
 
-void mpi_graph_create_(MPI_Fint *comm_old, MPI_Fint *nnodes, MPI_Fint *indx, MPI_Fint *edges, MPI_Fint *reorder, MPI_Fint *comm_graph, MPI_Fint *ierror)
+void pmpi_graph_create_(MPI_Fint *comm_old, MPI_Fint *nnodes, MPI_Fint *indx, MPI_Fint *edges, MPI_Fint *reorder, MPI_Fint *comm_graph, MPI_Fint *ierror)
 {
     MPI_Comm c_comm_graph = F2C(MPI_Comm, *comm_graph);
-    *ierror = MPI_Graph_create(F2C(MPI_Comm, *comm_old), *nnodes, indx, edges, *reorder, &c_comm_graph);
+    *ierror = PMPI_Graph_create(F2C(MPI_Comm, *comm_old), *nnodes, indx, edges, *reorder, &c_comm_graph);
     *comm_graph = C2F(c_comm_graph);
 }
+WEAK_ALIAS(mpi_graph_create_, pmpi_graph_create_);
 
-void mpi_graph_get_(MPI_Fint *comm, MPI_Fint *maxindex, MPI_Fint *maxedges, MPI_Fint *indx, MPI_Fint *edges, MPI_Fint *ierror)
+void pmpi_graph_get_(MPI_Fint *comm, MPI_Fint *maxindex, MPI_Fint *maxedges, MPI_Fint *indx, MPI_Fint *edges, MPI_Fint *ierror)
 {
-    *ierror = MPI_Graph_get(F2C(MPI_Comm, *comm), *maxindex, *maxedges, indx, edges);
+    *ierror = PMPI_Graph_get(F2C(MPI_Comm, *comm), *maxindex, *maxedges, indx, edges);
 }
+WEAK_ALIAS(mpi_graph_get_, pmpi_graph_get_);
 
-void mpi_graphdims_get_(MPI_Fint *comm, MPI_Fint *nnodes, MPI_Fint *nedges, MPI_Fint *ierror)
+void pmpi_graphdims_get_(MPI_Fint *comm, MPI_Fint *nnodes, MPI_Fint *nedges, MPI_Fint *ierror)
 {
-    *ierror = MPI_Graphdims_get(F2C(MPI_Comm, *comm), nnodes, nedges);
+    *ierror = PMPI_Graphdims_get(F2C(MPI_Comm, *comm), nnodes, nedges);
 }
+WEAK_ALIAS(mpi_graphdims_get_, pmpi_graphdims_get_);
 
-void mpi_graph_neighbors_count_(MPI_Fint *comm, MPI_Fint *rank, MPI_Fint *nneighbors, MPI_Fint *ierror)
+void pmpi_graph_neighbors_count_(MPI_Fint *comm, MPI_Fint *rank, MPI_Fint *nneighbors, MPI_Fint *ierror)
 {
-    *ierror = MPI_Graph_neighbors_count(F2C(MPI_Comm, *comm), *rank, nneighbors);
+    *ierror = PMPI_Graph_neighbors_count(F2C(MPI_Comm, *comm), *rank, nneighbors);
 }
+WEAK_ALIAS(mpi_graph_neighbors_count_, pmpi_graph_neighbors_count_);
 
-void mpi_graph_neighbors_(MPI_Fint *comm, MPI_Fint *rank, MPI_Fint *maxneighbors, MPI_Fint *neighbors, MPI_Fint *ierror)
+void pmpi_graph_neighbors_(MPI_Fint *comm, MPI_Fint *rank, MPI_Fint *maxneighbors, MPI_Fint *neighbors, MPI_Fint *ierror)
 {
-    *ierror = MPI_Graph_neighbors(F2C(MPI_Comm, *comm), *rank, *maxneighbors, neighbors);
+    *ierror = PMPI_Graph_neighbors(F2C(MPI_Comm, *comm), *rank, *maxneighbors, neighbors);
 }
+WEAK_ALIAS(mpi_graph_neighbors_, pmpi_graph_neighbors_);
 
-void mpi_graph_map_(MPI_Fint *comm, MPI_Fint *nnodes, MPI_Fint *indx, MPI_Fint *edges, MPI_Fint *newrank, MPI_Fint *ierror)
+void pmpi_graph_map_(MPI_Fint *comm, MPI_Fint *nnodes, MPI_Fint *indx, MPI_Fint *edges, MPI_Fint *newrank, MPI_Fint *ierror)
 {
-    *ierror = MPI_Graph_map(F2C(MPI_Comm, *comm), *nnodes, indx, edges, newrank);
+    *ierror = PMPI_Graph_map(F2C(MPI_Comm, *comm), *nnodes, indx, edges, newrank);
 }
+WEAK_ALIAS(mpi_graph_map_, pmpi_graph_map_);
 
-void mpi_type_contiguous_(MPI_Fint *count, MPI_Fint *oldtype, MPI_Fint *newtype, MPI_Fint *ierror)
+void pmpi_dist_graph_create_(MPI_Fint *comm_old, MPI_Fint *n, MPI_Fint *sources, MPI_Fint *degrees, MPI_Fint *destinations, MPI_Fint *weights, MPI_Fint *info, MPI_Fint *reorder, MPI_Fint *comm_dist_graph, MPI_Fint *ierror)
 {
-    MPI_Datatype c_newtype = F2C(MPI_Datatype, *newtype);
-    *ierror = MPI_Type_contiguous(*count, F2C(MPI_Datatype, *oldtype), &c_newtype);
-    *newtype = C2F(c_newtype);
+    MPI_Comm c_comm_dist_graph = F2C(MPI_Comm, *comm_dist_graph);
+    *ierror = PMPI_Dist_graph_create(F2C(MPI_Comm, *comm_old), *n, sources, degrees, destinations, WEIGHTS(weights), F2C(MPI_Info, *info), *reorder, &c_comm_dist_graph);
+    *comm_dist_graph = C2F(c_comm_dist_graph);
 }
+WEAK_ALIAS(mpi_dist_graph_create_, pmpi_dist_graph_create_);
 
-void mpi_type_vector_(MPI_Fint *count, MPI_Fint *blocklength, MPI_Fint *stride, MPI_Fint *oldtype, MPI_Fint *newtype, MPI_Fint *ierror)
+void pmpi_dist_graph_create_adjacent_(MPI_Fint *comm_old, MPI_Fint *indegree, MPI_Fint *sources, MPI_Fint *sourceweights, MPI_Fint *outdegree, MPI_Fint *destinations, MPI_Fint *destweights, MPI_Fint *info, MPI_Fint *reorder, MPI_Fint *comm_dist_graph, MPI_Fint *ierror)
 {
-    MPI_Datatype c_newtype = F2C(MPI_Datatype, *newtype);
-    *ierror = MPI_Type_vector(*count, *blocklength, *stride, F2C(MPI_Datatype, *oldtype), &c_newtype);
-    *newtype = C2F(c_newtype);
+    MPI_Comm c_comm_dist_graph = F2C(MPI_Comm, *comm_dist_graph);
+    *ierror = PMPI_Dist_graph_create_adjacent(F2C(MPI_Comm, *comm_old), *indegree, sources, WEIGHTS(sourceweights), *outdegree, destinations, WEIGHTS(destweights), F2C(MPI_Info, *info), *reorder, &c_comm_dist_graph);
+    *comm_dist_graph = C2F(c_comm_dist_graph);
 }
+WEAK_ALIAS(mpi_dist_graph_create_adjacent_, pmpi_dist_graph_create_adjacent_);
 
-void mpi_type_create_hvector_(MPI_Fint *count, MPI_Fint *blocklength, MPI_Aint *stride, MPI_Fint *oldtype, MPI_Fint *newtype, MPI_Fint *ierror)
+void pmpi_dist_graph_neighbors_count_(MPI_Fint *comm, MPI_Fint *indegree, MPI_Fint *outdegree, MPI_Fint *weighted, MPI_Fint *ierror)
 {
-    MPI_Datatype c_newtype = F2C(MPI_Datatype, *newtype);
-    *ierror = MPI_Type_create_hvector(*count, *blocklength, *stride, F2C(MPI_Datatype, *oldtype), &c_newtype);
-    *newtype = C2F(c_newtype);
+    *ierror = PMPI_Dist_graph_neighbors_count(F2C(MPI_Comm, *comm), indegree, outdegree, weighted);
 }
+WEAK_ALIAS(mpi_dist_graph_neighbors_count_, pmpi_dist_graph_neighbors_count_);
 
-void mpi_type_indexed_(MPI_Fint *count, MPI_Fint *array_of_blocklengths, MPI_Fint *array_of_displacements, MPI_Fint *oldtype, MPI_Fint *newtype, MPI_Fint *ierror)
+void pmpi_dist_graph_neighbors_(MPI_Fint *comm, MPI_Fint *maxindegree, MPI_Fint *sources, MPI_Fint *sourceweights, MPI_Fint *maxoutdegree, MPI_Fint *destinations, MPI_Fint *destweights, MPI_Fint *ierror)
 {
-    MPI_Datatype c_newtype = F2C(MPI_Datatype, *newtype);
-    *ierror = MPI_Type_indexed(*count, array_of_blocklengths, array_of_displacements, F2C(MPI_Datatype, *oldtype), &c_newtype);
-    *newtype = C2F(c_newtype);
+    *ierror = PMPI_Dist_graph_neighbors(F2C(MPI_Comm, *comm), *maxindegree, sources, WEIGHTS(sourceweights), *maxoutdegree, destinations, WEIGHTS(destweights));
 }
+WEAK_ALIAS(mpi_dist_graph_neighbors_, pmpi_dist_graph_neighbors_);
 
-void mpi_type_create_hindexed_(MPI_Fint *count, MPI_Fint *array_of_blocklengths, MPI_Aint *array_of_displacements, MPI_Fint *oldtype, MPI_Fint *newtype, MPI_Fint *ierror)
-{
-    MPI_Datatype c_newtype = F2C(MPI_Datatype, *newtype);
-    *ierror = MPI_Type_create_hindexed(*count, array_of_blocklengths, array_of_displacements, F2C(MPI_Datatype, *oldtype), &c_newtype);
-    *newtype = C2F(c_newtype);
-}
-
-void mpi_type_create_indexed_block_(MPI_Fint *count, MPI_Fint *blocklength, MPI_Fint *array_of_displacements, MPI_Fint *oldtype, MPI_Fint *newtype, MPI_Fint *ierror)
-{
-    MPI_Datatype c_newtype = F2C(MPI_Datatype, *newtype);
-    *ierror = MPI_Type_create_indexed_block(*count, *blocklength, array_of_displacements, F2C(MPI_Datatype, *oldtype), &c_newtype);
-    *newtype = C2F(c_newtype);
-}
-
-void mpi_type_create_hindexed_block_(MPI_Fint *count, MPI_Fint *blocklength, MPI_Aint *array_of_displacements, MPI_Fint *oldtype, MPI_Fint *newtype, MPI_Fint *ierror)
+void pmpi_type_contiguous_(MPI_Fint *count, MPI_Fint *oldtype, MPI_Fint *newtype, MPI_Fint *ierror)
 {
     MPI_Datatype c_newtype = F2C(MPI_Datatype, *newtype);
-    *ierror = MPI_Type_create_hindexed_block(*count, *blocklength, array_of_displacements, F2C(MPI_Datatype, *oldtype), &c_newtype);
+    *ierror = PMPI_Type_contiguous(*count, F2C(MPI_Datatype, *oldtype), &c_newtype);
     *newtype = C2F(c_newtype);
 }
+WEAK_ALIAS(mpi_type_contiguous_, pmpi_type_contiguous_);
 
-void mpi_type_create_struct_(MPI_Fint *count, MPI_Fint *array_of_blocklengths, MPI_Aint *array_of_displacements, MPI_Fint *array_of_types, MPI_Fint *newtype, MPI_Fint *ierror)
+void pmpi_type_vector_(MPI_Fint *count, MPI_Fint *blocklength, MPI_Fint *stride, MPI_Fint *oldtype, MPI_Fint *newtype, MPI_Fint *ierror)
+{
+    MPI_Datatype c_newtype = F2C(MPI_Datatype, *newtype);
+    *ierror = PMPI_Type_vector(*count, *blocklength, *stride, F2C(MPI_Datatype, *oldtype), &c_newtype);
+    *newtype = C2F(c_newtype);
+}
+WEAK_ALIAS(mpi_type_vector_, pmpi_type_vector_);
+
+void pmpi_type_create_hvector_(MPI_Fint *count, MPI_Fint *blocklength, MPI_Aint *stride, MPI_Fint *oldtype, MPI_Fint *newtype, MPI_Fint *ierror)
+{
+    MPI_Datatype c_newtype = F2C(MPI_Datatype, *newtype);
+    *ierror = PMPI_Type_create_hvector(*count, *blocklength, *stride, F2C(MPI_Datatype, *oldtype), &c_newtype);
+    *newtype = C2F(c_newtype);
+}
+WEAK_ALIAS(mpi_type_create_hvector_, pmpi_type_create_hvector_);
+
+void pmpi_type_indexed_(MPI_Fint *count, MPI_Fint *array_of_blocklengths, MPI_Fint *array_of_displacements, MPI_Fint *oldtype, MPI_Fint *newtype, MPI_Fint *ierror)
+{
+    MPI_Datatype c_newtype = F2C(MPI_Datatype, *newtype);
+    *ierror = PMPI_Type_indexed(*count, array_of_blocklengths, array_of_displacements, F2C(MPI_Datatype, *oldtype), &c_newtype);
+    *newtype = C2F(c_newtype);
+}
+WEAK_ALIAS(mpi_type_indexed_, pmpi_type_indexed_);
+
+void pmpi_type_create_hindexed_(MPI_Fint *count, MPI_Fint *array_of_blocklengths, MPI_Aint *array_of_displacements, MPI_Fint *oldtype, MPI_Fint *newtype, MPI_Fint *ierror)
+{
+    MPI_Datatype c_newtype = F2C(MPI_Datatype, *newtype);
+    *ierror = PMPI_Type_create_hindexed(*count, array_of_blocklengths, array_of_displacements, F2C(MPI_Datatype, *oldtype), &c_newtype);
+    *newtype = C2F(c_newtype);
+}
+WEAK_ALIAS(mpi_type_create_hindexed_, pmpi_type_create_hindexed_);
+
+void pmpi_type_create_indexed_block_(MPI_Fint *count, MPI_Fint *blocklength, MPI_Fint *array_of_displacements, MPI_Fint *oldtype, MPI_Fint *newtype, MPI_Fint *ierror)
+{
+    MPI_Datatype c_newtype = F2C(MPI_Datatype, *newtype);
+    *ierror = PMPI_Type_create_indexed_block(*count, *blocklength, array_of_displacements, F2C(MPI_Datatype, *oldtype), &c_newtype);
+    *newtype = C2F(c_newtype);
+}
+WEAK_ALIAS(mpi_type_create_indexed_block_, pmpi_type_create_indexed_block_);
+
+void pmpi_type_create_hindexed_block_(MPI_Fint *count, MPI_Fint *blocklength, MPI_Aint *array_of_displacements, MPI_Fint *oldtype, MPI_Fint *newtype, MPI_Fint *ierror)
+{
+    MPI_Datatype c_newtype = F2C(MPI_Datatype, *newtype);
+    *ierror = PMPI_Type_create_hindexed_block(*count, *blocklength, array_of_displacements, F2C(MPI_Datatype, *oldtype), &c_newtype);
+    *newtype = C2F(c_newtype);
+}
+WEAK_ALIAS(mpi_type_create_hindexed_block_, pmpi_type_create_hindexed_block_);
+
+void pmpi_type_create_struct_(MPI_Fint *count, MPI_Fint *array_of_blocklengths, MPI_Aint *array_of_displacements, MPI_Fint *array_of_types, MPI_Fint *newtype, MPI_Fint *ierror)
 {
     int n_array_of_types = *count;
     MPI_Datatype *c_array_of_types = malloc(sizeof(MPI_Datatype) * (size_t)(n_array_of_types > 0 ? n_array_of_types : 1));
     for (int i = 0; i < n_array_of_types; i++) c_array_of_types[i] = F2C(MPI_Datatype, array_of_types[i]);
     MPI_Datatype c_newtype = F2C(MPI_Datatype, *newtype);
-    *ierror = MPI_Type_create_struct(*count, array_of_blocklengths, array_of_displacements, c_array_of_types, &c_newtype);
+    *ierror = PMPI_Type_create_struct(*count, array_of_blocklengths, array_of_displacements, c_array_of_types, &c_newtype);
     free(c_array_of_types);
     *newtype = C2F(c_newtype);
 }
+WEAK_ALIAS(mpi_type_create_struct_, pmpi_type_create_struct_);
 
-void mpi_type_create_subarray_(MPI_Fint *ndims, MPI_Fint *array_of_sizes, MPI_Fint *array_of_subsizes, MPI_Fint *array_of_starts, MPI_Fint *order, MPI_Fint *oldtype, MPI_Fint *newtype, MPI_Fint *ierror)
+void pmpi_type_create_subarray_(MPI_Fint *ndims, MPI_Fint *array_of_sizes, MPI_Fint *array_of_subsizes, MPI_Fint *array_of_starts, MPI_Fint *order, MPI_Fint *oldtype, MPI_Fint *newtype, MPI_Fint *ierror)
 {
     MPI_Datatype c_newtype = F2C(MPI_Datatype, *newtype);
-    *ierror = MPI_Type_create_subarray(*ndims, array_of_sizes, array_of_subsizes, array_of_starts, *order, F2C(MPI_Datatype, *oldtype), &c_newtype);
+    *ierror = PMPI_Type_create_subarray(*ndims, array_of_sizes, array_of_subsizes, array_of_starts, *order, F2C(MPI_Datatype, *oldtype), &c_newtype);
     *newtype = C2F(c_newtype);
 }
+WEAK_ALIAS(mpi_type_create_subarray_, pmpi_type_create_subarray_);
 
-void mpi_type_create_darray_(MPI_Fint *size, MPI_Fint *rank, MPI_Fint *ndims, MPI_Fint *array_of_gsizes, MPI_Fint *array_of_distribs, MPI_Fint *array_of_dargs, MPI_Fint *array_of_psizes, MPI_Fint *order, MPI_Fint *oldtype, MPI_Fint *newtype, MPI_Fint *ierror)
+void pmpi_type_create_darray_(MPI_Fint *size, MPI_Fint *rank, MPI_Fint *ndims, MPI_Fint *array_of_gsizes, MPI_Fint *array_of_distribs, MPI_Fint *array_of_dargs, MPI_Fint *array_of_psizes, MPI_Fint *order, MPI_Fint *oldtype, MPI_Fint *newtype, MPI_Fint *ierror)
 {
     MPI_Datatype c_newtype = F2C(MPI_Datatype, *newtype);
-    *ierror = MPI_Type_create_darray(*size, *rank, *ndims, array_of_gsizes, array_of_distribs, array_of_dargs, array_of_psizes, *order, F2C(MPI_Datatype, *oldtype), &c_newtype);
+    *ierror = PMPI_Type_create_darray(*size, *rank, *ndims, array_of_gsizes, array_of_distribs, array_of_dargs, array_of_psizes, *order, F2C(MPI_Datatype, *oldtype), &c_newtype);
     *newtype = C2F(c_newtype);
 }
+WEAK_ALIAS(mpi_type_create_darray_, pmpi_type_create_darray_);
 
-void mpi_type_create_resized_(MPI_Fint *oldtype, MPI_Aint *lb, MPI_Aint *extent, MPI_Fint *newtype, MPI_Fint *ierror)
+void pmpi_type_create_resized_(MPI_Fint *oldtype, MPI_Aint *lb, MPI_Aint *extent, MPI_Fint *newtype, MPI_Fint *ierror)
 {
     MPI_Datatype c_newtype = F2C(MPI_Datatype, *newtype);
-    *ierror = MPI_Type_create_resized(F2C(MPI_Datatype, *oldtype), *lb, *extent, &c_newtype);
+    *ierror = PMPI_Type_create_resized(F2C(MPI_Datatype, *oldtype), *lb, *extent, &c_newtype);
     *newtype = C2F(c_newtype);
 }
+WEAK_ALIAS(mpi_type_create_resized_, pmpi_type_create_resized_);
 
-void mpi_type_commit_(MPI_Fint *datatype, MPI_Fint *ierror)
+void pmpi_type_commit_(MPI_Fint *datatype, MPI_Fint *ierror)
 {
     MPI_Datatype c_datatype = F2C(MPI_Datatype, *datatype);
-    *ierror = MPI_Type_commit(&c_datatype);
+    *ierror = PMPI_Type_commit(&c_datatype);
     *datatype = C2F(c_datatype);
 }
+WEAK_ALIAS(mpi_type_commit_, pmpi_type_commit_);
 
-void mpi_type_free_(MPI_Fint *datatype, MPI_Fint *ierror)
+void pmpi_type_free_(MPI_Fint *datatype, MPI_Fint *ierror)
 {
     MPI_Datatype c_datatype = F2C(MPI_Datatype, *datatype);
-    *ierror = MPI_Type_free(&c_datatype);
+    *ierror = PMPI_Type_free(&c_datatype);
     *datatype = C2F(c_datatype);
 }
+WEAK_ALIAS(mpi_type_free_, pmpi_type_free_);
 
-void mpi_type_dup_(MPI_Fint *oldtype, MPI_Fint *newtype, MPI_Fint *ierror)
+void pmpi_type_dup_(MPI_Fint *oldtype, MPI_Fint *newtype, MPI_Fint *ierror)
 {
     MPI_Datatype c_newtype = F2C(MPI_Datatype, *newtype);
-    *ierror = MPI_Type_dup(F2C(MPI_Datatype, *oldtype), &c_newtype);
+    *ierror = PMPI_Type_dup(F2C(MPI_Datatype, *oldtype), &c_newtype);
     *newtype = C2F(c_newtype);
 }
+WEAK_ALIAS(mpi_type_dup_, pmpi_type_dup_);
 
-void mpi_type_size_(MPI_Fint *datatype, MPI_Fint *size, MPI_Fint *ierror)
+void pmpi_type_size_(MPI_Fint *datatype, MPI_Fint *size, MPI_Fint *ierror)
 {
-    *ierror = MPI_Type_size(F2C(MPI_Datatype, *datatype), size);
+    *ierror = PMPI_Type_size(F2C(MPI_Datatype, *datatype), size);
 }
+WEAK_ALIAS(mpi_type_size_, pmpi_type_size_);
 
-void mpi_type_size_x_(MPI_Fint *datatype, MPI_Count *size, MPI_Fint *ierror)
+void pmpi_type_size_x_(MPI_Fint *datatype, MPI_Count *size, MPI_Fint *ierror)
 {
-    *ierror = MPI_Type_size_x(F2C(MPI_Datatype, *datatype), size);
+    *ierror = PMPI_Type_size_x(F2C(MPI_Datatype, *datatype), size);
 }
+WEAK_ALIAS(mpi_type_size_x_, pmpi_type_size_x_);
 
-void mpi_type_get_extent_(MPI_Fint *datatype, MPI_Aint *lb, MPI_Aint *extent, MPI_Fint *ierror)
+void pmpi_type_get_extent_(MPI_Fint *datatype, MPI_Aint *lb, MPI_Aint *extent, MPI_Fint *ierror)
 {
-    *ierror = MPI_Type_get_extent(F2C(MPI_Datatype, *datatype), lb, extent);
+    *ierror = PMPI_Type_get_extent(F2C(MPI_Datatype, *datatype), lb, extent);
 }
+WEAK_ALIAS(mpi_type_get_extent_, pmpi_type_get_extent_);
 
-void mpi_type_get_extent_x_(MPI_Fint *datatype, MPI_Count *lb, MPI_Count *extent, MPI_Fint *ierror)
+void pmpi_type_get_extent_x_(MPI_Fint *datatype, MPI_Count *lb, MPI_Count *extent, MPI_Fint *ierror)
 {
-    *ierror = MPI_Type_get_extent_x(F2C(MPI_Datatype, *datatype), lb, extent);
+    *ierror = PMPI_Type_get_extent_x(F2C(MPI_Datatype, *datatype), lb, extent);
 }
+WEAK_ALIAS(mpi_type_get_extent_x_, pmpi_type_get_extent_x_);
 
-void mpi_type_get_true_extent_(MPI_Fint *datatype, MPI_Aint *true_lb, MPI_Aint *true_extent, MPI_Fint *ierror)
+void pmpi_type_get_true_extent_(MPI_Fint *datatype, MPI_Aint *true_lb, MPI_Aint *true_extent, MPI_Fint *ierror)
 {
-    *ierror = MPI_Type_get_true_extent(F2C(MPI_Datatype, *datatype), true_lb, true_extent);
+    *ierror = PMPI_Type_get_true_extent(F2C(MPI_Datatype, *datatype), true_lb, true_extent);
 }
+WEAK_ALIAS(mpi_type_get_true_extent_, pmpi_type_get_true_extent_);
 
-void mpi_type_get_true_extent_x_(MPI_Fint *datatype, MPI_Count *true_lb, MPI_Count *true_extent, MPI_Fint *ierror)
+void pmpi_type_get_true_extent_x_(MPI_Fint *datatype, MPI_Count *true_lb, MPI_Count *true_extent, MPI_Fint *ierror)
 {
-    *ierror = MPI_Type_get_true_extent_x(F2C(MPI_Datatype, *datatype), true_lb, true_extent);
+    *ierror = PMPI_Type_get_true_extent_x(F2C(MPI_Datatype, *datatype), true_lb, true_extent);
 }
+WEAK_ALIAS(mpi_type_get_true_extent_x_, pmpi_type_get_true_extent_x_);
 
-void mpi_type_get_envelope_(MPI_Fint *datatype, MPI_Fint *num_integers, MPI_Fint *num_addresses, MPI_Fint *num_datatypes, MPI_Fint *combiner, MPI_Fint *ierror)
+void pmpi_type_get_envelope_(MPI_Fint *datatype, MPI_Fint *num_integers, MPI_Fint *num_addresses, MPI_Fint *num_datatypes, MPI_Fint *combiner, MPI_Fint *ierror)
 {
-    *ierror = MPI_Type_get_envelope(F2C(MPI_Datatype, *datatype), num_integers, num_addresses, num_datatypes, combiner);
+    *ierror = PMPI_Type_get_envelope(F2C(MPI_Datatype, *datatype), num_integers, num_addresses, num_datatypes, combiner);
 }
+WEAK_ALIAS(mpi_type_get_envelope_, pmpi_type_get_envelope_);
 
-void mpi_type_get_contents_(MPI_Fint *datatype, MPI_Fint *max_integers, MPI_Fint *max_addresses, MPI_Fint *max_datatypes, MPI_Fint *array_of_integers, MPI_Aint *array_of_addresses, MPI_Fint *array_of_datatypes, MPI_Fint *ierror)
+void pmpi_type_get_contents_(MPI_Fint *datatype, MPI_Fint *max_integers, MPI_Fint *max_addresses, MPI_Fint *max_datatypes, MPI_Fint *array_of_integers, MPI_Aint *array_of_addresses, MPI_Fint *array_of_datatypes, MPI_Fint *ierror)
 {
     int n_array_of_datatypes = *max_datatypes;
     MPI_Datatype *c_array_of_datatypes = malloc(sizeof(MPI_Datatype) * (size_t)(n_array_of_datatypes > 0 ? n_array_of_datatypes : 1));
     for (int i = 0; i < n_array_of_datatypes; i++) c_array_of_datatypes[i] = F2C(MPI_Datatype, array_of_datatypes[i]);
-    *ierror = MPI_Type_get_contents(F2C(MPI_Datatype, *datatype), *max_integers, *max_addresses, *max_datatypes, array_of_integers, array_of_addresses, c_array_of_datatypes);
+    *ierror = PMPI_Type_get_contents(F2C(MPI_Datatype, *datatype), *max_integers, *max_addresses, *max_datatypes, array_of_integers, array_of_addresses, c_array_of_datatypes);
     for (int i = 0; i < n_array_of_datatypes; i++) array_of_datatypes[i] = C2F(c_array_of_datatypes[i]);
     free(c_array_of_datatypes);
 }
+WEAK_ALIAS(mpi_type_get_contents_, pmpi_type_get_contents_);
 
-void mpi_type_set_name_(MPI_Fint *datatype, char *type_name, MPI_Fint *ierror, size_t type_name_len)
+void pmpi_type_set_name_(MPI_Fint *datatype, char *type_name, MPI_Fint *ierror, size_t type_name_len)
 {
     char *c_type_name = f2cstr(type_name, type_name_len);
-    *ierror = MPI_Type_set_name(F2C(MPI_Datatype, *datatype), c_type_name);
+    *ierror = PMPI_Type_set_name(F2C(MPI_Datatype, *datatype), c_type_name);
     free(c_type_name);
 }
+WEAK_ALIAS(mpi_type_set_name_, pmpi_type_set_name_);
 
-void mpi_type_get_name_(MPI_Fint *datatype, char *type_name, MPI_Fint *resultlen, MPI_Fint *ierror, size_t type_name_len)
+void pmpi_type_get_name_(MPI_Fint *datatype, char *type_name, MPI_Fint *resultlen, MPI_Fint *ierror, size_t type_name_len)
 {
     char c_type_name[STRMAX];
     c_type_name[0] = 0;
-    *ierror = MPI_Type_get_name(F2C(MPI_Datatype, *datatype), c_type_name, resultlen);
+    *ierror = PMPI_Type_get_name(F2C(MPI_Datatype, *datatype), c_type_name, resultlen);
     c2fstr(c_type_name, type_name, type_name_len);
 }
+WEAK_ALIAS(mpi_type_get_name_, pmpi_type_get_name_);
 
-void mpi_type_match_size_(MPI_Fint *typeclass, MPI_Fint *size, MPI_Fint *datatype, MPI_Fint *ierror)
+void pmpi_type_match_size_(MPI_Fint *typeclass, MPI_Fint *size, MPI_Fint *datatype, MPI_Fint *ierror)
 {
     MPI_Datatype c_datatype = F2C(MPI_Datatype, *datatype);
-    *ierror = MPI_Type_match_size(*typeclass, *size, &c_datatype);
+    *ierror = PMPI_Type_match_size(*typeclass, *size, &c_datatype);
     *datatype = C2F(c_datatype);
 }
+WEAK_ALIAS(mpi_type_match_size_, pmpi_type_match_size_);
 
-void mpi_type_free_keyval_(MPI_Fint *type_keyval, MPI_Fint *ierror)
+void pmpi_type_free_keyval_(MPI_Fint *type_keyval, MPI_Fint *ierror)
 {
-    *ierror = MPI_Type_free_keyval(type_keyval);
+    *ierror = PMPI_Type_free_keyval(type_keyval);
 }
+WEAK_ALIAS(mpi_type_free_keyval_, pmpi_type_free_keyval_);
 
-void mpi_type_delete_attr_(MPI_Fint *datatype, MPI_Fint *type_keyval, MPI_Fint *ierror)
+void pmpi_type_delete_attr_(MPI_Fint *datatype, MPI_Fint *type_keyval, MPI_Fint *ierror)
 {
-    *ierror = MPI_Type_delete_attr(F2C(MPI_Datatype, *datatype), *type_keyval);
+    *ierror = PMPI_Type_delete_attr(F2C(MPI_Datatype, *datatype), *type_keyval);
 }
+WEAK_ALIAS(mpi_type_delete_attr_, pmpi_type_delete_attr_);
 
-void mpi_pack_(void *inbuf, MPI_Fint *incount, MPI_Fint *datatype, void *outbuf, MPI_Fint *outsize, MPI_Fint *position, MPI_Fint *comm, MPI_Fint *ierror)
+void pmpi_pack_(void *inbuf, MPI_Fint *incount, MPI_Fint *datatype, void *outbuf, MPI_Fint *outsize, MPI_Fint *position, MPI_Fint *comm, MPI_Fint *ierror)
 {
-    *ierror = MPI_Pack(BUF(inbuf), *incount, F2C(MPI_Datatype, *datatype), BUF(outbuf), *outsize, position, F2C(MPI_Comm, *comm));
+    *ierror = PMPI_Pack(BUF(inbuf), *incount, F2C(MPI_Datatype, *datatype), BUF(outbuf), *outsize, position, F2C(MPI_Comm, *comm));
 }
+WEAK_ALIAS(mpi_pack_, pmpi_pack_);
 
-void mpi_unpack_(void *inbuf, MPI_Fint *insize, MPI_Fint *position, void *outbuf, MPI_Fint *outcount, MPI_Fint *datatype, MPI_Fint *comm, MPI_Fint *ierror)
+void pmpi_unpack_(void *inbuf, MPI_Fint *insize, MPI_Fint *position, void *outbuf, MPI_Fint *outcount, MPI_Fint *datatype, MPI_Fint *comm, MPI_Fint *ierror)
 {
-    *ierror = MPI_Unpack(BUF(inbuf), *insize, position, BUF(outbuf), *outcount, F2C(MPI_Datatype, *datatype), F2C(MPI_Comm, *comm));
+    *ierror = PMPI_Unpack(BUF(inbuf), *insize, position, BUF(outbuf), *outcount, F2C(MPI_Datatype, *datatype), F2C(MPI_Comm, *comm));
 }
+WEAK_ALIAS(mpi_unpack_, pmpi_unpack_);
 
-void mpi_pack_size_(MPI_Fint *incount, MPI_Fint *datatype, MPI_Fint *comm, MPI_Fint *size, MPI_Fint *ierror)
+void pmpi_pack_size_(MPI_Fint *incount, MPI_Fint *datatype, MPI_Fint *comm, MPI_Fint *size, MPI_Fint *ierror)
 {
-    *ierror = MPI_Pack_size(*incount, F2C(MPI_Datatype, *datatype), F2C(MPI_Comm, *comm), size);
+    *ierror = PMPI_Pack_size(*incount, F2C(MPI_Datatype, *datatype), F2C(MPI_Comm, *comm), size);
 }
+WEAK_ALIAS(mpi_pack_size_, pmpi_pack_size_);
 
-void mpi_pack_external_(char *datarep, void *inbuf, MPI_Fint *incount, MPI_Fint *datatype, void *outbuf, MPI_Aint *outsize, MPI_Aint *position, MPI_Fint *ierror, size_t datarep_len)
-{
-    char *c_datarep = f2cstr(datarep, datarep_len);
-    *ierror = MPI_Pack_external(c_datarep, BUF(inbuf), *incount, F2C(MPI_Datatype, *datatype), BUF(outbuf), *outsize, position);
-    free(c_datarep);
-}
-
-void mpi_unpack_external_(char *datarep, void *inbuf, MPI_Aint *insize, MPI_Aint *position, void *outbuf, MPI_Fint *outcount, MPI_Fint *datatype, MPI_Fint *ierror, size_t datarep_len)
-{
-    char *c_datarep = f2cstr(datarep, datarep_len);
-    *ierror = MPI_Unpack_external(c_datarep, BUF(inbuf), *insize, position, BUF(outbuf), *outcount, F2C(MPI_Datatype, *datatype));
-    free(c_datarep);
-}
-
-void mpi_pack_external_size_(char *datarep, MPI_Fint *incount, MPI_Fint *datatype, MPI_Aint *size, MPI_Fint *ierror, size_t datarep_len)
+void pmpi_pack_external_(char *datarep, void *inbuf, MPI_Fint *incount, MPI_Fint *datatype, void *outbuf, MPI_Aint *outsize, MPI_Aint *position, MPI_Fint *ierror, size_t datarep_len)
 {
     char *c_datarep = f2cstr(datarep, datarep_len);
-    *ierror = MPI_Pack_external_size(c_datarep, *incount, F2C(MPI_Datatype, *datatype), size);
+    *ierror = PMPI_Pack_external(c_datarep, BUF(inbuf), *incount, F2C(MPI_Datatype, *datatype), BUF(outbuf), *outsize, position);
     free(c_datarep);
 }
+WEAK_ALIAS(mpi_pack_external_, pmpi_pack_external_);
 
-void mpi_get_address_(void *location, MPI_Aint *address, MPI_Fint *ierror)
+void pmpi_unpack_external_(char *datarep, void *inbuf, MPI_Aint *insize, MPI_Aint *position, void *outbuf, MPI_Fint *outcount, MPI_Fint *datatype, MPI_Fint *ierror, size_t datarep_len)
 {
-    *ierror = MPI_Get_address(BUF(location), address);
+    char *c_datarep = f2cstr(datarep, datarep_len);
+    *ierror = PMPI_Unpack_external(c_datarep, BUF(inbuf), *insize, position, BUF(outbuf), *outcount, F2C(MPI_Datatype, *datatype));
+    free(c_datarep);
 }
+WEAK_ALIAS(mpi_unpack_external_, pmpi_unpack_external_);
 
-void mpi_op_free_(MPI_Fint *op, MPI_Fint *ierror)
+void pmpi_pack_external_size_(char *datarep, MPI_Fint *incount, MPI_Fint *datatype, MPI_Aint *size, MPI_Fint *ierror, size_t datarep_len)
+{
+    char *c_datarep = f2cstr(datarep, datarep_len);
+    *ierror = PMPI_Pack_external_size(c_datarep, *incount, F2C(MPI_Datatype, *datatype), size);
+    free(c_datarep);
+}
+WEAK_ALIAS(mpi_pack_external_size_, pmpi_pack_external_size_);
+
+void pmpi_get_address_(void *location, MPI_Aint *address, MPI_Fint *ierror)
+{
+    *ierror = PMPI_Get_address(BUF(location), address);
+}
+WEAK_ALIAS(mpi_get_address_, pmpi_get_address_);
+
+void pmpi_op_free_(MPI_Fint *op, MPI_Fint *ierror)
 {
     MPI_Op c_op = F2C(MPI_Op, *op);
-    *ierror = MPI_Op_free(&c_op);
+    *ierror = PMPI_Op_free(&c_op);
     *op = C2F(c_op);
 }
+WEAK_ALIAS(mpi_op_free_, pmpi_op_free_);
 
-void mpi_op_commutative_(MPI_Fint *op, MPI_Fint *commute, MPI_Fint *ierror)
+void pmpi_op_commutative_(MPI_Fint *op, MPI_Fint *commute, MPI_Fint *ierror)
 {
-    *ierror = MPI_Op_commutative(F2C(MPI_Op, *op), commute);
+    *ierror = PMPI_Op_commutative(F2C(MPI_Op, *op), commute);
 }
+WEAK_ALIAS(mpi_op_commutative_, pmpi_op_commutative_);
 
-void mpi_reduce_local_(void *inbuf, void *inoutbuf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *ierror)
+void pmpi_reduce_local_(void *inbuf, void *inoutbuf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *ierror)
 {
-    *ierror = MPI_Reduce_local(BUF(inbuf), BUF(inoutbuf), *count, F2C(MPI_Datatype, *datatype), F2C(MPI_Op, *op));
+    *ierror = PMPI_Reduce_local(BUF(inbuf), BUF(inoutbuf), *count, F2C(MPI_Datatype, *datatype), F2C(MPI_Op, *op));
 }
+WEAK_ALIAS(mpi_reduce_local_, pmpi_reduce_local_);
 
-void mpi_barrier_(MPI_Fint *comm, MPI_Fint *ierror)
+void pmpi_barrier_(MPI_Fint *comm, MPI_Fint *ierror)
 {
-    *ierror = MPI_Barrier(F2C(MPI_Comm, *comm));
+    *ierror = PMPI_Barrier(F2C(MPI_Comm, *comm));
 }
+WEAK_ALIAS(mpi_barrier_, pmpi_barrier_);
 
-void mpi_bcast_(void *buffer, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *ierror)
+void pmpi_bcast_(void *buffer, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *ierror)
 {
-    *ierror = MPI_Bcast(BUF(buffer), *count, F2C(MPI_Datatype, *datatype), *root, F2C(MPI_Comm, *comm));
+    *ierror = PMPI_Bcast(BUF(buffer), *count, F2C(MPI_Datatype, *datatype), *root, F2C(MPI_Comm, *comm));
 }
+WEAK_ALIAS(mpi_bcast_, pmpi_bcast_);
 
-void mpi_gather_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *ierror)
+void pmpi_gather_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *ierror)
 {
-    *ierror = MPI_Gather(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), *recvcount, F2C(MPI_Datatype, *recvtype), *root, F2C(MPI_Comm, *comm));
+    *ierror = PMPI_Gather(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), *recvcount, F2C(MPI_Datatype, *recvtype), *root, F2C(MPI_Comm, *comm));
 }
+WEAK_ALIAS(mpi_gather_, pmpi_gather_);
 
-void mpi_gatherv_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcounts, MPI_Fint *displs, MPI_Fint *recvtype, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *ierror)
+void pmpi_gatherv_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcounts, MPI_Fint *displs, MPI_Fint *recvtype, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *ierror)
 {
-    *ierror = MPI_Gatherv(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), recvcounts, displs, F2C(MPI_Datatype, *recvtype), *root, F2C(MPI_Comm, *comm));
+    *ierror = PMPI_Gatherv(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), recvcounts, displs, F2C(MPI_Datatype, *recvtype), *root, F2C(MPI_Comm, *comm));
 }
+WEAK_ALIAS(mpi_gatherv_, pmpi_gatherv_);
 
-void mpi_scatter_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *ierror)
+void pmpi_scatter_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *ierror)
 {
-    *ierror = MPI_Scatter(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), *recvcount, F2C(MPI_Datatype, *recvtype), *root, F2C(MPI_Comm, *comm));
+    *ierror = PMPI_Scatter(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), *recvcount, F2C(MPI_Datatype, *recvtype), *root, F2C(MPI_Comm, *comm));
 }
+WEAK_ALIAS(mpi_scatter_, pmpi_scatter_);
 
-void mpi_scatterv_(void *sendbuf, MPI_Fint *sendcounts, MPI_Fint *displs, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *ierror)
+void pmpi_scatterv_(void *sendbuf, MPI_Fint *sendcounts, MPI_Fint *displs, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *ierror)
 {
-    *ierror = MPI_Scatterv(BUF(sendbuf), sendcounts, displs, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), *recvcount, F2C(MPI_Datatype, *recvtype), *root, F2C(MPI_Comm, *comm));
+    *ierror = PMPI_Scatterv(BUF(sendbuf), sendcounts, displs, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), *recvcount, F2C(MPI_Datatype, *recvtype), *root, F2C(MPI_Comm, *comm));
 }
+WEAK_ALIAS(mpi_scatterv_, pmpi_scatterv_);
 
-void mpi_allgather_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *ierror)
+void pmpi_allgather_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *ierror)
 {
-    *ierror = MPI_Allgather(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), *recvcount, F2C(MPI_Datatype, *recvtype), F2C(MPI_Comm, *comm));
+    *ierror = PMPI_Allgather(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), *recvcount, F2C(MPI_Datatype, *recvtype), F2C(MPI_Comm, *comm));
 }
+WEAK_ALIAS(mpi_allgather_, pmpi_allgather_);
 
-void mpi_allgatherv_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcounts, MPI_Fint *displs, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *ierror)
+void pmpi_allgatherv_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcounts, MPI_Fint *displs, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *ierror)
 {
-    *ierror = MPI_Allgatherv(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), recvcounts, displs, F2C(MPI_Datatype, *recvtype), F2C(MPI_Comm, *comm));
+    *ierror = PMPI_Allgatherv(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), recvcounts, displs, F2C(MPI_Datatype, *recvtype), F2C(MPI_Comm, *comm));
 }
+WEAK_ALIAS(mpi_allgatherv_, pmpi_allgatherv_);
 
-void mpi_alltoall_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *ierror)
+void pmpi_alltoall_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *ierror)
 {
-    *ierror = MPI_Alltoall(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), *recvcount, F2C(MPI_Datatype, *recvtype), F2C(MPI_Comm, *comm));
+    *ierror = PMPI_Alltoall(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), *recvcount, F2C(MPI_Datatype, *recvtype), F2C(MPI_Comm, *comm));
 }
+WEAK_ALIAS(mpi_alltoall_, pmpi_alltoall_);
 
-void mpi_alltoallv_(void *sendbuf, MPI_Fint *sendcounts, MPI_Fint *sdispls, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcounts, MPI_Fint *rdispls, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *ierror)
+void pmpi_alltoallv_(void *sendbuf, MPI_Fint *sendcounts, MPI_Fint *sdispls, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcounts, MPI_Fint *rdispls, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *ierror)
 {
-    *ierror = MPI_Alltoallv(BUF(sendbuf), sendcounts, sdispls, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), recvcounts, rdispls, F2C(MPI_Datatype, *recvtype), F2C(MPI_Comm, *comm));
+    *ierror = PMPI_Alltoallv(BUF(sendbuf), sendcounts, sdispls, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), recvcounts, rdispls, F2C(MPI_Datatype, *recvtype), F2C(MPI_Comm, *comm));
 }
+WEAK_ALIAS(mpi_alltoallv_, pmpi_alltoallv_);
 
-void mpi_reduce_(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *ierror)
+void pmpi_reduce_(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *ierror)
 {
-    *ierror = MPI_Reduce(BUF(sendbuf), BUF(recvbuf), *count, F2C(MPI_Datatype, *datatype), F2C(MPI_Op, *op), *root, F2C(MPI_Comm, *comm));
+    *ierror = PMPI_Reduce(BUF(sendbuf), BUF(recvbuf), *count, F2C(MPI_Datatype, *datatype), F2C(MPI_Op, *op), *root, F2C(MPI_Comm, *comm));
 }
+WEAK_ALIAS(mpi_reduce_, pmpi_reduce_);
 
-void mpi_allreduce_(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *comm, MPI_Fint *ierror)
+void pmpi_allreduce_(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *comm, MPI_Fint *ierror)
 {
-    *ierror = MPI_Allreduce(BUF(sendbuf), BUF(recvbuf), *count, F2C(MPI_Datatype, *datatype), F2C(MPI_Op, *op), F2C(MPI_Comm, *comm));
+    *ierror = PMPI_Allreduce(BUF(sendbuf), BUF(recvbuf), *count, F2C(MPI_Datatype, *datatype), F2C(MPI_Op, *op), F2C(MPI_Comm, *comm));
 }
+WEAK_ALIAS(mpi_allreduce_, pmpi_allreduce_);
 
-void mpi_reduce_scatter_(void *sendbuf, void *recvbuf, MPI_Fint *recvcounts, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *comm, MPI_Fint *ierror)
+void pmpi_reduce_scatter_(void *sendbuf, void *recvbuf, MPI_Fint *recvcounts, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *comm, MPI_Fint *ierror)
 {
-    *ierror = MPI_Reduce_scatter(BUF(sendbuf), BUF(recvbuf), recvcounts, F2C(MPI_Datatype, *datatype), F2C(MPI_Op, *op), F2C(MPI_Comm, *comm));
+    *ierror = PMPI_Reduce_scatter(BUF(sendbuf), BUF(recvbuf), recvcounts, F2C(MPI_Datatype, *datatype), F2C(MPI_Op, *op), F2C(MPI_Comm, *comm));
 }
+WEAK_ALIAS(mpi_reduce_scatter_, pmpi_reduce_scatter_);
 
-void mpi_reduce_scatter_block_(void *sendbuf, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *comm, MPI_Fint *ierror)
+void pmpi_reduce_scatter_block_(void *sendbuf, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *comm, MPI_Fint *ierror)
 {
-    *ierror = MPI_Reduce_scatter_block(BUF(sendbuf), BUF(recvbuf), *recvcount, F2C(MPI_Datatype, *datatype), F2C(MPI_Op, *op), F2C(MPI_Comm, *comm));
+    *ierror = PMPI_Reduce_scatter_block(BUF(sendbuf), BUF(recvbuf), *recvcount, F2C(MPI_Datatype, *datatype), F2C(MPI_Op, *op), F2C(MPI_Comm, *comm));
 }
+WEAK_ALIAS(mpi_reduce_scatter_block_, pmpi_reduce_scatter_block_);
 
-void mpi_scan_(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *comm, MPI_Fint *ierror)
+void pmpi_scan_(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *comm, MPI_Fint *ierror)
 {
-    *ierror = MPI_Scan(BUF(sendbuf), BUF(recvbuf), *count, F2C(MPI_Datatype, *datatype), F2C(MPI_Op, *op), F2C(MPI_Comm, *comm));
+    *ierror = PMPI_Scan(BUF(sendbuf), BUF(recvbuf), *count, F2C(MPI_Datatype, *datatype), F2C(MPI_Op, *op), F2C(MPI_Comm, *comm));
 }
+WEAK_ALIAS(mpi_scan_, pmpi_scan_);
 
-void mpi_exscan_(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *comm, MPI_Fint *ierror)
+void pmpi_exscan_(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *comm, MPI_Fint *ierror)
 {
-    *ierror = MPI_Exscan(BUF(sendbuf), BUF(recvbuf), *count, F2C(MPI_Datatype, *datatype), F2C(MPI_Op, *op), F2C(MPI_Comm, *comm));
+    *ierror = PMPI_Exscan(BUF(sendbuf), BUF(recvbuf), *count, F2C(MPI_Datatype, *datatype), F2C(MPI_Op, *op), F2C(MPI_Comm, *comm));
 }
+WEAK_ALIAS(mpi_exscan_, pmpi_exscan_);
 
-void mpi_ibarrier_(MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
-{
-    MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Ibarrier(F2C(MPI_Comm, *comm), &c_request);
-    *request = C2F(c_request);
-}
-
-void mpi_ibcast_(void *buffer, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
-{
-    MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Ibcast(BUF(buffer), *count, F2C(MPI_Datatype, *datatype), *root, F2C(MPI_Comm, *comm), &c_request);
-    *request = C2F(c_request);
-}
-
-void mpi_igather_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
-{
-    MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Igather(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), *recvcount, F2C(MPI_Datatype, *recvtype), *root, F2C(MPI_Comm, *comm), &c_request);
-    *request = C2F(c_request);
-}
-
-void mpi_igatherv_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcounts, MPI_Fint *displs, MPI_Fint *recvtype, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
+void pmpi_ibarrier_(MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
 {
     MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Igatherv(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), recvcounts, displs, F2C(MPI_Datatype, *recvtype), *root, F2C(MPI_Comm, *comm), &c_request);
+    *ierror = PMPI_Ibarrier(F2C(MPI_Comm, *comm), &c_request);
     *request = C2F(c_request);
 }
+WEAK_ALIAS(mpi_ibarrier_, pmpi_ibarrier_);
 
-void mpi_iscatter_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
+void pmpi_ibcast_(void *buffer, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
 {
     MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Iscatter(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), *recvcount, F2C(MPI_Datatype, *recvtype), *root, F2C(MPI_Comm, *comm), &c_request);
+    *ierror = PMPI_Ibcast(BUF(buffer), *count, F2C(MPI_Datatype, *datatype), *root, F2C(MPI_Comm, *comm), &c_request);
     *request = C2F(c_request);
 }
+WEAK_ALIAS(mpi_ibcast_, pmpi_ibcast_);
 
-void mpi_iscatterv_(void *sendbuf, MPI_Fint *sendcounts, MPI_Fint *displs, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
+void pmpi_igather_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
 {
     MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Iscatterv(BUF(sendbuf), sendcounts, displs, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), *recvcount, F2C(MPI_Datatype, *recvtype), *root, F2C(MPI_Comm, *comm), &c_request);
+    *ierror = PMPI_Igather(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), *recvcount, F2C(MPI_Datatype, *recvtype), *root, F2C(MPI_Comm, *comm), &c_request);
     *request = C2F(c_request);
 }
+WEAK_ALIAS(mpi_igather_, pmpi_igather_);
 
-void mpi_iallgather_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
+void pmpi_igatherv_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcounts, MPI_Fint *displs, MPI_Fint *recvtype, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
 {
     MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Iallgather(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), *recvcount, F2C(MPI_Datatype, *recvtype), F2C(MPI_Comm, *comm), &c_request);
+    *ierror = PMPI_Igatherv(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), recvcounts, displs, F2C(MPI_Datatype, *recvtype), *root, F2C(MPI_Comm, *comm), &c_request);
     *request = C2F(c_request);
 }
+WEAK_ALIAS(mpi_igatherv_, pmpi_igatherv_);
 
-void mpi_iallgatherv_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcounts, MPI_Fint *displs, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
+void pmpi_iscatter_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
 {
     MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Iallgatherv(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), recvcounts, displs, F2C(MPI_Datatype, *recvtype), F2C(MPI_Comm, *comm), &c_request);
+    *ierror = PMPI_Iscatter(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), *recvcount, F2C(MPI_Datatype, *recvtype), *root, F2C(MPI_Comm, *comm), &c_request);
     *request = C2F(c_request);
 }
+WEAK_ALIAS(mpi_iscatter_, pmpi_iscatter_);
 
-void mpi_ialltoall_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
+void pmpi_iscatterv_(void *sendbuf, MPI_Fint *sendcounts, MPI_Fint *displs, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
 {
     MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Ialltoall(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), *recvcount, F2C(MPI_Datatype, *recvtype), F2C(MPI_Comm, *comm), &c_request);
+    *ierror = PMPI_Iscatterv(BUF(sendbuf), sendcounts, displs, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), *recvcount, F2C(MPI_Datatype, *recvtype), *root, F2C(MPI_Comm, *comm), &c_request);
     *request = C2F(c_request);
 }
+WEAK_ALIAS(mpi_iscatterv_, pmpi_iscatterv_);
 
-void mpi_ialltoallv_(void *sendbuf, MPI_Fint *sendcounts, MPI_Fint *sdispls, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcounts, MPI_Fint *rdispls, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
+void pmpi_iallgather_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
 {
     MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Ialltoallv(BUF(sendbuf), sendcounts, sdispls, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), recvcounts, rdispls, F2C(MPI_Datatype, *recvtype), F2C(MPI_Comm, *comm), &c_request);
+    *ierror = PMPI_Iallgather(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), *recvcount, F2C(MPI_Datatype, *recvtype), F2C(MPI_Comm, *comm), &c_request);
     *request = C2F(c_request);
 }
+WEAK_ALIAS(mpi_iallgather_, pmpi_iallgather_);
 
-void mpi_ireduce_(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
+void pmpi_iallgatherv_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcounts, MPI_Fint *displs, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
 {
     MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Ireduce(BUF(sendbuf), BUF(recvbuf), *count, F2C(MPI_Datatype, *datatype), F2C(MPI_Op, *op), *root, F2C(MPI_Comm, *comm), &c_request);
+    *ierror = PMPI_Iallgatherv(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), recvcounts, displs, F2C(MPI_Datatype, *recvtype), F2C(MPI_Comm, *comm), &c_request);
     *request = C2F(c_request);
 }
+WEAK_ALIAS(mpi_iallgatherv_, pmpi_iallgatherv_);
 
-void mpi_iallreduce_(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
+void pmpi_ialltoall_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
 {
     MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Iallreduce(BUF(sendbuf), BUF(recvbuf), *count, F2C(MPI_Datatype, *datatype), F2C(MPI_Op, *op), F2C(MPI_Comm, *comm), &c_request);
+    *ierror = PMPI_Ialltoall(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), *recvcount, F2C(MPI_Datatype, *recvtype), F2C(MPI_Comm, *comm), &c_request);
     *request = C2F(c_request);
 }
+WEAK_ALIAS(mpi_ialltoall_, pmpi_ialltoall_);
 
-void mpi_ireduce_scatter_(void *sendbuf, void *recvbuf, MPI_Fint *recvcounts, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
+void pmpi_ialltoallv_(void *sendbuf, MPI_Fint *sendcounts, MPI_Fint *sdispls, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcounts, MPI_Fint *rdispls, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
 {
     MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Ireduce_scatter(BUF(sendbuf), BUF(recvbuf), recvcounts, F2C(MPI_Datatype, *datatype), F2C(MPI_Op, *op), F2C(MPI_Comm, *comm), &c_request);
+    *ierror = PMPI_Ialltoallv(BUF(sendbuf), sendcounts, sdispls, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), recvcounts, rdispls, F2C(MPI_Datatype, *recvtype), F2C(MPI_Comm, *comm), &c_request);
     *request = C2F(c_request);
 }
+WEAK_ALIAS(mpi_ialltoallv_, pmpi_ialltoallv_);
 
-void mpi_ireduce_scatter_block_(void *sendbuf, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
+void pmpi_ireduce_(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
 {
     MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Ireduce_scatter_block(BUF(sendbuf), BUF(recvbuf), *recvcount, F2C(MPI_Datatype, *datatype), F2C(MPI_Op, *op), F2C(MPI_Comm, *comm), &c_request);
+    *ierror = PMPI_Ireduce(BUF(sendbuf), BUF(recvbuf), *count, F2C(MPI_Datatype, *datatype), F2C(MPI_Op, *op), *root, F2C(MPI_Comm, *comm), &c_request);
     *request = C2F(c_request);
 }
+WEAK_ALIAS(mpi_ireduce_, pmpi_ireduce_);
 
-void mpi_iscan_(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
+void pmpi_iallreduce_(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
 {
     MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Iscan(BUF(sendbuf), BUF(recvbuf), *count, F2C(MPI_Datatype, *datatype), F2C(MPI_Op, *op), F2C(MPI_Comm, *comm), &c_request);
+    *ierror = PMPI_Iallreduce(BUF(sendbuf), BUF(recvbuf), *count, F2C(MPI_Datatype, *datatype), F2C(MPI_Op, *op), F2C(MPI_Comm, *comm), &c_request);
     *request = C2F(c_request);
 }
+WEAK_ALIAS(mpi_iallreduce_, pmpi_iallreduce_);
 
-void mpi_iexscan_(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
+void pmpi_ireduce_scatter_(void *sendbuf, void *recvbuf, MPI_Fint *recvcounts, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
 {
     MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Iexscan(BUF(sendbuf), BUF(recvbuf), *count, F2C(MPI_Datatype, *datatype), F2C(MPI_Op, *op), F2C(MPI_Comm, *comm), &c_request);
+    *ierror = PMPI_Ireduce_scatter(BUF(sendbuf), BUF(recvbuf), recvcounts, F2C(MPI_Datatype, *datatype), F2C(MPI_Op, *op), F2C(MPI_Comm, *comm), &c_request);
     *request = C2F(c_request);
 }
+WEAK_ALIAS(mpi_ireduce_scatter_, pmpi_ireduce_scatter_);
 
-void mpi_neighbor_allgather_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *ierror)
-{
-    *ierror = MPI_Neighbor_allgather(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), *recvcount, F2C(MPI_Datatype, *recvtype), F2C(MPI_Comm, *comm));
-}
-
-void mpi_neighbor_allgatherv_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcounts, MPI_Fint *displs, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *ierror)
-{
-    *ierror = MPI_Neighbor_allgatherv(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), recvcounts, displs, F2C(MPI_Datatype, *recvtype), F2C(MPI_Comm, *comm));
-}
-
-void mpi_neighbor_alltoall_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *ierror)
-{
-    *ierror = MPI_Neighbor_alltoall(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), *recvcount, F2C(MPI_Datatype, *recvtype), F2C(MPI_Comm, *comm));
-}
-
-void mpi_neighbor_alltoallv_(void *sendbuf, MPI_Fint *sendcounts, MPI_Fint *sdispls, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcounts, MPI_Fint *rdispls, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *ierror)
-{
-    *ierror = MPI_Neighbor_alltoallv(BUF(sendbuf), sendcounts, sdispls, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), recvcounts, rdispls, F2C(MPI_Datatype, *recvtype), F2C(MPI_Comm, *comm));
-}
-
-void mpi_ineighbor_allgather_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
+void pmpi_ireduce_scatter_block_(void *sendbuf, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
 {
     MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Ineighbor_allgather(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), *recvcount, F2C(MPI_Datatype, *recvtype), F2C(MPI_Comm, *comm), &c_request);
+    *ierror = PMPI_Ireduce_scatter_block(BUF(sendbuf), BUF(recvbuf), *recvcount, F2C(MPI_Datatype, *datatype), F2C(MPI_Op, *op), F2C(MPI_Comm, *comm), &c_request);
     *request = C2F(c_request);
 }
+WEAK_ALIAS(mpi_ireduce_scatter_block_, pmpi_ireduce_scatter_block_);
 
-void mpi_ineighbor_allgatherv_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcounts, MPI_Fint *displs, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
+void pmpi_iscan_(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
 {
     MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Ineighbor_allgatherv(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), recvcounts, displs, F2C(MPI_Datatype, *recvtype), F2C(MPI_Comm, *comm), &c_request);
+    *ierror = PMPI_Iscan(BUF(sendbuf), BUF(recvbuf), *count, F2C(MPI_Datatype, *datatype), F2C(MPI_Op, *op), F2C(MPI_Comm, *comm), &c_request);
     *request = C2F(c_request);
 }
+WEAK_ALIAS(mpi_iscan_, pmpi_iscan_);
 
-void mpi_ineighbor_alltoall_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
+void pmpi_iexscan_(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *datatype, MPI_Fint *op, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
 {
     MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Ineighbor_alltoall(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), *recvcount, F2C(MPI_Datatype, *recvtype), F2C(MPI_Comm, *comm), &c_request);
+    *ierror = PMPI_Iexscan(BUF(sendbuf), BUF(recvbuf), *count, F2C(MPI_Datatype, *datatype), F2C(MPI_Op, *op), F2C(MPI_Comm, *comm), &c_request);
     *request = C2F(c_request);
 }
+WEAK_ALIAS(mpi_iexscan_, pmpi_iexscan_);
 
-void mpi_ineighbor_alltoallv_(void *sendbuf, MPI_Fint *sendcounts, MPI_Fint *sdispls, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcounts, MPI_Fint *rdispls, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
+void pmpi_neighbor_allgather_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *ierror)
+{
+    *ierror = PMPI_Neighbor_allgather(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), *recvcount, F2C(MPI_Datatype, *recvtype), F2C(MPI_Comm, *comm));
+}
+WEAK_ALIAS(mpi_neighbor_allgather_, pmpi_neighbor_allgather_);
+
+void pmpi_neighbor_allgatherv_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcounts, MPI_Fint *displs, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *ierror)
+{
+    *ierror = PMPI_Neighbor_allgatherv(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), recvcounts, displs, F2C(MPI_Datatype, *recvtype), F2C(MPI_Comm, *comm));
+}
+WEAK_ALIAS(mpi_neighbor_allgatherv_, pmpi_neighbor_allgatherv_);
+
+void pmpi_neighbor_alltoall_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *ierror)
+{
+    *ierror = PMPI_Neighbor_alltoall(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), *recvcount, F2C(MPI_Datatype, *recvtype), F2C(MPI_Comm, *comm));
+}
+WEAK_ALIAS(mpi_neighbor_alltoall_, pmpi_neighbor_alltoall_);
+
+void pmpi_neighbor_alltoallv_(void *sendbuf, MPI_Fint *sendcounts, MPI_Fint *sdispls, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcounts, MPI_Fint *rdispls, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *ierror)
+{
+    *ierror = PMPI_Neighbor_alltoallv(BUF(sendbuf), sendcounts, sdispls, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), recvcounts, rdispls, F2C(MPI_Datatype, *recvtype), F2C(MPI_Comm, *comm));
+}
+WEAK_ALIAS(mpi_neighbor_alltoallv_, pmpi_neighbor_alltoallv_);
+
+void pmpi_ineighbor_allgather_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
 {
     MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Ineighbor_alltoallv(BUF(sendbuf), sendcounts, sdispls, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), recvcounts, rdispls, F2C(MPI_Datatype, *recvtype), F2C(MPI_Comm, *comm), &c_request);
+    *ierror = PMPI_Ineighbor_allgather(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), *recvcount, F2C(MPI_Datatype, *recvtype), F2C(MPI_Comm, *comm), &c_request);
     *request = C2F(c_request);
 }
+WEAK_ALIAS(mpi_ineighbor_allgather_, pmpi_ineighbor_allgather_);
 
-void mpi_win_create_(void *base, MPI_Aint *size, MPI_Fint *disp_unit, MPI_Fint *info, MPI_Fint *comm, MPI_Fint *win, MPI_Fint *ierror)
+void pmpi_ineighbor_allgatherv_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcounts, MPI_Fint *displs, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
+{
+    MPI_Request c_request = F2C(MPI_Request, *request);
+    *ierror = PMPI_Ineighbor_allgatherv(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), recvcounts, displs, F2C(MPI_Datatype, *recvtype), F2C(MPI_Comm, *comm), &c_request);
+    *request = C2F(c_request);
+}
+WEAK_ALIAS(mpi_ineighbor_allgatherv_, pmpi_ineighbor_allgatherv_);
+
+void pmpi_ineighbor_alltoall_(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
+{
+    MPI_Request c_request = F2C(MPI_Request, *request);
+    *ierror = PMPI_Ineighbor_alltoall(BUF(sendbuf), *sendcount, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), *recvcount, F2C(MPI_Datatype, *recvtype), F2C(MPI_Comm, *comm), &c_request);
+    *request = C2F(c_request);
+}
+WEAK_ALIAS(mpi_ineighbor_alltoall_, pmpi_ineighbor_alltoall_);
+
+void pmpi_ineighbor_alltoallv_(void *sendbuf, MPI_Fint *sendcounts, MPI_Fint *sdispls, MPI_Fint *sendtype, void *recvbuf, MPI_Fint *recvcounts, MPI_Fint *rdispls, MPI_Fint *recvtype, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierror)
+{
+    MPI_Request c_request = F2C(MPI_Request, *request);
+    *ierror = PMPI_Ineighbor_alltoallv(BUF(sendbuf), sendcounts, sdispls, F2C(MPI_Datatype, *sendtype), BUF(recvbuf), recvcounts, rdispls, F2C(MPI_Datatype, *recvtype), F2C(MPI_Comm, *comm), &c_request);
+    *request = C2F(c_request);
+}
+WEAK_ALIAS(mpi_ineighbor_alltoallv_, pmpi_ineighbor_alltoallv_);
+
+void pmpi_win_create_(void *base, MPI_Aint *size, MPI_Fint *disp_unit, MPI_Fint *info, MPI_Fint *comm, MPI_Fint *win, MPI_Fint *ierror)
 {
     MPI_Win c_win = F2C(MPI_Win, *win);
-    *ierror = MPI_Win_create(BUF(base), *size, *disp_unit, F2C(MPI_Info, *info), F2C(MPI_Comm, *comm), &c_win);
+    *ierror = PMPI_Win_create(BUF(base), *size, *disp_unit, F2C(MPI_Info, *info), F2C(MPI_Comm, *comm), &c_win);
     *win = C2F(c_win);
 }
+WEAK_ALIAS(mpi_win_create_, pmpi_win_create_);
 
-void mpi_win_allocate_(MPI_Aint *size, MPI_Fint *disp_unit, MPI_Fint *info, MPI_Fint *comm, void *baseptr, MPI_Fint *win, MPI_Fint *ierror)
+void pmpi_win_allocate_(MPI_Aint *size, MPI_Fint *disp_unit, MPI_Fint *info, MPI_Fint *comm, void *baseptr, MPI_Fint *win, MPI_Fint *ierror)
 {
     MPI_Win c_win = F2C(MPI_Win, *win);
-    *ierror = MPI_Win_allocate(*size, *disp_unit, F2C(MPI_Info, *info), F2C(MPI_Comm, *comm), baseptr, &c_win);
+    *ierror = PMPI_Win_allocate(*size, *disp_unit, F2C(MPI_Info, *info), F2C(MPI_Comm, *comm), baseptr, &c_win);
     *win = C2F(c_win);
 }
+WEAK_ALIAS(mpi_win_allocate_, pmpi_win_allocate_);
 
-void mpi_win_allocate_shared_(MPI_Aint *size, MPI_Fint *disp_unit, MPI_Fint *info, MPI_Fint *comm, void *baseptr, MPI_Fint *win, MPI_Fint *ierror)
+void pmpi_win_allocate_shared_(MPI_Aint *size, MPI_Fint *disp_unit, MPI_Fint *info, MPI_Fint *comm, void *baseptr, MPI_Fint *win, MPI_Fint *ierror)
 {
     MPI_Win c_win = F2C(MPI_Win, *win);
-    *ierror = MPI_Win_allocate_shared(*size, *disp_unit, F2C(MPI_Info, *info), F2C(MPI_Comm, *comm), baseptr, &c_win);
+    *ierror = PMPI_Win_allocate_shared(*size, *disp_unit, F2C(MPI_Info, *info), F2C(MPI_Comm, *comm), baseptr, &c_win);
     *win = C2F(c_win);
 }
+WEAK_ALIAS(mpi_win_allocate_shared_, pmpi_win_allocate_shared_);
 
-void mpi_win_create_dynamic_(MPI_Fint *info, MPI_Fint *comm, MPI_Fint *win, MPI_Fint *ierror)
+void pmpi_win_create_dynamic_(MPI_Fint *info, MPI_Fint *comm, MPI_Fint *win, MPI_Fint *ierror)
 {
     MPI_Win c_win = F2C(MPI_Win, *win);
-    *ierror = MPI_Win_create_dynamic(F2C(MPI_Info, *info), F2C(MPI_Comm, *comm), &c_win);
+    *ierror = PMPI_Win_create_dynamic(F2C(MPI_Info, *info), F2C(MPI_Comm, *comm), &c_win);
     *win = C2F(c_win);
 }
+WEAK_ALIAS(mpi_win_create_dynamic_, pmpi_win_create_dynamic_);
 
-void mpi_win_attach_(MPI_Fint *win, void *base, MPI_Aint *size, MPI_Fint *ierror)
+void pmpi_win_attach_(MPI_Fint *win, void *base, MPI_Aint *size, MPI_Fint *ierror)
 {
-    *ierror = MPI_Win_attach(F2C(MPI_Win, *win), BUF(base), *size);
+    *ierror = PMPI_Win_attach(F2C(MPI_Win, *win), BUF(base), *size);
 }
+WEAK_ALIAS(mpi_win_attach_, pmpi_win_attach_);
 
-void mpi_win_detach_(MPI_Fint *win, void *base, MPI_Fint *ierror)
+void pmpi_win_detach_(MPI_Fint *win, void *base, MPI_Fint *ierror)
 {
-    *ierror = MPI_Win_detach(F2C(MPI_Win, *win), BUF(base));
+    *ierror = PMPI_Win_detach(F2C(MPI_Win, *win), BUF(base));
 }
+WEAK_ALIAS(mpi_win_detach_, pmpi_win_detach_);
 
-void mpi_win_free_(MPI_Fint *win, MPI_Fint *ierror)
+void pmpi_win_free_(MPI_Fint *win, MPI_Fint *ierror)
 {
     MPI_Win c_win = F2C(MPI_Win, *win);
-    *ierror = MPI_Win_free(&c_win);
+    *ierror = PMPI_Win_free(&c_win);
     *win = C2F(c_win);
 }
+WEAK_ALIAS(mpi_win_free_, pmpi_win_free_);
 
-void mpi_win_shared_query_(MPI_Fint *win, MPI_Fint *rank, MPI_Aint *size, MPI_Fint *disp_unit, void *baseptr, MPI_Fint *ierror)
+void pmpi_win_shared_query_(MPI_Fint *win, MPI_Fint *rank, MPI_Aint *size, MPI_Fint *disp_unit, void *baseptr, MPI_Fint *ierror)
 {
-    *ierror = MPI_Win_shared_query(F2C(MPI_Win, *win), *rank, size, disp_unit, baseptr);
+    *ierror = PMPI_Win_shared_query(F2C(MPI_Win, *win), *rank, size, disp_unit, baseptr);
 }
+WEAK_ALIAS(mpi_win_shared_query_, pmpi_win_shared_query_);
 
-void mpi_win_get_group_(MPI_Fint *win, MPI_Fint *group, MPI_Fint *ierror)
+void pmpi_win_get_group_(MPI_Fint *win, MPI_Fint *group, MPI_Fint *ierror)
 {
     MPI_Group c_group = F2C(MPI_Group, *group);
-    *ierror = MPI_Win_get_group(F2C(MPI_Win, *win), &c_group);
+    *ierror = PMPI_Win_get_group(F2C(MPI_Win, *win), &c_group);
     *group = C2F(c_group);
 }
+WEAK_ALIAS(mpi_win_get_group_, pmpi_win_get_group_);
 
-void mpi_win_fence_(MPI_Fint *assert, MPI_Fint *win, MPI_Fint *ierror)
+void pmpi_win_fence_(MPI_Fint *assert, MPI_Fint *win, MPI_Fint *ierror)
 {
-    *ierror = MPI_Win_fence(*assert, F2C(MPI_Win, *win));
+    *ierror = PMPI_Win_fence(*assert, F2C(MPI_Win, *win));
 }
+WEAK_ALIAS(mpi_win_fence_, pmpi_win_fence_);
 
-void mpi_win_lock_(MPI_Fint *lock_type, MPI_Fint *rank, MPI_Fint *assert, MPI_Fint *win, MPI_Fint *ierror)
+void pmpi_win_lock_(MPI_Fint *lock_type, MPI_Fint *rank, MPI_Fint *assert, MPI_Fint *win, MPI_Fint *ierror)
 {
-    *ierror = MPI_Win_lock(*lock_type, *rank, *assert, F2C(MPI_Win, *win));
+    *ierror = PMPI_Win_lock(*lock_type, *rank, *assert, F2C(MPI_Win, *win));
 }
+WEAK_ALIAS(mpi_win_lock_, pmpi_win_lock_);
 
-void mpi_win_unlock_(MPI_Fint *rank, MPI_Fint *win, MPI_Fint *ierror)
+void pmpi_win_unlock_(MPI_Fint *rank, MPI_Fint *win, MPI_Fint *ierror)
 {
-    *ierror = MPI_Win_unlock(*rank, F2C(MPI_Win, *win));
+    *ierror = PMPI_Win_unlock(*rank, F2C(MPI_Win, *win));
 }
+WEAK_ALIAS(mpi_win_unlock_, pmpi_win_unlock_);
 
-void mpi_win_lock_all_(MPI_Fint *assert, MPI_Fint *win, MPI_Fint *ierror)
+void pmpi_win_lock_all_(MPI_Fint *assert, MPI_Fint *win, MPI_Fint *ierror)
 {
-    *ierror = MPI_Win_lock_all(*assert, F2C(MPI_Win, *win));
+    *ierror = PMPI_Win_lock_all(*assert, F2C(MPI_Win, *win));
 }
+WEAK_ALIAS(mpi_win_lock_all_, pmpi_win_lock_all_);
 
-void mpi_win_unlock_all_(MPI_Fint *win, MPI_Fint *ierror)
+void pmpi_win_unlock_all_(MPI_Fint *win, MPI_Fint *ierror)
 {
-    *ierror = MPI_Win_unlock_all(F2C(MPI_Win, *win));
+    *ierror = PMPI_Win_unlock_all(F2C(MPI_Win, *win));
 }
+WEAK_ALIAS(mpi_win_unlock_all_, pmpi_win_unlock_all_);
 
-void mpi_win_flush_(MPI_Fint *rank, MPI_Fint *win, MPI_Fint *ierror)
+void pmpi_win_flush_(MPI_Fint *rank, MPI_Fint *win, MPI_Fint *ierror)
 {
-    *ierror = MPI_Win_flush(*rank, F2C(MPI_Win, *win));
+    *ierror = PMPI_Win_flush(*rank, F2C(MPI_Win, *win));
 }
+WEAK_ALIAS(mpi_win_flush_, pmpi_win_flush_);
 
-void mpi_win_flush_all_(MPI_Fint *win, MPI_Fint *ierror)
+void pmpi_win_flush_all_(MPI_Fint *win, MPI_Fint *ierror)
 {
-    *ierror = MPI_Win_flush_all(F2C(MPI_Win, *win));
+    *ierror = PMPI_Win_flush_all(F2C(MPI_Win, *win));
 }
+WEAK_ALIAS(mpi_win_flush_all_, pmpi_win_flush_all_);
 
-void mpi_win_flush_local_(MPI_Fint *rank, MPI_Fint *win, MPI_Fint *ierror)
+void pmpi_win_flush_local_(MPI_Fint *rank, MPI_Fint *win, MPI_Fint *ierror)
 {
-    *ierror = MPI_Win_flush_local(*rank, F2C(MPI_Win, *win));
+    *ierror = PMPI_Win_flush_local(*rank, F2C(MPI_Win, *win));
 }
+WEAK_ALIAS(mpi_win_flush_local_, pmpi_win_flush_local_);
 
-void mpi_win_flush_local_all_(MPI_Fint *win, MPI_Fint *ierror)
+void pmpi_win_flush_local_all_(MPI_Fint *win, MPI_Fint *ierror)
 {
-    *ierror = MPI_Win_flush_local_all(F2C(MPI_Win, *win));
+    *ierror = PMPI_Win_flush_local_all(F2C(MPI_Win, *win));
 }
+WEAK_ALIAS(mpi_win_flush_local_all_, pmpi_win_flush_local_all_);
 
-void mpi_win_sync_(MPI_Fint *win, MPI_Fint *ierror)
+void pmpi_win_sync_(MPI_Fint *win, MPI_Fint *ierror)
 {
-    *ierror = MPI_Win_sync(F2C(MPI_Win, *win));
+    *ierror = PMPI_Win_sync(F2C(MPI_Win, *win));
 }
+WEAK_ALIAS(mpi_win_sync_, pmpi_win_sync_);
 
-void mpi_win_post_(MPI_Fint *group, MPI_Fint *assert, MPI_Fint *win, MPI_Fint *ierror)
+void pmpi_win_post_(MPI_Fint *group, MPI_Fint *assert, MPI_Fint *win, MPI_Fint *ierror)
 {
-    *ierror = MPI_Win_post(F2C(MPI_Group, *group), *assert, F2C(MPI_Win, *win));
+    *ierror = PMPI_Win_post(F2C(MPI_Group, *group), *assert, F2C(MPI_Win, *win));
 }
+WEAK_ALIAS(mpi_win_post_, pmpi_win_post_);
 
-void mpi_win_start_(MPI_Fint *group, MPI_Fint *assert, MPI_Fint *win, MPI_Fint *ierror)
+void pmpi_win_start_(MPI_Fint *group, MPI_Fint *assert, MPI_Fint *win, MPI_Fint *ierror)
 {
-    *ierror = MPI_Win_start(F2C(MPI_Group, *group), *assert, F2C(MPI_Win, *win));
+    *ierror = PMPI_Win_start(F2C(MPI_Group, *group), *assert, F2C(MPI_Win, *win));
 }
+WEAK_ALIAS(mpi_win_start_, pmpi_win_start_);
 
-void mpi_win_complete_(MPI_Fint *win, MPI_Fint *ierror)
+void pmpi_win_complete_(MPI_Fint *win, MPI_Fint *ierror)
 {
-    *ierror = MPI_Win_complete(F2C(MPI_Win, *win));
+    *ierror = PMPI_Win_complete(F2C(MPI_Win, *win));
 }
+WEAK_ALIAS(mpi_win_complete_, pmpi_win_complete_);
 
-void mpi_win_wait_(MPI_Fint *win, MPI_Fint *ierror)
+void pmpi_win_wait_(MPI_Fint *win, MPI_Fint *ierror)
 {
-    *ierror = MPI_Win_wait(F2C(MPI_Win, *win));
+    *ierror = PMPI_Win_wait(F2C(MPI_Win, *win));
 }
+WEAK_ALIAS(mpi_win_wait_, pmpi_win_wait_);
 
-void mpi_win_test_(MPI_Fint *win, MPI_Fint *flag, MPI_Fint *ierror)
+void pmpi_win_test_(MPI_Fint *win, MPI_Fint *flag, MPI_Fint *ierror)
 {
-    *ierror = MPI_Win_test(F2C(MPI_Win, *win), flag);
+    *ierror = PMPI_Win_test(F2C(MPI_Win, *win), flag);
 }
+WEAK_ALIAS(mpi_win_test_, pmpi_win_test_);
 
-void mpi_put_(void *origin_addr, MPI_Fint *origin_count, MPI_Fint *origin_datatype, MPI_Fint *target_rank, MPI_Aint *target_disp, MPI_Fint *target_count, MPI_Fint *target_datatype, MPI_Fint *win, MPI_Fint *ierror)
+void pmpi_put_(void *origin_addr, MPI_Fint *origin_count, MPI_Fint *origin_datatype, MPI_Fint *target_rank, MPI_Aint *target_disp, MPI_Fint *target_count, MPI_Fint *target_datatype, MPI_Fint *win, MPI_Fint *ierror)
 {
-    *ierror = MPI_Put(BUF(origin_addr), *origin_count, F2C(MPI_Datatype, *origin_datatype), *target_rank, *target_disp, *target_count, F2C(MPI_Datatype, *target_datatype), F2C(MPI_Win, *win));
+    *ierror = PMPI_Put(BUF(origin_addr), *origin_count, F2C(MPI_Datatype, *origin_datatype), *target_rank, *target_disp, *target_count, F2C(MPI_Datatype, *target_datatype), F2C(MPI_Win, *win));
 }
+WEAK_ALIAS(mpi_put_, pmpi_put_);
 
-void mpi_get_(void *origin_addr, MPI_Fint *origin_count, MPI_Fint *origin_datatype, MPI_Fint *target_rank, MPI_Aint *target_disp, MPI_Fint *target_count, MPI_Fint *target_datatype, MPI_Fint *win, MPI_Fint *ierror)
+void pmpi_get_(void *origin_addr, MPI_Fint *origin_count, MPI_Fint *origin_datatype, MPI_Fint *target_rank, MPI_Aint *target_disp, MPI_Fint *target_count, MPI_Fint *target_datatype, MPI_Fint *win, MPI_Fint *ierror)
 {
-    *ierror = MPI_Get(BUF(origin_addr), *origin_count, F2C(MPI_Datatype, *origin_datatype), *target_rank, *target_disp, *target_count, F2C(MPI_Datatype, *target_datatype), F2C(MPI_Win, *win));
+    *ierror = PMPI_Get(BUF(origin_addr), *origin_count, F2C(MPI_Datatype, *origin_datatype), *target_rank, *target_disp, *target_count, F2C(MPI_Datatype, *target_datatype), F2C(MPI_Win, *win));
 }
+WEAK_ALIAS(mpi_get_, pmpi_get_);
 
-void mpi_accumulate_(void *origin_addr, MPI_Fint *origin_count, MPI_Fint *origin_datatype, MPI_Fint *target_rank, MPI_Aint *target_disp, MPI_Fint *target_count, MPI_Fint *target_datatype, MPI_Fint *op, MPI_Fint *win, MPI_Fint *ierror)
+void pmpi_accumulate_(void *origin_addr, MPI_Fint *origin_count, MPI_Fint *origin_datatype, MPI_Fint *target_rank, MPI_Aint *target_disp, MPI_Fint *target_count, MPI_Fint *target_datatype, MPI_Fint *op, MPI_Fint *win, MPI_Fint *ierror)
 {
-    *ierror = MPI_Accumulate(BUF(origin_addr), *origin_count, F2C(MPI_Datatype, *origin_datatype), *target_rank, *target_disp, *target_count, F2C(MPI_Datatype, *target_datatype), F2C(MPI_Op, *op), F2C(MPI_Win, *win));
+    *ierror = PMPI_Accumulate(BUF(origin_addr), *origin_count, F2C(MPI_Datatype, *origin_datatype), *target_rank, *target_disp, *target_count, F2C(MPI_Datatype, *target_datatype), F2C(MPI_Op, *op), F2C(MPI_Win, *win));
 }
+WEAK_ALIAS(mpi_accumulate_, pmpi_accumulate_);
 
-void mpi_get_accumulate_(void *origin_addr, MPI_Fint *origin_count, MPI_Fint *origin_datatype, void *result_addr, MPI_Fint *result_count, MPI_Fint *result_datatype, MPI_Fint *target_rank, MPI_Aint *target_disp, MPI_Fint *target_count, MPI_Fint *target_datatype, MPI_Fint *op, MPI_Fint *win, MPI_Fint *ierror)
+void pmpi_get_accumulate_(void *origin_addr, MPI_Fint *origin_count, MPI_Fint *origin_datatype, void *result_addr, MPI_Fint *result_count, MPI_Fint *result_datatype, MPI_Fint *target_rank, MPI_Aint *target_disp, MPI_Fint *target_count, MPI_Fint *target_datatype, MPI_Fint *op, MPI_Fint *win, MPI_Fint *ierror)
 {
-    *ierror = MPI_Get_accumulate(BUF(origin_addr), *origin_count, F2C(MPI_Datatype, *origin_datatype), BUF(result_addr), *result_count, F2C(MPI_Datatype, *result_datatype), *target_rank, *target_disp, *target_count, F2C(MPI_Datatype, *target_datatype), F2C(MPI_Op, *op), F2C(MPI_Win, *win));
+    *ierror = PMPI_Get_accumulate(BUF(origin_addr), *origin_count, F2C(MPI_Datatype, *origin_datatype), BUF(result_addr), *result_count, F2C(MPI_Datatype, *result_datatype), *target_rank, *target_disp, *target_count, F2C(MPI_Datatype, *target_datatype), F2C(MPI_Op, *op), F2C(MPI_Win, *win));
 }
+WEAK_ALIAS(mpi_get_accumulate_, pmpi_get_accumulate_);
 
-void mpi_fetch_and_op_(void *origin_addr, void *result_addr, MPI_Fint *datatype, MPI_Fint *target_rank, MPI_Aint *target_disp, MPI_Fint *op, MPI_Fint *win, MPI_Fint *ierror)
+void pmpi_fetch_and_op_(void *origin_addr, void *result_addr, MPI_Fint *datatype, MPI_Fint *target_rank, MPI_Aint *target_disp, MPI_Fint *op, MPI_Fint *win, MPI_Fint *ierror)
 {
-    *ierror = MPI_Fetch_and_op(BUF(origin_addr), BUF(result_addr), F2C(MPI_Datatype, *datatype), *target_rank, *target_disp, F2C(MPI_Op, *op), F2C(MPI_Win, *win));
+    *ierror = PMPI_Fetch_and_op(BUF(origin_addr), BUF(result_addr), F2C(MPI_Datatype, *datatype), *target_rank, *target_disp, F2C(MPI_Op, *op), F2C(MPI_Win, *win));
 }
+WEAK_ALIAS(mpi_fetch_and_op_, pmpi_fetch_and_op_);
 
-void mpi_compare_and_swap_(void *origin_addr, void *compare_addr, void *result_addr, MPI_Fint *datatype, MPI_Fint *target_rank, MPI_Aint *target_disp, MPI_Fint *win, MPI_Fint *ierror)
+void pmpi_compare_and_swap_(void *origin_addr, void *compare_addr, void *result_addr, MPI_Fint *datatype, MPI_Fint *target_rank, MPI_Aint *target_disp, MPI_Fint *win, MPI_Fint *ierror)
 {
-    *ierror = MPI_Compare_and_swap(BUF(origin_addr), BUF(compare_addr), BUF(result_addr), F2C(MPI_Datatype, *datatype), *target_rank, *target_disp, F2C(MPI_Win, *win));
+    *ierror = PMPI_Compare_and_swap(BUF(origin_addr), BUF(compare_addr), BUF(result_addr), F2C(MPI_Datatype, *datatype), *target_rank, *target_disp, F2C(MPI_Win, *win));
 }
+WEAK_ALIAS(mpi_compare_and_swap_, pmpi_compare_and_swap_);
 
-void mpi_rput_(void *origin_addr, MPI_Fint *origin_count, MPI_Fint *origin_datatype, MPI_Fint *target_rank, MPI_Aint *target_disp, MPI_Fint *target_count, MPI_Fint *target_datatype, MPI_Fint *win, MPI_Fint *request, MPI_Fint *ierror)
+void pmpi_rput_(void *origin_addr, MPI_Fint *origin_count, MPI_Fint *origin_datatype, MPI_Fint *target_rank, MPI_Aint *target_disp, MPI_Fint *target_count, MPI_Fint *target_datatype, MPI_Fint *win, MPI_Fint *request, MPI_Fint *ierror)
 {
     MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Rput(BUF(origin_addr), *origin_count, F2C(MPI_Datatype, *origin_datatype), *target_rank, *target_disp, *target_count, F2C(MPI_Datatype, *target_datatype), F2C(MPI_Win, *win), &c_request);
+    *ierror = PMPI_Rput(BUF(origin_addr), *origin_count, F2C(MPI_Datatype, *origin_datatype), *target_rank, *target_disp, *target_count, F2C(MPI_Datatype, *target_datatype), F2C(MPI_Win, *win), &c_request);
     *request = C2F(c_request);
 }
+WEAK_ALIAS(mpi_rput_, pmpi_rput_);
 
-void mpi_rget_(void *origin_addr, MPI_Fint *origin_count, MPI_Fint *origin_datatype, MPI_Fint *target_rank, MPI_Aint *target_disp, MPI_Fint *target_count, MPI_Fint *target_datatype, MPI_Fint *win, MPI_Fint *request, MPI_Fint *ierror)
+void pmpi_rget_(void *origin_addr, MPI_Fint *origin_count, MPI_Fint *origin_datatype, MPI_Fint *target_rank, MPI_Aint *target_disp, MPI_Fint *target_count, MPI_Fint *target_datatype, MPI_Fint *win, MPI_Fint *request, MPI_Fint *ierror)
 {
     MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Rget(BUF(origin_addr), *origin_count, F2C(MPI_Datatype, *origin_datatype), *target_rank, *target_disp, *target_count, F2C(MPI_Datatype, *target_datatype), F2C(MPI_Win, *win), &c_request);
+    *ierror = PMPI_Rget(BUF(origin_addr), *origin_count, F2C(MPI_Datatype, *origin_datatype), *target_rank, *target_disp, *target_count, F2C(MPI_Datatype, *target_datatype), F2C(MPI_Win, *win), &c_request);
     *request = C2F(c_request);
 }
+WEAK_ALIAS(mpi_rget_, pmpi_rget_);
 
-void mpi_raccumulate_(void *origin_addr, MPI_Fint *origin_count, MPI_Fint *origin_datatype, MPI_Fint *target_rank, MPI_Aint *target_disp, MPI_Fint *target_count, MPI_Fint *target_datatype, MPI_Fint *op, MPI_Fint *win, MPI_Fint *request, MPI_Fint *ierror)
+void pmpi_raccumulate_(void *origin_addr, MPI_Fint *origin_count, MPI_Fint *origin_datatype, MPI_Fint *target_rank, MPI_Aint *target_disp, MPI_Fint *target_count, MPI_Fint *target_datatype, MPI_Fint *op, MPI_Fint *win, MPI_Fint *request, MPI_Fint *ierror)
 {
     MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Raccumulate(BUF(origin_addr), *origin_count, F2C(MPI_Datatype, *origin_datatype), *target_rank, *target_disp, *target_count, F2C(MPI_Datatype, *target_datatype), F2C(MPI_Op, *op), F2C(MPI_Win, *win), &c_request);
+    *ierror = PMPI_Raccumulate(BUF(origin_addr), *origin_count, F2C(MPI_Datatype, *origin_datatype), *target_rank, *target_disp, *target_count, F2C(MPI_Datatype, *target_datatype), F2C(MPI_Op, *op), F2C(MPI_Win, *win), &c_request);
     *request = C2F(c_request);
 }
+WEAK_ALIAS(mpi_raccumulate_, pmpi_raccumulate_);
 
-void mpi_rget_accumulate_(void *origin_addr, MPI_Fint *origin_count, MPI_Fint *origin_datatype, void *result_addr, MPI_Fint *result_count, MPI_Fint *result_datatype, MPI_Fint *target_rank, MPI_Aint *target_disp, MPI_Fint *target_count, MPI_Fint *target_datatype, MPI_Fint *op, MPI_Fint *win, MPI_Fint *request, MPI_Fint *ierror)
+void pmpi_rget_accumulate_(void *origin_addr, MPI_Fint *origin_count, MPI_Fint *origin_datatype, void *result_addr, MPI_Fint *result_count, MPI_Fint *result_datatype, MPI_Fint *target_rank, MPI_Aint *target_disp, MPI_Fint *target_count, MPI_Fint *target_datatype, MPI_Fint *op, MPI_Fint *win, MPI_Fint *request, MPI_Fint *ierror)
 {
     MPI_Request c_request = F2C(MPI_Request, *request);
-    *ierror = MPI_Rget_accumulate(BUF(origin_addr), *origin_count, F2C(MPI_Datatype, *origin_datatype), BUF(result_addr), *result_count, F2C(MPI_Datatype, *result_datatype), *target_rank, *target_disp, *target_count, F2C(MPI_Datatype, *target_datatype), F2C(MPI_Op, *op), F2C(MPI_Win, *win), &c_request);
+    *ierror = PMPI_Rget_accumulate(BUF(origin_addr), *origin_count, F2C(MPI_Datatype, *origin_datatype), BUF(result_addr), *result_count, F2C(MPI_Datatype, *result_datatype), *target_rank, *target_disp, *target_count, F2C(MPI_Datatype, *target_datatype), F2C(MPI_Op, *op), F2C(MPI_Win, *win), &c_request);
     *request = C2F(c_request);
 }
+WEAK_ALIAS(mpi_rget_accumulate_, pmpi_rget_accumulate_);
 
-void mpi_win_set_name_(MPI_Fint *win, char *win_name, MPI_Fint *ierror, size_t win_name_len)
+void pmpi_win_set_name_(MPI_Fint *win, char *win_name, MPI_Fint *ierror, size_t win_name_len)
 {
     char *c_win_name = f2cstr(win_name, win_name_len);
-    *ierror = MPI_Win_set_name(F2C(MPI_Win, *win), c_win_name);
+    *ierror = PMPI_Win_set_name(F2C(MPI_Win, *win), c_win_name);
     free(c_win_name);
 }
+WEAK_ALIAS(mpi_win_set_name_, pmpi_win_set_name_);
 
-void mpi_win_get_name_(MPI_Fint *win, char *win_name, MPI_Fint *resultlen, MPI_Fint *ierror, size_t win_name_len)
+void pmpi_win_get_name_(MPI_Fint *win, char *win_name, MPI_Fint *resultlen, MPI_Fint *ierror, size_t win_name_len)
 {
     char c_win_name[STRMAX];
     c_win_name[0] = 0;
-    *ierror = MPI_Win_get_name(F2C(MPI_Win, *win), c_win_name, resultlen);
+    *ierror = PMPI_Win_get_name(F2C(MPI_Win, *win), c_win_name, resultlen);
     c2fstr(c_win_name, win_name, win_name_len);
 }
+WEAK_ALIAS(mpi_win_get_name_, pmpi_win_get_name_);
 
-void mpi_win_free_keyval_(MPI_Fint *win_keyval, MPI_Fint *ierror)
+void pmpi_win_free_keyval_(MPI_Fint *win_keyval, MPI_Fint *ierror)
 {
-    *ierror = MPI_Win_free_keyval(win_keyval);
+    *ierror = PMPI_Win_free_keyval(win_keyval);
 }
+WEAK_ALIAS(mpi_win_free_keyval_, pmpi_win_free_keyval_);
 
-void mpi_win_delete_attr_(MPI_Fint *win, MPI_Fint *win_keyval, MPI_Fint *ierror)
+void pmpi_win_delete_attr_(MPI_Fint *win, MPI_Fint *win_keyval, MPI_Fint *ierror)
 {
-    *ierror = MPI_Win_delete_attr(F2C(MPI_Win, *win), *win_keyval);
+    *ierror = PMPI_Win_delete_attr(F2C(MPI_Win, *win), *win_keyval);
 }
+WEAK_ALIAS(mpi_win_delete_attr_, pmpi_win_delete_attr_);
 
-void mpi_win_set_errhandler_(MPI_Fint *win, MPI_Fint *errhandler, MPI_Fint *ierror)
+void pmpi_win_set_errhandler_(MPI_Fint *win, MPI_Fint *errhandler, MPI_Fint *ierror)
 {
-    *ierror = MPI_Win_set_errhandler(F2C(MPI_Win, *win), F2C(MPI_Errhandler, *errhandler));
+    *ierror = PMPI_Win_set_errhandler(F2C(MPI_Win, *win), F2C(MPI_Errhandler, *errhandler));
 }
+WEAK_ALIAS(mpi_win_set_errhandler_, pmpi_win_set_errhandler_);
 
-void mpi_win_get_errhandler_(MPI_Fint *win, MPI_Fint *errhandler, MPI_Fint *ierror)
+void pmpi_win_get_errhandler_(MPI_Fint *win, MPI_Fint *errhandler, MPI_Fint *ierror)
 {
     MPI_Errhandler c_errhandler = F2C(MPI_Errhandler, *errhandler);
-    *ierror = MPI_Win_get_errhandler(F2C(MPI_Win, *win), &c_errhandler);
+    *ierror = PMPI_Win_get_errhandler(F2C(MPI_Win, *win), &c_errhandler);
     *errhandler = C2F(c_errhandler);
 }
+WEAK_ALIAS(mpi_win_get_errhandler_, pmpi_win_get_errhandler_);
 
-void mpi_win_call_errhandler_(MPI_Fint *win, MPI_Fint *errorcode, MPI_Fint *ierror)
+void pmpi_win_call_errhandler_(MPI_Fint *win, MPI_Fint *errorcode, MPI_Fint *ierror)
 {
-    *ierror = MPI_Win_call_errhandler(F2C(MPI_Win, *win), *errorcode);
+    *ierror = PMPI_Win_call_errhandler(F2C(MPI_Win, *win), *errorcode);
 }
+WEAK_ALIAS(mpi_win_call_errhandler_, pmpi_win_call_errhandler_);
 
-void mpi_win_set_info_(MPI_Fint *win, MPI_Fint *info, MPI_Fint *ierror)
+void pmpi_win_set_info_(MPI_Fint *win, MPI_Fint *info, MPI_Fint *ierror)
 {
-    *ierror = MPI_Win_set_info(F2C(MPI_Win, *win), F2C(MPI_Info, *info));
+    *ierror = PMPI_Win_set_info(F2C(MPI_Win, *win), F2C(MPI_Info, *info));
 }
+WEAK_ALIAS(mpi_win_set_info_, pmpi_win_set_info_);
 
-void mpi_win_get_info_(MPI_Fint *win, MPI_Fint *info_used, MPI_Fint *ierror)
+void pmpi_win_get_info_(MPI_Fint *win, MPI_Fint *info_used, MPI_Fint *ierror)
 {
     MPI_Info c_info_used = F2C(MPI_Info, *info_used);
-    *ierror = MPI_Win_get_info(F2C(MPI_Win, *win), &c_info_used);
+    *ierror = PMPI_Win_get_info(F2C(MPI_Win, *win), &c_info_used);
     *info_used = C2F(c_info_used);
 }
+WEAK_ALIAS(mpi_win_get_info_, pmpi_win_get_info_);
 
 /* Not bound (C function pointers or C-only arguments): MPI_Grequest_start, MPI_Neighbor_alltoallw, MPI_Ineighbor_alltoallw, MPI_Win_create_errhandler. */
 
-/* Not in the library (not bound until they are): MPI_Dist_graph_create, MPI_Dist_graph_create_adjacent, MPI_Dist_graph_neighbors_count, MPI_Dist_graph_neighbors. */
+/* Not in the library (not bound until they are): none. */

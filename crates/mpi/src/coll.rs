@@ -229,91 +229,39 @@ unsafe fn bcast(
     call.finish(unsafe { plan::bcast(&call.env(), &a, root) }, req)
 }
 
-/// Gather and gatherv (`v`: counts and displacements at the root).
-///
-/// # Safety
-/// The C call's contract.
-#[allow(clippy::too_many_arguments)]
-unsafe fn gather(
-    sbuf: *const c_void,
-    scount: c_int,
-    sdt: Raw,
-    rbuf: *mut c_void,
-    rcount: c_int,
-    v: Option<(*const c_int, *const c_int)>,
-    rdt: Raw,
-    root: c_int,
-    comm: Raw,
-    req: Option<*mut Raw>,
-    what: &'static str,
-) -> R<()> {
-    let call = Call::new(comm, what)?;
-    let req = req.map(|r| call.request_ptr(r)).transpose()?.flatten();
-    let root = call.root(root)?;
-    let at_root = call.me() == root;
-    let inplace = at_root && is_in_place(sbuf);
-    let (send, recv);
-    if at_root {
-        let rd = call.dt(rdt, "recvtype")?;
-        let rn = if v.is_none() {
-            call.count(rcount, "recvcount")?
-        } else {
-            0
-        };
-        recv = Arg::new(rbuf.cast(), rn, &rd);
-        send = if inplace {
-            Arg::new(IN_PLACE, 0, &rd)
-        } else {
-            Arg::new(
-                sbuf.cast(),
-                call.count(scount, "sendcount")?,
-                &call.dt(sdt, "sendtype")?,
-            )
-        };
-    } else {
-        let sd = call.dt(sdt, "sendtype")?;
-        send = Arg::new(sbuf.cast(), call.count(scount, "sendcount")?, &sd);
-        recv = Arg::new(std::ptr::null(), 0, &sd);
-    }
-    let vc = match v {
-        Some((c, d)) if at_root => {
-            // SAFETY: the caller's contract: p counts and displacements at the root.
-            Some(unsafe { (call.counts(c, "recvcounts")?, call.displs(d, "displs")?) })
-        }
-        _ => None,
-    };
-    if req.is_none() && v.is_none() {
-        // SAFETY: the caller's contract.
-        if let Some(r) = unsafe { world::gather(&call.c, &send, &recv, root) } {
-            return r.map_err(|(e, m)| call.err(e, m));
-        }
-    }
-    let vref = vc.as_ref().map(|(c, d)| (&c[..], &d[..]));
-    let vref = if v.is_some() && vref.is_none() {
-        Some((&[][..], &[][..]))
-    } else {
-        vref
-    };
-    // SAFETY: the caller's contract.
-    call.finish(
-        unsafe { plan::gather(&call.env(), &send, &recv, vref, root) },
-        req,
-    )
+/// Which way a rooted collective moves its blocks.
+#[derive(Clone, Copy)]
+enum Way {
+    Gather,
+    Scatter,
 }
 
-/// Scatter and scatterv.
+/// One buffer of a call, with the names its arguments have in errors.
+struct Buffer {
+    ptr: *const u8,
+    count: c_int,
+    dt: Raw,
+    count_name: &'static str,
+    type_name: &'static str,
+}
+
+/// Gather(v) and scatter(v): the root's buffer (`rbuf` of a gather, `sbuf` of a scatter)
+/// holds a block per process (`v`: their counts and displacements at the root); the
+/// other buffer is each process's own block (`MPI_IN_PLACE` at the root: the root's block
+/// stays where it is).
 ///
 /// # Safety
 /// The C call's contract.
 #[allow(clippy::too_many_arguments)]
-unsafe fn scatter(
+unsafe fn rooted(
+    way: Way,
     sbuf: *const c_void,
     scount: c_int,
-    v: Option<(*const c_int, *const c_int)>,
     sdt: Raw,
     rbuf: *mut c_void,
     rcount: c_int,
     rdt: Raw,
+    v: Option<(*const c_int, *const c_int)>,
     root: c_int,
     comm: Raw,
     req: Option<*mut Raw>,
@@ -323,40 +271,67 @@ unsafe fn scatter(
     let req = req.map(|r| call.request_ptr(r)).transpose()?.flatten();
     let root = call.root(root)?;
     let at_root = call.me() == root;
-    let inplace = at_root && is_in_place(rbuf);
-    let (send, recv);
+    let send = Buffer {
+        ptr: sbuf.cast(),
+        count: scount,
+        dt: sdt,
+        count_name: "sendcount",
+        type_name: "sendtype",
+    };
+    let recv = Buffer {
+        ptr: rbuf.cast_const().cast(),
+        count: rcount,
+        dt: rdt,
+        count_name: "recvcount",
+        type_name: "recvtype",
+    };
+    let (all, own, counts_name) = match way {
+        Way::Gather => (recv, send, "recvcounts"),
+        Way::Scatter => (send, recv, "sendcounts"),
+    };
+    let (all_arg, own_arg);
     if at_root {
-        let sd = call.dt(sdt, "sendtype")?;
-        let sn = if v.is_none() {
-            call.count(scount, "sendcount")?
+        let d = call.dt(all.dt, all.type_name)?;
+        let n = if v.is_none() {
+            call.count(all.count, all.count_name)?
         } else {
             0
         };
-        send = Arg::new(sbuf.cast(), sn, &sd);
-        recv = if inplace {
-            Arg::new(IN_PLACE, 0, &sd)
+        all_arg = Arg::new(all.ptr, n, &d);
+        own_arg = if is_in_place(own.ptr.cast()) {
+            Arg::new(IN_PLACE, 0, &d)
         } else {
             Arg::new(
-                rbuf.cast(),
-                call.count(rcount, "recvcount")?,
-                &call.dt(rdt, "recvtype")?,
+                own.ptr,
+                call.count(own.count, own.count_name)?,
+                &call.dt(own.dt, own.type_name)?,
             )
         };
     } else {
-        let rd = call.dt(rdt, "recvtype")?;
-        recv = Arg::new(rbuf.cast(), call.count(rcount, "recvcount")?, &rd);
-        send = Arg::new(std::ptr::null(), 0, &rd);
+        let d = call.dt(own.dt, own.type_name)?;
+        own_arg = Arg::new(own.ptr, call.count(own.count, own.count_name)?, &d);
+        all_arg = Arg::new(std::ptr::null(), 0, &d);
     }
     let vc = match v {
         Some((c, d)) if at_root => {
             // SAFETY: the caller's contract: p counts and displacements at the root.
-            Some(unsafe { (call.counts(c, "sendcounts")?, call.displs(d, "displs")?) })
+            Some(unsafe { (call.counts(c, counts_name)?, call.displs(d, "displs")?) })
         }
         _ => None,
     };
+    let (send, recv) = match way {
+        Way::Gather => (&own_arg, &all_arg),
+        Way::Scatter => (&all_arg, &own_arg),
+    };
     if req.is_none() && v.is_none() {
         // SAFETY: the caller's contract.
-        if let Some(r) = unsafe { world::scatter(&call.c, &send, &recv, root) } {
+        let r = unsafe {
+            match way {
+                Way::Gather => world::gather(&call.c, send, recv, root),
+                Way::Scatter => world::scatter(&call.c, send, recv, root),
+            }
+        };
+        if let Some(r) = r {
             return r.map_err(|(e, m)| call.err(e, m));
         }
     }
@@ -367,10 +342,13 @@ unsafe fn scatter(
         vref
     };
     // SAFETY: the caller's contract.
-    call.finish(
-        unsafe { plan::scatter(&call.env(), &send, vref, &recv, root) },
-        req,
-    )
+    let sched = unsafe {
+        match way {
+            Way::Gather => plan::gather(&call.env(), send, recv, vref, root),
+            Way::Scatter => plan::scatter(&call.env(), send, vref, recv, root),
+        }
+    };
+    call.finish(sched, req)
 }
 
 /// Allgather and allgatherv.
@@ -643,7 +621,7 @@ macro_rules! entry {
         ///
         /// # Safety
         /// The MPI standard's contract for the call's pointers.
-        #[unsafe(no_mangle)]
+        #[unsafe(export_name = concat!("P", stringify!($name)))]
         pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
             #[allow(unused_unsafe)]
             // SAFETY: the C caller's contract, forwarded.
@@ -676,229 +654,59 @@ entry!(
         bcast(buf, count, dt, root, comm, Some(req), "MPI_Ibcast")
     }
 );
-entry!(
-    /// `MPI_Gather`.
-    fn MPI_Gather(
-        sbuf: *const c_void,
-        scount: c_int,
-        sdt: Raw,
-        rbuf: *mut c_void,
-        rcount: c_int,
-        rdt: Raw,
-        root: c_int,
-        comm: Raw,
-    ) {
-        gather(
-            sbuf,
-            scount,
-            sdt,
-            rbuf,
-            rcount,
-            None,
-            rdt,
-            root,
-            comm,
-            None,
-            "MPI_Gather",
-        )
-    }
-);
-entry!(
-    /// `MPI_Igather`.
-    fn MPI_Igather(
-        sbuf: *const c_void,
-        scount: c_int,
-        sdt: Raw,
-        rbuf: *mut c_void,
-        rcount: c_int,
-        rdt: Raw,
-        root: c_int,
-        comm: Raw,
-        req: *mut Raw,
-    ) {
-        gather(
-            sbuf,
-            scount,
-            sdt,
-            rbuf,
-            rcount,
-            None,
-            rdt,
-            root,
-            comm,
-            Some(req),
-            "MPI_Igather",
-        )
-    }
-);
-entry!(
-    /// `MPI_Gatherv`.
-    fn MPI_Gatherv(
-        sbuf: *const c_void,
-        scount: c_int,
-        sdt: Raw,
-        rbuf: *mut c_void,
-        rcounts: *const c_int,
-        displs: *const c_int,
-        rdt: Raw,
-        root: c_int,
-        comm: Raw,
-    ) {
-        gather(
-            sbuf,
-            scount,
-            sdt,
-            rbuf,
-            0,
-            Some((rcounts, displs)),
-            rdt,
-            root,
-            comm,
-            None,
-            "MPI_Gatherv",
-        )
-    }
-);
-entry!(
-    /// `MPI_Igatherv`.
-    fn MPI_Igatherv(
-        sbuf: *const c_void,
-        scount: c_int,
-        sdt: Raw,
-        rbuf: *mut c_void,
-        rcounts: *const c_int,
-        displs: *const c_int,
-        rdt: Raw,
-        root: c_int,
-        comm: Raw,
-        req: *mut Raw,
-    ) {
-        gather(
-            sbuf,
-            scount,
-            sdt,
-            rbuf,
-            0,
-            Some((rcounts, displs)),
-            rdt,
-            root,
-            comm,
-            Some(req),
-            "MPI_Igatherv",
-        )
-    }
-);
-entry!(
-    /// `MPI_Scatter`.
-    fn MPI_Scatter(
-        sbuf: *const c_void,
-        scount: c_int,
-        sdt: Raw,
-        rbuf: *mut c_void,
-        rcount: c_int,
-        rdt: Raw,
-        root: c_int,
-        comm: Raw,
-    ) {
-        scatter(
-            sbuf,
-            scount,
-            None,
-            sdt,
-            rbuf,
-            rcount,
-            rdt,
-            root,
-            comm,
-            None,
-            "MPI_Scatter",
-        )
-    }
-);
-entry!(
-    /// `MPI_Iscatter`.
-    fn MPI_Iscatter(
-        sbuf: *const c_void,
-        scount: c_int,
-        sdt: Raw,
-        rbuf: *mut c_void,
-        rcount: c_int,
-        rdt: Raw,
-        root: c_int,
-        comm: Raw,
-        req: *mut Raw,
-    ) {
-        scatter(
-            sbuf,
-            scount,
-            None,
-            sdt,
-            rbuf,
-            rcount,
-            rdt,
-            root,
-            comm,
-            Some(req),
-            "MPI_Iscatter",
-        )
-    }
-);
-entry!(
-    /// `MPI_Scatterv`.
-    fn MPI_Scatterv(
-        sbuf: *const c_void,
-        scounts: *const c_int,
-        displs: *const c_int,
-        sdt: Raw,
-        rbuf: *mut c_void,
-        rcount: c_int,
-        rdt: Raw,
-        root: c_int,
-        comm: Raw,
-    ) {
-        scatter(
-            sbuf,
-            0,
-            Some((scounts, displs)),
-            sdt,
-            rbuf,
-            rcount,
-            rdt,
-            root,
-            comm,
-            None,
-            "MPI_Scatterv",
-        )
-    }
-);
-entry!(
-    /// `MPI_Iscatterv`.
-    fn MPI_Iscatterv(
-        sbuf: *const c_void,
-        scounts: *const c_int,
-        displs: *const c_int,
-        sdt: Raw,
-        rbuf: *mut c_void,
-        rcount: c_int,
-        rdt: Raw,
-        root: c_int,
-        comm: Raw,
-        req: *mut Raw,
-    ) {
-        scatter(
-            sbuf,
-            0,
-            Some((scounts, displs)),
-            sdt,
-            rbuf,
-            rcount,
-            rdt,
-            root,
-            comm,
-            Some(req),
-            "MPI_Iscatterv",
-        )
-    }
+/// The entry points of gather, scatter and their v-forms, each blocking and non-blocking
+/// (the same arguments and the request last). Each shape gives its arguments before
+/// `root` and what `rooted` gets of them.
+macro_rules! rooted_fns {
+    ($($blocking:ident $nonblocking:ident: $shape:ident),* $(,)?) => {$(
+        rooted_fns!(@$shape $blocking None,);
+        rooted_fns!(@$shape $nonblocking Some(req), req: *mut Raw);
+    )*};
+    (@gather $($rest:tt)*) => {
+        rooted_fns!(@fn
+            (sbuf: *const c_void, scount: c_int, sdt: Raw, rbuf: *mut c_void, rcount: c_int, rdt: Raw)
+            [Way::Gather, sbuf, scount, sdt, rbuf, rcount, rdt, None]
+            $($rest)*);
+    };
+    (@scatter $($rest:tt)*) => {
+        rooted_fns!(@fn
+            (sbuf: *const c_void, scount: c_int, sdt: Raw, rbuf: *mut c_void, rcount: c_int, rdt: Raw)
+            [Way::Scatter, sbuf, scount, sdt, rbuf, rcount, rdt, None]
+            $($rest)*);
+    };
+    (@gatherv $($rest:tt)*) => {
+        rooted_fns!(@fn
+            (
+                sbuf: *const c_void, scount: c_int, sdt: Raw,
+                rbuf: *mut c_void, rcounts: *const c_int, displs: *const c_int, rdt: Raw
+            )
+            [Way::Gather, sbuf, scount, sdt, rbuf, 0, rdt, Some((rcounts, displs))]
+            $($rest)*);
+    };
+    (@scatterv $($rest:tt)*) => {
+        rooted_fns!(@fn
+            (
+                sbuf: *const c_void, scounts: *const c_int, displs: *const c_int, sdt: Raw,
+                rbuf: *mut c_void, rcount: c_int, rdt: Raw
+            )
+            [Way::Scatter, sbuf, 0, sdt, rbuf, rcount, rdt, Some((scounts, displs))]
+            $($rest)*);
+    };
+    (@fn ($($a:ident: $t:ty),*) [$($arg:expr),*] $name:ident $req:expr, $($extra:ident: $et:ty)?) => {
+        entry!(
+            #[doc = concat!("`", stringify!($name), "`.")]
+            fn $name($($a: $t,)* root: c_int, comm: Raw, $($extra: $et)?) {
+                rooted($($arg,)* root, comm, $req, stringify!($name))
+            }
+        );
+    };
+}
+
+rooted_fns!(
+    MPI_Gather MPI_Igather: gather,
+    MPI_Gatherv MPI_Igatherv: gatherv,
+    MPI_Scatter MPI_Iscatter: scatter,
+    MPI_Scatterv MPI_Iscatterv: scatterv,
 );
 entry!(
     /// `MPI_Allgather`.
@@ -1431,6 +1239,9 @@ impl Call {
             }
             Some(crate::topo::Topo::Graph { index, edges }) => {
                 Ok(plan::Neighbors::graph(index, edges, self.me()))
+            }
+            Some(crate::topo::Topo::DistGraph { sources, dests, .. }) => {
+                Ok(plan::Neighbors::dist_graph(sources, dests))
             }
             None => Err(self.err(MPI_ERR_TOPOLOGY, "the communicator has no topology")),
         }

@@ -635,7 +635,7 @@ fn create_inter(
 
 /// # Safety
 /// `size` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Comm_size")]
 pub unsafe extern "C" fn MPI_Comm_size(comm: Raw, size: *mut c_int) -> c_int {
     let c = tri!(get("MPI_Comm_size", comm));
     // SAFETY: the caller's contract.
@@ -645,7 +645,7 @@ pub unsafe extern "C" fn MPI_Comm_size(comm: Raw, size: *mut c_int) -> c_int {
 
 /// # Safety
 /// `rank` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Comm_rank")]
 pub unsafe extern "C" fn MPI_Comm_rank(comm: Raw, rank: *mut c_int) -> c_int {
     let c = tri!(get("MPI_Comm_rank", comm));
     // SAFETY: the caller's contract.
@@ -726,7 +726,7 @@ fn dup(call: &str, comm: Raw) -> Result<Raw, c_int> {
 
 /// # Safety
 /// `newcomm` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Comm_dup")]
 pub unsafe extern "C" fn MPI_Comm_dup(comm: Raw, newcomm: *mut Raw) -> c_int {
     let h = tri!(dup("MPI_Comm_dup", comm));
     // SAFETY: the caller's contract.
@@ -736,7 +736,7 @@ pub unsafe extern "C" fn MPI_Comm_dup(comm: Raw, newcomm: *mut Raw) -> c_int {
 
 /// # Safety
 /// `newcomm` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Comm_dup_with_info")]
 pub unsafe extern "C" fn MPI_Comm_dup_with_info(comm: Raw, _info: Raw, newcomm: *mut Raw) -> c_int {
     let h = tri!(dup("MPI_Comm_dup_with_info", comm));
     // SAFETY: the caller's contract.
@@ -750,7 +750,7 @@ pub unsafe extern "C" fn MPI_Comm_dup_with_info(comm: Raw, _info: Raw, newcomm: 
 ///
 /// # Safety
 /// Pointers valid for writes; `newcomm` stays valid until the request completes.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Comm_idup")]
 pub unsafe extern "C" fn MPI_Comm_idup(comm: Raw, newcomm: *mut Raw, request: *mut Raw) -> c_int {
     const CALL: &str = "MPI_Comm_idup";
     let c = tri!(get(CALL, comm));
@@ -966,7 +966,7 @@ impl crate::request::Operation for IdupOp {
 
 /// # Safety
 /// `newcomm` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Comm_split")]
 pub unsafe extern "C" fn MPI_Comm_split(
     comm: Raw,
     color: c_int,
@@ -992,7 +992,7 @@ pub unsafe extern "C" fn MPI_Comm_split(
 ///
 /// # Safety
 /// `newcomm` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Comm_split_type")]
 pub unsafe extern "C" fn MPI_Comm_split_type(
     comm: Raw,
     split_type: c_int,
@@ -1040,7 +1040,7 @@ fn subset(call: &str, c: &Communicator, comm: Raw, g: &Group) -> Result<(), c_in
 
 /// # Safety
 /// `newcomm` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Comm_create")]
 pub unsafe extern "C" fn MPI_Comm_create(comm: Raw, group: Raw, newcomm: *mut Raw) -> c_int {
     const CALL: &str = "MPI_Comm_create";
     let c = tri!(get(CALL, comm));
@@ -1071,7 +1071,7 @@ pub unsafe extern "C" fn MPI_Comm_create(comm: Raw, group: Raw, newcomm: *mut Ra
 ///
 /// # Safety
 /// `newcomm` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Comm_create_group")]
 pub unsafe extern "C" fn MPI_Comm_create_group(
     comm: Raw,
     group: Raw,
@@ -1131,7 +1131,7 @@ pub(crate) fn delete_all_attrs(comm: Raw) {
 
 /// # Safety
 /// `comm` valid for reads and writes.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Comm_free")]
 pub unsafe extern "C" fn MPI_Comm_free(comm: *mut Raw) -> c_int {
     const CALL: &str = "MPI_Comm_free";
     if comm.is_null() {
@@ -1157,7 +1157,7 @@ pub unsafe extern "C" fn MPI_Comm_free(comm: *mut Raw) -> c_int {
 
 /// # Safety
 /// `result` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Comm_compare")]
 pub unsafe extern "C" fn MPI_Comm_compare(comm1: Raw, comm2: Raw, result: *mut c_int) -> c_int {
     let a = tri!(get("MPI_Comm_compare", comm1));
     let b = tri!(get("MPI_Comm_compare", comm2));
@@ -1176,7 +1176,7 @@ pub unsafe extern "C" fn MPI_Comm_compare(comm1: Raw, comm2: Raw, result: *mut c
 
 /// # Safety
 /// `group` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Comm_group")]
 pub unsafe extern "C" fn MPI_Comm_group(comm: Raw, group: *mut Raw) -> c_int {
     let c = tri!(get("MPI_Comm_group", comm));
     // SAFETY: the caller's contract.
@@ -1186,7 +1186,7 @@ pub unsafe extern "C" fn MPI_Comm_group(comm: Raw, group: *mut Raw) -> c_int {
 
 /// # Safety
 /// `name` NUL-terminated.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Comm_set_name")]
 pub unsafe extern "C" fn MPI_Comm_set_name(comm: Raw, name: *const c_char) -> c_int {
     let c = tri!(get("MPI_Comm_set_name", comm));
     if name.is_null() {
@@ -1201,7 +1201,7 @@ pub unsafe extern "C" fn MPI_Comm_set_name(comm: Raw, name: *const c_char) -> c_
 
 /// # Safety
 /// `name` holds `MPI_MAX_OBJECT_NAME` bytes; `resultlen` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Comm_get_name")]
 pub unsafe extern "C" fn MPI_Comm_get_name(
     comm: Raw,
     name: *mut c_char,
@@ -1217,7 +1217,7 @@ pub unsafe extern "C" fn MPI_Comm_get_name(
 ///
 /// # Safety
 /// `flag` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Comm_test_inter")]
 pub unsafe extern "C" fn MPI_Comm_test_inter(comm: Raw, flag: *mut c_int) -> c_int {
     let c = tri!(get("MPI_Comm_test_inter", comm));
     // SAFETY: the caller's contract.
@@ -1226,7 +1226,7 @@ pub unsafe extern "C" fn MPI_Comm_test_inter(comm: Raw, flag: *mut c_int) -> c_i
 }
 
 /// Hints are accepted and not kept.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Comm_set_info")]
 pub extern "C" fn MPI_Comm_set_info(comm: Raw, info: Raw) -> c_int {
     let _ = tri!(get("MPI_Comm_set_info", comm));
     if !crate::runtime::info_ok(info) {
@@ -1241,7 +1241,7 @@ pub extern "C" fn MPI_Comm_set_info(comm: Raw, info: Raw) -> c_int {
 
 /// # Safety
 /// `info` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Comm_get_info")]
 pub unsafe extern "C" fn MPI_Comm_get_info(comm: Raw, info: *mut Raw) -> c_int {
     let _ = tri!(get("MPI_Comm_get_info", comm));
     // SAFETY: the caller's contract.
@@ -1280,7 +1280,7 @@ fn keyval(k: c_int) -> Option<Keyval> {
 
 /// # Safety
 /// Callbacks of the right types (or the predefined ones); `keyval` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Comm_create_keyval")]
 pub unsafe extern "C" fn MPI_Comm_create_keyval(
     copy: usize,
     delete: usize,
@@ -1305,7 +1305,7 @@ pub unsafe extern "C" fn MPI_Comm_create_keyval(
 ///
 /// # Safety
 /// `comm_keyval` valid for reads and writes.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Comm_free_keyval")]
 pub unsafe extern "C" fn MPI_Comm_free_keyval(comm_keyval: *mut c_int) -> c_int {
     if comm_keyval.is_null() {
         return fail(
@@ -1357,7 +1357,7 @@ fn delete_attr(comm: Raw, c: &Communicator, k: c_int) -> Result<bool, c_int> {
     Ok(true)
 }
 
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Comm_set_attr")]
 pub extern "C" fn MPI_Comm_set_attr(
     comm: Raw,
     comm_keyval: c_int,
@@ -1417,7 +1417,7 @@ fn predefined_attr(k: c_int) -> Option<*mut c_void> {
 
 /// # Safety
 /// `attribute_val` points to a `void *` to write; `flag` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Comm_get_attr")]
 pub unsafe extern "C" fn MPI_Comm_get_attr(
     comm: Raw,
     comm_keyval: c_int,
@@ -1453,7 +1453,7 @@ pub unsafe extern "C" fn MPI_Comm_get_attr(
     MPI_SUCCESS
 }
 
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Comm_delete_attr")]
 pub extern "C" fn MPI_Comm_delete_attr(comm: Raw, comm_keyval: c_int) -> c_int {
     const CALL: &str = "MPI_Comm_delete_attr";
     let c = tri!(get(CALL, comm));
@@ -1472,7 +1472,7 @@ pub extern "C" fn MPI_Comm_delete_attr(comm: Raw, comm_keyval: c_int) -> c_int {
 
 /// # Safety
 /// As `MPI_Comm_create_keyval`.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Keyval_create")]
 pub unsafe extern "C" fn MPI_Keyval_create(
     copy: usize,
     delete: usize,
@@ -1485,20 +1485,20 @@ pub unsafe extern "C" fn MPI_Keyval_create(
 
 /// # Safety
 /// As `MPI_Comm_free_keyval`.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Keyval_free")]
 pub unsafe extern "C" fn MPI_Keyval_free(keyval: *mut c_int) -> c_int {
     // SAFETY: forwarded contract.
     unsafe { MPI_Comm_free_keyval(keyval) }
 }
 
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Attr_put")]
 pub extern "C" fn MPI_Attr_put(comm: Raw, keyval: c_int, attribute_val: *mut c_void) -> c_int {
     MPI_Comm_set_attr(comm, keyval, attribute_val)
 }
 
 /// # Safety
 /// As `MPI_Comm_get_attr`.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Attr_get")]
 pub unsafe extern "C" fn MPI_Attr_get(
     comm: Raw,
     keyval: c_int,
@@ -1509,7 +1509,7 @@ pub unsafe extern "C" fn MPI_Attr_get(
     unsafe { MPI_Comm_get_attr(comm, keyval, attribute_val, flag) }
 }
 
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Attr_delete")]
 pub extern "C" fn MPI_Attr_delete(comm: Raw, keyval: c_int) -> c_int {
     MPI_Comm_delete_attr(comm, keyval)
 }
@@ -1531,7 +1531,7 @@ fn swap(to: u32, tag: i32, mine: &[u8]) -> Result<Vec<u8>, c_int> {
 
 /// # Safety
 /// `newintercomm` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Intercomm_create")]
 pub unsafe extern "C" fn MPI_Intercomm_create(
     local_comm: Raw,
     local_leader: c_int,
@@ -1648,7 +1648,7 @@ pub unsafe extern "C" fn MPI_Intercomm_create(
 
 /// # Safety
 /// `newintracomm` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Intercomm_merge")]
 pub unsafe extern "C" fn MPI_Intercomm_merge(
     intercomm: Raw,
     high: c_int,
@@ -1703,7 +1703,7 @@ pub unsafe extern "C" fn MPI_Intercomm_merge(
 
 /// # Safety
 /// `size` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Comm_remote_size")]
 pub unsafe extern "C" fn MPI_Comm_remote_size(comm: Raw, size: *mut c_int) -> c_int {
     let c = tri!(get("MPI_Comm_remote_size", comm));
     let Some(r) = &c.remote else {
@@ -1720,7 +1720,7 @@ pub unsafe extern "C" fn MPI_Comm_remote_size(comm: Raw, size: *mut c_int) -> c_
 
 /// # Safety
 /// `group` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Comm_remote_group")]
 pub unsafe extern "C" fn MPI_Comm_remote_group(comm: Raw, group: *mut Raw) -> c_int {
     let c = tri!(get("MPI_Comm_remote_group", comm));
     let Some(r) = &c.remote else {
@@ -1752,7 +1752,7 @@ pub fn win_attr(win: Raw, key: c_int) -> Option<usize> {
 
 /// # Safety
 /// As `MPI_Comm_create_keyval` (the window callbacks have the same shapes).
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_create_keyval")]
 pub unsafe extern "C" fn MPI_Win_create_keyval(
     copy: usize,
     delete: usize,
@@ -1765,13 +1765,13 @@ pub unsafe extern "C" fn MPI_Win_create_keyval(
 
 /// # Safety
 /// As `MPI_Comm_free_keyval`.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_free_keyval")]
 pub unsafe extern "C" fn MPI_Win_free_keyval(win_keyval: *mut c_int) -> c_int {
     // SAFETY: forwarded contract.
     unsafe { MPI_Comm_free_keyval(win_keyval) }
 }
 
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_set_attr")]
 pub extern "C" fn MPI_Win_set_attr(
     win: Raw,
     win_keyval: c_int,
@@ -1801,7 +1801,7 @@ pub extern "C" fn MPI_Win_set_attr(
 }
 
 /// Calls the key's delete callback (with the window's handle) and forgets the value.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_delete_attr")]
 pub extern "C" fn MPI_Win_delete_attr(win: Raw, win_keyval: c_int) -> c_int {
     let Some(v) = WIN_ATTRS
         .lock()

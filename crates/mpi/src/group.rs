@@ -113,7 +113,7 @@ pub(crate) use tri;
 
 /// # Safety
 /// Pointers as in `mpi.h`.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Group_size")]
 pub unsafe extern "C" fn MPI_Group_size(group: Raw, size: *mut c_int) -> c_int {
     let g = tri!(get("MPI_Group_size", group));
     // SAFETY: the caller's contract.
@@ -123,7 +123,7 @@ pub unsafe extern "C" fn MPI_Group_size(group: Raw, size: *mut c_int) -> c_int {
 
 /// # Safety
 /// Pointers as in `mpi.h`.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Group_rank")]
 pub unsafe extern "C" fn MPI_Group_rank(group: Raw, rank: *mut c_int) -> c_int {
     let g = tri!(get("MPI_Group_rank", group));
     let r = g
@@ -136,7 +136,7 @@ pub unsafe extern "C" fn MPI_Group_rank(group: Raw, rank: *mut c_int) -> c_int {
 
 /// # Safety
 /// Pointers as in `mpi.h`.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Group_free")]
 pub unsafe extern "C" fn MPI_Group_free(group: *mut Raw) -> c_int {
     if group.is_null() {
         return fail(
@@ -164,7 +164,7 @@ pub unsafe extern "C" fn MPI_Group_free(group: *mut Raw) -> c_int {
 
 /// # Safety
 /// Pointers as in `mpi.h`.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Group_translate_ranks")]
 pub unsafe extern "C" fn MPI_Group_translate_ranks(
     group1: Raw,
     n: c_int,
@@ -201,7 +201,7 @@ pub unsafe extern "C" fn MPI_Group_translate_ranks(
 
 /// # Safety
 /// Pointers as in `mpi.h`.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Group_compare")]
 pub unsafe extern "C" fn MPI_Group_compare(group1: Raw, group2: Raw, result: *mut c_int) -> c_int {
     let a = tri!(get("MPI_Group_compare", group1));
     let b = tri!(get("MPI_Group_compare", group2));
@@ -231,7 +231,7 @@ unsafe fn combine(
 
 /// # Safety
 /// Pointers as in `mpi.h`.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Group_union")]
 pub unsafe extern "C" fn MPI_Group_union(group1: Raw, group2: Raw, newgroup: *mut Raw) -> c_int {
     // SAFETY: the caller's contract.
     unsafe {
@@ -245,7 +245,7 @@ pub unsafe extern "C" fn MPI_Group_union(group1: Raw, group2: Raw, newgroup: *mu
 
 /// # Safety
 /// Pointers as in `mpi.h`.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Group_intersection")]
 pub unsafe extern "C" fn MPI_Group_intersection(
     group1: Raw,
     group2: Raw,
@@ -271,7 +271,7 @@ pub unsafe extern "C" fn MPI_Group_intersection(
 
 /// # Safety
 /// Pointers as in `mpi.h`.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Group_difference")]
 pub unsafe extern "C" fn MPI_Group_difference(
     group1: Raw,
     group2: Raw,
@@ -316,7 +316,7 @@ fn checked(call: &str, g: &Group, ranks: &[c_int]) -> Result<Vec<u32>, c_int> {
 
 /// # Safety
 /// Pointers as in `mpi.h`.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Group_incl")]
 pub unsafe extern "C" fn MPI_Group_incl(
     group: Raw,
     n: c_int,
@@ -338,7 +338,7 @@ pub unsafe extern "C" fn MPI_Group_incl(
 
 /// # Safety
 /// Pointers as in `mpi.h`.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Group_excl")]
 pub unsafe extern "C" fn MPI_Group_excl(
     group: Raw,
     n: c_int,
@@ -400,7 +400,7 @@ unsafe fn expand(
 
 /// # Safety
 /// Pointers as in `mpi.h`.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Group_range_incl")]
 pub unsafe extern "C" fn MPI_Group_range_incl(
     group: Raw,
     n: c_int,
@@ -417,7 +417,7 @@ pub unsafe extern "C" fn MPI_Group_range_incl(
 
 /// # Safety
 /// Pointers as in `mpi.h`.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Group_range_excl")]
 pub unsafe extern "C" fn MPI_Group_range_excl(
     group: Raw,
     n: c_int,

@@ -876,7 +876,7 @@ pub fn free(h: Raw) -> Result<(), c_int> {
 ///
 /// # Safety
 /// `op` must be valid for a write; `f` must be a function of the declared C type.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Op_create")]
 pub unsafe extern "C" fn MPI_Op_create(f: Option<UserFn>, commute: c_int, op: *mut Raw) -> c_int {
     let Some(f) = f else {
         return crate::coll::fail_world(MPI_ERR_ARG, "MPI_Op_create: the function is NULL");
@@ -894,7 +894,7 @@ pub unsafe extern "C" fn MPI_Op_create(f: Option<UserFn>, commute: c_int, op: *m
 ///
 /// # Safety
 /// `op` must be valid for reads and writes.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Op_free")]
 pub unsafe extern "C" fn MPI_Op_free(op: *mut Raw) -> c_int {
     if op.is_null() {
         return crate::coll::fail_world(MPI_ERR_ARG, "MPI_Op_free: op is NULL");
@@ -922,7 +922,7 @@ pub unsafe extern "C" fn MPI_Op_free(op: *mut Raw) -> c_int {
 ///
 /// # Safety
 /// `commute` must be valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Op_commutative")]
 pub unsafe extern "C" fn MPI_Op_commutative(op: Raw, commute: *mut c_int) -> c_int {
     let o = match lookup(op) {
         Ok(o) => o,
@@ -945,7 +945,7 @@ pub unsafe extern "C" fn MPI_Op_commutative(op: Raw, commute: *mut c_int) -> c_i
 ///
 /// # Safety
 /// Both buffers must hold `count` elements of `datatype`.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Reduce_local")]
 pub unsafe extern "C" fn MPI_Reduce_local(
     inbuf: *const c_void,
     inoutbuf: *mut c_void,

@@ -175,7 +175,7 @@ pub(crate) fn drain_buffered() {
 
 /// # Safety
 /// `buffer` valid for `size` bytes until detached.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Buffer_attach")]
 pub unsafe extern "C" fn MPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> c_int {
     let mut g = ATTACHED.lock().unwrap_or_else(|e| e.into_inner());
     if g.is_some() {
@@ -207,7 +207,7 @@ pub unsafe extern "C" fn MPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> 
 ///
 /// # Safety
 /// `buffer_addr` points to a `void *` to write; `size` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Buffer_detach")]
 pub unsafe extern "C" fn MPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
     drain_buffered();
     let a = ATTACHED.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -351,7 +351,7 @@ macro_rules! send_fns {
     ($($blocking:ident $nonblocking:ident $init:ident $mode:expr),* $(,)?) => {$(
         /// # Safety
         /// `buf` holds `count` elements of `datatype`.
-        #[unsafe(no_mangle)]
+        #[unsafe(export_name = concat!("P", stringify!($blocking)))]
         pub unsafe extern "C" fn $blocking(
             buf: *const c_void,
             count: c_int,
@@ -368,7 +368,7 @@ macro_rules! send_fns {
         /// # Safety
         /// `buf` holds `count` elements of `datatype` until the request completes;
         /// `request` valid for a write.
-        #[unsafe(no_mangle)]
+        #[unsafe(export_name = concat!("P", stringify!($nonblocking)))]
         pub unsafe extern "C" fn $nonblocking(
             buf: *const c_void,
             count: c_int,
@@ -388,7 +388,7 @@ macro_rules! send_fns {
 
         /// # Safety
         /// As the non-blocking call, for every start.
-        #[unsafe(no_mangle)]
+        #[unsafe(export_name = concat!("P", stringify!($init)))]
         pub unsafe extern "C" fn $init(
             buf: *const c_void,
             count: c_int,
@@ -452,7 +452,7 @@ fn blocking_send(call: &str, a: &Args, mode: Mode) -> c_int {
 
 /// # Safety
 /// `buf` holds `count` elements of `datatype`; `status` null or valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Recv")]
 pub unsafe extern "C" fn MPI_Recv(
     buf: *mut c_void,
     count: c_int,
@@ -504,7 +504,7 @@ fn recv_problem(st: &MpiStatus) -> String {
 /// # Safety
 /// `buf` holds `count` elements of `datatype` until the request completes; `request`
 /// valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Irecv")]
 pub unsafe extern "C" fn MPI_Irecv(
     buf: *mut c_void,
     count: c_int,
@@ -524,7 +524,7 @@ pub unsafe extern "C" fn MPI_Irecv(
 
 /// # Safety
 /// As `MPI_Irecv`, for every start.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Recv_init")]
 pub unsafe extern "C" fn MPI_Recv_init(
     buf: *mut c_void,
     count: c_int,
@@ -551,7 +551,7 @@ pub unsafe extern "C" fn MPI_Recv_init(
 
 /// # Safety
 /// Buffers as for `MPI_Send` and `MPI_Recv`.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Sendrecv")]
 pub unsafe extern "C" fn MPI_Sendrecv(
     sendbuf: *const c_void,
     sendcount: c_int,
@@ -593,7 +593,7 @@ fn pair_result(call: &str, comm: Raw, sent: &MpiStatus, got: &MpiStatus) -> c_in
 
 /// # Safety
 /// `buf` holds `count` elements of `datatype`.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Sendrecv_replace")]
 pub unsafe extern "C" fn MPI_Sendrecv_replace(
     buf: *mut c_void,
     count: c_int,
@@ -649,7 +649,7 @@ pub unsafe extern "C" fn MPI_Sendrecv_replace(
 
 /// # Safety
 /// `status` null or valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Probe")]
 pub unsafe extern "C" fn MPI_Probe(
     source: c_int,
     tag: c_int,
@@ -685,7 +685,7 @@ pub unsafe extern "C" fn MPI_Probe(
 
 /// # Safety
 /// `flag` valid for a write; `status` null or valid.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Iprobe")]
 pub unsafe extern "C" fn MPI_Iprobe(
     source: c_int,
     tag: c_int,
@@ -785,7 +785,7 @@ fn matched_probe(
 
 /// # Safety
 /// `message` valid for a write; `status` null or valid.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Mprobe")]
 pub unsafe extern "C" fn MPI_Mprobe(
     source: c_int,
     tag: c_int,
@@ -801,7 +801,7 @@ pub unsafe extern "C" fn MPI_Mprobe(
 
 /// # Safety
 /// `flag` and `message` valid for writes; `status` null or valid.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Improbe")]
 pub unsafe extern "C" fn MPI_Improbe(
     source: c_int,
     tag: c_int,
@@ -894,7 +894,7 @@ fn start_mrecv(
 
 /// # Safety
 /// `buf` holds `count` elements of `datatype`; `message` valid for reads and writes.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Mrecv")]
 pub unsafe extern "C" fn MPI_Mrecv(
     buf: *mut c_void,
     count: c_int,
@@ -910,7 +910,7 @@ pub unsafe extern "C" fn MPI_Mrecv(
 
 /// # Safety
 /// As `MPI_Mrecv`, the buffer until the request completes; `request` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Imrecv")]
 pub unsafe extern "C" fn MPI_Imrecv(
     buf: *mut c_void,
     count: c_int,
@@ -951,7 +951,7 @@ fn count_of(
 
 /// # Safety
 /// `status` valid for a read; `count` for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Get_count")]
 pub unsafe extern "C" fn MPI_Get_count(
     status: *const MpiStatus,
     datatype: Raw,
@@ -976,7 +976,7 @@ pub unsafe extern "C" fn MPI_Get_count(
 
 /// # Safety
 /// `status` valid for reads and writes.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Status_set_elements")]
 pub unsafe extern "C" fn MPI_Status_set_elements(
     status: *mut MpiStatus,
     datatype: Raw,
@@ -988,7 +988,7 @@ pub unsafe extern "C" fn MPI_Status_set_elements(
 
 /// # Safety
 /// `status` valid for reads and writes.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Status_set_elements_x")]
 pub unsafe extern "C" fn MPI_Status_set_elements_x(
     status: *mut MpiStatus,
     datatype: Raw,

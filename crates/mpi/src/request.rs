@@ -14,7 +14,7 @@ use bulkwire_p2p::{ReqId, Status};
 use crate::comm::Communicator;
 use crate::dt::Datatype;
 use crate::error::*;
-use crate::group::put;
+use crate::group::{put, tri};
 use crate::handle::{Kind, Raw, Table};
 use crate::predef::*;
 use crate::runtime::{code_of, fail, p2p};
@@ -436,77 +436,82 @@ pub(crate) fn wait_body(body: Body, comm_h: Raw) -> MpiStatus {
 
 // ---- Wait and Test --------------------------------------------------------------------
 
+/// The request at `request` for `MPI_Wait` and `MPI_Test`: `None` for `MPI_REQUEST_NULL`.
+///
 /// # Safety
-/// `request` valid for reads and writes; `status` null or valid for a write.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MPI_Wait(request: *mut Raw, status: *mut MpiStatus) -> c_int {
+/// `request` null or valid for reads and writes.
+unsafe fn single<'a>(
+    call: &str,
+    request: *mut Raw,
+) -> Result<Option<(&'a mut Raw, Shared)>, c_int> {
     if request.is_null() {
-        return fail(
+        return Err(fail(
             MPI_COMM_WORLD,
             MPI_ERR_ARG,
-            "MPI_Wait: null request pointer",
-        );
+            format!("{call}: null request pointer"),
+        ));
     }
     // SAFETY: non-null, valid by contract.
     let h = unsafe { &mut *request };
     if *h == MPI_REQUEST_NULL {
+        return Ok(None);
+    }
+    let s = find(*h).ok_or_else(|| bad_request(call, *h))?;
+    Ok(Some((h, s)))
+}
+
+/// Collects the done request `s` at `h`: its status to `status`, its error reported.
+///
+/// # Safety
+/// `status` null or valid for a write.
+unsafe fn finish_single(call: &str, h: &mut Raw, s: &Shared, status: *mut MpiStatus) -> c_int {
+    let comm = comm_of(s);
+    let st = collect(h, s);
+    // SAFETY: the caller's contract.
+    unsafe { put_status(status, st) };
+    report(call, comm, &st)
+}
+
+/// # Safety
+/// `request` valid for reads and writes; `status` null or valid for a write.
+#[unsafe(export_name = "PMPI_Wait")]
+pub unsafe extern "C" fn MPI_Wait(request: *mut Raw, status: *mut MpiStatus) -> c_int {
+    // SAFETY: the caller's contract.
+    let Some((h, s)) = tri!(unsafe { single("MPI_Wait", request) }) else {
         // SAFETY: the caller's contract.
         unsafe { put_status(status, MpiStatus::EMPTY) };
         return MPI_SUCCESS;
-    }
-    let Some(s) = find(*h) else {
-        return bad_request("MPI_Wait", *h);
     };
     wait_shared(&s);
-    let comm = comm_of(&s);
-    let st = collect(h, &s);
     // SAFETY: the caller's contract.
-    unsafe { put_status(status, st) };
-    report("MPI_Wait", comm, &st)
+    unsafe { finish_single("MPI_Wait", h, &s, status) }
 }
 
 /// # Safety
 /// As `MPI_Wait`; `flag` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Test")]
 pub unsafe extern "C" fn MPI_Test(
     request: *mut Raw,
     flag: *mut c_int,
     status: *mut MpiStatus,
 ) -> c_int {
-    if request.is_null() {
-        return fail(
-            MPI_COMM_WORLD,
-            MPI_ERR_ARG,
-            "MPI_Test: null request pointer",
-        );
-    }
-    // SAFETY: non-null, valid by contract.
-    let h = unsafe { &mut *request };
-    if *h == MPI_REQUEST_NULL {
+    // SAFETY: the caller's contract.
+    let Some((h, s)) = tri!(unsafe { single("MPI_Test", request) }) else {
         // SAFETY: the caller's contract.
         unsafe {
             put(flag, 1);
             put_status(status, MpiStatus::EMPTY);
         }
         return MPI_SUCCESS;
-    }
-    let Some(s) = find(*h) else {
-        return bad_request("MPI_Test", *h);
     };
     let done = poll(&mut s.lock().unwrap_or_else(|e| e.into_inner()));
+    // SAFETY: the caller's contract.
+    unsafe { put(flag, c_int::from(done)) };
     if !done {
-        // SAFETY: the caller's contract.
-        unsafe { put(flag, 0) };
         return MPI_SUCCESS;
     }
-    let comm = comm_of(&s);
-    let st = collect(h, &s);
     // SAFETY: the caller's contract.
-    unsafe {
-        put(flag, 1);
-        put_status(status, st);
-    }
-    report("MPI_Test", comm, &st)
+    unsafe { finish_single("MPI_Test", h, &s, status) }
 }
 
 /// The requests at `reqs`, by index (`None`: null or inactive).
@@ -580,9 +585,22 @@ unsafe fn collect_at(
     (comm, st)
 }
 
+/// The result of a call on an array of requests: `MPI_ERR_IN_STATUS` through the handler
+/// of the first failed request's communicator, if one failed.
+fn in_status(call: &str, failed: Option<(Raw, MpiStatus)>) -> c_int {
+    match failed {
+        None => MPI_SUCCESS,
+        Some((comm, st)) => fail(
+            comm,
+            MPI_ERR_IN_STATUS,
+            format!("{call}: a request failed ({})", describe(&st)),
+        ),
+    }
+}
+
 /// # Safety
 /// `reqs` holds `count` handles; `statuses` null or holds `count` statuses.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Waitall")]
 pub unsafe extern "C" fn MPI_Waitall(
     count: c_int,
     reqs: *mut Raw,
@@ -590,10 +608,7 @@ pub unsafe extern "C" fn MPI_Waitall(
 ) -> c_int {
     const CALL: &str = "MPI_Waitall";
     // SAFETY: the caller's contract.
-    let rs = match unsafe { read(CALL, count, reqs) } {
-        Ok(r) => r,
-        Err(e) => return e,
-    };
+    let rs = tri!(unsafe { read(CALL, count, reqs) });
     if let Some(ids) = p2p_ids(&rs)
         && let Ok(p) = p2p()
     {
@@ -632,31 +647,20 @@ pub unsafe extern "C" fn MPI_Waitall(
             }
         }
     }
-    match failed {
-        None => MPI_SUCCESS,
-        Some((comm, st)) => fail(
-            comm,
-            MPI_ERR_IN_STATUS,
-            format!("{CALL}: a request failed ({})", describe(&st)),
-        ),
-    }
+    in_status(CALL, failed)
 }
 
 /// # Safety
 /// As `MPI_Waitall`; `flag` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Testall")]
 pub unsafe extern "C" fn MPI_Testall(
     count: c_int,
     reqs: *mut Raw,
     flag: *mut c_int,
     statuses: *mut MpiStatus,
 ) -> c_int {
-    const CALL: &str = "MPI_Testall";
     // SAFETY: the caller's contract.
-    let rs = match unsafe { read(CALL, count, reqs) } {
-        Ok(r) => r,
-        Err(e) => return e,
-    };
+    let rs = tri!(unsafe { read("MPI_Testall", count, reqs) });
     if let Ok(p) = p2p() {
         p.progress();
     }
@@ -681,9 +685,73 @@ fn any_done(rs: &[Option<Shared>]) -> Option<usize> {
     })
 }
 
+/// Blocks until one of `rs` (at least one active) is done: its index. Requests all in
+/// p2p wait in the p2p layer; others are polled in turn.
+fn wait_any(rs: &[Option<Shared>]) -> usize {
+    loop {
+        if let Some(i) = any_done(rs) {
+            return i;
+        }
+        if let Some(ids) = p2p_ids(rs)
+            && let Ok(p) = p2p()
+            && let Some((i, res)) = p.wait_any_raw(&ids)
+        {
+            if let (Some(s), Some(id)) = (&rs[i], ids[i]) {
+                store_p2p(s, id, res);
+            }
+            return i;
+        }
+        idle();
+    }
+}
+
+/// The end of `MPI_Waitany` and `MPI_Testany`: `None` for no request done (`flag` 0),
+/// else collects request `i`, with `flag` 1. With no active request at all, `index` is
+/// `MPI_UNDEFINED`, `flag` 1 and the status empty.
+///
+/// # Safety
+/// As `MPI_Testany`; `reqs` holds more than `i` handles.
+unsafe fn finish_any(
+    call: &str,
+    rs: &[Option<Shared>],
+    done: Option<usize>,
+    reqs: *mut Raw,
+    index: *mut c_int,
+    flag: *mut c_int,
+    status: *mut MpiStatus,
+) -> c_int {
+    let (i, st, comm) = match done {
+        _ if rs.iter().all(Option::is_none) => (MPI_UNDEFINED, MpiStatus::EMPTY, None),
+        None => {
+            // SAFETY: the caller's contract.
+            unsafe {
+                put(flag, 0);
+                put(index, MPI_UNDEFINED);
+            }
+            return MPI_SUCCESS;
+        }
+        Some(i) => {
+            let Some(s) = &rs[i] else {
+                return MPI_ERR_INTERN;
+            };
+            let comm = comm_of(s);
+            // SAFETY: i < count.
+            let st = collect(unsafe { &mut *reqs.add(i) }, s);
+            (i as c_int, st, Some(comm))
+        }
+    };
+    // SAFETY: the caller's contract.
+    unsafe {
+        put(flag, 1);
+        put(index, i);
+        put_status(status, st);
+    }
+    comm.map_or(MPI_SUCCESS, |c| report(call, c, &st))
+}
+
 /// # Safety
 /// `reqs` holds `count` handles; `index` valid for a write; `status` null or valid.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Waitany")]
 pub unsafe extern "C" fn MPI_Waitany(
     count: c_int,
     reqs: *mut Raw,
@@ -692,50 +760,15 @@ pub unsafe extern "C" fn MPI_Waitany(
 ) -> c_int {
     const CALL: &str = "MPI_Waitany";
     // SAFETY: the caller's contract.
-    let rs = match unsafe { read(CALL, count, reqs) } {
-        Ok(r) => r,
-        Err(e) => return e,
-    };
-    if rs.iter().all(Option::is_none) {
-        // SAFETY: the caller's contract.
-        unsafe {
-            put(index, MPI_UNDEFINED);
-            put_status(status, MpiStatus::EMPTY);
-        }
-        return MPI_SUCCESS;
-    }
-    let i = loop {
-        if let Some(i) = any_done(&rs) {
-            break i;
-        }
-        if let Some(ids) = p2p_ids(&rs)
-            && let Ok(p) = p2p()
-            && let Some((i, res)) = p.wait_any_raw(&ids)
-        {
-            if let (Some(s), Some(id)) = (&rs[i], ids[i]) {
-                store_p2p(s, id, res);
-            }
-            break i;
-        }
-        idle();
-    };
-    let Some(s) = &rs[i] else {
-        return MPI_ERR_INTERN;
-    };
-    let comm = comm_of(s);
-    // SAFETY: i < count.
-    let st = collect(unsafe { &mut *reqs.add(i) }, s);
+    let rs = tri!(unsafe { read(CALL, count, reqs) });
+    let done = rs.iter().any(Option::is_some).then(|| wait_any(&rs));
     // SAFETY: the caller's contract.
-    unsafe {
-        put(index, i as c_int);
-        put_status(status, st);
-    }
-    report(CALL, comm, &st)
+    unsafe { finish_any(CALL, &rs, done, reqs, index, std::ptr::null_mut(), status) }
 }
 
 /// # Safety
 /// As `MPI_Waitany`; `flag` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Testany")]
 pub unsafe extern "C" fn MPI_Testany(
     count: c_int,
     reqs: *mut Raw,
@@ -745,40 +778,10 @@ pub unsafe extern "C" fn MPI_Testany(
 ) -> c_int {
     const CALL: &str = "MPI_Testany";
     // SAFETY: the caller's contract.
-    let rs = match unsafe { read(CALL, count, reqs) } {
-        Ok(r) => r,
-        Err(e) => return e,
-    };
-    if rs.iter().all(Option::is_none) {
-        // SAFETY: the caller's contract.
-        unsafe {
-            put(flag, 1);
-            put(index, MPI_UNDEFINED);
-            put_status(status, MpiStatus::EMPTY);
-        }
-        return MPI_SUCCESS;
-    }
-    let Some(i) = any_done(&rs) else {
-        // SAFETY: the caller's contract.
-        unsafe {
-            put(flag, 0);
-            put(index, MPI_UNDEFINED);
-        }
-        return MPI_SUCCESS;
-    };
-    let Some(s) = &rs[i] else {
-        return MPI_ERR_INTERN;
-    };
-    let comm = comm_of(s);
-    // SAFETY: i < count.
-    let st = collect(unsafe { &mut *reqs.add(i) }, s);
+    let rs = tri!(unsafe { read(CALL, count, reqs) });
+    let done = any_done(&rs);
     // SAFETY: the caller's contract.
-    unsafe {
-        put(flag, 1);
-        put(index, i as c_int);
-        put_status(status, st);
-    }
-    report(CALL, comm, &st)
+    unsafe { finish_any(CALL, &rs, done, reqs, index, flag, status) }
 }
 
 /// Collects every done request of `rs`: how many (`MPI_UNDEFINED` if none is active).
@@ -822,19 +825,12 @@ unsafe fn some(
     }
     // SAFETY: the caller's contract.
     unsafe { put(outcount, n as c_int) };
-    match failed {
-        None => MPI_SUCCESS,
-        Some((comm, st)) => fail(
-            comm,
-            MPI_ERR_IN_STATUS,
-            format!("{call}: a request failed ({})", describe(&st)),
-        ),
-    }
+    in_status(call, failed)
 }
 
 /// # Safety
 /// `reqs`, `indices` and `statuses` (unless null) hold `count` entries.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Testsome")]
 pub unsafe extern "C" fn MPI_Testsome(
     count: c_int,
     reqs: *mut Raw,
@@ -844,10 +840,7 @@ pub unsafe extern "C" fn MPI_Testsome(
 ) -> c_int {
     const CALL: &str = "MPI_Testsome";
     // SAFETY: the caller's contract.
-    let rs = match unsafe { read(CALL, count, reqs) } {
-        Ok(r) => r,
-        Err(e) => return e,
-    };
+    let rs = tri!(unsafe { read(CALL, count, reqs) });
     if let Ok(p) = p2p() {
         p.progress();
     }
@@ -857,7 +850,7 @@ pub unsafe extern "C" fn MPI_Testsome(
 
 /// # Safety
 /// As `MPI_Testsome`.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Waitsome")]
 pub unsafe extern "C" fn MPI_Waitsome(
     count: c_int,
     reqs: *mut Raw,
@@ -867,26 +860,9 @@ pub unsafe extern "C" fn MPI_Waitsome(
 ) -> c_int {
     const CALL: &str = "MPI_Waitsome";
     // SAFETY: the caller's contract.
-    let rs = match unsafe { read(CALL, count, reqs) } {
-        Ok(r) => r,
-        Err(e) => return e,
-    };
+    let rs = tri!(unsafe { read(CALL, count, reqs) });
     if rs.iter().any(Option::is_some) {
-        loop {
-            if any_done(&rs).is_some() {
-                break;
-            }
-            if let Some(ids) = p2p_ids(&rs)
-                && let Ok(p) = p2p()
-                && let Some((i, res)) = p.wait_any_raw(&ids)
-            {
-                if let (Some(s), Some(id)) = (&rs[i], ids[i]) {
-                    store_p2p(s, id, res);
-                }
-                break;
-            }
-            idle();
-        }
+        wait_any(&rs);
     }
     // SAFETY: the caller's contract.
     unsafe { some(CALL, &rs, reqs, outcount, indices, statuses) }
@@ -896,7 +872,7 @@ pub unsafe extern "C" fn MPI_Waitsome(
 
 /// # Safety
 /// `request` valid for reads and writes.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Request_free")]
 pub unsafe extern "C" fn MPI_Request_free(request: *mut Raw) -> c_int {
     const CALL: &str = "MPI_Request_free";
     if request.is_null() {
@@ -946,7 +922,7 @@ pub(crate) fn progress_detached() {
 
 /// # Safety
 /// `flag` valid for a write; `status` null or valid.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Request_get_status")]
 pub unsafe extern "C" fn MPI_Request_get_status(
     request: Raw,
     flag: *mut c_int,
@@ -984,7 +960,7 @@ pub unsafe extern "C" fn MPI_Request_get_status(
 ///
 /// # Safety
 /// `request` valid for a read.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Cancel")]
 pub unsafe extern "C" fn MPI_Cancel(request: *mut Raw) -> c_int {
     if request.is_null() {
         return fail(MPI_COMM_WORLD, MPI_ERR_ARG, "MPI_Cancel: null pointer");
@@ -1017,7 +993,7 @@ pub unsafe extern "C" fn MPI_Cancel(request: *mut Raw) -> c_int {
 ///
 /// # Safety
 /// Functions of the standard's types (or null); `request` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Grequest_start")]
 pub unsafe extern "C" fn MPI_Grequest_start(
     query_fn: Option<QueryFn>,
     free_fn: Option<FreeFn>,
@@ -1037,7 +1013,7 @@ pub unsafe extern "C" fn MPI_Grequest_start(
     MPI_SUCCESS
 }
 
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Grequest_complete")]
 pub extern "C" fn MPI_Grequest_complete(request: Raw) -> c_int {
     let Some(s) = find(request) else {
         return bad_request("MPI_Grequest_complete", request);
@@ -1061,7 +1037,7 @@ pub extern "C" fn MPI_Grequest_complete(request: Raw) -> c_int {
 
 /// # Safety
 /// `status` valid for a read; `flag` for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Test_cancelled")]
 pub unsafe extern "C" fn MPI_Test_cancelled(status: *const MpiStatus, flag: *mut c_int) -> c_int {
     if status.is_null() {
         return fail(
@@ -1079,7 +1055,7 @@ pub unsafe extern "C" fn MPI_Test_cancelled(status: *const MpiStatus, flag: *mut
 
 /// # Safety
 /// `status` valid for reads and writes.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Status_set_cancelled")]
 pub unsafe extern "C" fn MPI_Status_set_cancelled(status: *mut MpiStatus, flag: c_int) -> c_int {
     if status.is_null() {
         return fail(
@@ -1127,7 +1103,7 @@ fn start(call: &str, h: Raw) -> c_int {
 
 /// # Safety
 /// `request` valid for a read.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Start")]
 pub unsafe extern "C" fn MPI_Start(request: *mut Raw) -> c_int {
     if request.is_null() {
         return fail(MPI_COMM_WORLD, MPI_ERR_ARG, "MPI_Start: null pointer");
@@ -1138,7 +1114,7 @@ pub unsafe extern "C" fn MPI_Start(request: *mut Raw) -> c_int {
 
 /// # Safety
 /// `reqs` holds `count` handles.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Startall")]
 pub unsafe extern "C" fn MPI_Startall(count: c_int, reqs: *mut Raw) -> c_int {
     for i in 0..count.max(0) as usize {
         // SAFETY: i < count, by contract.

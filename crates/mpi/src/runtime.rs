@@ -156,7 +156,7 @@ fn init(required: c_int) -> c_int {
 
 /// # Safety
 /// `argc`/`argv` are the program's or null (unused).
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Init")]
 pub unsafe extern "C" fn MPI_Init(_argc: *mut c_int, _argv: *mut *mut *mut c_char) -> c_int {
     init(MPI_THREAD_SINGLE)
 }
@@ -165,7 +165,7 @@ pub unsafe extern "C" fn MPI_Init(_argc: *mut c_int, _argv: *mut *mut *mut c_cha
 ///
 /// # Safety
 /// `provided` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Init_thread")]
 pub unsafe extern "C" fn MPI_Init_thread(
     _argc: *mut c_int,
     _argv: *mut *mut *mut c_char,
@@ -182,7 +182,7 @@ pub unsafe extern "C" fn MPI_Init_thread(
 
 /// # Safety
 /// `flag` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Initialized")]
 pub unsafe extern "C" fn MPI_Initialized(flag: *mut c_int) -> c_int {
     // SAFETY: the caller's contract.
     unsafe { put(flag, c_int::from(INITIALIZED.load(Ordering::Acquire))) };
@@ -191,14 +191,14 @@ pub unsafe extern "C" fn MPI_Initialized(flag: *mut c_int) -> c_int {
 
 /// # Safety
 /// `flag` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Finalized")]
 pub unsafe extern "C" fn MPI_Finalized(flag: *mut c_int) -> c_int {
     // SAFETY: the caller's contract.
     unsafe { put(flag, c_int::from(FINALIZED.load(Ordering::Acquire))) };
     MPI_SUCCESS
 }
 
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Finalize")]
 pub extern "C" fn MPI_Finalize() -> c_int {
     let _g = LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
     if !INITIALIZED.load(Ordering::Acquire) || FINALIZED.load(Ordering::Acquire) {
@@ -227,7 +227,7 @@ pub extern "C" fn MPI_Finalize() -> c_int {
 }
 
 /// Aborts the whole job. The launcher reports the failure; the exit status is 1.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Abort")]
 pub extern "C" fn MPI_Abort(_comm: Raw, errorcode: c_int) -> c_int {
     let msg = format!(
         "MPI_Abort: rank {} aborts the job with code {errorcode}",
@@ -242,13 +242,13 @@ pub extern "C" fn MPI_Abort(_comm: Raw, errorcode: c_int) -> c_int {
     }
 }
 
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Wtime")]
 pub extern "C" fn MPI_Wtime() -> c_double {
     EPOCH.get_or_init(Instant::now).elapsed().as_secs_f64()
 }
 
 /// `Instant` counts nanoseconds.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Wtick")]
 pub extern "C" fn MPI_Wtick() -> c_double {
     1e-9
 }
@@ -272,7 +272,7 @@ pub(crate) unsafe fn put_str(buf: *mut c_char, cap: usize, s: &str) -> c_int {
 
 /// # Safety
 /// `name` holds `MPI_MAX_PROCESSOR_NAME` bytes; `len` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Get_processor_name")]
 pub unsafe extern "C" fn MPI_Get_processor_name(name: *mut c_char, len: *mut c_int) -> c_int {
     let host = bulkwire_launch::hostname();
     // SAFETY: the caller's contract.
@@ -282,7 +282,7 @@ pub unsafe extern "C" fn MPI_Get_processor_name(name: *mut c_char, len: *mut c_i
 
 /// # Safety
 /// Pointers valid for writes.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Get_version")]
 pub unsafe extern "C" fn MPI_Get_version(version: *mut c_int, subversion: *mut c_int) -> c_int {
     // SAFETY: the caller's contract.
     unsafe {
@@ -294,7 +294,7 @@ pub unsafe extern "C" fn MPI_Get_version(version: *mut c_int, subversion: *mut c
 
 /// # Safety
 /// `version` holds `MPI_MAX_LIBRARY_VERSION_STRING` bytes; `len` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Get_library_version")]
 pub unsafe extern "C" fn MPI_Get_library_version(version: *mut c_char, len: *mut c_int) -> c_int {
     let v = format!(
         "bulkwire MPI {} (MPI 3.1 over bulkwire's point-to-point and collective layers)",
@@ -307,7 +307,7 @@ pub unsafe extern "C" fn MPI_Get_library_version(version: *mut c_char, len: *mut
 
 /// # Safety
 /// `provided` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Query_thread")]
 pub unsafe extern "C" fn MPI_Query_thread(provided: *mut c_int) -> c_int {
     // SAFETY: the caller's contract.
     unsafe { put(provided, THREAD_LEVEL.load(Ordering::Acquire)) };
@@ -316,7 +316,7 @@ pub unsafe extern "C" fn MPI_Query_thread(provided: *mut c_int) -> c_int {
 
 /// # Safety
 /// `flag` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Is_thread_main")]
 pub unsafe extern "C" fn MPI_Is_thread_main(flag: *mut c_int) -> c_int {
     let main = MAIN_THREAD.get() == Some(&std::thread::current().id());
     // SAFETY: the caller's contract.
@@ -325,14 +325,14 @@ pub unsafe extern "C" fn MPI_Is_thread_main(flag: *mut c_int) -> c_int {
 }
 
 /// Profiling control: nothing to control.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Pcontrol")]
 pub extern "C" fn MPI_Pcontrol(_level: c_int) -> c_int {
     MPI_SUCCESS
 }
 
 /// # Safety
 /// `baseptr` points to a pointer to write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Alloc_mem")]
 pub unsafe extern "C" fn MPI_Alloc_mem(size: isize, _info: Raw, baseptr: *mut c_void) -> c_int {
     if size < 0 {
         return fail(
@@ -357,7 +357,7 @@ pub unsafe extern "C" fn MPI_Alloc_mem(size: isize, _info: Raw, baseptr: *mut c_
 
 /// # Safety
 /// `base` came from `MPI_Alloc_mem`.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Free_mem")]
 pub unsafe extern "C" fn MPI_Free_mem(base: *mut c_void) -> c_int {
     // SAFETY: the caller's contract: malloc'd by MPI_Alloc_mem.
     unsafe { libc::free(base) };
@@ -384,7 +384,7 @@ fn errhandler_ok(h: Raw) -> bool {
 
 /// # Safety
 /// `f` a function of the right type; `errhandler` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Comm_create_errhandler")]
 pub unsafe extern "C" fn MPI_Comm_create_errhandler(
     f: Option<ErrFn>,
     errhandler: *mut Raw,
@@ -405,7 +405,7 @@ pub unsafe extern "C" fn MPI_Comm_create_errhandler(
     MPI_SUCCESS
 }
 
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Comm_set_errhandler")]
 pub extern "C" fn MPI_Comm_set_errhandler(comm: Raw, errhandler: Raw) -> c_int {
     let c = tri!(comm::get("MPI_Comm_set_errhandler", comm));
     if !errhandler_ok(errhandler) {
@@ -421,7 +421,7 @@ pub extern "C" fn MPI_Comm_set_errhandler(comm: Raw, errhandler: Raw) -> c_int {
 
 /// # Safety
 /// `errhandler` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Comm_get_errhandler")]
 pub unsafe extern "C" fn MPI_Comm_get_errhandler(comm: Raw, errhandler: *mut Raw) -> c_int {
     let c = tri!(comm::get("MPI_Comm_get_errhandler", comm));
     let h = *c.errhandler.lock().unwrap_or_else(|e| e.into_inner());
@@ -435,7 +435,7 @@ pub unsafe extern "C" fn MPI_Comm_get_errhandler(comm: Raw, errhandler: *mut Raw
 ///
 /// # Safety
 /// `errhandler` valid for reads and writes.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Errhandler_free")]
 pub unsafe extern "C" fn MPI_Errhandler_free(errhandler: *mut Raw) -> c_int {
     if errhandler.is_null() {
         return fail(
@@ -458,7 +458,7 @@ pub unsafe extern "C" fn MPI_Errhandler_free(errhandler: *mut Raw) -> c_int {
     MPI_SUCCESS
 }
 
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Comm_call_errhandler")]
 pub extern "C" fn MPI_Comm_call_errhandler(comm: Raw, errorcode: c_int) -> c_int {
     let _ = tri!(comm::get("MPI_Comm_call_errhandler", comm));
     fail(
@@ -554,7 +554,7 @@ fn class_text(code: c_int) -> String {
 
 /// # Safety
 /// `string` holds `MPI_MAX_ERROR_STRING` bytes; `resultlen` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Error_string")]
 pub unsafe extern "C" fn MPI_Error_string(
     errorcode: c_int,
     string: *mut c_char,
@@ -584,7 +584,7 @@ pub unsafe extern "C" fn MPI_Error_string(
 
 /// # Safety
 /// `errorclass` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Error_class")]
 pub unsafe extern "C" fn MPI_Error_class(errorcode: c_int, errorclass: *mut c_int) -> c_int {
     let class = if (0..=MPI_ERR_ABI).contains(&errorcode) {
         errorcode
@@ -618,7 +618,7 @@ fn new_code(class: Option<c_int>) -> c_int {
 
 /// # Safety
 /// `errorclass` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Add_error_class")]
 pub unsafe extern "C" fn MPI_Add_error_class(errorclass: *mut c_int) -> c_int {
     // SAFETY: the caller's contract.
     unsafe { put(errorclass, new_code(None)) };
@@ -627,7 +627,7 @@ pub unsafe extern "C" fn MPI_Add_error_class(errorclass: *mut c_int) -> c_int {
 
 /// # Safety
 /// `errorcode` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Add_error_code")]
 pub unsafe extern "C" fn MPI_Add_error_code(errorclass: c_int, errorcode: *mut c_int) -> c_int {
     // SAFETY: the caller's contract.
     unsafe { put(errorcode, new_code(Some(errorclass))) };
@@ -636,7 +636,7 @@ pub unsafe extern "C" fn MPI_Add_error_code(errorclass: c_int, errorcode: *mut c
 
 /// # Safety
 /// `string` a NUL-terminated string.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Add_error_string")]
 pub unsafe extern "C" fn MPI_Add_error_string(errorcode: c_int, string: *const c_char) -> c_int {
     if string.is_null() {
         return fail(
@@ -705,7 +705,7 @@ unsafe fn cstr(p: *const c_char) -> Option<String> {
 
 /// # Safety
 /// `info` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Info_create")]
 pub unsafe extern "C" fn MPI_Info_create(info: *mut Raw) -> c_int {
     let h = INFOS
         .lock()
@@ -718,7 +718,7 @@ pub unsafe extern "C" fn MPI_Info_create(info: *mut Raw) -> c_int {
 
 /// # Safety
 /// NUL-terminated strings.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Info_set")]
 pub unsafe extern "C" fn MPI_Info_set(
     info: Raw,
     key: *const c_char,
@@ -758,7 +758,7 @@ pub unsafe extern "C" fn MPI_Info_set(
 
 /// # Safety
 /// Pointers as in `mpi.h`.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Info_get")]
 pub unsafe extern "C" fn MPI_Info_get(
     info: Raw,
     key: *const c_char,
@@ -784,7 +784,7 @@ pub unsafe extern "C" fn MPI_Info_get(
 
 /// # Safety
 /// Pointers as in `mpi.h`.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Info_get_valuelen")]
 pub unsafe extern "C" fn MPI_Info_get_valuelen(
     info: Raw,
     key: *const c_char,
@@ -809,7 +809,7 @@ pub unsafe extern "C" fn MPI_Info_get_valuelen(
 
 /// # Safety
 /// `key` NUL-terminated.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Info_delete")]
 pub unsafe extern "C" fn MPI_Info_delete(info: Raw, key: *const c_char) -> c_int {
     // SAFETY: the caller's contract.
     let k = unsafe { cstr(key) }.unwrap_or_default();
@@ -830,7 +830,7 @@ pub unsafe extern "C" fn MPI_Info_delete(info: Raw, key: *const c_char) -> c_int
 
 /// # Safety
 /// `newinfo` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Info_dup")]
 pub unsafe extern "C" fn MPI_Info_dup(info: Raw, newinfo: *mut Raw) -> c_int {
     let copy = tri!(with_info("MPI_Info_dup", info, |i| i.clone()));
     let h = INFOS.lock().unwrap_or_else(|e| e.into_inner()).insert(copy);
@@ -841,7 +841,7 @@ pub unsafe extern "C" fn MPI_Info_dup(info: Raw, newinfo: *mut Raw) -> c_int {
 
 /// # Safety
 /// `info` valid for reads and writes.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Info_free")]
 pub unsafe extern "C" fn MPI_Info_free(info: *mut Raw) -> c_int {
     if info.is_null() {
         return fail(MPI_COMM_WORLD, MPI_ERR_ARG, "MPI_Info_free: null pointer");
@@ -867,7 +867,7 @@ pub unsafe extern "C" fn MPI_Info_free(info: *mut Raw) -> c_int {
 
 /// # Safety
 /// `nkeys` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Info_get_nkeys")]
 pub unsafe extern "C" fn MPI_Info_get_nkeys(info: Raw, nkeys: *mut c_int) -> c_int {
     let n = tri!(with_info("MPI_Info_get_nkeys", info, |i| i.len()));
     // SAFETY: the caller's contract.
@@ -877,7 +877,7 @@ pub unsafe extern "C" fn MPI_Info_get_nkeys(info: Raw, nkeys: *mut c_int) -> c_i
 
 /// # Safety
 /// `key` holds `MPI_MAX_INFO_KEY` bytes.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Info_get_nthkey")]
 pub unsafe extern "C" fn MPI_Info_get_nthkey(info: Raw, n: c_int, key: *mut c_char) -> c_int {
     let k = tri!(with_info("MPI_Info_get_nthkey", info, |i| usize::try_from(
         n
@@ -912,11 +912,11 @@ pub(crate) fn info_ok(h: Raw) -> bool {
 
 macro_rules! c2f {
     ($($c2f:ident $f2c:ident),* $(,)?) => {$(
-        #[unsafe(no_mangle)]
+        #[unsafe(export_name = concat!("P", stringify!($c2f)))]
         pub extern "C" fn $c2f(h: Raw) -> c_int {
             h as c_int
         }
-        #[unsafe(no_mangle)]
+        #[unsafe(export_name = concat!("P", stringify!($f2c)))]
         pub extern "C" fn $f2c(f: c_int) -> Raw {
             f as u32 as Raw
         }
@@ -947,16 +947,4 @@ pub fn code_of(e: &bulkwire_p2p::Error) -> c_int {
         E::TooLarge { .. } => MPI_ERR_COUNT,
         _ => MPI_ERR_OTHER,
     }
-}
-
-/// The profiling interface's names of the message conversions (MPICH's tests call them;
-/// the other `PMPI_` names are not provided).
-#[unsafe(no_mangle)]
-pub extern "C" fn PMPI_Message_c2f(h: Raw) -> c_int {
-    MPI_Message_c2f(h)
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn PMPI_Message_f2c(f: c_int) -> Raw {
-    MPI_Message_f2c(f)
 }

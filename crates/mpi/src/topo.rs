@@ -1,5 +1,8 @@
-//! Process topologies: Cartesian grids and graphs attached to communicators, and
-//! `MPI_Dims_create`. Ranks are never reordered (`reorder` is allowed to be ignored).
+//! Process topologies: Cartesian grids, graphs and distributed graphs attached to
+//! communicators, and `MPI_Dims_create`. Ranks are never reordered (`reorder` is allowed
+//! to be ignored). A distributed graph keeps only this process's own edges, in and out;
+//! `MPI_Dist_graph_create`, where any process may name any edge, sends each edge to its
+//! two ends with one all-to-all exchange over the old communicator.
 
 use std::os::raw::c_int;
 use std::sync::Arc;
@@ -20,6 +23,14 @@ pub enum Topo {
     Graph {
         index: Vec<c_int>,
         edges: Vec<c_int>,
+    },
+    /// This process's edges: the neighbours it receives from and sends to, in order, with
+    /// their weights (`None`: created with `MPI_UNWEIGHTED`).
+    DistGraph {
+        sources: Vec<c_int>,
+        source_weights: Option<Vec<c_int>>,
+        dests: Vec<c_int>,
+        dest_weights: Option<Vec<c_int>>,
     },
 }
 
@@ -144,7 +155,7 @@ fn balanced(n: i64, k: usize) -> Vec<i64> {
 
 /// # Safety
 /// `dims` holds `ndims` ints.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Dims_create")]
 pub unsafe extern "C" fn MPI_Dims_create(nnodes: c_int, ndims: c_int, dims: *mut c_int) -> c_int {
     if ndims < 0 || nnodes < 1 || (ndims > 0 && dims.is_null()) {
         return fail(
@@ -170,7 +181,7 @@ pub unsafe extern "C" fn MPI_Dims_create(nnodes: c_int, ndims: c_int, dims: *mut
 
 /// # Safety
 /// Pointers as in `mpi.h`.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Cart_create")]
 pub unsafe extern "C" fn MPI_Cart_create(
     comm_old: Raw,
     ndims: c_int,
@@ -239,12 +250,13 @@ fn cart(call: &str, comm: Raw) -> Result<Cart, c_int> {
 
 /// # Safety
 /// `status` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Topo_test")]
 pub unsafe extern "C" fn MPI_Topo_test(comm: Raw, status: *mut c_int) -> c_int {
     let c = tri!(comm::get("MPI_Topo_test", comm));
     let t = match &c.topo {
         Some(Topo::Cart { .. }) => MPI_CART,
         Some(Topo::Graph { .. }) => MPI_GRAPH,
+        Some(Topo::DistGraph { .. }) => MPI_DIST_GRAPH,
         None => MPI_UNDEFINED,
     };
     // SAFETY: the caller's contract.
@@ -254,7 +266,7 @@ pub unsafe extern "C" fn MPI_Topo_test(comm: Raw, status: *mut c_int) -> c_int {
 
 /// # Safety
 /// `ndims` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Cartdim_get")]
 pub unsafe extern "C" fn MPI_Cartdim_get(comm: Raw, ndims: *mut c_int) -> c_int {
     let (_, d, _) = tri!(cart("MPI_Cartdim_get", comm));
     // SAFETY: the caller's contract.
@@ -264,7 +276,7 @@ pub unsafe extern "C" fn MPI_Cartdim_get(comm: Raw, ndims: *mut c_int) -> c_int 
 
 /// # Safety
 /// Arrays hold `maxdims` ints.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Cart_get")]
 pub unsafe extern "C" fn MPI_Cart_get(
     comm: Raw,
     maxdims: c_int,
@@ -287,7 +299,7 @@ pub unsafe extern "C" fn MPI_Cart_get(
 
 /// # Safety
 /// `coords` holds `maxdims` ints.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Cart_coords")]
 pub unsafe extern "C" fn MPI_Cart_coords(
     comm: Raw,
     rank: c_int,
@@ -313,7 +325,7 @@ pub unsafe extern "C" fn MPI_Cart_coords(
 
 /// # Safety
 /// `coords` holds the grid's number of dimensions; `rank` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Cart_rank")]
 pub unsafe extern "C" fn MPI_Cart_rank(comm: Raw, coords: *const c_int, rank: *mut c_int) -> c_int {
     const CALL: &str = "MPI_Cart_rank";
     let (_, d, p) = tri!(cart(CALL, comm));
@@ -335,7 +347,7 @@ pub unsafe extern "C" fn MPI_Cart_rank(comm: Raw, coords: *const c_int, rank: *m
 
 /// # Safety
 /// Pointers valid for writes.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Cart_shift")]
 pub unsafe extern "C" fn MPI_Cart_shift(
     comm: Raw,
     direction: c_int,
@@ -368,7 +380,7 @@ pub unsafe extern "C" fn MPI_Cart_shift(
 
 /// # Safety
 /// `remain_dims` holds the grid's number of dimensions; `newcomm` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Cart_sub")]
 pub unsafe extern "C" fn MPI_Cart_sub(
     comm: Raw,
     remain_dims: *const c_int,
@@ -405,7 +417,7 @@ pub unsafe extern "C" fn MPI_Cart_sub(
 
 /// # Safety
 /// Pointers as in `mpi.h`.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Cart_map")]
 pub unsafe extern "C" fn MPI_Cart_map(
     comm: Raw,
     ndims: c_int,
@@ -431,7 +443,7 @@ pub unsafe extern "C" fn MPI_Cart_map(
 
 /// # Safety
 /// Pointers as in `mpi.h`.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Graph_create")]
 pub unsafe extern "C" fn MPI_Graph_create(
     comm_old: Raw,
     nnodes: c_int,
@@ -494,7 +506,7 @@ fn graph(call: &str, comm: Raw) -> Result<(Vec<c_int>, Vec<c_int>), c_int> {
 
 /// # Safety
 /// Pointers valid for writes.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Graphdims_get")]
 pub unsafe extern "C" fn MPI_Graphdims_get(
     comm: Raw,
     nnodes: *mut c_int,
@@ -511,7 +523,7 @@ pub unsafe extern "C" fn MPI_Graphdims_get(
 
 /// # Safety
 /// Arrays hold `maxindex` and `maxedges` ints.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Graph_get")]
 pub unsafe extern "C" fn MPI_Graph_get(
     comm: Raw,
     maxindex: c_int,
@@ -539,7 +551,7 @@ fn neighbours(i: &[c_int], e: &[c_int], rank: c_int) -> Option<Vec<c_int>> {
 
 /// # Safety
 /// `nneighbors` valid for a write.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Graph_neighbors_count")]
 pub unsafe extern "C" fn MPI_Graph_neighbors_count(
     comm: Raw,
     rank: c_int,
@@ -563,7 +575,7 @@ pub unsafe extern "C" fn MPI_Graph_neighbors_count(
 
 /// # Safety
 /// `neighbors` holds `maxneighbors` ints.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Graph_neighbors")]
 pub unsafe extern "C" fn MPI_Graph_neighbors(
     comm: Raw,
     rank: c_int,
@@ -588,7 +600,7 @@ pub unsafe extern "C" fn MPI_Graph_neighbors(
 
 /// # Safety
 /// Pointers as in `mpi.h`.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Graph_map")]
 pub unsafe extern "C" fn MPI_Graph_map(
     comm: Raw,
     nnodes: c_int,
@@ -604,6 +616,311 @@ pub unsafe extern "C" fn MPI_Graph_map(
     };
     // SAFETY: the caller's contract.
     unsafe { put(newrank, r) };
+    MPI_SUCCESS
+}
+
+// ---- distributed graphs ----------------------------------------------------------------
+
+/// `mpi.h`'s `MPI_UNWEIGHTED` and `MPI_WEIGHTS_EMPTY`: addresses no array has.
+const UNWEIGHTED: usize = 10;
+const WEIGHTS_EMPTY: usize = 11;
+/// `MPI_INT`, for the exchange of `MPI_Dist_graph_create`.
+const INT: Raw = 0x209;
+
+/// `n` weights at `w`: `None` for `MPI_UNWEIGHTED`; an error for `MPI_WEIGHTS_EMPTY` (or
+/// a null array) with edges to weigh.
+///
+/// # Safety
+/// `w` holds `n` ints unless it is one of the special addresses.
+unsafe fn weights(w: *const c_int, n: usize) -> Result<Option<Vec<c_int>>, String> {
+    match w as usize {
+        UNWEIGHTED => Ok(None),
+        // A null array is taken as empty (MPICH's tests pass NULL for no edges).
+        WEIGHTS_EMPTY | 0 if n > 0 => Err(format!("{n} edges have no weights")),
+        WEIGHTS_EMPTY | 0 => Ok(Some(Vec::new())),
+        // SAFETY: the caller's contract.
+        _ => Ok(Some(unsafe { slice(w, n) }.to_vec())),
+    }
+}
+
+/// The communicator of a distributed graph: every process of `comm_old`, with its own
+/// edges.
+fn dist_graph_comm(call: &str, comm_old: Raw, topo: Topo, out: *mut Raw) -> c_int {
+    let c = tri!(comm::get(call, comm_old));
+    let size = c.size() as c_int;
+    if let Topo::DistGraph { sources, dests, .. } = &topo
+        && let Some(r) = sources.iter().chain(dests).find(|&&r| r < 0 || r >= size)
+    {
+        return fail(
+            comm_old,
+            MPI_ERR_RANK,
+            format!("{call}: neighbour {r} is outside the communicator (size {size})"),
+        );
+    }
+    let h = tri!(comm::create_sub(
+        call,
+        &c,
+        comm_old,
+        c.group.clone(),
+        Some(topo)
+    ));
+    // SAFETY: the caller's contract.
+    unsafe { put(out, h) };
+    MPI_SUCCESS
+}
+
+/// # Safety
+/// Arrays hold `indegree` and `outdegree` ints (weights unless `MPI_UNWEIGHTED` or
+/// `MPI_WEIGHTS_EMPTY`); `comm_dist_graph` valid for a write.
+#[unsafe(export_name = "PMPI_Dist_graph_create_adjacent")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn MPI_Dist_graph_create_adjacent(
+    comm_old: Raw,
+    indegree: c_int,
+    sources: *const c_int,
+    sourceweights: *const c_int,
+    outdegree: c_int,
+    destinations: *const c_int,
+    destweights: *const c_int,
+    _info: Raw,
+    _reorder: c_int,
+    comm_dist_graph: *mut Raw,
+) -> c_int {
+    const CALL: &str = "MPI_Dist_graph_create_adjacent";
+    if indegree < 0 || outdegree < 0 {
+        return fail(
+            comm_old,
+            MPI_ERR_ARG,
+            format!("{CALL}: degrees {indegree} and {outdegree}"),
+        );
+    }
+    let (ni, no) = (indegree as usize, outdegree as usize);
+    // SAFETY: the caller's contract.
+    let w = unsafe { (weights(sourceweights, ni), weights(destweights, no)) };
+    let (source_weights, dest_weights) = match w {
+        (Ok(s), Ok(d)) => (s, d),
+        (Err(e), _) | (_, Err(e)) => return fail(comm_old, MPI_ERR_ARG, format!("{CALL}: {e}")),
+    };
+    let topo = Topo::DistGraph {
+        // SAFETY: the caller's contract.
+        sources: unsafe { slice(sources, ni) }.to_vec(),
+        source_weights,
+        // SAFETY: the caller's contract.
+        dests: unsafe { slice(destinations, no) }.to_vec(),
+        dest_weights,
+    };
+    dist_graph_comm(CALL, comm_old, topo, comm_dist_graph)
+}
+
+/// # Safety
+/// `sources` and `degrees` hold `n` ints, `destinations` (and `weights`, unless special)
+/// the sum of `degrees`; `comm_dist_graph` valid for a write.
+#[unsafe(export_name = "PMPI_Dist_graph_create")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn MPI_Dist_graph_create(
+    comm_old: Raw,
+    n: c_int,
+    sources: *const c_int,
+    degrees: *const c_int,
+    destinations: *const c_int,
+    weights_in: *const c_int,
+    _info: Raw,
+    _reorder: c_int,
+    comm_dist_graph: *mut Raw,
+) -> c_int {
+    const CALL: &str = "MPI_Dist_graph_create";
+    let c = tri!(comm::get(CALL, comm_old));
+    let size = c.size() as usize;
+    // SAFETY: the caller's contract.
+    let (srcs, degs) = unsafe {
+        (
+            slice(sources, n.max(0) as usize),
+            slice(degrees, n.max(0) as usize),
+        )
+    };
+    if n < 0 || degs.iter().any(|&d| d < 0) {
+        return fail(
+            comm_old,
+            MPI_ERR_ARG,
+            format!("{CALL}: n {n}, degrees {degs:?}"),
+        );
+    }
+    let total: usize = degs.iter().map(|&d| d as usize).sum();
+    // SAFETY: the caller's contract.
+    let dsts = unsafe { slice(destinations, total) };
+    // SAFETY: the caller's contract.
+    let w = match unsafe { weights(weights_in, total) } {
+        Ok(w) => w,
+        Err(e) => return fail(comm_old, MPI_ERR_ARG, format!("{CALL}: {e}")),
+    };
+    let weighted = w.is_some();
+    let ends = srcs
+        .iter()
+        .zip(degs)
+        .flat_map(|(&s, &d)| std::iter::repeat_n(s, d as usize));
+    // Each edge goes to both its ends as (0: an edge out to, 1: an edge in from, peer,
+    // weight).
+    let mut to: Vec<Vec<c_int>> = vec![Vec::new(); size];
+    for (k, (s, d)) in ends.zip(dsts.iter().copied()).enumerate() {
+        if s < 0 || d < 0 || s as usize >= size || d as usize >= size {
+            return fail(
+                comm_old,
+                MPI_ERR_RANK,
+                format!("{CALL}: the edge {s} -> {d} leaves the communicator (size {size})"),
+            );
+        }
+        let wt = w.as_ref().map_or(1, |w| w[k]);
+        to[s as usize].extend([0, d, wt]);
+        to[d as usize].extend([1, s, wt]);
+    }
+    let scounts: Vec<c_int> = to.iter().map(|v| v.len() as c_int).collect();
+    let mut rcounts = vec![0; size];
+    // SAFETY: both arrays hold one int per process.
+    let rc = unsafe {
+        crate::coll::MPI_Alltoall(
+            scounts.as_ptr().cast(),
+            1,
+            INT,
+            rcounts.as_mut_ptr().cast(),
+            1,
+            INT,
+            comm_old,
+        )
+    };
+    if rc != MPI_SUCCESS {
+        return rc;
+    }
+    let displs = |counts: &[c_int]| -> Vec<c_int> {
+        counts
+            .iter()
+            .scan(0, |at, &n| {
+                let d = *at;
+                *at += n;
+                Some(d)
+            })
+            .collect()
+    };
+    let (sdispls, rdispls) = (displs(&scounts), displs(&rcounts));
+    let sbuf: Vec<c_int> = to.concat();
+    let mut rbuf = vec![0; rcounts.iter().map(|&n| n as usize).sum()];
+    // SAFETY: counts and displacements describe the two buffers.
+    let rc = unsafe {
+        crate::coll::MPI_Alltoallv(
+            sbuf.as_ptr().cast(),
+            scounts.as_ptr(),
+            sdispls.as_ptr(),
+            INT,
+            rbuf.as_mut_ptr().cast(),
+            rcounts.as_ptr(),
+            rdispls.as_ptr(),
+            INT,
+            comm_old,
+        )
+    };
+    if rc != MPI_SUCCESS {
+        return rc;
+    }
+    let (mut ins, mut outs) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
+    for e in rbuf.chunks_exact(3) {
+        let side = if e[0] == 0 { &mut outs } else { &mut ins };
+        side.0.push(e[1]);
+        side.1.push(e[2]);
+    }
+    let topo = Topo::DistGraph {
+        sources: ins.0,
+        source_weights: weighted.then_some(ins.1),
+        dests: outs.0,
+        dest_weights: weighted.then_some(outs.1),
+    };
+    dist_graph_comm(CALL, comm_old, topo, comm_dist_graph)
+}
+
+/// This process's edges in a distributed graph.
+fn dist_graph(call: &str, comm: Raw) -> Result<Topo, c_int> {
+    let c = comm::get(call, comm)?;
+    match &c.topo {
+        Some(t @ Topo::DistGraph { .. }) => Ok(t.clone()),
+        _ => Err(fail(
+            comm,
+            MPI_ERR_TOPOLOGY,
+            format!("{call}: the communicator has no distributed graph topology"),
+        )),
+    }
+}
+
+/// # Safety
+/// Pointers valid for writes.
+#[unsafe(export_name = "PMPI_Dist_graph_neighbors_count")]
+pub unsafe extern "C" fn MPI_Dist_graph_neighbors_count(
+    comm: Raw,
+    indegree: *mut c_int,
+    outdegree: *mut c_int,
+    weighted: *mut c_int,
+) -> c_int {
+    let Topo::DistGraph {
+        sources,
+        source_weights,
+        dests,
+        ..
+    } = tri!(dist_graph("MPI_Dist_graph_neighbors_count", comm))
+    else {
+        unreachable!("dist_graph returns distributed graphs")
+    };
+    // SAFETY: the caller's contract.
+    unsafe {
+        put(indegree, sources.len() as c_int);
+        put(outdegree, dests.len() as c_int);
+        put(weighted, c_int::from(source_weights.is_some()));
+    }
+    MPI_SUCCESS
+}
+
+/// Up to `max` of `v` into `out`, unless `out` is `MPI_UNWEIGHTED` or null.
+///
+/// # Safety
+/// `out` holds `max` ints unless special.
+unsafe fn put_all(out: *mut c_int, max: c_int, v: &[c_int]) {
+    if matches!(out as usize, 0 | UNWEIGHTED | WEIGHTS_EMPTY) {
+        return;
+    }
+    for (k, x) in v.iter().enumerate().take(max.max(0) as usize) {
+        // SAFETY: k < max.
+        unsafe { put(out.add(k), *x) };
+    }
+}
+
+/// # Safety
+/// Arrays hold `maxindegree` and `maxoutdegree` ints (weights unless `MPI_UNWEIGHTED`).
+#[unsafe(export_name = "PMPI_Dist_graph_neighbors")]
+pub unsafe extern "C" fn MPI_Dist_graph_neighbors(
+    comm: Raw,
+    maxindegree: c_int,
+    sources: *mut c_int,
+    sourceweights: *mut c_int,
+    maxoutdegree: c_int,
+    destinations: *mut c_int,
+    destweights: *mut c_int,
+) -> c_int {
+    let Topo::DistGraph {
+        sources: s,
+        source_weights: sw,
+        dests: d,
+        dest_weights: dw,
+    } = tri!(dist_graph("MPI_Dist_graph_neighbors", comm))
+    else {
+        unreachable!("dist_graph returns distributed graphs")
+    };
+    // SAFETY: the caller's contract.
+    unsafe {
+        put_all(sources, maxindegree, &s);
+        put_all(destinations, maxoutdegree, &d);
+        put_all(
+            sourceweights,
+            maxindegree,
+            sw.as_deref().unwrap_or_default(),
+        );
+        put_all(destweights, maxoutdegree, dw.as_deref().unwrap_or_default());
+    }
     MPI_SUCCESS
 }
 

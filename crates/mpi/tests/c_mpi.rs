@@ -11,7 +11,12 @@
 //! - `threads.c`: `MPI_THREAD_MULTIPLE`: four threads per process make communicators at
 //!   once and exchange messages with wildcards on them (p = 2, 4);
 //! - `fail.c`: an invalid call under `MPI_ERRORS_ARE_FATAL` ends the job with one line
-//!   naming the call and the rank; a dead peer fails a receive instead of hanging.
+//!   naming the call and the rank; a dead peer fails a receive instead of hanging;
+//! - `distgraph.c`: distributed graph topologies, adjacent and from edges any process
+//!   names, weighted and not, and the neighbourhood collectives on them (p = 2, 3, 4);
+//! - `profiling.c`: the profiling interface: the program's own `MPI_Send` and
+//!   `MPI_Allreduce` replace the library's and reach it through `PMPI_*`, linked with
+//!   `libbulkwire.a` and with `libbulkwire.so` (p = 2, 3).
 //!
 //! `libbulkwire.a` and `bsprun` come from `cargo build -p bulkwire-capi -p bulkwire-tools`
 //! (a workspace build makes both); without them, or with a library older than this
@@ -71,6 +76,11 @@ impl Drop for Exe {
 
 /// Compiles `tests/c/name.c`; `tag` keeps the executables of tests running at once apart.
 fn compile(name: &str, tag: &str, lib: &Path) -> Exe {
+    compile_linked(name, tag, &[lib.into()])
+}
+
+/// Compiles `tests/c/name.c`, linked with `libs` (the library's arguments).
+fn compile_linked(name: &str, tag: &str, libs: &[std::ffi::OsString]) -> Exe {
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
@@ -87,7 +97,7 @@ fn compile(name: &str, tag: &str, lib: &Path) -> Exe {
         ])
         .arg(here.join("include"))
         .arg(here.join(format!("tests/c/{name}.c")))
-        .arg(lib)
+        .args(libs)
         .args(["-lpthread", "-ldl", "-lm", "-lrt", "-lgcc_s", "-o"])
         .arg(&out)
         .output()
@@ -138,23 +148,7 @@ fn every_rank_passes(name: &str, ps: &[u32]) {
     let Some((lib, run)) = tools() else { return };
     let exe = compile(name, "all", &lib);
     for &n in ps {
-        let r = bsprun(&run, n, &exe, &[]);
-        assert_eq!(
-            r.code,
-            Some(0),
-            "p={n}\nstdout:\n{}\nstderr:\n{}",
-            r.stdout,
-            r.stderr
-        );
-        for rank in 0..n {
-            let want = format!("{name} OK rank={rank}");
-            assert!(
-                r.stdout.lines().any(|l| l == want),
-                "p={n}: no {want:?}\nstdout:\n{}\nstderr:\n{}",
-                r.stdout,
-                r.stderr
-            );
-        }
+        assert_every_rank(name, n, &bsprun(&run, n, &exe, &[]));
     }
 }
 
@@ -166,6 +160,11 @@ fn point_to_point() {
 #[test]
 fn communicators_groups_topologies_attributes() {
     every_rank_passes("comm", &[2, 3, 4]);
+}
+
+#[test]
+fn distributed_graph_topologies_and_their_neighbourhood_collectives() {
+    every_rank_passes("distgraph", &[2, 3, 4]);
 }
 
 #[test]
@@ -201,6 +200,92 @@ fn a_dead_peer_fails_the_receive_instead_of_hanging() {
         r.stdout,
         r.stderr
     );
+}
+
+/// A directory holding `libbulkwire.so` under its SONAME (`libbulkwire.so.0.MINOR` before
+/// 1.0, as the loader looks for it), removed when dropped.
+struct SoDir(PathBuf);
+
+impl Drop for SoDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `libbulkwire.so` beside `lib`, if built and not older than the sources: its directory and
+/// the link arguments for it.
+fn shared(lib: &Path) -> Option<(SoDir, Vec<std::ffi::OsString>)> {
+    let so = lib.with_file_name("libbulkwire.so");
+    if std::fs::metadata(&so)
+        .and_then(|m| m.modified())
+        .map_or(true, |t| t < newest_source())
+    {
+        eprintln!(
+            "skipped: {} is missing or older than crates/mpi/src (cargo build -p bulkwire-capi)",
+            so.display()
+        );
+        return None;
+    }
+    let major = env!("CARGO_PKG_VERSION_MAJOR");
+    let abi = if major == "0" {
+        format!("0.{}", env!("CARGO_PKG_VERSION_MINOR"))
+    } else {
+        major.to_string()
+    };
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("mpi-so-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = SoDir(dir.clone());
+    for n in [format!("libbulkwire.so.{abi}"), "libbulkwire.so".into()] {
+        std::os::unix::fs::symlink(&so, dir.join(n)).unwrap();
+    }
+    let mut rpath = std::ffi::OsString::from("-Wl,-rpath,");
+    rpath.push(&dir);
+    Some((
+        d,
+        vec![
+            format!("-L{}", dir.display()).into(),
+            "-lbulkwire".into(),
+            rpath,
+        ],
+    ))
+}
+
+/// Checks every rank's "`name` OK rank=r" line of a run at p = n.
+fn assert_every_rank(name: &str, n: u32, r: &Run) {
+    assert_eq!(
+        r.code,
+        Some(0),
+        "p={n}\nstdout:\n{}\nstderr:\n{}",
+        r.stdout,
+        r.stderr
+    );
+    for rank in 0..n {
+        let want = format!("{name} OK rank={rank}");
+        assert!(
+            r.stdout.lines().any(|l| l == want),
+            "p={n}: no {want:?}\nstdout:\n{}\nstderr:\n{}",
+            r.stdout,
+            r.stderr
+        );
+    }
+}
+
+/// A program's own `MPI_Send` and `MPI_Allreduce` intercept its calls and reach the
+/// library through `PMPI_*`, with the static library and with the shared one.
+#[test]
+fn the_programs_own_mpi_functions_intercept_its_calls() {
+    let Some((lib, run)) = tools() else { return };
+    let exe = compile("profiling", "static", &lib);
+    for n in [2, 3] {
+        assert_every_rank("profiling", n, &bsprun(&run, n, &exe, &[]));
+    }
+    let Some((_dir, libs)) = shared(&lib) else {
+        return;
+    };
+    let exe = compile_linked("profiling", "shared", &libs);
+    for n in [2, 3] {
+        assert_every_rank("profiling", n, &bsprun(&run, n, &exe, &[]));
+    }
 }
 
 /// The header is valid C++ too (`extern "C"`), where a C++ compiler is installed.

@@ -452,6 +452,18 @@ impl Neighbors {
             dests: v,
         }
     }
+
+    /// A distributed graph: its sources and destinations, in order (weights do not
+    /// change what moves). A source named twice sends twice, and the receives from it
+    /// match its sends in order.
+    pub fn dist_graph(sources: &[i32], dests: &[i32]) -> Neighbors {
+        let some = |v: &[i32]| v.iter().map(|&r| Some(r as u32)).collect();
+        Neighbors {
+            sources: some(sources),
+            dests: some(dests),
+            send_order: (0..dests.len()).collect(),
+        }
+    }
 }
 
 /// Neighbor allgather (`same_send`: every destination gets `send[0]`) and alltoall(v/w):

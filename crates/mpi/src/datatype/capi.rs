@@ -114,7 +114,7 @@ unsafe fn finish(call: &str, r: Result<Datatype, c_int>, newtype: *mut Raw) -> c
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Type_contiguous")]
 pub unsafe extern "C" fn MPI_Type_contiguous(
     count: c_int,
     oldtype: Raw,
@@ -130,7 +130,7 @@ pub unsafe extern "C" fn MPI_Type_contiguous(
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Type_vector")]
 pub unsafe extern "C" fn MPI_Type_vector(
     count: c_int,
     blocklength: c_int,
@@ -155,7 +155,7 @@ pub unsafe extern "C" fn MPI_Type_vector(
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Type_create_hvector")]
 pub unsafe extern "C" fn MPI_Type_create_hvector(
     count: c_int,
     blocklength: c_int,
@@ -217,7 +217,7 @@ unsafe fn indexed_common<D: Copy + Into<i64>>(
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Type_indexed")]
 pub unsafe extern "C" fn MPI_Type_indexed(
     count: c_int,
     blocklengths: *const c_int,
@@ -242,7 +242,7 @@ pub unsafe extern "C" fn MPI_Type_indexed(
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Type_create_hindexed")]
 pub unsafe extern "C" fn MPI_Type_create_hindexed(
     count: c_int,
     blocklengths: *const c_int,
@@ -268,7 +268,7 @@ pub unsafe extern "C" fn MPI_Type_create_hindexed(
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Type_create_indexed_block")]
 pub unsafe extern "C" fn MPI_Type_create_indexed_block(
     count: c_int,
     blocklength: c_int,
@@ -293,7 +293,7 @@ pub unsafe extern "C" fn MPI_Type_create_indexed_block(
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Type_create_hindexed_block")]
 pub unsafe extern "C" fn MPI_Type_create_hindexed_block(
     count: c_int,
     blocklength: c_int,
@@ -319,7 +319,7 @@ pub unsafe extern "C" fn MPI_Type_create_hindexed_block(
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Type_create_struct")]
 pub unsafe extern "C" fn MPI_Type_create_struct(
     count: c_int,
     blocklengths: *const c_int,
@@ -351,7 +351,7 @@ pub unsafe extern "C" fn MPI_Type_create_struct(
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Type_create_subarray")]
 pub unsafe extern "C" fn MPI_Type_create_subarray(
     ndims: c_int,
     sizes: *const c_int,
@@ -386,7 +386,7 @@ pub unsafe extern "C" fn MPI_Type_create_subarray(
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Type_create_darray")]
 pub unsafe extern "C" fn MPI_Type_create_darray(
     size: c_int,
     rank: c_int,
@@ -431,7 +431,7 @@ pub unsafe extern "C" fn MPI_Type_create_darray(
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Type_create_resized")]
 pub unsafe extern "C" fn MPI_Type_create_resized(
     oldtype: Raw,
     lb: isize,
@@ -447,7 +447,7 @@ pub unsafe extern "C" fn MPI_Type_create_resized(
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Type_dup")]
 pub unsafe extern "C" fn MPI_Type_dup(oldtype: Raw, newtype: *mut Raw) -> c_int {
     let call = "MPI_Type_dup";
     let old = tri!(get(call, oldtype));
@@ -463,7 +463,7 @@ pub unsafe extern "C" fn MPI_Type_dup(oldtype: Raw, newtype: *mut Raw) -> c_int 
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Type_commit")]
 pub unsafe extern "C" fn MPI_Type_commit(datatype: *mut Raw) -> c_int {
     let call = "MPI_Type_commit";
     if datatype.is_null() {
@@ -477,7 +477,7 @@ pub unsafe extern "C" fn MPI_Type_commit(datatype: *mut Raw) -> c_int {
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Type_free")]
 pub unsafe extern "C" fn MPI_Type_free(datatype: *mut Raw) -> c_int {
     let call = "MPI_Type_free";
     if datatype.is_null() {
@@ -505,7 +505,7 @@ pub unsafe extern "C" fn MPI_Type_free(datatype: *mut Raw) -> c_int {
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Type_size")]
 pub unsafe extern "C" fn MPI_Type_size(datatype: Raw, size: *mut c_int) -> c_int {
     let call = "MPI_Type_size";
     let t = tri!(get(call, datatype));
@@ -517,7 +517,7 @@ pub unsafe extern "C" fn MPI_Type_size(datatype: Raw, size: *mut c_int) -> c_int
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Type_size_x")]
 pub unsafe extern "C" fn MPI_Type_size_x(datatype: Raw, size: *mut i64) -> c_int {
     let call = "MPI_Type_size_x";
     let t = tri!(get(call, datatype));
@@ -547,7 +547,7 @@ unsafe fn two_out<T>(call: &str, names: (&str, &str), a: *mut T, av: T, b: *mut 
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Type_get_extent")]
 pub unsafe extern "C" fn MPI_Type_get_extent(
     datatype: Raw,
     lb: *mut isize,
@@ -561,7 +561,7 @@ pub unsafe extern "C" fn MPI_Type_get_extent(
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Type_get_extent_x")]
 pub unsafe extern "C" fn MPI_Type_get_extent_x(
     datatype: Raw,
     lb: *mut i64,
@@ -596,7 +596,7 @@ pub unsafe extern "C" fn MPI_Type_get_extent_c(
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Type_get_true_extent")]
 pub unsafe extern "C" fn MPI_Type_get_true_extent(
     datatype: Raw,
     lb: *mut isize,
@@ -619,7 +619,7 @@ pub unsafe extern "C" fn MPI_Type_get_true_extent(
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Type_get_true_extent_x")]
 pub unsafe extern "C" fn MPI_Type_get_true_extent_x(
     datatype: Raw,
     lb: *mut i64,
@@ -654,19 +654,19 @@ pub unsafe extern "C" fn MPI_Type_get_true_extent_c(
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Get_address")]
 pub unsafe extern "C" fn MPI_Get_address(location: *const c_void, address: *mut isize) -> c_int {
     // SAFETY: the C caller passes a writable MPI_Aint.
     tri!(unsafe { out("MPI_Get_address", "address", address, location as isize) });
     MPI_SUCCESS
 }
 
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Aint_add")]
 pub extern "C" fn MPI_Aint_add(base: isize, disp: isize) -> isize {
     base.wrapping_add(disp)
 }
 
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Aint_diff")]
 pub extern "C" fn MPI_Aint_diff(addr1: isize, addr2: isize) -> isize {
     addr1.wrapping_sub(addr2)
 }
@@ -685,7 +685,7 @@ fn committed(call: &str, t: &Datatype) -> Result<(), c_int> {
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Pack")]
 pub unsafe extern "C" fn MPI_Pack(
     inbuf: *const c_void,
     incount: c_int,
@@ -732,7 +732,7 @@ pub unsafe extern "C" fn MPI_Pack(
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Unpack")]
 pub unsafe extern "C" fn MPI_Unpack(
     inbuf: *const c_void,
     insize: c_int,
@@ -779,7 +779,7 @@ pub unsafe extern "C" fn MPI_Unpack(
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Pack_size")]
 pub unsafe extern "C" fn MPI_Pack_size(
     incount: c_int,
     datatype: Raw,
@@ -821,7 +821,7 @@ unsafe fn external32(call: &str, datarep: *const c_char) -> Result<(), c_int> {
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Pack_external")]
 pub unsafe extern "C" fn MPI_Pack_external(
     datarep: *const c_char,
     inbuf: *const c_void,
@@ -878,7 +878,7 @@ pub unsafe extern "C" fn MPI_Pack_external(
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Unpack_external")]
 pub unsafe extern "C" fn MPI_Unpack_external(
     datarep: *const c_char,
     inbuf: *const c_void,
@@ -933,7 +933,7 @@ pub unsafe extern "C" fn MPI_Unpack_external(
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Pack_external_size")]
 pub unsafe extern "C" fn MPI_Pack_external_size(
     datarep: *const c_char,
     incount: c_int,
@@ -959,7 +959,7 @@ pub unsafe extern "C" fn MPI_Pack_external_size(
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Type_get_envelope")]
 pub unsafe extern "C" fn MPI_Type_get_envelope(
     datatype: Raw,
     num_integers: *mut c_int,
@@ -988,7 +988,7 @@ pub unsafe extern "C" fn MPI_Type_get_envelope(
 ///
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Type_get_contents")]
 pub unsafe extern "C" fn MPI_Type_get_contents(
     datatype: Raw,
     max_integers: c_int,
@@ -1045,7 +1045,7 @@ pub unsafe extern "C" fn MPI_Type_get_contents(
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Type_set_name")]
 pub unsafe extern "C" fn MPI_Type_set_name(datatype: Raw, name: *const c_char) -> c_int {
     let call = "MPI_Type_set_name";
     let t = tri!(get(call, datatype));
@@ -1064,7 +1064,7 @@ pub unsafe extern "C" fn MPI_Type_set_name(datatype: Raw, name: *const c_char) -
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Type_get_name")]
 pub unsafe extern "C" fn MPI_Type_get_name(
     datatype: Raw,
     name: *mut c_char,
@@ -1093,7 +1093,7 @@ const MPI_TYPECLASS_COMPLEX: c_int = 194;
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Type_match_size")]
 pub unsafe extern "C" fn MPI_Type_match_size(
     typeclass: c_int,
     size: c_int,
@@ -1174,7 +1174,7 @@ unsafe fn elements(call: &str, status: *const c_void, datatype: Raw) -> Result<O
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Get_elements")]
 pub unsafe extern "C" fn MPI_Get_elements(
     status: *const c_void,
     datatype: Raw,
@@ -1193,7 +1193,7 @@ pub unsafe extern "C" fn MPI_Get_elements(
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Get_elements_x")]
 pub unsafe extern "C" fn MPI_Get_elements_x(
     status: *const c_void,
     datatype: Raw,
@@ -1238,7 +1238,7 @@ const MPI_KEYVAL_INVALID: c_int = 0;
 /// # Safety
 /// Callbacks of the C types `MPI_Type_copy_attr_function` and
 /// `MPI_Type_delete_attr_function` (or the predefined ones); `type_keyval` writable.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Type_create_keyval")]
 pub unsafe extern "C" fn MPI_Type_create_keyval(
     copy: usize,
     delete: usize,
@@ -1253,7 +1253,7 @@ pub unsafe extern "C" fn MPI_Type_create_keyval(
 
 /// # Safety
 /// `type_keyval` readable and writable.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Type_free_keyval")]
 pub unsafe extern "C" fn MPI_Type_free_keyval(type_keyval: *mut c_int) -> c_int {
     let call = "MPI_Type_free_keyval";
     if type_keyval.is_null() {
@@ -1273,7 +1273,7 @@ pub unsafe extern "C" fn MPI_Type_free_keyval(type_keyval: *mut c_int) -> c_int 
     MPI_SUCCESS
 }
 
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Type_set_attr")]
 pub extern "C" fn MPI_Type_set_attr(
     datatype: Raw,
     type_keyval: c_int,
@@ -1299,7 +1299,7 @@ pub extern "C" fn MPI_Type_set_attr(
 
 /// # Safety
 /// `attribute_val` points to a `void *`; `flag` writable.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Type_get_attr")]
 pub unsafe extern "C" fn MPI_Type_get_attr(
     datatype: Raw,
     type_keyval: c_int,
@@ -1329,7 +1329,7 @@ pub unsafe extern "C" fn MPI_Type_get_attr(
     MPI_SUCCESS
 }
 
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Type_delete_attr")]
 pub extern "C" fn MPI_Type_delete_attr(datatype: Raw, type_keyval: c_int) -> c_int {
     let call = "MPI_Type_delete_attr";
     let t = tri!(get(call, datatype));

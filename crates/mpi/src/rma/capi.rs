@@ -182,7 +182,7 @@ fn check_create(call: &str, size: isize, disp_unit: c_int, win: *mut Raw) -> Res
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_create")]
 pub unsafe extern "C" fn MPI_Win_create(
     base: *mut c_void,
     size: isize,
@@ -211,7 +211,7 @@ pub unsafe extern "C" fn MPI_Win_create(
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_allocate")]
 pub unsafe extern "C" fn MPI_Win_allocate(
     size: isize,
     disp_unit: c_int,
@@ -260,7 +260,7 @@ pub unsafe extern "C" fn MPI_Win_allocate(
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_free")]
 pub unsafe extern "C" fn MPI_Win_free(win: *mut Raw) -> c_int {
     let call = "MPI_Win_free";
     if win.is_null() {
@@ -279,7 +279,7 @@ pub unsafe extern "C" fn MPI_Win_free(win: *mut Raw) -> c_int {
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Put")]
 pub unsafe extern "C" fn MPI_Put(
     origin_addr: *const c_void,
     origin_count: c_int,
@@ -315,7 +315,7 @@ pub unsafe extern "C" fn MPI_Put(
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Accumulate")]
 pub unsafe extern "C" fn MPI_Accumulate(
     origin_addr: *const c_void,
     origin_count: c_int,
@@ -354,7 +354,7 @@ pub unsafe extern "C" fn MPI_Accumulate(
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Get")]
 pub unsafe extern "C" fn MPI_Get(
     origin_addr: *mut c_void,
     origin_count: c_int,
@@ -391,7 +391,7 @@ pub unsafe extern "C" fn MPI_Get(
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Get_accumulate")]
 pub unsafe extern "C" fn MPI_Get_accumulate(
     origin_addr: *const c_void,
     origin_count: c_int,
@@ -488,7 +488,7 @@ unsafe fn get_accumulate(
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Fetch_and_op")]
 pub unsafe extern "C" fn MPI_Fetch_and_op(
     origin_addr: *const c_void,
     result_addr: *mut c_void,
@@ -519,7 +519,7 @@ pub unsafe extern "C" fn MPI_Fetch_and_op(
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Compare_and_swap")]
 pub unsafe extern "C" fn MPI_Compare_and_swap(
     origin_addr: *const c_void,
     compare_addr: *const c_void,
@@ -563,67 +563,67 @@ pub unsafe extern "C" fn MPI_Compare_and_swap(
     MPI_SUCCESS
 }
 
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_fence")]
 pub extern "C" fn MPI_Win_fence(assert: c_int, win: Raw) -> c_int {
     let w = tri!(super::capi::win("MPI_Win_fence", win));
     wtri!(w, w.fence(assert));
     MPI_SUCCESS
 }
 
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_lock")]
 pub extern "C" fn MPI_Win_lock(lock_type: c_int, rank: c_int, _assert: c_int, win: Raw) -> c_int {
     let w = tri!(super::capi::win("MPI_Win_lock", win));
     wtri!(w, w.lock(lock_type, rank));
     MPI_SUCCESS
 }
 
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_unlock")]
 pub extern "C" fn MPI_Win_unlock(rank: c_int, win: Raw) -> c_int {
     let w = tri!(super::capi::win("MPI_Win_unlock", win));
     wtri!(w, w.unlock(rank));
     MPI_SUCCESS
 }
 
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_lock_all")]
 pub extern "C" fn MPI_Win_lock_all(_assert: c_int, win: Raw) -> c_int {
     let w = tri!(super::capi::win("MPI_Win_lock_all", win));
     wtri!(w, w.lock_all());
     MPI_SUCCESS
 }
 
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_unlock_all")]
 pub extern "C" fn MPI_Win_unlock_all(win: Raw) -> c_int {
     let w = tri!(super::capi::win("MPI_Win_unlock_all", win));
     wtri!(w, w.unlock_all());
     MPI_SUCCESS
 }
 
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_flush")]
 pub extern "C" fn MPI_Win_flush(rank: c_int, win: Raw) -> c_int {
     let w = tri!(super::capi::win("MPI_Win_flush", win));
     wtri!(w, w.flush(Some(rank)));
     MPI_SUCCESS
 }
 
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_flush_all")]
 pub extern "C" fn MPI_Win_flush_all(win: Raw) -> c_int {
     let w = tri!(super::capi::win("MPI_Win_flush_all", win));
     wtri!(w, w.flush(None));
     MPI_SUCCESS
 }
 
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_flush_local")]
 pub extern "C" fn MPI_Win_flush_local(rank: c_int, win: Raw) -> c_int {
     MPI_Win_flush(rank, win)
 }
 
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_flush_local_all")]
 pub extern "C" fn MPI_Win_flush_local_all(win: Raw) -> c_int {
     MPI_Win_flush_all(win)
 }
 
 /// The window's memory is the process's own (the unified model): a memory barrier.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_sync")]
 pub extern "C" fn MPI_Win_sync(win: Raw) -> c_int {
     tri!(super::capi::win("MPI_Win_sync", win));
     std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
@@ -632,7 +632,7 @@ pub extern "C" fn MPI_Win_sync(win: Raw) -> c_int {
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_get_group")]
 pub unsafe extern "C" fn MPI_Win_get_group(win: Raw, group: *mut Raw) -> c_int {
     let w = tri!(super::capi::win("MPI_Win_get_group", win));
     if group.is_null() {
@@ -647,7 +647,7 @@ pub unsafe extern "C" fn MPI_Win_get_group(win: Raw, group: *mut Raw) -> c_int {
 ///
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_get_attr")]
 pub unsafe extern "C" fn MPI_Win_get_attr(
     win: Raw,
     keyval: c_int,
@@ -684,7 +684,7 @@ pub unsafe extern "C" fn MPI_Win_get_attr(
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_set_name")]
 pub unsafe extern "C" fn MPI_Win_set_name(win: Raw, name: *const c_char) -> c_int {
     let w = tri!(super::capi::win("MPI_Win_set_name", win));
     if name.is_null() {
@@ -697,7 +697,7 @@ pub unsafe extern "C" fn MPI_Win_set_name(win: Raw, name: *const c_char) -> c_in
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_get_name")]
 pub unsafe extern "C" fn MPI_Win_get_name(
     win: Raw,
     name: *mut c_char,
@@ -729,7 +729,7 @@ fn group(call: &str, w: &Window, h: Raw) -> Result<Vec<u32>, Failure> {
     w.window_ranks(call, &g)
 }
 
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_post")]
 pub extern "C" fn MPI_Win_post(grp: Raw, _assert: c_int, win: Raw) -> c_int {
     let call = "MPI_Win_post";
     let w = tri!(super::capi::win(call, win));
@@ -738,7 +738,7 @@ pub extern "C" fn MPI_Win_post(grp: Raw, _assert: c_int, win: Raw) -> c_int {
     MPI_SUCCESS
 }
 
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_start")]
 pub extern "C" fn MPI_Win_start(grp: Raw, _assert: c_int, win: Raw) -> c_int {
     let call = "MPI_Win_start";
     let w = tri!(super::capi::win(call, win));
@@ -747,14 +747,14 @@ pub extern "C" fn MPI_Win_start(grp: Raw, _assert: c_int, win: Raw) -> c_int {
     MPI_SUCCESS
 }
 
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_complete")]
 pub extern "C" fn MPI_Win_complete(win: Raw) -> c_int {
     let w = tri!(super::capi::win("MPI_Win_complete", win));
     wtri!(w, w.complete());
     MPI_SUCCESS
 }
 
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_wait")]
 pub extern "C" fn MPI_Win_wait(win: Raw) -> c_int {
     let w = tri!(super::capi::win("MPI_Win_wait", win));
     wtri!(w, w.wait_exposure(true));
@@ -763,7 +763,7 @@ pub extern "C" fn MPI_Win_wait(win: Raw) -> c_int {
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_test")]
 pub unsafe extern "C" fn MPI_Win_test(win: Raw, flag: *mut c_int) -> c_int {
     let w = tri!(super::capi::win("MPI_Win_test", win));
     if flag.is_null() {
@@ -777,7 +777,7 @@ pub unsafe extern "C" fn MPI_Win_test(win: Raw, flag: *mut c_int) -> c_int {
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_create_dynamic")]
 pub unsafe extern "C" fn MPI_Win_create_dynamic(_info: Raw, comm: Raw, win: *mut Raw) -> c_int {
     let call = "MPI_Win_create_dynamic";
     tri!(check_create(call, 0, 1, win));
@@ -799,7 +799,7 @@ pub unsafe extern "C" fn MPI_Win_create_dynamic(_info: Raw, comm: Raw, win: *mut
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_attach")]
 pub unsafe extern "C" fn MPI_Win_attach(win: Raw, base: *mut c_void, size: isize) -> c_int {
     let w = tri!(super::capi::win("MPI_Win_attach", win));
     if size < 0 {
@@ -815,7 +815,7 @@ pub unsafe extern "C" fn MPI_Win_attach(win: Raw, base: *mut c_void, size: isize
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_detach")]
 pub unsafe extern "C" fn MPI_Win_detach(win: Raw, base: *const c_void) -> c_int {
     let w = tri!(super::capi::win("MPI_Win_detach", win));
     wtri!(w, w.detach(base as usize));
@@ -824,7 +824,7 @@ pub unsafe extern "C" fn MPI_Win_detach(win: Raw, base: *const c_void) -> c_int 
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_allocate_shared")]
 pub unsafe extern "C" fn MPI_Win_allocate_shared(
     size: isize,
     disp_unit: c_int,
@@ -851,7 +851,7 @@ pub unsafe extern "C" fn MPI_Win_allocate_shared(
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_shared_query")]
 pub unsafe extern "C" fn MPI_Win_shared_query(
     win: Raw,
     rank: c_int,
@@ -922,7 +922,7 @@ unsafe fn start(w: Arc<Window>, id: u64, request: *mut Raw) -> c_int {
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Rput")]
 pub unsafe extern "C" fn MPI_Rput(
     origin_addr: *const c_void,
     origin_count: c_int,
@@ -958,7 +958,7 @@ pub unsafe extern "C" fn MPI_Rput(
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Raccumulate")]
 pub unsafe extern "C" fn MPI_Raccumulate(
     origin_addr: *const c_void,
     origin_count: c_int,
@@ -996,7 +996,7 @@ pub unsafe extern "C" fn MPI_Raccumulate(
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Rget")]
 pub unsafe extern "C" fn MPI_Rget(
     origin_addr: *mut c_void,
     origin_count: c_int,
@@ -1036,7 +1036,7 @@ pub unsafe extern "C" fn MPI_Rget(
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Rget_accumulate")]
 pub unsafe extern "C" fn MPI_Rget_accumulate(
     origin_addr: *const c_void,
     origin_count: c_int,
@@ -1082,7 +1082,7 @@ pub unsafe extern "C" fn MPI_Rget_accumulate(
 ///
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_create_errhandler")]
 pub unsafe extern "C" fn MPI_Win_create_errhandler(
     f: Option<crate::runtime::ErrFn>,
     errhandler: *mut Raw,
@@ -1091,7 +1091,7 @@ pub unsafe extern "C" fn MPI_Win_create_errhandler(
     unsafe { crate::runtime::MPI_Comm_create_errhandler(f, errhandler) }
 }
 
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_set_errhandler")]
 pub extern "C" fn MPI_Win_set_errhandler(win: Raw, errhandler: Raw) -> c_int {
     let w = tri!(super::capi::win("MPI_Win_set_errhandler", win));
     crate::runtime::MPI_Comm_set_errhandler(w.comm, errhandler)
@@ -1099,14 +1099,14 @@ pub extern "C" fn MPI_Win_set_errhandler(win: Raw, errhandler: Raw) -> c_int {
 
 /// # Safety
 /// The C caller passes valid pointers.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_get_errhandler")]
 pub unsafe extern "C" fn MPI_Win_get_errhandler(win: Raw, errhandler: *mut Raw) -> c_int {
     let w = tri!(super::capi::win("MPI_Win_get_errhandler", win));
     // SAFETY: forwarded.
     unsafe { crate::runtime::MPI_Comm_get_errhandler(w.comm, errhandler) }
 }
 
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_call_errhandler")]
 pub extern "C" fn MPI_Win_call_errhandler(win: Raw, errorcode: c_int) -> c_int {
     let w = tri!(super::capi::win("MPI_Win_call_errhandler", win));
     crate::runtime::MPI_Comm_call_errhandler(w.comm, errorcode)
@@ -1116,7 +1116,7 @@ pub extern "C" fn MPI_Win_call_errhandler(win: Raw, errorcode: c_int) -> c_int {
 ///
 /// # Safety
 /// `info_used` writable.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_get_info")]
 pub unsafe extern "C" fn MPI_Win_get_info(win: Raw, info_used: *mut Raw) -> c_int {
     tri!(super::capi::win("MPI_Win_get_info", win));
     // SAFETY: forwarded.
@@ -1124,7 +1124,7 @@ pub unsafe extern "C" fn MPI_Win_get_info(win: Raw, info_used: *mut Raw) -> c_in
 }
 
 /// Hints are accepted and ignored (the standard allows it).
-#[unsafe(no_mangle)]
+#[unsafe(export_name = "PMPI_Win_set_info")]
 pub extern "C" fn MPI_Win_set_info(win: Raw, _info: Raw) -> c_int {
     tri!(super::capi::win("MPI_Win_set_info", win));
     MPI_SUCCESS

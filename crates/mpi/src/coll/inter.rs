@@ -618,11 +618,22 @@ pub(super) unsafe fn reduce_scatter(
     call.reduction(&o, oh, &d, dt)?;
     let mut x = Exchange::new(call);
     // The remote group's counts say how this process's data is cut: with one count
-    // (block) both sides know them; with a count each they are exchanged first.
+    // (block) they follow from the sizes; with a count each they are exchanged first.
     let (mine, theirs) = match counts {
+        // Each side's data is its own group's size times its own count (MPI-3.1 5.10.1),
+        // cut into one block per remote process.
         Err(n) => {
             let n = call.count(n, "recvcount")?;
-            (n, vec![n; m as usize])
+            let total = n * local as usize;
+            if m > 0 && total % m as usize != 0 {
+                return Err(call.err(
+                    MPI_ERR_COUNT,
+                    format_args!(
+                        "{local} x recvcount {n} cannot be cut into {m} equal blocks for the remote group"
+                    ),
+                ));
+            }
+            (n, vec![total / (m.max(1) as usize); m as usize])
         }
         Ok(c) => {
             // SAFETY: the caller's contract: one count per process of this group.

@@ -91,12 +91,16 @@ int main(int argc, char **argv) {
     CHECK(s == remote_world(rsize - 1));
     OK(MPI_Op_free(&lastop));
 
-    /* Reduce_scatter_block: remote rank j's block j is wrank + j; this process's block
-     * is the sum over the remote group of (their world rank + lrank). */
-    for (int j = 0; j < rsize; j++) out[j] = wrank + j;
-    s = -1;
-    OK(MPI_Reduce_scatter_block(out, &s, 1, MPI_INT, MPI_SUM, ic));
-    CHECK(s == rsum + rsize * lrank);
+    /* Reduce_scatter_block with recvcount = the remote group's size: each process
+     * gives lsize * rsize elements (its group's size times its count), cut into one
+     * block of lsize elements per remote process on the other side; this process gets
+     * block lrank of each remote process's data, rsize elements. */
+    for (int k = 0; k < lsize * rsize; k++) out[k] = wrank + k;
+    int blk[64];
+    for (int i = 0; i < 64; i++) blk[i] = -1;
+    OK(MPI_Reduce_scatter_block(out, blk, rsize, MPI_INT, MPI_SUM, ic));
+    for (int t = 0; t < rsize; t++) CHECK(blk[t] == rsum + rsize * (lrank * rsize + t));
+    CHECK(blk[rsize] == -1);
 
     /* Reduce_scatter: this group's rank i receives i + 1 elements; the remote group's
      * data is cut by this group's counts, which only this group knows. */

@@ -1800,6 +1800,26 @@ pub extern "C" fn MPI_Win_set_attr(
     MPI_SUCCESS
 }
 
+/// Deletes every attribute of `win` (`MPI_Win_free`), each key's delete callback
+/// called as `MPI_Win_delete_attr` calls it; the first callback's error, if any.
+pub fn win_free_attrs(win: Raw) -> c_int {
+    let keys: Vec<c_int> = WIN_ATTRS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .keys()
+        .filter(|(w, _)| *w == win)
+        .map(|&(_, k)| k)
+        .collect();
+    let mut rc = MPI_SUCCESS;
+    for k in keys.into_iter().rev() {
+        let r = MPI_Win_delete_attr(win, k);
+        if rc == MPI_SUCCESS {
+            rc = r;
+        }
+    }
+    rc
+}
+
 /// Calls the key's delete callback (with the window's handle) and forgets the value.
 #[unsafe(no_mangle)]
 pub extern "C" fn MPI_Win_delete_attr(win: Raw, win_keyval: c_int) -> c_int {

@@ -463,6 +463,10 @@ struct Origin {
     fence: u64,
     /// An access epoch of fences is open (a fence was called, not with NOSUCCEED).
     fenced: bool,
+    /// An operation was issued in the open fence epoch. A fence epoch without any
+    /// may be followed by `MPI_Win_lock` (MPI-3.1 11.5: a fence starts an epoch only
+    /// if RMA calls follow it), which ends it.
+    fence_ops: bool,
     /// Exposure epochs opened by each target for this process (`MPI_Win_post`), not yet
     /// started.
     posted: Vec<u32>,
@@ -571,6 +575,7 @@ impl Window {
                 info: vec![None; p as usize],
                 fence: 0,
                 fenced: false,
+                fence_ops: false,
                 posted: vec![0; p as usize],
                 started: None,
                 exposed: None,
@@ -779,9 +784,12 @@ impl Window {
     }
 
     fn check_epoch(&self, call: &str, target: u32) -> Result<(), Failure> {
-        let o = self.origin.lock().unwrap();
+        let mut o = self.origin.lock().unwrap();
         let started = o.started.as_ref().is_some_and(|g| g.contains(&target));
-        if o.fenced || started || o.lock_all || o.locked[target as usize].is_some() {
+        if started || o.lock_all || o.locked[target as usize].is_some() {
+            Ok(())
+        } else if o.fenced {
+            o.fence_ops = true;
             Ok(())
         } else {
             Err(rma_err(format!(
@@ -998,6 +1006,7 @@ impl Window {
         let mut o = self.origin.lock().unwrap();
         o.fence += 1;
         o.fenced = assert & MPI_MODE_NOSUCCEED == 0;
+        o.fence_ops = false;
         drop(o);
         self.take_error_upto(e)
     }
@@ -1054,15 +1063,16 @@ impl Window {
             return Ok(());
         };
         {
-            let o = self.origin.lock().unwrap();
+            let mut o = self.origin.lock().unwrap();
             if o.locked[t as usize].is_some() || o.lock_all {
                 return Err(rma_err(format!("{call}: rank {t} is locked already")));
             }
-            if o.fenced {
+            if o.fenced && o.fence_ops {
                 return Err(rma_err(format!(
-                    "{call}: a fence epoch is open (end it with MPI_MODE_NOSUCCEED)"
+                    "{call}: a fence epoch with operations is open (end it with a fence, MPI_MODE_NOSUCCEED)"
                 )));
             }
+            o.fenced = false;
         }
         self.handshake(call, &[t], msg::LOCK, Some(excl as u64))?;
         self.origin.lock().unwrap().locked[t as usize] = Some(excl);
@@ -1087,10 +1097,11 @@ impl Window {
     pub fn lock_all(&self) -> Result<(), Failure> {
         let call = "MPI_Win_lock_all";
         {
-            let o = self.origin.lock().unwrap();
-            if o.lock_all || o.locked.iter().any(Option::is_some) || o.fenced {
+            let mut o = self.origin.lock().unwrap();
+            if o.lock_all || o.locked.iter().any(Option::is_some) || (o.fenced && o.fence_ops) {
                 return Err(rma_err(format!("{call}: another epoch is open")));
             }
+            o.fenced = false;
         }
         let all: Vec<u32> = (0..self.ch().size()).collect();
         self.handshake(call, &all, msg::LOCK, Some(0))?;

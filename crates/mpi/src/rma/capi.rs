@@ -269,6 +269,15 @@ pub unsafe extern "C" fn MPI_Win_free(win: *mut Raw) -> c_int {
     // SAFETY: non-null.
     let h = unsafe { *win };
     let w = tri!(super::capi::win(call, h));
+    // The program's attributes go first: their delete callbacks see the window.
+    let rc = crate::comm::win_free_attrs(h);
+    if rc != MPI_SUCCESS {
+        return errw(
+            &w,
+            rc,
+            "MPI_Win_free: an attribute's delete callback failed",
+        );
+    }
     wtri!(w, w.free());
     release(h);
     free_comm(w.comm);
@@ -1078,7 +1087,8 @@ pub unsafe extern "C" fn MPI_Rget_accumulate(
 }
 
 /// `MPI_Win_create_errhandler`: a communicator error handler (the window's errors go
-/// through its communicator, whose handle the function receives).
+/// through its communicator: the function receives the window's handle from
+/// `MPI_Win_call_errhandler`, the communicator's from a failed RMA call).
 ///
 /// # Safety
 /// The C caller passes valid pointers.
@@ -1109,7 +1119,14 @@ pub unsafe extern "C" fn MPI_Win_get_errhandler(win: Raw, errhandler: *mut Raw) 
 #[unsafe(no_mangle)]
 pub extern "C" fn MPI_Win_call_errhandler(win: Raw, errorcode: c_int) -> c_int {
     let w = tri!(super::capi::win("MPI_Win_call_errhandler", win));
-    crate::runtime::MPI_Comm_call_errhandler(w.comm, errorcode)
+    // The handler is the communicator's; a user's function is given the window.
+    crate::runtime::fail_on(
+        w.comm,
+        win,
+        errorcode,
+        format!("MPI_Win_call_errhandler: error code {errorcode}"),
+    );
+    MPI_SUCCESS
 }
 
 /// The window keeps no hints: a new, empty info object.

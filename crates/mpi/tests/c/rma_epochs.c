@@ -1,0 +1,68 @@
+/* Windows: a fence epoch without operations may be followed by a lock (MPI-3.1 11.5; a
+ * fence starts an epoch only if RMA calls follow), one with operations may not; the
+ * handler of MPI_Win_call_errhandler is given the window; MPI_Win_free deletes the
+ * window's attributes through their delete callbacks. */
+#include "mpitest.h"
+
+static MPI_Win the_win;
+static int calls, right_win, deleted;
+
+static void handler(MPI_Win *w, int *code, ...) {
+    calls++;
+    right_win = *w == the_win && *code == MPI_ERR_OTHER;
+}
+
+static int del(MPI_Win w, int key, void *val, void *extra) {
+    (void)w;
+    (void)key;
+    (void)extra;
+    deleted += *(int *)val;
+    return MPI_SUCCESS;
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int buf[2] = {0, 0};
+    OK(MPI_Win_create(buf, sizeof buf, sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &the_win));
+
+    /* An empty fence epoch, then passive target. */
+    OK(MPI_Win_fence(0, the_win));
+    int one = rank + 1, right = (rank + 1) % size;
+    OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, right, 0, the_win));
+    OK(MPI_Accumulate(&one, 1, MPI_INT, right, 0, 1, MPI_INT, MPI_SUM, the_win));
+    OK(MPI_Win_unlock(right, the_win));
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    OK(MPI_Win_lock_all(0, the_win));
+    OK(MPI_Win_unlock_all(the_win));
+    /* Fence epochs around a put still work, and one with an operation refuses a lock. */
+    OK(MPI_Win_fence(0, the_win));
+    OK(MPI_Put(&one, 1, MPI_INT, right, 1, 1, MPI_INT, the_win));
+    OK(MPI_Win_set_errhandler(the_win, MPI_ERRORS_RETURN));
+    CHECK(MPI_Win_lock(MPI_LOCK_SHARED, right, 0, the_win) != MPI_SUCCESS);
+    OK(MPI_Win_fence(MPI_MODE_NOSUCCEED, the_win));
+    int left = (rank + size - 1) % size;
+    CHECK(buf[0] == left + 1 && buf[1] == left + 1);
+
+    /* The user's handler sees the window. */
+    MPI_Errhandler eh;
+    OK(MPI_Win_create_errhandler(handler, &eh));
+    OK(MPI_Win_set_errhandler(the_win, eh));
+    OK(MPI_Win_call_errhandler(the_win, MPI_ERR_OTHER));
+    CHECK(calls == 1 && right_win);
+    OK(MPI_Errhandler_free(&eh));
+
+    /* Attributes are deleted when the window is freed. */
+    int key, val = 5;
+    OK(MPI_Win_create_keyval(MPI_WIN_NULL_COPY_FN, del, &key, NULL));
+    OK(MPI_Win_set_attr(the_win, key, &val));
+    OK(MPI_Win_free(&the_win));
+    CHECK(deleted == 5);
+    OK(MPI_Win_free_keyval(&key));
+
+    printf("rma_epochs OK rank=%d\n", rank);
+    MPI_Finalize();
+    return 0;
+}

@@ -1,6 +1,7 @@
 /* Windows: a fence epoch without operations may be followed by a lock (MPI-3.1 11.5; a
  * fence starts an epoch only if RMA calls follow), one with operations may not; the
- * handler of MPI_Win_call_errhandler is given the window; MPI_Win_free deletes the
+ * handler of MPI_Win_call_errhandler is given the window; MPI_Win_shared_query answers
+ * for every window and gives NULL for an empty segment; MPI_Win_free deletes the
  * window's attributes through their delete callbacks. */
 #include "mpitest.h"
 
@@ -53,6 +54,31 @@ int main(int argc, char **argv) {
     OK(MPI_Win_call_errhandler(the_win, MPI_ERR_OTHER));
     CHECK(calls == 1 && right_win);
     OK(MPI_Errhandler_free(&eh));
+
+    /* MPI_Win_shared_query: no segment of a window of another flavor (MPI-4.0's
+     * answer), and no address for an empty segment of a shared window. */
+    MPI_Aint qs = -1;
+    int qu = -1;
+    void *qb = &qs;
+    OK(MPI_Win_shared_query(the_win, 0, &qs, &qu, &qb));
+    CHECK(qs == 0 && qb == NULL);
+    MPI_Comm shm;
+    OK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &shm));
+    int srank, ssize, *sb;
+    MPI_Comm_rank(shm, &srank);
+    MPI_Comm_size(shm, &ssize);
+    MPI_Win sw;
+    OK(MPI_Win_allocate_shared(srank % 2 ? 0 : sizeof(int), sizeof(int), MPI_INFO_NULL, shm, &sb,
+                               &sw));
+    for (int i = 0; i < ssize; i++) {
+        OK(MPI_Win_shared_query(sw, i, &qs, &qu, &qb));
+        if (i % 2)
+            CHECK(qs == 0 && qb == NULL);
+        else
+            CHECK(qs == sizeof(int) && qb != NULL);
+    }
+    OK(MPI_Win_free(&sw));
+    OK(MPI_Comm_free(&shm));
 
     /* Attributes are deleted when the window is freed. */
     int key, val = 5;

@@ -1130,7 +1130,14 @@ impl Window {
                 None => return Ok(()),
                 Some(t) => vec![t],
             },
-            None => (0..self.ch().size()).collect(),
+            None => {
+                // Flush_all: every target of an open passive-target epoch (none open:
+                // nothing to complete).
+                let o = self.origin.lock().unwrap();
+                (0..self.ch().size())
+                    .filter(|&t| o.lock_all || o.locked[t as usize].is_some())
+                    .collect()
+            }
         };
         {
             let o = self.origin.lock().unwrap();
@@ -1139,6 +1146,9 @@ impl Window {
                     "{call}: no passive-target epoch is open at the target"
                 )));
             }
+        }
+        if targets.is_empty() {
+            return Ok(());
         }
         self.handshake(call, &targets, msg::FLUSH, None)
     }

@@ -1,6 +1,7 @@
 /* Windows: a fence epoch without operations may be followed by a lock (MPI-3.1 11.5; a
  * fence starts an epoch only if RMA calls follow), one with operations may not;
- * MPI_Win_flush_all completes at the locked targets, whichever those are; the
+ * MPI_Win_flush_all completes at the locked targets, whichever those are; accumulates
+ * without data succeed whatever their types; the
  * handler of MPI_Win_call_errhandler is given the window; MPI_Win_shared_query answers
  * for every window and gives NULL for an empty segment; MPI_Win_free deletes the
  * window's attributes through their delete callbacks. */
@@ -35,6 +36,14 @@ int main(int argc, char **argv) {
     int one = rank + 1, right = (rank + 1) % size;
     OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, right, 0, the_win));
     OK(MPI_Accumulate(&one, 1, MPI_INT, right, 0, 1, MPI_INT, MPI_SUM, the_win));
+    /* Operations without data do nothing, whatever their (empty) types are made of. */
+    MPI_Datatype empty;
+    OK(MPI_Type_contiguous(0, MPI_INT, &empty));
+    OK(MPI_Type_commit(&empty));
+    OK(MPI_Accumulate(&one, 1, empty, right, 0, 0, MPI_DOUBLE, MPI_SUM, the_win));
+    OK(MPI_Get_accumulate(NULL, 0, MPI_INT, NULL, 2, empty, right, 0, 1, empty, MPI_SUM,
+                          the_win));
+    OK(MPI_Type_free(&empty));
     /* Flush_all completes at the targets that are locked (one of them here). */
     OK(MPI_Win_flush_all(the_win));
     OK(MPI_Win_flush_local_all(the_win));

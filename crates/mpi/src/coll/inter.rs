@@ -14,11 +14,10 @@
 //! intercommunicators and are refused.
 
 use std::os::raw::{c_int, c_void};
-use std::sync::Arc;
 
 use bulkwire_p2p::{Source, Tag};
 
-use super::{A2a, Call, R};
+use super::{A2a, Call, R, Side};
 use crate::comm::{self, Communicator};
 use crate::datatype::Datatype;
 use crate::error::*;
@@ -161,11 +160,7 @@ impl Call {
     ///
     /// # Safety
     /// The C call's contract for the arrays.
-    unsafe fn blocks(
-        &self,
-        a: &A2a,
-        side: &str,
-    ) -> R<(Vec<usize>, Vec<isize>, Vec<Arc<Datatype>>)> {
+    unsafe fn blocks(&self, a: &A2a, side: &str) -> R<Side> {
         let m = self.remote_size();
         match *a {
             A2a::Same(n, t) => {
@@ -625,7 +620,7 @@ pub(super) unsafe fn reduce_scatter(
         Err(n) => {
             let n = call.count(n, "recvcount")?;
             let total = n * local as usize;
-            if m > 0 && total % m as usize != 0 {
+            if m > 0 && !total.is_multiple_of(m as usize) {
                 return Err(call.err(
                     MPI_ERR_COUNT,
                     format_args!(

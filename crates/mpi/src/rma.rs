@@ -213,11 +213,26 @@ impl Target {
     /// The window's bytes at `runs`, checked against its size.
     fn check(&self, runs: &[(u64, u64)]) -> bool {
         if self.dynamic {
-            let regions = self.regions.lock().unwrap();
+            // Adjacent attachments make one stretch of memory: an operation may span them
+            // (MPICH's win_dynamic_rma_flush_get writes across two).
+            let mut spans: Vec<(u64, u64)> = self
+                .regions
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|&(a, len)| (a as u64, (a + len) as u64))
+                .collect();
+            spans.sort_unstable();
+            let mut merged: Vec<(u64, u64)> = Vec::with_capacity(spans.len());
+            for (a, e) in spans {
+                match merged.last_mut() {
+                    Some(last) if a <= last.1 => last.1 = last.1.max(e),
+                    _ => merged.push((a, e)),
+                }
+            }
             return runs.iter().all(|&(o, n)| {
-                regions.iter().any(|&(a, len)| {
-                    o >= a as u64 && o.checked_add(n).is_some_and(|e| e <= (a + len) as u64)
-                })
+                o.checked_add(n)
+                    .is_some_and(|end| merged.iter().any(|&(a, e)| o >= a && end <= e))
             });
         }
         runs.iter()

@@ -1,7 +1,8 @@
 /* Windows: a fence epoch without operations may be followed by a lock (MPI-3.1 11.5; a
  * fence starts an epoch only if RMA calls follow), one with operations may not;
  * MPI_Win_flush_all completes at the locked targets, whichever those are; accumulates
- * without data succeed whatever their types; the
+ * without data succeed whatever their types; an operation may span adjacent regions
+ * attached to a dynamic window; the
  * handler of MPI_Win_call_errhandler is given the window; MPI_Win_shared_query answers
  * for every window and gives NULL for an empty segment; MPI_Win_free deletes the
  * window's attributes through their delete callbacks. */
@@ -59,6 +60,27 @@ int main(int argc, char **argv) {
     OK(MPI_Win_fence(MPI_MODE_NOSUCCEED, the_win));
     int left = (rank + size - 1) % size;
     CHECK(buf[0] == left + 1 && buf[1] == left + 1);
+
+    /* A dynamic window: an operation may span two adjacent attached regions. */
+    {
+        int mem[8] = {0}, src[6] = {1, 2, 3, 4, 5, 6};
+        MPI_Aint addrs[2 * 64], mine;
+        MPI_Win dw;
+        OK(MPI_Win_create_dynamic(MPI_INFO_NULL, MPI_COMM_WORLD, &dw));
+        OK(MPI_Win_attach(dw, &mem[0], 4 * sizeof(int)));
+        OK(MPI_Win_attach(dw, &mem[4], 4 * sizeof(int)));
+        OK(MPI_Get_address(&mem[1], &mine));
+        OK(MPI_Allgather(&mine, 1, MPI_AINT, addrs, 1, MPI_AINT, MPI_COMM_WORLD));
+        OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, right, 0, dw));
+        OK(MPI_Put(src, 6, MPI_INT, right, addrs[right], 6, MPI_INT, dw));
+        OK(MPI_Win_unlock(right, dw));
+        OK(MPI_Barrier(MPI_COMM_WORLD));
+        for (int i = 0; i < 6; i++) CHECK(mem[1 + i] == i + 1);
+        CHECK(mem[0] == 0 && mem[7] == 0);
+        OK(MPI_Win_detach(dw, &mem[0]));
+        OK(MPI_Win_detach(dw, &mem[4]));
+        OK(MPI_Win_free(&dw));
+    }
 
     /* The user's handler sees the window. */
     MPI_Errhandler eh;

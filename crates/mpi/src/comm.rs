@@ -758,7 +758,10 @@ pub unsafe extern "C" fn MPI_Comm_idup(comm: Raw, newcomm: *mut Raw, request: *m
     let op = IdupOp {
         ticket: c.idup_next.fetch_add(1, Ordering::AcqRel),
         members: c.everyone(),
-        tag: (i32::from(CREATE_CTX) << 16) | i32::from(c.ctx / 2),
+        // The context beside the agreements' own (never a communicator's, as
+        // `CREATE_CTX` is reserved): a blocking constructor on the same parent while
+        // idups of it are pending must not take their messages, nor they its.
+        tag: (i32::from(CREATE_CTX + 1) << 16) | i32::from(c.ctx / 2),
         me: p.rank(),
         parent: c,
         parent_h: comm,

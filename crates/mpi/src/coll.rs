@@ -13,6 +13,7 @@
 //! its types), reductions when the operation and type are ones it computes.
 
 pub mod algo;
+mod inter;
 pub mod nonblocking;
 pub mod plan;
 pub mod sched;
@@ -57,8 +58,8 @@ impl Call {
     fn new(h: Raw, what: &'static str) -> R<Call> {
         match comm::lookup(h) {
             Ok(c) => {
-                // The collectives of intercommunicators (two groups, MPI_ROOT) are not
-                // provided.
+                // Intercommunicators take `inter`'s path before this; what reaches here
+                // on one (scans, neighbourhood collectives) is not defined on them.
                 comm::intra(what, &c, h)?;
                 Ok(Call { h, c, what })
             }
@@ -192,6 +193,9 @@ fn is_in_place(p: *const c_void) -> bool {
 // ---- the calls, each blocking and non-blocking ------------------------------------------
 
 fn barrier(comm: Raw, req: Option<*mut Raw>, what: &'static str) -> R<()> {
+    if let Some(call) = inter::call(comm, what) {
+        return inter::barrier(&call, req);
+    }
     let call = Call::new(comm, what)?;
     let req = req.map(|r| call.request_ptr(r)).transpose()?.flatten();
     if req.is_none()
@@ -213,6 +217,10 @@ unsafe fn bcast(
     req: Option<*mut Raw>,
     what: &'static str,
 ) -> R<()> {
+    if let Some(call) = inter::call(comm, what) {
+        // SAFETY: the caller's contract.
+        return unsafe { inter::bcast(&call, buf, count, dt, root, req) };
+    }
     let call = Call::new(comm, what)?;
     let req = req.map(|r| call.request_ptr(r)).transpose()?.flatten();
     let n = call.count(count, "count")?;
@@ -267,6 +275,19 @@ unsafe fn rooted(
     req: Option<*mut Raw>,
     what: &'static str,
 ) -> R<()> {
+    if let Some(call) = inter::call(comm, what) {
+        // SAFETY: the caller's contract.
+        return unsafe {
+            match way {
+                Way::Gather => {
+                    inter::gather(&call, sbuf, scount, sdt, rbuf, rcount, v, rdt, root, req)
+                }
+                Way::Scatter => {
+                    inter::scatter(&call, sbuf, scount, v, sdt, rbuf, rcount, rdt, root, req)
+                }
+            }
+        };
+    }
     let call = Call::new(comm, what)?;
     let req = req.map(|r| call.request_ptr(r)).transpose()?.flatten();
     let root = call.root(root)?;
@@ -368,6 +389,10 @@ unsafe fn allgather(
     req: Option<*mut Raw>,
     what: &'static str,
 ) -> R<()> {
+    if let Some(call) = inter::call(comm, what) {
+        // SAFETY: the caller's contract.
+        return unsafe { inter::allgather(&call, sbuf, scount, sdt, rbuf, rcount, v, rdt, req) };
+    }
     let call = Call::new(comm, what)?;
     let req = req.map(|r| call.request_ptr(r)).transpose()?.flatten();
     let rd = call.dt(rdt, "recvtype")?;
@@ -484,6 +509,10 @@ unsafe fn alltoall(
     req: Option<*mut Raw>,
     what: &'static str,
 ) -> R<()> {
+    if let Some(call) = inter::call(comm, what) {
+        // SAFETY: the caller's contract.
+        return unsafe { inter::alltoall(&call, sbuf, &s, rbuf, &r, req) };
+    }
     let call = Call::new(comm, what)?;
     let req = req.map(|r| call.request_ptr(r)).transpose()?.flatten();
     let inplace = is_in_place(sbuf);
@@ -548,6 +577,14 @@ unsafe fn reduce(
     req: Option<*mut Raw>,
     what: &'static str,
 ) -> R<()> {
+    if let (Some(call), Red::Reduce(_) | Red::All) = (inter::call(comm, what), kind) {
+        let root = match kind {
+            Red::Reduce(r) => Some(r),
+            _ => None,
+        };
+        // SAFETY: the caller's contract.
+        return unsafe { inter::reduce(&call, sbuf, rbuf, count, dt, oh, root, req) };
+    }
     let call = Call::new(comm, what)?;
     let req = req.map(|r| call.request_ptr(r)).transpose()?.flatten();
     let n = call.count(count, "count")?;
@@ -598,6 +635,10 @@ unsafe fn reduce_scatter(
     req: Option<*mut Raw>,
     what: &'static str,
 ) -> R<()> {
+    if let Some(call) = inter::call(comm, what) {
+        // SAFETY: the caller's contract.
+        return unsafe { inter::reduce_scatter(&call, sbuf, rbuf, counts, dt, oh, req) };
+    }
     let call = Call::new(comm, what)?;
     let req = req.map(|r| call.request_ptr(r)).transpose()?.flatten();
     let counts = match counts {

@@ -758,7 +758,10 @@ pub unsafe extern "C" fn MPI_Comm_idup(comm: Raw, newcomm: *mut Raw, request: *m
     let op = IdupOp {
         ticket: c.idup_next.fetch_add(1, Ordering::AcqRel),
         members: c.everyone(),
-        tag: (i32::from(CREATE_CTX) << 16) | i32::from(c.ctx / 2),
+        // The context beside the agreements' own (never a communicator's, as
+        // `CREATE_CTX` is reserved): a blocking constructor on the same parent while
+        // idups of it are pending must not take their messages, nor they its.
+        tag: (i32::from(CREATE_CTX + 1) << 16) | i32::from(c.ctx / 2),
         me: p.rank(),
         parent: c,
         parent_h: comm,
@@ -1798,6 +1801,26 @@ pub extern "C" fn MPI_Win_set_attr(
         .unwrap_or_else(|e| e.into_inner())
         .insert((win, win_keyval), attribute_val as usize);
     MPI_SUCCESS
+}
+
+/// Deletes every attribute of `win` (`MPI_Win_free`), each key's delete callback
+/// called as `MPI_Win_delete_attr` calls it; the first callback's error, if any.
+pub fn win_free_attrs(win: Raw) -> c_int {
+    let keys: Vec<c_int> = WIN_ATTRS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .keys()
+        .filter(|(w, _)| *w == win)
+        .map(|&(_, k)| k)
+        .collect();
+    let mut rc = MPI_SUCCESS;
+    for k in keys.into_iter().rev() {
+        let r = MPI_Win_delete_attr(win, k);
+        if rc == MPI_SUCCESS {
+            rc = r;
+        }
+    }
+    rc
 }
 
 /// Calls the key's delete callback (with the window's handle) and forgets the value.

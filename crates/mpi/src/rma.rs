@@ -213,11 +213,26 @@ impl Target {
     /// The window's bytes at `runs`, checked against its size.
     fn check(&self, runs: &[(u64, u64)]) -> bool {
         if self.dynamic {
-            let regions = self.regions.lock().unwrap();
+            // Adjacent attachments make one stretch of memory: an operation may span them
+            // (MPICH's win_dynamic_rma_flush_get writes across two).
+            let mut spans: Vec<(u64, u64)> = self
+                .regions
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|&(a, len)| (a as u64, (a + len) as u64))
+                .collect();
+            spans.sort_unstable();
+            let mut merged: Vec<(u64, u64)> = Vec::with_capacity(spans.len());
+            for (a, e) in spans {
+                match merged.last_mut() {
+                    Some(last) if a <= last.1 => last.1 = last.1.max(e),
+                    _ => merged.push((a, e)),
+                }
+            }
             return runs.iter().all(|&(o, n)| {
-                regions.iter().any(|&(a, len)| {
-                    o >= a as u64 && o.checked_add(n).is_some_and(|e| e <= (a + len) as u64)
-                })
+                o.checked_add(n)
+                    .is_some_and(|end| merged.iter().any(|&(a, e)| o >= a && end <= e))
             });
         }
         runs.iter()
@@ -463,6 +478,10 @@ struct Origin {
     fence: u64,
     /// An access epoch of fences is open (a fence was called, not with NOSUCCEED).
     fenced: bool,
+    /// An operation was issued in the open fence epoch. A fence epoch without any
+    /// may be followed by `MPI_Win_lock` (MPI-3.1 11.5: a fence starts an epoch only
+    /// if RMA calls follow it), which ends it.
+    fence_ops: bool,
     /// Exposure epochs opened by each target for this process (`MPI_Win_post`), not yet
     /// started.
     posted: Vec<u32>,
@@ -571,6 +590,7 @@ impl Window {
                 info: vec![None; p as usize],
                 fence: 0,
                 fenced: false,
+                fence_ops: false,
                 posted: vec![0; p as usize],
                 started: None,
                 exposed: None,
@@ -633,11 +653,9 @@ impl Window {
     /// non-empty one) as (address here, size, displacement unit).
     pub fn shared_segment(&self, rank: Option<u32>) -> Result<(usize, usize, c_int), Failure> {
         let Some(Memory::Map { addr, segs, .. }) = &self.owned else {
-            return Err((
-                MPI_ERR_RMA_FLAVOR,
-                "MPI_Win_shared_query: the window was not made by MPI_Win_allocate_shared"
-                    .to_string(),
-            ));
+            // No process's memory of another flavor is mapped here: no segment, as MPI-4.0
+            // answers for such windows (MPI-3.1 left the call to shared windows).
+            return Ok((0, 0, 1));
         };
         let seg = match rank {
             Some(r) => segs.get(r as usize).copied().ok_or((
@@ -650,7 +668,9 @@ impl Window {
                 segs.first().map_or(1, |s| s.2),
             )),
         };
-        Ok((addr + seg.0, seg.1, seg.2))
+        // An empty segment has no address (NULL), as MPICH's tests expect.
+        let base = if seg.1 == 0 { 0 } else { addr + seg.0 };
+        Ok((base, seg.1, seg.2))
     }
 
     pub fn base(&self) -> usize {
@@ -779,9 +799,12 @@ impl Window {
     }
 
     fn check_epoch(&self, call: &str, target: u32) -> Result<(), Failure> {
-        let o = self.origin.lock().unwrap();
+        let mut o = self.origin.lock().unwrap();
         let started = o.started.as_ref().is_some_and(|g| g.contains(&target));
-        if o.fenced || started || o.lock_all || o.locked[target as usize].is_some() {
+        if started || o.lock_all || o.locked[target as usize].is_some() {
+            Ok(())
+        } else if o.fenced {
+            o.fence_ops = true;
             Ok(())
         } else {
             Err(rma_err(format!(
@@ -998,6 +1021,7 @@ impl Window {
         let mut o = self.origin.lock().unwrap();
         o.fence += 1;
         o.fenced = assert & MPI_MODE_NOSUCCEED == 0;
+        o.fence_ops = false;
         drop(o);
         self.take_error_upto(e)
     }
@@ -1054,15 +1078,16 @@ impl Window {
             return Ok(());
         };
         {
-            let o = self.origin.lock().unwrap();
+            let mut o = self.origin.lock().unwrap();
             if o.locked[t as usize].is_some() || o.lock_all {
                 return Err(rma_err(format!("{call}: rank {t} is locked already")));
             }
-            if o.fenced {
+            if o.fenced && o.fence_ops {
                 return Err(rma_err(format!(
-                    "{call}: a fence epoch is open (end it with MPI_MODE_NOSUCCEED)"
+                    "{call}: a fence epoch with operations is open (end it with a fence, MPI_MODE_NOSUCCEED)"
                 )));
             }
+            o.fenced = false;
         }
         self.handshake(call, &[t], msg::LOCK, Some(excl as u64))?;
         self.origin.lock().unwrap().locked[t as usize] = Some(excl);
@@ -1087,10 +1112,11 @@ impl Window {
     pub fn lock_all(&self) -> Result<(), Failure> {
         let call = "MPI_Win_lock_all";
         {
-            let o = self.origin.lock().unwrap();
-            if o.lock_all || o.locked.iter().any(Option::is_some) || o.fenced {
+            let mut o = self.origin.lock().unwrap();
+            if o.lock_all || o.locked.iter().any(Option::is_some) || (o.fenced && o.fence_ops) {
                 return Err(rma_err(format!("{call}: another epoch is open")));
             }
+            o.fenced = false;
         }
         let all: Vec<u32> = (0..self.ch().size()).collect();
         self.handshake(call, &all, msg::LOCK, Some(0))?;
@@ -1119,7 +1145,14 @@ impl Window {
                 None => return Ok(()),
                 Some(t) => vec![t],
             },
-            None => (0..self.ch().size()).collect(),
+            None => {
+                // Flush_all: every target of an open passive-target epoch (none open:
+                // nothing to complete).
+                let o = self.origin.lock().unwrap();
+                (0..self.ch().size())
+                    .filter(|&t| o.lock_all || o.locked[t as usize].is_some())
+                    .collect()
+            }
         };
         {
             let o = self.origin.lock().unwrap();
@@ -1128,6 +1161,9 @@ impl Window {
                     "{call}: no passive-target epoch is open at the target"
                 )));
             }
+        }
+        if targets.is_empty() {
+            return Ok(());
         }
         self.handshake(call, &targets, msg::FLUSH, None)
     }

@@ -69,6 +69,12 @@ pub fn world_rank() -> u32 {
 /// prints one line naming the call, this process's rank and the problem, and aborts the
 /// job; with `MPI_ERRORS_RETURN` it returns `code`; a user's handler is called first.
 pub fn fail(comm: Raw, code: c_int, what: impl Display) -> c_int {
+    fail_on(comm, comm, code, what)
+}
+
+/// [`fail`] for an error of `object` (a window) whose handler is `comm`'s: a user's
+/// handler is given `object`'s handle, as MPI asks of `MPI_Win_call_errhandler`.
+pub fn fail_on(comm: Raw, object: Raw, code: c_int, what: impl Display) -> c_int {
     let eh = comm::errhandler_of(comm);
     match eh {
         MPI_ERRORS_RETURN => code,
@@ -81,7 +87,7 @@ pub fn fail(comm: Raw, code: c_int, what: impl Display) -> c_int {
                 .copied();
             match f {
                 Some(f) => {
-                    let (mut c, mut k) = (comm, code);
+                    let (mut c, mut k) = (object, code);
                     // SAFETY: a function the program registered for this purpose.
                     unsafe { f(&mut c, &mut k) };
                     code

@@ -8,6 +8,10 @@
 //! - `comm.c`: communicators (dup, split, split_type, create, create_group, free) whose
 //!   messages never cross, groups, Cartesian topologies, error handlers, attributes, info
 //!   objects, the environment (p = 2, 3, 4);
+//! - `intercoll.c`: the collectives on an intercommunicator, rooted ones with `MPI_ROOT`
+//!   and `MPI_PROC_NULL`, reductions in the remote group's rank order (p = 2, 3, 5);
+//! - `rma_epochs.c`: a lock after a fence epoch without operations, the handler of
+//!   `MPI_Win_call_errhandler`, attributes deleted by `MPI_Win_free` (p = 2, 3);
 //! - `threads.c`: `MPI_THREAD_MULTIPLE`: four threads per process make communicators at
 //!   once and exchange messages with wildcards on them (p = 2, 4);
 //! - `fail.c`: an invalid call under `MPI_ERRORS_ARE_FATAL` ends the job with one line
@@ -160,6 +164,19 @@ fn point_to_point() {
 #[test]
 fn communicators_groups_topologies_attributes() {
     every_rank_passes("comm", &[2, 3, 4]);
+}
+
+/// Every collective MPI defines on intercommunicators, between the even and odd ranks
+/// (groups of 1 and 1, 2 and 1, 3 and 2).
+#[test]
+fn collectives_on_intercommunicators() {
+    every_rank_passes("intercoll", &[2, 3, 5]);
+}
+
+/// Window epochs, the window's error handler and its attributes' delete callbacks.
+#[test]
+fn rma_epochs_errhandlers_and_attributes() {
+    every_rank_passes("rma_epochs", &[2, 3]);
 }
 
 #[test]

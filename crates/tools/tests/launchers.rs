@@ -11,74 +11,15 @@ use std::process::Command;
 use std::time::Duration;
 
 mod common;
+#[path = "common/launch.rs"]
+mod launch;
 
 use bulkwire_launch::testing::{self, Out};
-
-const LIMIT: Duration = Duration::from_secs(60);
-
-fn which(cmd: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|p| p.join(cmd))
-            .find(|p| p.is_file())
-    })
-}
+use launch::{LIMIT, hydra, mpirun, run, srun_job, srun_like, which};
 
 /// Compiles `tests/c/NAME.c` once per run.
 fn program(name: &str) -> PathBuf {
     common::bspcc_program("launchers", name)
-}
-
-/// Open MPI's mpirun with `np` processes of `prog args`, the test's mark passed on.
-fn mpirun(np: u32, prog: &Path, args: &[&str], env: &[(&str, &str)]) -> Option<(Command, String)> {
-    let Some(mpirun) = which("mpirun.openmpi").or_else(|| which("mpirun")) else {
-        eprintln!("skipped: Open MPI's mpirun is not installed");
-        return None;
-    };
-    let m = testing::mark();
-    let mut c = Command::new(mpirun);
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        c.arg("--allow-run-as-root");
-    }
-    c.args([
-        "--oversubscribe",
-        "--bind-to",
-        "none",
-        "-x",
-        testing::MARK_VAR,
-    ]);
-    for (k, v) in env {
-        c.env(k, v).args(["-x", k]);
-    }
-    c.arg("-np").arg(np.to_string()).arg(prog).args(args);
-    testing::clean(&mut c, &m);
-    Some((c, m))
-}
-
-/// MPICH's Hydra with `np` processes (it passes the whole environment on).
-fn hydra(np: u32, prog: &Path, args: &[&str], env: &[(&str, &str)]) -> Option<(Command, String)> {
-    let Some(hydra) = which("mpiexec.hydra") else {
-        eprintln!("skipped: MPICH's mpiexec.hydra is not installed");
-        return None;
-    };
-    let m = testing::mark();
-    let mut c = Command::new(hydra);
-    c.arg("-n").arg(np.to_string()).arg(prog).args(args);
-    testing::clean(&mut c, &m);
-    // Hydra's own variables in the test runner's environment would confuse it.
-    c.env_remove("PMI_FD")
-        .env_remove("PMI_RANK")
-        .env_remove("PMI_SIZE");
-    c.envs(env.iter().copied());
-    Some((c, m))
-}
-
-fn run(c: (Command, String)) -> Out {
-    let (mut c, m) = c;
-    let out = testing::run(&mut c, LIMIT);
-    testing::assert_no_leftovers(&m);
-    out
 }
 
 fn conformance(launch: impl Fn(&Path, &[(&str, &str)]) -> Option<(Command, String)>, boot: &str) {
@@ -187,17 +128,8 @@ fn nested_sections_run_under_mpirun_and_mpiexec() {
 /// As srun starts them (without PMI): four tasks, one job, one result line among them.
 #[test]
 fn bsp_init_programs_join_the_job_of_srun() {
-    let prog = program("init");
-    let m = testing::mark();
     let job = format!("{}i", std::process::id());
-    let ts: Vec<_> = (0..4)
-        .map(|r| {
-            let mut c = srun_like(r, 4, &job, &prog, &m);
-            c.arg("4");
-            std::thread::spawn(move || testing::run(&mut c, LIMIT))
-        })
-        .collect();
-    let outs: Vec<Out> = ts.into_iter().map(|t| t.join().unwrap()).collect();
+    let outs = srun_job(4, &job, &program("init"), &["4"]);
     for (r, o) in outs.iter().enumerate() {
         assert_eq!(o.code, Some(0), "rank {r}: {o:?}");
     }
@@ -212,7 +144,6 @@ fn bsp_init_programs_join_the_job_of_srun() {
         1,
         "{all}"
     );
-    testing::assert_no_leftovers(&m);
 }
 
 /// A job of 4 in which rank 3 kills itself: the launcher's status is non-zero, rank 3 is
@@ -275,39 +206,15 @@ fn a_rank_that_dies_under_mpirun_or_mpiexec_fails_the_job_naming_it() {
     assert!(all.matches(ours).count() <= 1, "{all}");
 }
 
-/// What srun gives each task when no PMI plugin is asked for, with the user's key that a
-/// derived rendezvous needs (srun passes the submitting shell's environment on).
-fn srun_like(rank: u32, size: u32, job: &str, prog: &Path, m: &str) -> Command {
-    let mut c = Command::new(prog);
-    testing::clean(&mut c, m);
-    c.env("BULKWIRE_SECRET", "5eed".repeat(16))
-        .env("SLURM_PROCID", rank.to_string())
-        .env("SLURM_NTASKS", size.to_string())
-        .env("SLURM_JOB_ID", job)
-        .env("SLURM_STEP_ID", "0")
-        .env("SLURM_STEP_NODELIST", "localhost")
-        .env("SLURM_JOB_NODELIST", "localhost");
-    c
-}
-
 #[test]
 fn srun_without_pmi_forms_the_job_at_a_derived_address() {
-    let prog = program("drma");
-    let m = testing::mark();
     // A job id of this run, so that concurrent runs use other ports.
     let job = format!("{}", std::process::id());
-    let ts: Vec<_> = (0..4)
-        .map(|r| {
-            let mut c = srun_like(r, 4, &job, &prog, &m);
-            std::thread::spawn(move || testing::run(&mut c, LIMIT))
-        })
-        .collect();
-    let outs: Vec<Out> = ts.into_iter().map(|t| t.join().unwrap()).collect();
+    let outs = srun_job(4, &job, &program("drma"), &[]);
     for (r, o) in outs.iter().enumerate() {
         assert_eq!(o.code, Some(0), "rank {r}: {o:?}");
     }
     assert!(outs[0].stdout.contains("drma ok p=4"), "{:?}", outs[0]);
-    testing::assert_no_leftovers(&m);
 }
 
 #[test]

@@ -1113,6 +1113,10 @@ pub unsafe extern "C" fn MPI_Type_match_size(
         (MPI_TYPECLASS_REAL, 8) => Some(0x2da),
         (MPI_TYPECLASS_COMPLEX, 8) => Some(0x2db),
         (MPI_TYPECLASS_COMPLEX, 16) => Some(0x2e3),
+        // No Fortran type of these sizes is provided: C's `long double` (and its complex)
+        // is the predefined type of the size, as MPI-3.1 17.1.9 allows any.
+        (MPI_TYPECLASS_REAL, n) if n as usize == Basic::LongDouble.size() => Some(0x220),
+        (MPI_TYPECLASS_COMPLEX, n) if n as usize == Basic::CLongDoubleComplex.size() => Some(0x224),
         _ => None,
     };
     let Some(h) = h else {

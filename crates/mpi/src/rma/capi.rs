@@ -269,6 +269,15 @@ pub unsafe extern "C" fn MPI_Win_free(win: *mut Raw) -> c_int {
     // SAFETY: non-null.
     let h = unsafe { *win };
     let w = tri!(super::capi::win(call, h));
+    // The program's attributes go first: their delete callbacks see the window.
+    let rc = crate::comm::win_free_attrs(h);
+    if rc != MPI_SUCCESS {
+        return errw(
+            &w,
+            rc,
+            "MPI_Win_free: an attribute's delete callback failed",
+        );
+    }
     wtri!(w, w.free());
     release(h);
     free_comm(w.comm);
@@ -333,6 +342,11 @@ pub unsafe extern "C" fn MPI_Accumulate(
     let tc = wtri!(w, count(call, "target_count", target_count));
     let odt = wtri!(w, dtype(call, origin_datatype));
     let tdt = wtri!(w, dtype(call, target_datatype));
+    // No data on either side: nothing to do, whatever the (possibly empty) types are made
+    // of.
+    if oc * odt.size() == 0 && tc * tdt.size() == 0 {
+        return MPI_SUCCESS;
+    }
     wtri!(w, check_op(call, op, &tdt));
     let ty = wtri!(w, acc_type(call, &odt, &tdt));
     // SAFETY: the C caller vouches for the origin buffer.
@@ -453,6 +467,17 @@ unsafe fn get_accumulate(
     let tc = count(call, "target_count", target_count)?;
     let rdt = dtype(call, result_datatype)?;
     let tdt = dtype(call, target_datatype)?;
+    // No data anywhere: complete at once (id 0), whatever the empty types are made of.
+    if rc * rdt.size() == 0 && tc * tdt.size() == 0 {
+        let origin_bytes = if op == MPI_NO_OP {
+            0
+        } else {
+            count(call, "origin_count", origin_count)? * dtype(call, origin_datatype)?.size()
+        };
+        if origin_bytes == 0 {
+            return Ok(0);
+        }
+    }
     check_op(call, op, &tdt)?;
     let ty = acc_type(call, &rdt, &tdt)?;
     let mut data = Vec::new();
@@ -1078,7 +1103,8 @@ pub unsafe extern "C" fn MPI_Rget_accumulate(
 }
 
 /// `MPI_Win_create_errhandler`: a communicator error handler (the window's errors go
-/// through its communicator, whose handle the function receives).
+/// through its communicator: the function receives the window's handle from
+/// `MPI_Win_call_errhandler`, the communicator's from a failed RMA call).
 ///
 /// # Safety
 /// The C caller passes valid pointers.
@@ -1109,7 +1135,14 @@ pub unsafe extern "C" fn MPI_Win_get_errhandler(win: Raw, errhandler: *mut Raw) 
 #[unsafe(export_name = "PMPI_Win_call_errhandler")]
 pub extern "C" fn MPI_Win_call_errhandler(win: Raw, errorcode: c_int) -> c_int {
     let w = tri!(super::capi::win("MPI_Win_call_errhandler", win));
-    crate::runtime::MPI_Comm_call_errhandler(w.comm, errorcode)
+    // The handler is the communicator's; a user's function is given the window.
+    crate::runtime::fail_on(
+        w.comm,
+        win,
+        errorcode,
+        format!("MPI_Win_call_errhandler: error code {errorcode}"),
+    );
+    MPI_SUCCESS
 }
 
 /// The window keeps no hints: a new, empty info object.

@@ -63,6 +63,23 @@ static void idup(void) {
     }
     CHECK(sum == size * (size - 1) / 2);
     OK(MPI_Comm_free(&dup));
+
+    /* Blocking constructors on a parent whose idups are pending (MPICH's comm_idup_comm):
+     * neither takes the other's agreement messages. */
+    MPI_Comm ids[3], d2, sp;
+    MPI_Request qs[3];
+    for (int i = 0; i < 3; i++) OK(MPI_Comm_idup(MPI_COMM_WORLD, &ids[i], &qs[i]));
+    OK(MPI_Comm_dup(MPI_COMM_WORLD, &d2));
+    OK(MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &sp));
+    OK(MPI_Waitall(3, qs, MPI_STATUSES_IGNORE));
+    for (int i = 0; i < 3; i++) {
+        int res;
+        OK(MPI_Comm_compare(ids[i], MPI_COMM_WORLD, &res));
+        CHECK(res == MPI_CONGRUENT);
+        OK(MPI_Comm_free(&ids[i]));
+    }
+    OK(MPI_Comm_free(&d2));
+    OK(MPI_Comm_free(&sp));
 }
 
 static void splits(void) {

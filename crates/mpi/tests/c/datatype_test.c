@@ -292,6 +292,14 @@ int main(int argc, char **argv) {
     OK(MPI_Get_address(&x[0], &a1));
     OK(MPI_Get_address(&x[3], &a2));
     CHECK(MPI_Aint_diff(a2, a1) == 3 * sizeof(int), "Aint_diff");
+    /* MPI_Type_match_size finds a type of long double's size (there is no REAL16). */
+    MPI_Datatype m;
+    int msize;
+    OK(MPI_Type_match_size(MPI_TYPECLASS_REAL, sizeof(long double), &m));
+    OK(MPI_Type_size(m, &msize));
+    CHECK(msize == sizeof(long double), "match_size long double: %d", msize);
+    OK(MPI_Type_match_size(MPI_TYPECLASS_COMPLEX, 2 * sizeof(long double), &m));
+    CHECK(m == MPI_C_LONG_DOUBLE_COMPLEX, "match_size long double complex");
     MPI_Barrier(MPI_COMM_WORLD);
     printf("datatype_test OK rank=%d\n", rank);
     MPI_Finalize();

@@ -38,8 +38,8 @@ fn show(what: &str, s: &Steps) -> String {
 ///   against 1.39x): within 1.5x the bound, at half its packets lost.
 /// - rmpp collapses without it (over half its packets lost, streaming every message
 ///   whole after its Cts); with it the receiver grants data to a few packets' worth at a
-///   time, in the order it accepted the messages: within 1.5x the bound, under 5 % lost,
-///   and in under half the time.
+///   time, in the order it accepted the messages: within 1.2x the bound, under 0.5 %
+///   lost, and in under half the time.
 #[test]
 fn total_exchange_on_a_100_mbit_switch() {
     for protocol in ["gbn", "holefill", "rmpp"] {
@@ -60,12 +60,25 @@ fn total_exchange_on_a_100_mbit_switch() {
             }
             _ => {
                 assert!(off.drop_rate() > 0.5, "{both}");
-                assert!(on.median() <= 1.5 * on.bound_ns, "{both}");
-                assert!(on.drop_rate() < 0.05, "{both}");
+                assert!(on.median() <= 1.2 * on.bound_ns, "{both}");
+                assert!(on.drop_rate() < 0.005, "{both}");
                 assert!(off.median() >= 2.0 * on.median(), "{both}");
             }
         }
     }
+}
+
+/// rmpp at 16 nodes, 100 Mb/s: 15 senders' Rts heads and the grants share each port,
+/// and a grant's Cts waits behind data in its sender's port. The receiver's timers wait
+/// out that queue (at the delivery rate it measures) before they take a silence for a
+/// loss or a stall; when they did not, half the packets were lost (4.60x the bound).
+#[test]
+fn rmpp_grants_hold_the_bound_at_16_nodes() {
+    let on = exchange("rmpp", true, 16, 0.1, 5);
+    let a = show("on", &on);
+    eprintln!("rmpp 16: {a}");
+    assert!(on.median() <= 1.2 * on.bound_ns, "{a}");
+    assert!(on.drop_rate() < 0.005, "{a}");
 }
 
 /// p - 1 senders into one 64 KiB port at p = 64, 16 KB each (a gather). A window cannot

@@ -894,20 +894,20 @@ fn spmd_entry_has_the_form_bsp_begin_writes() {
 fn multicast_settings() {
     use bulkwire_link::McastMode;
     let s = settings(&[]).unwrap();
-    assert_eq!(s.job().mcast.mode, McastMode::Off);
+    assert_eq!(s.job().mcast.mode, McastMode::Auto);
     assert_eq!(s.job().mcast.ttl, 1);
     assert_eq!(s.job().mcast.group, None);
     let s = settings(&[
-        ("BULKWIRE_MCAST", "auto"),
+        ("BULKWIRE_MCAST", "off"),
         ("BULKWIRE_MCAST_TTL", "4"),
         ("BULKWIRE_MCAST_GROUP", "239.192.1.2:30000"),
         ("BULKWIRE_MTU", "9000"),
     ])
     .unwrap();
     let m = &s.job().mcast;
-    assert_eq!((m.mode, m.ttl, m.mtu), (McastMode::Auto, 4, 9000));
+    assert_eq!((m.mode, m.ttl, m.mtu), (McastMode::Off, 4, 9000));
     assert_eq!(m.group, Some("239.192.1.2:30000".parse().unwrap()));
-    assert!(s.job().agree.contains(&("BULKWIRE_MCAST", "auto".into())));
+    assert!(s.job().agree.contains(&("BULKWIRE_MCAST", "off".into())));
     assert_eq!(s.coll.mcast_min, 32 << 10);
     let s = settings(&[("BULKWIRE_COLL_MCAST_MIN", "1M")]).unwrap();
     assert_eq!(s.coll.mcast_min, 1 << 20);

@@ -137,7 +137,7 @@ vars! {
         "SO_SNDBUF and SO_RCVBUF requested for each UDP socket (as root, past the system's cap).";
     MCAST: Udp, "BULKWIRE_MCAST",
         "auto, on or off",
-        "off",
+        "auto",
         "IP multicast group of the job (an address and port derived from its secret, joined on the interface its hosts share): auto opens it when the job spans hosts and checks at start that every member hears every other, else goes on without it after one line saying why; on opens it for any job of two processes or more and fails the job if it does not reach every member; off never opens it. Every process must agree.";
     MCAST_TTL: Udp, "BULKWIRE_MCAST_TTL",
         "an integer from 1 to 255",

@@ -74,7 +74,7 @@ pub struct McastSettings {
 impl Default for McastSettings {
     fn default() -> McastSettings {
         McastSettings {
-            mode: McastMode::Off,
+            mode: McastMode::Auto,
             ttl: 1,
             mtu: 1500,
             sockbuf: crate::udp::DEFAULT_SOCKBUF,

@@ -35,12 +35,13 @@ use crate::{Link, LinkCaps, Rank, RxBatch, Tx};
 /// Whether a job uses IP multicast for its collectives (`BULKWIRE_MCAST`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum McastMode {
-    /// Used when the job spans hosts and detection finds that it reaches every member.
+    /// Used when the job spans hosts and detection finds that it reaches every member (the
+    /// default).
+    #[default]
     Auto,
     /// Used whenever the job has two members or more; the job fails if it does not work.
     On,
-    /// Never used (the default: no collective sends over the group).
-    #[default]
+    /// Never used: no collective sends over the group.
     Off,
 }
 

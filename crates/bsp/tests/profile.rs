@@ -106,9 +106,11 @@ fn the_profile_counts_what_the_program_did() {
     // Without loss nothing needs resending, but a loaded machine can hold a peer back past
     // the retransmission timer (1 ms at least), whose resend would then arrive as a
     // duplicate: here the timers wait a second, so every packet counted went once.
-    let mut pcfg = ProtocolConfigs::default();
-    pcfg.rto_initial = 1000 * bulkwire_protocol::MS;
-    pcfg.rto_min = 1000 * bulkwire_protocol::MS;
+    let pcfg = ProtocolConfigs {
+        rto_initial: 1000 * bulkwire_protocol::MS,
+        rto_min: 1000 * bulkwire_protocol::MS,
+        ..Default::default()
+    };
     run_with("holefill", "", &pcfg, &base);
     let all = read_set(&base).unwrap();
     assert_eq!(all.len(), P as usize);

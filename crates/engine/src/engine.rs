@@ -78,8 +78,9 @@ impl WaitPolicy {
 /// queued behind it, and a yield only hands the core to unrelated work for a whole time
 /// slice (the kernel's EEVDF scheduler moves a yielding task's deadline a slice later),
 /// in which the peer arrives and then waits for this process. With one busy process
-/// sharing pid 0's core, a 64 KiB total exchange at p = 2 over shared memory took
-/// 230-370 us per superstep on average with the yield and 26-88 us without
+/// sharing pid 0's core on a machine loaded by other builds (load average 12), a 64 KiB
+/// total exchange at p = 2 over shared memory took 230-370 us per superstep on average
+/// with the yield and 26-88 us without; on a quiet machine the two are level
 /// (docs/performance.md, "Steadiness").
 pub const YIELD_AFTER: Duration = Duration::from_micros(50);
 

@@ -16,9 +16,9 @@ use crate::mpi::{MpiJob, MpiNet, MpiPoint};
 use crate::pair::Measure;
 use crate::plan::{Done, Job, Outcome, Plan};
 use crate::rounds::Rounds;
-use crate::section::{Baseline, Finding, Section, Table, Target, in_us, short_mpi};
+use crate::section::{Baseline, Finding, Section, Table, Target, in_us, short_mpi, size_label};
 use crate::stack::{Protocol, RawLink, Stack, Transport};
-use crate::stats::{Line, Spread, fit_line};
+use crate::stats::{Line, Spread, Summary, fit_line};
 use crate::suite::Suite;
 
 pub struct Bsp;
@@ -563,7 +563,9 @@ fn spread_table(sec: &Section, done: &[Done<Tag>], s: &Suite) -> Table {
          read between consecutive supersteps, so they add up to the batch), on pid 0 \
          (MPI: rank 0). The parameters table and the targets take the median batch mean, \
          which counts every slow superstep; a median far above the best says most \
-         supersteps are slow, a p90 far above the median that a few are.",
+         supersteps are slow, a p90 far above the median that a few are. The large \
+         exchanges (1 MiB per pair and up) ran once per alternating round: each of their \
+         figures is its median over the rounds.",
     );
     let mut row = |figure: &str, stack: String, p: u32, x: Option<Spread>| {
         if let Some(x) = x.filter(Spread::is_measured) {
@@ -622,7 +624,54 @@ fn spread_table(sec: &Section, done: &[Done<Tag>], s: &Suite) -> Table {
             }
         }
     }
+    // The large exchanges ran once per alternating round: each figure the median over
+    // the rounds.
+    let rounds = done
+        .iter()
+        .find(|d| matches!(d.tag, Tag::Large))
+        .and_then(|d| d.rounds().ok());
+    for (i, size) in large_sizes(s).into_iter().enumerate() {
+        let Some(rounds) = rounds else { break };
+        let figure = format!("total exchange, {} per pair", size_label(size));
+        let bsp: Vec<Spread> = rounds
+            .iter()
+            .filter_map(|(_, c)| match c.get(i) {
+                Some(Outcome::Bsp(r)) => r.exchange_steps,
+                _ => None,
+            })
+            .collect();
+        let mpi: Vec<Spread> = rounds
+            .iter()
+            .filter_map(|(b, _)| match b.get(i) {
+                Some(Outcome::Mpi(v)) => v.first().and_then(|m| m.steps),
+                _ => None,
+            })
+            .collect();
+        let label = |who: &str| format!("{who}, median of {} rounds", rounds.len());
+        row(
+            &figure,
+            label("bulkwire BSP, utopia/shm"),
+            2,
+            median_of(&bsp),
+        );
+        row(
+            &figure,
+            label(&format!("{name} shm, MPI_Alltoall")),
+            2,
+            median_of(&mpi),
+        );
+    }
     t
+}
+
+/// Each figure's median over `xs`, or none.
+fn median_of(xs: &[Spread]) -> Option<Spread> {
+    let m = |f: fn(&Spread) -> f64| Summary::of(&xs.iter().map(f).collect::<Vec<_>>()).median;
+    (!xs.is_empty()).then(|| Spread {
+        best: m(|x| x.best),
+        median: m(|x| x.median),
+        p90: m(|x| x.p90),
+    })
 }
 
 /// Adds MPI's rows; returns its barrier at p = 2 in seconds, over shared memory and TCP.
@@ -759,6 +808,14 @@ mod tests {
             ]
         );
         assert!(t.header.iter().any(|h| h == "p90 (us)"));
+    }
+
+    #[test]
+    fn the_large_exchanges_spread_is_the_median_over_the_rounds() {
+        let x = |best, median, p90| Spread { best, median, p90 };
+        let m = median_of(&[x(1.0, 5.0, 9.0), x(3.0, 2.0, 7.0), x(2.0, 4.0, 8.0)]);
+        assert_eq!(m, Some(x(2.0, 4.0, 8.0)));
+        assert_eq!(median_of(&[]), None);
     }
 
     #[test]

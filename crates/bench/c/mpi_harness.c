@@ -11,23 +11,45 @@
 
 static int rank, nprocs;
 
+/* The 90th percentile of sorted s[0..n) by nearest rank. */
+static double p90(const double *s, int n) {
+    int k = (n * 9 + 9) / 10;
+    return s[(k > 0 ? k : 1) - 1];
+}
+
 static int cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
-/* Prints: RESULT kind size p n min mean max std median */
-static void report(const char *kind, long size, double *s, int n) {
-    double sum = 0, sq = 0;
+/* Sorts s[0..n) and returns its median. */
+static double median_of(double *s, int n) {
     qsort(s, n, sizeof *s, cmp);
+    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+/* Prints: RESULT kind size p n min mean max std median [best median p90], the last three
+ * of the m single operations in `one` when given (a batch mean hides how they spread). */
+static void report_steps(const char *kind, long size, double *s, int n, double *one, int m) {
+    double sum = 0, sq = 0;
+    double med = median_of(s, n);
     for (int i = 0; i < n; i++) sum += s[i];
     double mean = sum / n;
     for (int i = 0; i < n; i++) sq += (s[i] - mean) * (s[i] - mean);
     double sd = n > 1 ? sqrt(sq / (n - 1)) : 0;
-    double med = n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-    printf("RESULT %s %ld %d %d %.9e %.9e %.9e %.9e %.9e\n", kind, size, nprocs, n, s[0], mean,
+    printf("RESULT %s %ld %d %d %.9e %.9e %.9e %.9e %.9e", kind, size, nprocs, n, s[0], mean,
            s[n - 1], sd, med);
+    if (one && m > 0) {
+        double om = median_of(one, m);
+        printf(" %.9e %.9e %.9e", one[0], om, p90(one, m));
+    }
+    printf("\n");
     fflush(stdout);
+}
+
+/* Prints: RESULT kind size p n min mean max std median */
+static void report(const char *kind, long size, double *s, int n) {
+    report_steps(kind, size, s, n, NULL, 0);
 }
 
 static char *buf(long n) {
@@ -146,31 +168,45 @@ static void supersteps(long h, int warmup, int iters, int batches) {
                       malloc(sizeof(double) * (h + 1)), malloc(sizeof(double) * (h + 1)),
                       malloc(sizeof(int) * p), malloc(sizeof(int) * p), malloc(sizeof(int) * p), malloc(sizeof(int) * p) };
     double *s = malloc(sizeof(double) * batches);
+    double *one = malloc(sizeof(double) * batches * iters);
+    memset(one, 0, sizeof(double) * batches * iters); /* no page fault inside a batch */
     for (long i = 0; i < h; i++) x.src[i] = (double)i;
     for (int i = 0; i < warmup; i++) hrel_step(&x);
     for (int b = 0; b < batches; b++) {
         MPI_Barrier(MPI_COMM_WORLD);
-        double t0 = MPI_Wtime();
-        for (int i = 0; i < iters; i++) hrel_step(&x);
-        s[b] = (MPI_Wtime() - t0) / iters;
+        double t0 = MPI_Wtime(), last = t0;
+        for (int i = 0; i < iters; i++) {
+            hrel_step(&x);
+            double now = MPI_Wtime();
+            one[b * iters + i] = now - last;
+            last = now;
+        }
+        s[b] = (last - t0) / iters;
     }
-    if (rank == 0) report("superstep", h, s, batches);
-    free(s); free(x.src); free(x.dst); free(x.sb); free(x.rb); free(x.sc); free(x.sd); free(x.rc); free(x.rd);
+    if (rank == 0) report_steps("superstep", h, s, batches, one, batches * iters);
+    free(s); free(one); free(x.src); free(x.dst); free(x.sb); free(x.rb); free(x.sc); free(x.sd); free(x.rc); free(x.rd);
 }
 
 /* A total exchange of `size` bytes per pair, back to back, timed as `supersteps`. */
 static void alltoall_loop(long size, int warmup, int iters, int batches) {
     char *sb = buf(size * nprocs), *rb = buf(size * nprocs);
     double *s = malloc(sizeof(double) * batches);
+    double *one = malloc(sizeof(double) * batches * iters);
+    memset(one, 0, sizeof(double) * batches * iters); /* no page fault inside a batch */
     for (int i = 0; i < warmup; i++) MPI_Alltoall(sb, size, MPI_BYTE, rb, size, MPI_BYTE, MPI_COMM_WORLD);
     for (int b = 0; b < batches; b++) {
         MPI_Barrier(MPI_COMM_WORLD);
-        double t0 = MPI_Wtime();
-        for (int i = 0; i < iters; i++) MPI_Alltoall(sb, size, MPI_BYTE, rb, size, MPI_BYTE, MPI_COMM_WORLD);
-        s[b] = (MPI_Wtime() - t0) / iters;
+        double t0 = MPI_Wtime(), last = t0;
+        for (int i = 0; i < iters; i++) {
+            MPI_Alltoall(sb, size, MPI_BYTE, rb, size, MPI_BYTE, MPI_COMM_WORLD);
+            double now = MPI_Wtime();
+            one[b * iters + i] = now - last;
+            last = now;
+        }
+        s[b] = (last - t0) / iters;
     }
-    if (rank == 0) report("alltoall-loop", size, s, batches);
-    free(s); free(sb); free(rb);
+    if (rank == 0) report_steps("alltoall-loop", size, s, batches, one, batches * iters);
+    free(s); free(one); free(sb); free(rb);
 }
 
 /* Riesen & Maccabe's overlap benchmark: pre-post a receive, compute, then wait; the wait time. */

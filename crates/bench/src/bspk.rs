@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::jobs;
 use crate::stack::{Faults, Stack, Transport};
+use crate::stats::Spread;
 
 /// What to measure.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -38,6 +39,12 @@ pub struct BspResult {
     /// A superstep of the total exchange of `BspSpec::exchange` bytes per pair, or 0.
     pub exchange_us: f64,
     pub samples: Vec<(usize, f64)>,
+    /// Single empty supersteps, seconds: best, median, 90th percentile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub empty_steps: Option<Spread>,
+    /// Single supersteps of the total exchange, seconds (none without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exchange_steps: Option<Spread>,
 }
 
 /// Runs `spec` on `p` processes of `exe`, BSPlib over `over`.
@@ -93,7 +100,22 @@ pub fn worker_main(args: &[OsString]) -> Result<(), String> {
             empty_us: r.empty_us,
             exchange_us: r.exchange_us,
             samples: r.samples,
+            empty_steps: seconds(r.empty_steps),
+            exchange_steps: seconds(r.exchange_steps),
         })?;
     }
     bsp.end().map_err(|e| e.to_string())
+}
+
+/// The BSP kernel's spread (microseconds) in seconds; none when nothing was timed.
+fn seconds(s: bulkwire_bsp::bench::Spread) -> Option<Spread> {
+    Some(
+        Spread {
+            best: s.best,
+            median: s.median,
+            p90: s.p90,
+        }
+        .scaled(1e-6),
+    )
+    .filter(Spread::is_measured)
 }

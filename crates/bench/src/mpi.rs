@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::stats::Spread;
+
 const SOURCE: &str = include_str!("../c/mpi_harness.c");
 
 /// Which of MPI's transports carries the messages.
@@ -41,6 +43,10 @@ pub struct MpiPoint {
     pub max: f64,
     pub std_dev: f64,
     pub median: f64,
+    /// The single operations' spread, where the harness times each (supersteps, total
+    /// exchanges): the figures above are over batch means.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steps: Option<Spread>,
 }
 
 /// One run of the harness: `kind` (latency, bandwidth, bandwidth-own, overlap, or a
@@ -270,10 +276,19 @@ fn harness_points(
 
 fn parse(line: &str) -> Option<MpiPoint> {
     let f: Vec<&str> = line.split_whitespace().collect();
-    if f.len() != 10 || f[0] != "RESULT" {
+    if !(f.len() == 10 || f.len() == 13) || f[0] != "RESULT" {
         return None;
     }
     let num = |i: usize| f[i].parse::<f64>().ok();
+    let steps = if f.len() == 13 {
+        Some(Spread {
+            best: num(10)?,
+            median: num(11)?,
+            p90: num(12)?,
+        })
+    } else {
+        None
+    };
     Some(MpiPoint {
         kind: f[1].to_string(),
         size: f[2].parse().ok()?,
@@ -284,6 +299,7 @@ fn parse(line: &str) -> Option<MpiPoint> {
         max: num(7)?,
         std_dev: num(8)?,
         median: num(9)?,
+        steps,
     })
 }
 
@@ -302,5 +318,17 @@ mod tests {
         assert!(parse("RESULT latency 8 2").is_none());
         assert!(parse("warning: something").is_none());
         assert!(parse("RESULT latency x 2 1 1 1 1 1 1").is_none());
+        assert_eq!(p.steps, None);
+        let s = parse("RESULT alltoall-loop 65536 2 3 1e-5 2e-5 3e-5 1e-6 2e-5 8e-6 1.5e-5 4e-5")
+            .unwrap();
+        assert_eq!(
+            s.steps,
+            Some(Spread {
+                best: 8e-6,
+                median: 1.5e-5,
+                p90: 4e-5
+            })
+        );
+        assert!(parse("RESULT alltoall-loop 65536 2 3 1e-5 2e-5 3e-5 1e-6 2e-5 8e-6").is_none());
     }
 }

@@ -8,6 +8,9 @@ pub struct Summary {
     pub max: f64,
     pub mean: f64,
     pub median: f64,
+    /// The 90th percentile, by nearest rank: the smallest sample with at least 90 % of
+    /// the sample at or below it.
+    pub p90: f64,
     /// Sample standard deviation.
     pub std_dev: f64,
 }
@@ -36,7 +39,52 @@ impl Summary {
             max: v[n - 1],
             mean,
             median,
+            p90: v[(n * 9).div_ceil(10).max(1) - 1],
             std_dev: var.sqrt(),
+        }
+    }
+}
+
+/// How single timed operations spread (seconds, like every time the harnesses report):
+/// the best, the median and the 90th percentile. A mean over a batch hides whether most
+/// operations took the best time and a few took far longer, or all took about the mean.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Spread {
+    pub best: f64,
+    pub median: f64,
+    pub p90: f64,
+}
+
+impl Spread {
+    /// The spread of a sample (none when it is empty).
+    pub fn of(xs: &[f64]) -> Option<Spread> {
+        (!xs.is_empty()).then(|| Spread::from(Summary::of(xs)))
+    }
+
+    /// Whether it holds a measurement (every figure finite, the best above zero).
+    pub fn is_measured(&self) -> bool {
+        self.best > 0.0
+            && [self.best, self.median, self.p90]
+                .iter()
+                .all(|x| x.is_finite())
+    }
+
+    /// The spread scaled by `k` (microseconds to seconds: 1e-6).
+    pub fn scaled(self, k: f64) -> Spread {
+        Spread {
+            best: self.best * k,
+            median: self.median * k,
+            p90: self.p90 * k,
+        }
+    }
+}
+
+impl From<Summary> for Spread {
+    fn from(s: Summary) -> Spread {
+        Spread {
+            best: s.min,
+            median: s.median,
+            p90: s.p90,
         }
     }
 }
@@ -143,6 +191,15 @@ mod tests {
         let s = Summary::of(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]);
         assert_eq!((s.min, s.max, s.mean, s.median), (2.0, 9.0, 5.0, 4.5));
         assert!((s.std_dev - 2.138).abs() < 1e-3);
+        // 8 samples: the 90th percentile is the 8th (7.2 rounds up).
+        assert_eq!(s.p90, 9.0);
+        let ten: Vec<f64> = (1..=10).map(f64::from).collect();
+        assert_eq!(Summary::of(&ten).p90, 9.0);
+        assert_eq!(Summary::of(&[3.0]).p90, 3.0);
+        let sp = Spread::of(&ten).unwrap();
+        assert_eq!((sp.best, sp.median, sp.p90), (1.0, 5.5, 9.0));
+        assert!(sp.is_measured() && !Spread::default().is_measured());
+        assert!(Spread::of(&[]).is_none());
     }
 
     #[test]

@@ -57,6 +57,43 @@ pub struct BenchResult {
     pub exchange_us: f64,
     /// Every measurement: h and the time of one superstep.
     pub samples: Vec<(usize, f64)>,
+    /// The empty superstep's single supersteps: best, median, 90th percentile.
+    pub empty_steps: Spread,
+    /// The total exchange's single supersteps (all zero without one).
+    pub exchange_steps: Spread,
+}
+
+/// How single supersteps spread, in microseconds: a batch mean hides whether every
+/// superstep took about as long, or most took the best time and a few took far longer.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Spread {
+    pub best: f64,
+    pub median: f64,
+    /// The 90th percentile (nearest rank).
+    pub p90: f64,
+}
+
+impl Spread {
+    /// The spread of `xs`, sorted in place; all zero when empty.
+    pub fn of(xs: &mut [f64]) -> Spread {
+        if xs.is_empty() {
+            return Spread::default();
+        }
+        xs.sort_by(f64::total_cmp);
+        let n = xs.len();
+        let median = if n % 2 == 1 {
+            xs[n / 2]
+        } else {
+            (xs[n / 2 - 1] + xs[n / 2]) / 2.0
+        };
+        // Nearest rank: the smallest sample with at least 90 % of them at or below it.
+        let p90 = xs[(n * 9).div_ceil(10).max(1) - 1];
+        Spread {
+            best: xs[0],
+            median,
+            p90,
+        }
+    }
 }
 
 /// Least squares fit of `t = l + g h` over `samples`; returns `(g, l)`.
@@ -101,20 +138,20 @@ pub fn measure(rt: &Runtime, cfg: &BenchConfig) -> Result<BenchResult, BspError>
         }
         rt.sync()
     };
-    let empty_us = time(cfg, || superstep(0))?;
+    let (empty_us, empty_steps) = time(cfg, || superstep(0))?;
     let mut samples = Vec::new();
     let mut h = 0;
     while h <= cfg.hmax {
-        samples.push((h, time(cfg, || superstep(h))?));
+        samples.push((h, time(cfg, || superstep(h))?.0));
         h += cfg.hstep.max(1);
     }
     rt.with(|c| c.pop_reg("bsp_pop_reg", addr))?;
     rt.sync()?;
     drop(dest);
-    let exchange_us = if cfg.exchange > 0 {
+    let (exchange_us, exchange_steps) = if cfg.exchange > 0 {
         total_exchange(rt, cfg)?
     } else {
-        0.0
+        (0.0, Spread::default())
     };
     // bspbench fits from h = p on: below it not every process talks to every other.
     let tail: Vec<(usize, f64)> = samples.iter().copied().filter(|s| s.0 >= p).collect();
@@ -126,34 +163,46 @@ pub fn measure(rt: &Runtime, cfg: &BenchConfig) -> Result<BenchResult, BspError>
         empty_us,
         exchange_us,
         samples,
+        empty_steps,
+        exchange_steps,
     })
 }
 
 /// The median of `cfg.batches` batch means of `cfg.iters` calls of `step`, after
-/// `cfg.warmup` untimed ones, in microseconds.
+/// `cfg.warmup` untimed ones, in microseconds, and the spread of the single calls. Each
+/// call ends where the next begins (one clock read between them), so the single times
+/// add up to the batch's.
 fn time(
     cfg: &BenchConfig,
     mut step: impl FnMut() -> Result<(), BspError>,
-) -> Result<f64, BspError> {
+) -> Result<(f64, Spread), BspError> {
     for _ in 0..cfg.warmup {
         step()?;
     }
+    let iters = cfg.iters.max(1);
     let mut means = Vec::with_capacity(cfg.batches.max(1));
-    for _ in 0..cfg.batches.max(1) {
+    // Written before the clock starts: a page first touched inside a batch would time a
+    // page fault.
+    let mut single = vec![0f64; cfg.batches.max(1) * iters];
+    for batch in single.chunks_mut(iters) {
         let t0 = std::time::Instant::now();
-        for _ in 0..cfg.iters.max(1) {
+        let mut last = t0;
+        for x in batch.iter_mut() {
             step()?;
+            let now = std::time::Instant::now();
+            *x = (now - last).as_secs_f64() * 1e6;
+            last = now;
         }
-        means.push(t0.elapsed().as_secs_f64() * 1e6 / cfg.iters.max(1) as f64);
+        means.push((last - t0).as_secs_f64() * 1e6 / iters as f64);
     }
     means.sort_by(f64::total_cmp);
-    Ok(means[means.len() / 2])
+    Ok((means[means.len() / 2], Spread::of(&mut single)))
 }
 
 /// A superstep in which every process puts `cfg.exchange` bytes to every other, one put
 /// per destination, to the block of the destination's area that belongs to the sender;
 /// with `cfg.by_get`, every process gets each other's block of its own area instead.
-fn total_exchange(rt: &Runtime, cfg: &BenchConfig) -> Result<f64, BspError> {
+fn total_exchange(rt: &Runtime, cfg: &BenchConfig) -> Result<(f64, Spread), BspError> {
     let (p, s, n) = (rt.nprocs() as usize, rt.pid() as usize, cfg.exchange);
     let dest = vec![0u8; n * p];
     let addr = dest.as_ptr() as usize;
@@ -187,5 +236,18 @@ mod tests {
         let (g, l) = fit(&s);
         assert!((g - 0.25).abs() < 1e-12 && (l - 5.0).abs() < 1e-12);
         assert_eq!(fit(&[(3, 2.0)]), (0.0, 2.0));
+    }
+
+    #[test]
+    fn spread_takes_best_median_and_nearest_rank_p90() {
+        let mut xs: Vec<f64> = (1..=10).rev().map(f64::from).collect();
+        let s = Spread::of(&mut xs);
+        assert_eq!((s.best, s.median, s.p90), (1.0, 5.5, 9.0));
+        let mut one = [4.0];
+        assert_eq!(Spread::of(&mut one).p90, 4.0);
+        let mut skewed: Vec<f64> = [1.0; 8].into_iter().chain([50.0, 60.0]).collect();
+        let s = Spread::of(&mut skewed);
+        assert_eq!((s.best, s.median, s.p90), (1.0, 1.0, 50.0));
+        assert_eq!(Spread::of(&mut []), Spread::default());
     }
 }

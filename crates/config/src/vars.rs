@@ -234,7 +234,7 @@ vars! {
     SPIN_US: Engine, "BULKWIRE_SPIN_US",
         "microseconds from 0 to 10000000",
         "1000",
-        "A wait spins this long before it sleeps; past 50 us of spinning each idle turn yields the core.";
+        "A wait spins this long before it sleeps; past 50 us of spinning each idle turn yields the core, unless a launcher bound the process to cores of its own.";
     PROGRESS_US: Engine, "BULKWIRE_PROGRESS_US",
         "microseconds from 0 (no progress thread) to 10000000",
         "2000",

@@ -25,6 +25,9 @@ pub struct WaitPolicy {
     pub spin: Duration,
     /// Yield the CPU on each idle spin (processes outnumber cores).
     pub yield_cpu: bool,
+    /// A launcher bound this process to CPUs of its own, where no other process of the
+    /// job runs: a long wait then never yields (see [`YIELD_AFTER`]).
+    pub own_cpus: bool,
 }
 
 /// How long a wait spins before it sleeps, unless configured otherwise.
@@ -35,9 +38,22 @@ impl WaitPolicy {
     /// `local_procs` processes on this host outnumber the `host_cpus` they share (not this
     /// process's own CPUs: a launcher may have bound it to its share).
     pub fn new(spin: Duration, local_procs: usize, host_cpus: usize) -> WaitPolicy {
+        WaitPolicy::bound(
+            spin,
+            local_procs,
+            host_cpus,
+            bulkwire_launch::available_cpus(),
+        )
+    }
+
+    /// [`WaitPolicy::new`] for a process that may run on `own` CPUs: fewer than the host's
+    /// `host_cpus`, and no more than its share of them, is a launcher's binding (each
+    /// process an equal share, the shares apart: `bulkwire_launch::bind`).
+    pub fn bound(spin: Duration, local_procs: usize, host_cpus: usize, own: usize) -> WaitPolicy {
         WaitPolicy {
             spin,
             yield_cpu: local_procs > host_cpus,
+            own_cpus: own < host_cpus && own.saturating_mul(local_procs) <= host_cpus,
         }
     }
 
@@ -49,7 +65,7 @@ impl WaitPolicy {
 }
 
 /// How long an idle wait spins before it gives the core away on every turn, when the
-/// processes do not outnumber the cores. Each process having a core of its own is what the
+/// processes do not outnumber the cores and were not bound to cores of their own. Each process having a core of its own is what the
 /// scheduler usually does, not what it promises: after one of them slept (a computation
 /// phase, a long wait), waking it often puts it on its waker's core (wake-affine), and the
 /// two then spin in turn on one core while the other idles, each holding the core for
@@ -57,6 +73,15 @@ impl WaitPolicy {
 /// VM; ~110 us with this yield; 3 us on cores of their own, which the launchers now give
 /// them, see `bulkwire_launch::bind`). Past a wait this long, a message of the process we
 /// wait for is overdue anyway; a yield costs ~1 us when nobody else wants the core.
+///
+/// A process bound to cores of its own never yields: the peer it waits for cannot be
+/// queued behind it, and a yield only hands the core to unrelated work for a whole time
+/// slice (the kernel's EEVDF scheduler moves a yielding task's deadline a slice later),
+/// in which the peer arrives and then waits for this process. With one busy process
+/// sharing pid 0's core on a machine loaded by other builds (load average 12), a 64 KiB
+/// total exchange at p = 2 over shared memory took 230-370 us per superstep on average
+/// with the yield and 26-88 us without; on a quiet machine the two are level
+/// (docs/performance.md, "Steadiness").
 pub const YIELD_AFTER: Duration = Duration::from_micros(50);
 
 impl WaitPolicy {
@@ -64,7 +89,7 @@ impl WaitPolicy {
     /// [`YIELD_AFTER`]) rather than spinning.
     #[inline]
     pub fn yields(&self, idle: Duration) -> bool {
-        self.yield_cpu || idle >= YIELD_AFTER
+        self.yield_cpu || (!self.own_cpus && idle >= YIELD_AFTER)
     }
 }
 
@@ -73,6 +98,7 @@ impl Default for WaitPolicy {
         WaitPolicy {
             spin: DEFAULT_SPIN,
             yield_cpu: false,
+            own_cpus: false,
         }
     }
 }
@@ -468,6 +494,7 @@ mod tests {
         let own = WaitPolicy {
             spin: DEFAULT_SPIN,
             yield_cpu: false,
+            own_cpus: false,
         };
         assert!(!own.yields(Duration::ZERO));
         assert!(!own.yields(YIELD_AFTER - Duration::from_nanos(1)));
@@ -477,5 +504,23 @@ mod tests {
             ..own
         };
         assert!(shared.yields(Duration::ZERO));
+    }
+
+    #[test]
+    fn a_process_bound_to_cores_of_its_own_never_yields() {
+        // 2 processes on 2 CPUs, each bound to one: spin, never yield.
+        let bound = WaitPolicy::bound(DEFAULT_SPIN, 2, 2, 1);
+        assert!(bound.own_cpus && !bound.yield_cpu);
+        assert!(!bound.yields(YIELD_AFTER * 100));
+        // Not bound (every CPU of the host), or bound to more than a share: yield late.
+        for p in [
+            WaitPolicy::bound(DEFAULT_SPIN, 2, 2, 2),
+            WaitPolicy::bound(DEFAULT_SPIN, 3, 4, 2),
+        ] {
+            assert!(!p.own_cpus && p.yields(YIELD_AFTER), "{p:?}");
+        }
+        // Oversubscribed: every idle turn yields, bound or not.
+        let over = WaitPolicy::bound(DEFAULT_SPIN, 4, 2, 1);
+        assert!(over.yield_cpu && over.yields(Duration::ZERO));
     }
 }

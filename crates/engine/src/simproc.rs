@@ -497,6 +497,7 @@ impl Transport for SimTransport {
         WaitPolicy {
             spin: Duration::ZERO,
             yield_cpu: false,
+            own_cpus: false,
         }
     }
 

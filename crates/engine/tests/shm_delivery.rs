@@ -79,6 +79,7 @@ fn engines(protocol: &str, faults: &str, hosts: [u8; P as usize]) -> Vec<Engine>
                 WaitPolicy {
                     spin: Duration::from_micros(50),
                     yield_cpu: true,
+                    own_cpus: false,
                 },
             )
         })

@@ -20,6 +20,7 @@ fn policy() -> WaitPolicy {
     WaitPolicy {
         spin: Duration::from_micros(50),
         yield_cpu: true,
+        own_cpus: false,
     }
 }
 

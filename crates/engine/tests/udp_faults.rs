@@ -44,6 +44,7 @@ fn engines(protocol: &str, faults: &str) -> Vec<Engine> {
                 WaitPolicy {
                     spin: Duration::from_micros(50),
                     yield_cpu: true,
+                    own_cpus: false,
                 },
             )
         })

@@ -314,6 +314,7 @@ impl Transport for Loopback {
         WaitPolicy {
             spin: Duration::from_micros(20),
             yield_cpu: true,
+            own_cpus: false,
         }
     }
 }

@@ -38,6 +38,7 @@ fn world(n: u32, protocol: &str, cfg: &Config) -> Vec<Comm> {
                 WaitPolicy {
                     spin: Duration::from_micros(50),
                     yield_cpu: true,
+                    own_cpus: false,
                 },
             );
             Comm::from_transport(Box::new(e), cfg)

@@ -160,6 +160,32 @@ fn smoke_suite_writes_a_complete_report() {
             assert_eq!(valid + left_out as usize, 1, "{r:?}");
         }
     }
+    // The BSP section times single supersteps too: best <= median <= p90 in every row.
+    let bsp = sections.iter().find(|s| s["name"] == "bsp").unwrap();
+    let spread = bsp["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| {
+            t["title"]
+                .as_str()
+                .unwrap()
+                .starts_with("Single supersteps")
+        })
+        .expect("the BSP section's table of single supersteps");
+    let header: Vec<&str> = spread["header"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h.as_str().unwrap())
+        .collect();
+    assert_eq!(header[3..6], ["best (us)", "median (us)", "p90 (us)"]);
+    for r in spread["rows"].as_array().unwrap() {
+        let x: Vec<f64> = (3..6)
+            .map(|i| r[i].as_str().unwrap().parse().unwrap())
+            .collect();
+        assert!(x[0] > 0.0 && x[0] <= x[1] && x[1] <= x[2], "{r:?}");
+    }
     let mut all = Vec::new();
     figures(&json, "", &mut all);
     assert!(all.len() > 50, "only {} figures", all.len());

@@ -16,9 +16,9 @@ use crate::mpi::{MpiJob, MpiNet, MpiPoint};
 use crate::pair::Measure;
 use crate::plan::{Done, Job, Outcome, Plan};
 use crate::rounds::Rounds;
-use crate::section::{Baseline, Finding, Section, Table, Target, in_us, short_mpi};
+use crate::section::{Baseline, Finding, Section, Table, Target, in_us, short_mpi, size_label};
 use crate::stack::{Protocol, RawLink, Stack, Transport};
-use crate::stats::{Line, fit_line};
+use crate::stats::{Line, Spread, Summary, fit_line};
 use crate::suite::Suite;
 
 pub struct Bsp;
@@ -236,7 +236,8 @@ impl Experiment for Bsp {
             ]);
         }
         let barriers = mpi_rows(&mut sec, &mut t, s, done, &p.procs);
-        sec.tables = vec![t];
+        let spread = spread_table(&sec, done, s);
+        sec.tables = vec![t, spread];
         match large {
             Some(Ok(t)) => sec.tables.push(t),
             Some(Err(e)) => sec.skipped.push(format!("large total exchanges: {e}")),
@@ -542,6 +543,137 @@ fn table(p: &Params) -> Table {
     )
 }
 
+/// The single supersteps' spread at every p: the empty superstep (MPI: `MPI_Barrier`) and
+/// the total exchange (MPI: `MPI_Alltoall`) of the parameters table's jobs, best, median
+/// and 90th percentile. A batch mean far above the best is either every superstep slow or
+/// a few very slow; this tells which.
+fn spread_table(sec: &Section, done: &[Done<Tag>], s: &Suite) -> Table {
+    let mut t = Table::new(
+        "Single supersteps: best, median and 90th percentile",
+        &[
+            "figure",
+            "stack",
+            "p",
+            "best (us)",
+            "median (us)",
+            "p90 (us)",
+            "median / best",
+        ],
+        "Each superstep of the parameters table's batches timed on its own (one clock \
+         read between consecutive supersteps, so they add up to the batch), on pid 0 \
+         (MPI: rank 0). The parameters table and the targets take the median batch mean, \
+         which counts every slow superstep; a median far above the best says most \
+         supersteps are slow, a p90 far above the median that a few are. The large \
+         exchanges (1 MiB per pair and up) ran once per alternating round: each of their \
+         figures is its median over the rounds.",
+    );
+    let mut row = |figure: &str, stack: String, p: u32, x: Option<Spread>| {
+        if let Some(x) = x.filter(Spread::is_measured) {
+            t.rows.push(vec![
+                figure.into(),
+                stack,
+                p.to_string(),
+                format!("{:.2}", x.best * 1e6),
+                format!("{:.2}", x.median * 1e6),
+                format!("{:.2}", x.p90 * 1e6),
+                format!("{:.2}x", x.median / x.best),
+            ]);
+        }
+    };
+    let name = s.mpi().map(|m| short_mpi(&m.version)).unwrap_or_default();
+    let mpi = |want: &dyn Fn(&Tag) -> bool| {
+        done.iter()
+            .find(|d| want(&d.tag))
+            .and_then(|d| d.mpi())
+            .and_then(|v| v.iter().find(|m| m.size == 0 || m.kind == "alltoall-loop"))
+            .and_then(|m| m.steps)
+    };
+    for (figure, exchange) in [
+        ("empty superstep", false),
+        ("total exchange, 64 KiB per pair", true),
+    ] {
+        for (label, r) in &sec.bsp {
+            let x = if exchange {
+                r.exchange_steps
+            } else {
+                r.empty_steps
+            };
+            row(figure, format!("bulkwire BSP, {label}"), r.nprocs, x);
+        }
+        for net in [MpiNet::Shm, MpiNet::Tcp] {
+            let mut ps: Vec<u32> = done
+                .iter()
+                .filter_map(|d| match d.tag {
+                    Tag::Supersteps { net: m, p } if m == net => Some(p),
+                    _ => None,
+                })
+                .collect();
+            ps.sort_unstable();
+            for p in ps {
+                let x = if exchange {
+                    mpi(&|t| matches!(t, Tag::Alltoall { net: m, p: q } if *m == net && *q == p))
+                } else {
+                    mpi(&|t| matches!(t, Tag::Supersteps { net: m, p: q } if *m == net && *q == p))
+                };
+                let what = if exchange {
+                    "MPI_Alltoall"
+                } else {
+                    "MPI_Barrier"
+                };
+                row(figure, format!("{name} {}, {what}", net.label()), p, x);
+            }
+        }
+    }
+    // The large exchanges ran once per alternating round: each figure the median over
+    // the rounds.
+    let rounds = done
+        .iter()
+        .find(|d| matches!(d.tag, Tag::Large))
+        .and_then(|d| d.rounds().ok());
+    for (i, size) in large_sizes(s).into_iter().enumerate() {
+        let Some(rounds) = rounds else { break };
+        let figure = format!("total exchange, {} per pair", size_label(size));
+        let bsp: Vec<Spread> = rounds
+            .iter()
+            .filter_map(|(_, c)| match c.get(i) {
+                Some(Outcome::Bsp(r)) => r.exchange_steps,
+                _ => None,
+            })
+            .collect();
+        let mpi: Vec<Spread> = rounds
+            .iter()
+            .filter_map(|(b, _)| match b.get(i) {
+                Some(Outcome::Mpi(v)) => v.first().and_then(|m| m.steps),
+                _ => None,
+            })
+            .collect();
+        let label = |who: &str| format!("{who}, median of {} rounds", rounds.len());
+        row(
+            &figure,
+            label("bulkwire BSP, utopia/shm"),
+            2,
+            median_of(&bsp),
+        );
+        row(
+            &figure,
+            label(&format!("{name} shm, MPI_Alltoall")),
+            2,
+            median_of(&mpi),
+        );
+    }
+    t
+}
+
+/// Each figure's median over `xs`, or none.
+fn median_of(xs: &[Spread]) -> Option<Spread> {
+    let m = |f: fn(&Spread) -> f64| Summary::of(&xs.iter().map(f).collect::<Vec<_>>()).median;
+    (!xs.is_empty()).then(|| Spread {
+        best: m(|x| x.best),
+        median: m(|x| x.median),
+        p90: m(|x| x.p90),
+    })
+}
+
 /// Adds MPI's rows; returns its barrier at p = 2 in seconds, over shared memory and TCP.
 fn mpi_rows(
     sec: &mut Section,
@@ -602,6 +734,7 @@ mod tests {
             max: median,
             std_dev: 0.0,
             median,
+            steps: None,
         }
     }
 
@@ -617,6 +750,72 @@ mod tests {
         assert!((barrier.unwrap() - 0.3).abs() < 1e-9);
         let line = line.unwrap();
         assert!((line.a - 0.5).abs() < 1e-9 && (line.b - 0.01).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_spread_table_has_a_row_per_measured_figure() {
+        let s = Suite::new(
+            std::path::PathBuf::from("/nonexistent"),
+            crate::suite::Level::Quick,
+            std::env::temp_dir(),
+        )
+        .without_mpi();
+        let mut sec = Section::new("bsp", "bsp");
+        let spread = |best: f64| Spread {
+            best,
+            median: 2.0 * best,
+            p90: 5.0 * best,
+        };
+        sec.bsp.push((
+            "utopia/shm".into(),
+            BspResult {
+                nprocs: 2,
+                g_us: 0.02,
+                l_us: 2.0,
+                empty_us: 1.0,
+                exchange_us: 12.0,
+                samples: vec![],
+                empty_steps: Some(spread(0.5e-6)),
+                exchange_steps: Some(spread(10e-6)),
+            },
+        ));
+        // Without a total exchange there is no spread of it: no row.
+        sec.bsp.push((
+            "holefill/udp".into(),
+            BspResult {
+                nprocs: 2,
+                g_us: 0.02,
+                l_us: 2.0,
+                empty_us: 1.0,
+                exchange_us: 0.0,
+                samples: vec![],
+                empty_steps: Some(spread(3e-6)),
+                exchange_steps: None,
+            },
+        ));
+        let t = spread_table(&sec, &[], &s);
+        assert_eq!(t.rows.len(), 3, "{t:?}");
+        assert_eq!(
+            t.rows[2],
+            [
+                "total exchange, 64 KiB per pair",
+                "bulkwire BSP, utopia/shm",
+                "2",
+                "10.00",
+                "20.00",
+                "50.00",
+                "2.00x"
+            ]
+        );
+        assert!(t.header.iter().any(|h| h == "p90 (us)"));
+    }
+
+    #[test]
+    fn the_large_exchanges_spread_is_the_median_over_the_rounds() {
+        let x = |best, median, p90| Spread { best, median, p90 };
+        let m = median_of(&[x(1.0, 5.0, 9.0), x(3.0, 2.0, 7.0), x(2.0, 4.0, 8.0)]);
+        assert_eq!(m, Some(x(2.0, 4.0, 8.0)));
+        assert_eq!(median_of(&[]), None);
     }
 
     #[test]
@@ -639,6 +838,8 @@ mod tests {
             empty_us: 1.0,
             exchange_us: 0.0,
             samples: vec![],
+            empty_steps: None,
+            exchange_steps: None,
         })]);
         assert_eq!((b.g, b.l, b.exchange), (Some(0.02e-6), Some(2e-6), None));
     }

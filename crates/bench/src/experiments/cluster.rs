@@ -1031,6 +1031,7 @@ mod tests {
                 max: median,
                 std_dev: 0.0,
                 median,
+                steps: None,
             })
             .collect()
     }
@@ -1059,6 +1060,8 @@ mod tests {
                 empty_us: 3.0,
                 exchange_us: 0.0,
                 samples: vec![(0, 3.0)],
+                empty_steps: None,
+                exchange_steps: None,
             }),
             Tag::Coll { .. } => {
                 let spec = coll_spec(p);

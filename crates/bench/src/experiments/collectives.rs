@@ -578,6 +578,7 @@ mod tests {
             max: median,
             std_dev: 0.0,
             median,
+            steps: None,
         };
         let ours = |t: f64| {
             Outcome::Coll(crate::coll::CollResult {

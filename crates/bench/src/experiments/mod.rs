@@ -284,6 +284,16 @@ mod tests {
                     empty_us: 3.0,
                     exchange_us: 40.0,
                     samples: vec![(0, 3.0), (8, 10.4)],
+                    empty_steps: Some(crate::stats::Spread {
+                        best: 2.5e-6,
+                        median: 3.0e-6,
+                        p90: 4.0e-6,
+                    }),
+                    exchange_steps: Some(crate::stats::Spread {
+                        best: 30e-6,
+                        median: 40e-6,
+                        p90: 90e-6,
+                    }),
                 }),
                 Job::Coll { p, spec } => Outcome::Coll(CollResult {
                     spec: spec.clone(),

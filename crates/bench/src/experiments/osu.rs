@@ -289,6 +289,7 @@ impl Experiment for Osu {
                             max: to(sum.max),
                             std_dev: to(sum.std_dev),
                             median: to(sum.median),
+                            steps: None,
                         });
                         Some(sum.median)
                     })

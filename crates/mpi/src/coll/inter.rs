@@ -307,13 +307,31 @@ pub(super) unsafe fn bcast(
         Root::Remote(r) => {
             let n = call.count(count, "count")?;
             let d = call.dt(dt, "datatype")?;
-            x.recv(r, n * d.size()).map_err(|e| call.failed(e))?;
-            let got = x.wait().map_err(|e| call.failed(e))?;
             // SAFETY: the caller's contract: buf holds n elements of d.
-            unsafe { d.unpack(&got[0], buf.cast(), n) };
+            unsafe { recv_block(&mut x, call, r, buf, n, &d) }?;
         }
     }
     call.complete(req)
+}
+
+/// Receives one block of `n` elements of `d` from remote rank `r` into `buf`: what a
+/// non-root process of a rooted call gets from the root.
+///
+/// # Safety
+/// `buf` holds `n` elements of `d`.
+unsafe fn recv_block(
+    x: &mut Exchange,
+    call: &Call,
+    r: u32,
+    buf: *mut c_void,
+    n: usize,
+    d: &Datatype,
+) -> R<()> {
+    x.recv(r, n * d.size()).map_err(|e| call.failed(e))?;
+    let got = x.wait().map_err(|e| call.failed(e))?;
+    // SAFETY: the caller's contract.
+    unsafe { d.unpack(&got[0], buf.cast(), n) };
+    Ok(())
 }
 
 /// Gather and gatherv (`v`: the root's counts and displacements, one per remote
@@ -431,10 +449,8 @@ pub(super) unsafe fn scatter(
         Root::Remote(r) => {
             let d = call.dt(rdt, "recvtype")?;
             let n = call.count(rcount, "recvcount")?;
-            x.recv(r, n * d.size()).map_err(|e| call.failed(e))?;
-            let got = x.wait().map_err(|e| call.failed(e))?;
-            // SAFETY: the caller's contract.
-            unsafe { d.unpack(&got[0], rbuf.cast(), n) };
+            // SAFETY: the caller's contract: rbuf holds n elements of d.
+            unsafe { recv_block(&mut x, call, r, rbuf, n, &d) }?;
         }
     }
     call.complete(req)

@@ -2,7 +2,7 @@
 //! p2p's in-memory loopback transport: p = 1 to 8, both algorithm families forced, the
 //! default selection with sizes on both sides of the thresholds, every type and
 //! operation. Fast enough to run the whole matrix; the network cache and real
-//! transports are in `processes.rs`. Each test is bounded by a watchdog.
+//! transports are in `crates/probes/tests/collectives.rs`. Each test is bounded by a watchdog.
 
 mod suite;
 

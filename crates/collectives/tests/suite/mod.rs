@@ -1,5 +1,5 @@
 //! Every collective against a serial reference, run by each process of a job (threads in
-//! `tests/threads.rs`, processes of `coll-probe` in `tests/processes.rs`). Data depends
+//! `tests/threads.rs`, processes of `coll-probe` in `crates/probes/tests/collectives.rs`). Data depends
 //! on (rank, call, index), so any misplaced byte shows; results are compared with what
 //! a serial computation over all ranks' inputs gives.
 

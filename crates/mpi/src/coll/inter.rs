@@ -155,6 +155,36 @@ impl Call {
         Ok(s.iter().map(|&d| d as isize).collect())
     }
 
+    /// The blocks of a rooted or gathering call over the `m` remote processes: counts and
+    /// displacements (in elements) from `v`, else `count` each, one after another.
+    ///
+    /// # Safety
+    /// `v`'s arrays must hold `m` ints each.
+    unsafe fn layout(
+        &self,
+        v: Option<(*const c_int, *const c_int)>,
+        count: c_int,
+        side: &str,
+    ) -> R<(Vec<usize>, Vec<isize>)> {
+        let m = self.remote_size();
+        match v {
+            // SAFETY: the caller's contract.
+            Some((c, dp)) => unsafe {
+                Ok((
+                    self.counts_n(c, m, &format!("{side}counts"))?,
+                    self.displs_n(dp, m, "displs")?,
+                ))
+            },
+            None => {
+                let n = self.count(count, &format!("{side}count"))?;
+                Ok((
+                    vec![n; m as usize],
+                    (0..m as usize).map(|i| (i * n) as isize).collect(),
+                ))
+            }
+        }
+    }
+
     /// One side of an alltoall over the `m` remote processes: counts, byte
     /// displacements, types.
     ///
@@ -360,22 +390,8 @@ pub(super) unsafe fn gather(
             let m = call.remote_size();
             let d = call.dt(rdt, "recvtype")?;
             let ext = d.extent();
-            let (counts, displs) = match v {
-                // SAFETY: the caller's contract: m counts and displacements.
-                Some((c, dp)) => unsafe {
-                    (
-                        call.counts_n(c, m, "recvcounts")?,
-                        call.displs_n(dp, m, "displs")?,
-                    )
-                },
-                None => {
-                    let n = call.count(rcount, "recvcount")?;
-                    (
-                        vec![n; m as usize],
-                        (0..m as usize).map(|i| (i * n) as isize).collect(),
-                    )
-                }
-            };
+            // SAFETY: the caller's contract: m counts and displacements.
+            let (counts, displs) = unsafe { call.layout(v, rcount, "recv") }?;
             for r in 0..m {
                 x.recv(r, counts[r as usize] * d.size())
                     .map_err(|e| call.failed(e))?;
@@ -423,22 +439,8 @@ pub(super) unsafe fn scatter(
             let m = call.remote_size();
             let d = call.dt(sdt, "sendtype")?;
             let ext = d.extent();
-            let (counts, displs) = match v {
-                // SAFETY: the caller's contract: m counts and displacements.
-                Some((c, dp)) => unsafe {
-                    (
-                        call.counts_n(c, m, "sendcounts")?,
-                        call.displs_n(dp, m, "displs")?,
-                    )
-                },
-                None => {
-                    let n = call.count(scount, "sendcount")?;
-                    (
-                        vec![n; m as usize],
-                        (0..m as usize).map(|i| (i * n) as isize).collect(),
-                    )
-                }
-            };
+            // SAFETY: the caller's contract: m counts and displacements.
+            let (counts, displs) = unsafe { call.layout(v, scount, "send") }?;
             for r in 0..m as usize {
                 // SAFETY: the caller's contract: block r of sbuf holds counts[r] of d.
                 let data = unsafe { pack(at(sbuf, displs[r] * ext).cast(), counts[r], &d) };
@@ -476,22 +478,8 @@ pub(super) unsafe fn allgather(
     let m = call.remote_size();
     let d = call.dt(rdt, "recvtype")?;
     let ext = d.extent();
-    let (counts, displs) = match v {
-        // SAFETY: the caller's contract: m counts and displacements.
-        Some((c, dp)) => unsafe {
-            (
-                call.counts_n(c, m, "recvcounts")?,
-                call.displs_n(dp, m, "displs")?,
-            )
-        },
-        None => {
-            let n = call.count(rcount, "recvcount")?;
-            (
-                vec![n; m as usize],
-                (0..m as usize).map(|i| (i * n) as isize).collect(),
-            )
-        }
-    };
+    // SAFETY: the caller's contract: m counts and displacements.
+    let (counts, displs) = unsafe { call.layout(v, rcount, "recv") }?;
     let sd = call.dt(sdt, "sendtype")?;
     let sn = call.count(scount, "sendcount")?;
     // SAFETY: the caller's contract.

@@ -277,14 +277,13 @@ pub fn connect(ctl: &mut Control, cfg: &JobConfig) -> Result<(Engine, JobInfo), 
             Some(UdpLink::bind((ctl.local_ip(), 0).into(), &cfg.udp)?)
         }
     };
-    let group = open_group(ctl, &cfg.mcast);
     let me = ctl.card(bound.iter().map(|b| b.local_addr()).collect());
     // Sender and receiver must agree on whether datagrams carry a CRC: what decides it
     // beyond the address table (forced, or bytes corrupted on purpose) goes in the card.
     let crc_forced = cfg.always_checksum || cfg.faults.corrupt > 0.0;
     let code = cfg.link.code() | if crc_forced { 0x80 } else { 0 };
     let (cards, local) = exchange_cards(ctl, me.clone(), code, cfg.link.name(), &cfg.agree)?;
-    let (mcast, mcast_off) = check_group(ctl, cfg, group, &local)?;
+    let (mcast, mcast_off) = check_group(ctl, cfg, &local)?;
     let local_count = local.iter().filter(|&&l| l).count();
     if cfg.link == LinkKind::Shm
         && let Some(c) = cards.iter().find(|c| !c.same_host(&me))
@@ -385,10 +384,9 @@ pub fn connect_transport(
     }
     let rank = ctl.rank();
     let listener = TcpListener::bind((ctl.local_ip(), 0))?;
-    let group = open_group(ctl, &cfg.mcast);
     let me = ctl.card(vec![listener.local_addr()?]);
     let (cards, local) = exchange_cards(ctl, me, b't', "tcp", &cfg.agree)?;
-    let (mcast, mcast_off) = check_group(ctl, cfg, group, &local)?;
+    let (mcast, mcast_off) = check_group(ctl, cfg, &local)?;
     let addrs: Vec<_> = cards.iter().map(|c| c.addrs[0]).collect();
     let tcfg = TcpConfig {
         dead_after: Duration::from_nanos(cfg.dead_after),
@@ -552,8 +550,7 @@ fn exchange_cards(
     Ok((cards, local))
 }
 
-/// The job's multicast group, joined before the cards are exchanged so that every member
-/// has joined before any probes it (the exchange is the rendezvous between the two).
+/// The job's multicast group, joined by this member.
 /// `None` where the settings rule it out for the whole job (off, or a job of one);
 /// `Some(Err)` says why this process could not join.
 fn open_group(ctl: &Control, s: &McastSettings) -> Option<Result<McastLink, String>> {
@@ -576,25 +573,30 @@ fn open_group(ctl: &Control, s: &McastSettings) -> Option<Result<McastLink, Stri
     )
 }
 
-/// Detection, after the cards: unless the job is all on one host under `auto`, every
-/// member probes the group, the members compare what they heard over the launcher's
-/// connection, and all keep the group or all drop it. Under `auto` rank 0 prints one line
+/// Detection, after the cards: unless the job is all on one host under `auto` (then no
+/// member opens a socket for the group), every member joins the group, the members wait
+/// for each other over the launcher's connection (a probe sent before a member joined
+/// would be lost to it), every member probes the group, the members compare what they
+/// heard, and all keep the group or all drop it. Under `auto` rank 0 prints one line
 /// saying why it is dropped; under `on` every member fails with it.
 #[allow(clippy::type_complexity)]
 fn check_group(
     ctl: &mut Control,
     cfg: &JobConfig,
-    group: Option<Result<McastLink, String>>,
     local: &[bool],
 ) -> Result<(Option<Arc<Mutex<McastLink>>>, Option<String>), Error> {
-    let Some(group) = group else {
-        return Ok((None, None));
-    };
     let s = &cfg.mcast;
     if s.mode == McastMode::Auto && local.iter().all(|&l| l) {
         // One host: the network cache of shared memory serves the collectives.
         return Ok((None, None));
     }
+    // The settings and the cards are the same for every member, so all take this branch
+    // or none does, and the wait below is collective.
+    let Some(group) = open_group(ctl, s) else {
+        return Ok((None, None));
+    };
+    ctl.allgather(&[])
+        .map_err(|e| Error::JobFailed(e.to_string()))?;
     let (rank, nprocs) = (ctl.rank(), ctl.nprocs());
     let integrity = integrity(ctl, cfg);
     let filter = Filter {

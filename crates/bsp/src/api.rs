@@ -127,6 +127,12 @@ impl Bsp {
         Ok(Bsp::wrap(rt, true))
     }
 
+    /// `bsp_begin(p)` in the job `ctl` has joined ([`Runtime::join`]); every process
+    /// continues after [`Bsp::end`].
+    pub fn join(ctl: bulkwire_launch::Control, p: u32, cfg: Config) -> Result<Bsp, BspError> {
+        Ok(Bsp::wrap(Runtime::join(ctl, p, cfg)?, false))
+    }
+
     /// A process over a transport the caller built (e.g. threads of one test): `p`
     /// processes, this one `t.rank()`. See [`Runtime::over`].
     pub fn over(t: Box<dyn Transport>, p: u32, cfg: Config) -> Bsp {

@@ -46,12 +46,20 @@ pub struct Config {
     /// of `bsp_hpput` are then read from their source, one copy in all. `usize::MAX`:
     /// never.
     pub lend: usize,
+    /// Where the job has a multicast group (`BULKWIRE_MCAST`, across hosts) and three
+    /// processes or more, a superstep's message to every other process that is one and
+    /// the same (a broadcast by `bsp_put` or `bsp_send`) of at least this many bytes goes
+    /// out once, by multicast, instead of once per destination. `usize::MAX`: never.
+    pub mcast_min: usize,
     /// How the job's transport is built (by `bsp_begin`; unused over a given transport).
     pub job: JobConfig,
 }
 
 /// Default of [`Config::lend`].
 pub const DEFAULT_LEND: usize = 8 << 20;
+
+/// Default of [`Config::mcast_min`]: the collectives' threshold for broadcasts.
+pub const DEFAULT_MCAST_MIN: usize = 32 << 10;
 
 /// The chunk a rate cap implies when none is set: small enough for pacing to act on.
 pub const PACED_CHUNK: usize = 64 << 10;
@@ -67,6 +75,7 @@ impl Default for Config {
             progress: Some(bulkwire_engine::progress::DEFAULT_INTERVAL),
             board: true,
             lend: DEFAULT_LEND,
+            mcast_min: DEFAULT_MCAST_MIN,
             job: JobConfig::default(),
         }
     }

@@ -26,6 +26,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use bulkwire_engine::mcast::McastGroup;
 use bulkwire_engine::progress::Service;
 use bulkwire_engine::vm::Published;
 use bulkwire_engine::{Event, Transport};
@@ -132,6 +133,31 @@ impl Outbox {
         self.holes.push((self.len(), src, n));
         self.hole_bytes += n;
     }
+}
+
+/// The length of this superstep's message to every other process when it is one and the
+/// same message (a broadcast): at least `min` bytes, in one chunk, without get requests
+/// (their replies are per destination), nothing of it sent yet, and every other process's
+/// record for record and byte for byte, hpput and hpsend holes (position, source, length)
+/// included. A put or send to only some processes, or anything else to one of them, makes
+/// it none: then every message goes its own way, as without a group. Needs three
+/// processes or more (at two a broadcast is one message anyway).
+fn broadcast_len(out: &[Outbox], me: usize, min: usize) -> Option<usize> {
+    if out.len() < 3 {
+        return None;
+    }
+    let mut others = out.iter().enumerate().filter(|&(d, _)| d != me);
+    let (_, first) = others.next()?;
+    let len = first.len();
+    let same = |o: &Outbox| {
+        o.sent == 0
+            && o.gets.is_empty()
+            && o.chunks.len() == 1
+            && o.len() == len
+            && o.holes == first.holes
+            && o.buf == first.buf
+    };
+    (len >= min.max(1) && same(first) && others.all(|(_, o)| same(o))).then_some(len)
 }
 
 /// One destination's message as recorded: bytes, holes to fill, chunk starts.
@@ -332,6 +358,9 @@ pub struct Core {
     /// (see `Core::lend`), and how many.
     lent: Vec<Option<Recorded>>,
     lent_left: usize,
+    /// This superstep's message to every other process is one broadcast of this many
+    /// bytes, which goes by the job's multicast group (see [`broadcast_len`]).
+    bcast: Option<usize>,
 }
 
 /// The transport side of one BSP process: what the progress thread may drive while the
@@ -355,6 +384,11 @@ pub struct Net {
     /// large messages of puts and get values may be lent to it (`Core::lend`,
     /// `Core::lend_reply`).
     pub(crate) lend_to: Vec<bool>,
+    /// The job's multicast group, where the job has one and every member is a process of
+    /// the computation (see [`Core::multicast`]).
+    pub(crate) mcast: Option<McastGroup>,
+    /// Longest message the group carries.
+    pub(crate) mcast_max: usize,
 }
 
 impl Core {
@@ -383,6 +417,7 @@ impl Core {
             early_large: None,
             lent: (0..p).map(|_| None).collect(),
             lent_left: 0,
+            bcast: None,
         };
         let net = Net {
             t,
@@ -394,6 +429,8 @@ impl Core {
             pending_direct: Vec::new(),
             in_place: vec![InPlace::default(); p as usize],
             lend_to: vec![false; p as usize],
+            mcast: None,
+            mcast_max: 0,
         };
         (core, net)
     }
@@ -780,6 +817,12 @@ impl Core {
                 Some(r?)
             }
             None => {
+                // Decided before anything leaves: a broadcast waits for the barrier, which
+                // tells every process it comes by multicast.
+                self.bcast = n.mcast.as_ref().and_then(|_| {
+                    broadcast_len(&self.out, self.pid as usize, self.cfg.mcast_min)
+                        .filter(|&len| len <= n.mcast_max)
+                });
                 // The barrier's first message follows at once and takes these along.
                 self.early_large = self.send_small(n, true)?;
                 None
@@ -816,6 +859,7 @@ impl Core {
             }
         }
         self.early_large = None;
+        self.bcast = None;
         if let Some(t) = self.next_tagsize {
             self.tagsize = t;
         }
@@ -877,6 +921,7 @@ impl Core {
                     dst: self.pid,
                     bytes: e.net,
                     gets: e.net_gets,
+                    mcast: false,
                 });
             }
             if let Some(at) = e.msg {
@@ -913,7 +958,7 @@ impl Core {
     /// the messages wait for the caller's next send, which hands them to the link in the
     /// same system call.
     fn send_small(&mut self, n: &mut Net, batch: bool) -> Result<Option<u32>, BspError> {
-        if self.cfg.rate.is_some() || self.cfg.chunk.is_some() {
+        if self.cfg.rate.is_some() || self.cfg.chunk.is_some() || self.bcast.is_some() {
             return Ok(None);
         }
         let me = self.pid as usize;
@@ -1042,6 +1087,7 @@ impl Core {
                 dst: d as u32,
                 bytes: o.total(),
                 gets: !o.gets.is_empty(),
+                mcast: self.bcast.is_some(),
             })
             .collect()
     }
@@ -1260,9 +1306,6 @@ impl Core {
         if self.cfg.schedule == Schedule::Latin && p > LOOKAHEAD + 1 {
             x.turn = Some(usize::from(x.draining.is_some()));
         }
-        for s in 0..p {
-            self.update_waiting(n, &mut x, s);
-        }
         let mut outgoing = bufs;
         // Get results land before puts (a put wins over a result it overlaps), so puts
         // wait while we read others' memory too.
@@ -1274,6 +1317,11 @@ impl Core {
             .flatten()
             .filter_map(Recorded::sources)
             .reduce(|(a, b), (c, d)| (a.min(c), b.max(d)));
+        // Before anyone is waited on over the transport: a root is not.
+        self.multicast(n, &mut x, incoming, &mut outgoing)?;
+        for s in 0..p {
+            self.update_waiting(n, &mut x, s);
+        }
         match self.cfg.schedule {
             Schedule::Latin => x.order.extend((1..p).map(|t| ((me + t) % p) as u32)),
             Schedule::Pid => x
@@ -1299,6 +1347,84 @@ impl Core {
         self.queue = std::mem::take(&mut x.queue);
         self.spare = Some(x);
         Ok(())
+    }
+
+    /// The superstep's broadcasts (see [`broadcast_len`]): the barrier brought, from every
+    /// root, a cell marked `mcast` with the length of its message, so every process knows
+    /// the roots and the lengths, and each calls the group's broadcast for every root in
+    /// pid order (the group's rule: every member makes the same calls in the same order).
+    /// A root builds its message once (its hpput and hpsend holes read now) and drops the
+    /// other destinations' copies; a receiver takes the message as if it had come over
+    /// the transport (`on_data`), so it is read and written exactly as the unicast one
+    /// would be. The transport is served between the group's turns, so that peers still
+    /// in the barrier, or sending us data, are answered.
+    fn multicast(
+        &mut self,
+        n: &mut Net,
+        x: &mut Exchange,
+        incoming: &[Cell],
+        outgoing: &mut [Option<Recorded>],
+    ) -> Result<(), BspError> {
+        let me = self.pid as usize;
+        let mut roots: Vec<(u32, usize)> = incoming
+            .iter()
+            .filter(|c| c.mcast)
+            .map(|c| (c.src, c.bytes as usize))
+            .collect();
+        if let Some(len) = self.bcast {
+            roots.push((self.pid, len));
+        }
+        if roots.is_empty() {
+            return Ok(());
+        }
+        roots.sort_unstable();
+        let Some(mut group) = n.mcast.take() else {
+            return Err(BspError::Protocol(format!(
+                "pid {} announced a broadcast by multicast, but this process has no group",
+                roots[0].0
+            )));
+        };
+        let r = (|| {
+            for &(root, len) in &roots {
+                let mut body = if root as usize == me {
+                    let mut mine = None;
+                    for (d, o) in outgoing.iter_mut().enumerate() {
+                        if d != me
+                            && let Some(rec) = o.take()
+                        {
+                            mine.get_or_insert(rec);
+                        }
+                    }
+                    let body = mine.map(Recorded::build).unwrap_or_default();
+                    debug_assert_eq!(body.len(), len);
+                    self.counters.bytes_out += body.len() as u64;
+                    self.counters.messages_out += 1;
+                    body
+                } else {
+                    vec![0; len]
+                };
+                let mut failed = None;
+                let r = group.broadcast_serving(root, &mut body, &mut || {
+                    n.serve().map_err(|e| {
+                        let m = e.to_string();
+                        failed = Some(e);
+                        bulkwire_engine::Error::JobFailed(m)
+                    })
+                });
+                if let Some(e) = failed {
+                    return Err(e);
+                }
+                r?;
+                if root as usize != me {
+                    self.counters.bytes_in += body.len() as u64;
+                    self.counters.messages_in += 1;
+                    self.on_data(n, x, root, body, true)?;
+                }
+            }
+            Ok(())
+        })();
+        n.mcast = Some(group);
+        r
     }
 
     /// A superstep whose only data are puts and sends read out of the sync board, and
@@ -2129,6 +2255,15 @@ impl Net {
         Ok(any)
     }
 
+    /// One turn of the transport, its messages into the inbox: what a wait elsewhere (the
+    /// multicast group's) does to keep it answering.
+    fn serve(&mut self) -> Result<(), BspError> {
+        self.t.check()?;
+        self.t.step()?;
+        self.drain_events()?;
+        Ok(())
+    }
+
     /// Drives the transport until `poll` says done: spinning, then blocking, as
     /// `Transport::wait_for` does, and ending with an error as soon as the job fails.
     pub(crate) fn wait(
@@ -2912,6 +3047,94 @@ mod tests {
             Some(src) => o.hole(src, n),
             None => o.buf.extend_from_slice(data),
         }
+    }
+
+    /// The outboxes of process `me` of `p` after `each(d, outbox)` recorded its calls for
+    /// every destination `d`.
+    fn outboxes(p: usize, each: impl Fn(usize, &mut Outbox)) -> Vec<Outbox> {
+        (0..p)
+            .map(|d| {
+                let mut o = Outbox::default();
+                each(d, &mut o);
+                o
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_same_message_to_every_other_process_is_a_broadcast() {
+        let data = vec![7u8; 40 << 10];
+        let src = vec![9u8; 1000];
+        let me = 1;
+        // Two puts and an hpput to every other process, and something to ourselves.
+        let all = |d: usize, o: &mut Outbox| {
+            if d == me {
+                record_put(o, 3, 0, b"own", None);
+                return;
+            }
+            record_put(o, 0, 64, &data, None);
+            record_put(o, 1, 0, &src, Some(src.as_ptr() as usize));
+            record_put(o, 0, 0, b"tail", None);
+        };
+        let out = outboxes(4, all);
+        let len = out[0].len();
+        assert_eq!(broadcast_len(&out, me, 32 << 10), Some(len));
+        assert!(len > data.len() + src.len());
+        // Not when smaller than the threshold, or with the threshold off.
+        assert_eq!(broadcast_len(&out, me, len + 1), None);
+        assert_eq!(broadcast_len(&out, me, usize::MAX), None);
+        // Not at two processes: one message either way.
+        assert_eq!(broadcast_len(&outboxes(2, all), 0, 0), None);
+        // One byte differs for one destination.
+        let mut out = outboxes(4, all);
+        let at = out[3].buf.len() - 2;
+        out[3].buf[at] ^= 1;
+        assert_eq!(broadcast_len(&out, me, 0), None);
+        // One destination gets nothing.
+        let out = outboxes(4, |d, o| {
+            if d != 2 {
+                all(d, o)
+            }
+        });
+        assert_eq!(broadcast_len(&out, me, 0), None);
+        // One destination's hpput reads another source.
+        let other = src.clone();
+        let out = outboxes(4, |d, o| {
+            if d == 3 {
+                record_put(o, 0, 64, &data, None);
+                record_put(o, 1, 0, &other, Some(other.as_ptr() as usize));
+                record_put(o, 0, 0, b"tail", None);
+            } else {
+                all(d, o)
+            }
+        });
+        assert_eq!(broadcast_len(&out, me, 0), None);
+        // One destination gets a put more.
+        let out = outboxes(4, |d, o| {
+            all(d, o);
+            if d == 0 {
+                record_put(o, 0, 0, b"x", None);
+            }
+        });
+        assert_eq!(broadcast_len(&out, me, 0), None);
+        // A get request: its reply is per destination.
+        let mut out = outboxes(4, all);
+        out[2].gets.push((0, 8));
+        assert_eq!(broadcast_len(&out, me, 0), None);
+        // Part of it already left (before the barrier).
+        let mut out = outboxes(4, all);
+        out[0].sent = 10;
+        assert_eq!(broadcast_len(&out, me, 0), None);
+        // Cut into chunks: not one message.
+        let mut out = outboxes(4, all);
+        for (d, o) in out.iter_mut().enumerate() {
+            if d != me {
+                o.chunks.push(o.buf.len());
+            }
+        }
+        assert_eq!(broadcast_len(&out, me, 0), None);
+        // Nothing to anyone is no broadcast, whatever the threshold.
+        assert_eq!(broadcast_len(&outboxes(4, |_, _| {}), me, 0), None);
     }
 
     #[test]

@@ -15,6 +15,7 @@ use bulkwire_launch::{
     Control, Failure, JobState, LaunchConfig, LaunchError, self_spawn, spawn_job,
 };
 use bulkwire_link::HostGroup;
+use bulkwire_protocol::mcast::McastConfig;
 
 use crate::board::{self, Board};
 use crate::config::Config;
@@ -111,7 +112,13 @@ impl Runtime {
     /// Only pid 0's `p` counts: with `bsp_init` the other processes run the SPMD function
     /// before `main` has computed it (the standard's example reads it from input).
     pub fn begin(p: u32, launch: &LaunchConfig, cfg: Config) -> Result<Runtime, BspError> {
-        Runtime::start(p, launch, cfg, |n| self_spawn(n, launch))
+        Runtime::start(p, launch.is_spawned(), cfg, |n| self_spawn(n, launch))
+    }
+
+    /// `bsp_begin(p)` in the job `ctl` has joined (e.g. threads of one test, each a rank
+    /// of a job served in the test): as [`Runtime::begin`] with the launcher's part done.
+    pub fn join(ctl: Control, p: u32, cfg: Config) -> Result<Runtime, BspError> {
+        Runtime::start(p, true, cfg, |_| Ok(ctl))
     }
 
     /// `bsp_begin(p)` that starts a new job of `p` processes on this host, whose processes
@@ -125,18 +132,18 @@ impl Runtime {
         launch: &LaunchConfig,
         cfg: Config,
     ) -> Result<Runtime, BspError> {
-        Runtime::start(p, launch, cfg, |n| {
+        Runtime::start(p, launch.is_spawned(), cfg, |n| {
             spawn_job(n, launch, Some(entry.to_string()))
         })
     }
 
     fn start(
         p: u32,
-        launch: &LaunchConfig,
+        spawned: bool,
         cfg: Config,
         spawn: impl FnOnce(u32) -> Result<Control, LaunchError>,
     ) -> Result<Runtime, BspError> {
-        if p == 0 && !launch.is_spawned() {
+        if p == 0 && !spawned {
             return Err(BspError::Misuse(
                 "bsp_begin: the number of processes must be at least 1".into(),
             ));
@@ -153,6 +160,17 @@ impl Runtime {
         // Any stack: a protocol over a link, or kernel TCP (`BULKWIRE_PROTOCOL=tcp`).
         let (engine, info) = job::connect_transport(&mut ctl, &cfg.job)?;
         let board = open_board(&mut ctl, &info, p, cfg.board)?;
+        // Broadcasts of supersteps go over the job's multicast group when every member
+        // takes part in them: not when some ranks wait outside the computation (the group
+        // would wait for them), nor on the sync board (one host: no group but by
+        // `BULKWIRE_MCAST=on`, and the board carries the barrier). Alike on every process.
+        let mcfg = McastConfig::new(1);
+        let mcast_max = usize::try_from(mcfg.max_message).unwrap_or(usize::MAX);
+        let mcast = if board.is_none() && ctl.nprocs() == p && p >= 3 {
+            job::mcast_group(&ctl, &cfg.job, &info, mcfg)?
+        } else {
+            None
+        };
         let state = ctl.state();
         if ctl.rank() >= p {
             // Not in the computation: take part in the final exchange of bsp_end, leave.
@@ -187,7 +205,11 @@ impl Runtime {
             .collect();
         let mut rt = Runtime::build(engine, p, cfg, board);
         if let Some(sh) = rt.shared.get_mut() {
-            sh.with(|n| n.lend_to = lend_to);
+            sh.with(|n| {
+                n.lend_to = lend_to;
+                n.mcast = mcast;
+                n.mcast_max = mcast_max;
+            });
         }
         if let Some(prof) = &rt.profile {
             lock(prof).create().map_err(BspError::Misuse)?;
@@ -264,6 +286,20 @@ impl Runtime {
     pub fn with_transport<R>(&self, f: impl FnOnce(&mut dyn Transport) -> R) -> Option<R> {
         let g = self.shared.borrow();
         g.as_ref().map(|sh| sh.with(|n| f(n.transport_mut())))
+    }
+
+    /// The counters of the job's multicast group (the protocol's, and the datagrams it
+    /// dropped), where the computation broadcasts over one; `None` otherwise or after
+    /// `bsp_end`.
+    pub fn mcast_stats(
+        &self,
+    ) -> Option<(
+        bulkwire_protocol::mcast::McastStats,
+        bulkwire_protocol::wire::DropCounts,
+    )> {
+        let g = self.shared.borrow();
+        g.as_ref()?
+            .with(|n| n.mcast.as_ref().map(|m| (m.stats(), m.drops())))
     }
 
     /// `bsp_direct_get` (MulticoreBSP for C): `n` bytes at `offset` of `pid`'s area

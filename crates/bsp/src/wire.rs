@@ -514,13 +514,15 @@ impl Summary {
 }
 
 /// One cell of the communication matrix on its way to its column: `src` sends `bytes` of
-/// DATA to `dst` this superstep, with get requests among them if `gets`.
+/// DATA to `dst` this superstep, with get requests among them if `gets`; by the job's
+/// multicast group if `mcast` (the same message to every other process: a broadcast).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Cell {
     pub src: u32,
     pub dst: u32,
     pub bytes: u64,
     pub gets: bool,
+    pub mcast: bool,
 }
 
 /// What one round of the barrier carries (see `Core::reduce`): at most two summaries
@@ -563,7 +565,10 @@ pub fn reduce_msg<'a>(
     for c in cells {
         put_var(&mut buf, c.src as u64);
         put_var(&mut buf, c.dst as u64);
-        put_var(&mut buf, c.bytes << 1 | c.gets as u64);
+        put_var(
+            &mut buf,
+            c.bytes << 2 | (c.mcast as u64) << 1 | c.gets as u64,
+        );
     }
     buf
 }
@@ -602,8 +607,9 @@ pub fn parse_reduce(msg: &[u8], p: u32) -> Option<Reduce<'_>> {
         cells.push(Cell {
             src,
             dst,
-            bytes: v >> 1,
+            bytes: v >> 2,
             gets: v & 1 == 1,
+            mcast: v & 2 == 2,
         });
     }
     r.is_empty().then_some(Reduce {
@@ -742,12 +748,14 @@ mod tests {
                 dst: 2,
                 bytes: 100,
                 gets: true,
+                mcast: false,
             },
             Cell {
                 src: 1,
                 dst: 0,
                 bytes: 5,
                 gets: false,
+                mcast: true,
             },
         ];
         let m = reduce_msg(7, 1, &summaries, [(1u32, &sizes[..])].into_iter(), &cells);
@@ -764,6 +772,7 @@ mod tests {
             dst: 1,
             bytes: 1,
             gets: false,
+            mcast: false,
         }];
         let m = reduce_msg(7, 0, &[], std::iter::empty(), &own);
         assert!(

@@ -494,6 +494,7 @@ fn bsp_config(
     }
     c.board = l.get(&BSP_BOARD, flag)?.unwrap_or(true);
     c.lend = l.get(&BSP_LEND, size_or_off)?.unwrap_or(c.lend);
+    c.mcast_min = l.get(&BSP_MCAST_MIN, size_or_off)?.unwrap_or(c.mcast_min);
     c.stats = l.get(&STATS, flag)?.unwrap_or(false);
     c.profile = l.raw(&PROFILE).map(std::path::PathBuf::from);
     Ok(c)

@@ -401,11 +401,18 @@ fn bsp() {
     assert_eq!(s.bsp.lend, 256 << 10);
     let s = settings(&[("BULKWIRE_BSP_LEND", "off")]).unwrap();
     assert_eq!(s.bsp.lend, usize::MAX);
+    // Broadcasts in a superstep go by multicast from the collectives' 32 KiB.
+    assert_eq!(settings(&[]).unwrap().bsp.mcast_min, 32 << 10);
+    let s = settings(&[("BULKWIRE_BSP_MCAST_MIN", "1M")]).unwrap();
+    assert_eq!(s.bsp.mcast_min, 1 << 20);
+    let s = settings(&[("BULKWIRE_BSP_MCAST_MIN", "off")]).unwrap();
+    assert_eq!(s.bsp.mcast_min, usize::MAX);
     for bad in [
         ("BULKWIRE_BSP_SCHEDULE", "shuffle"),
         ("BULKWIRE_BSP_RATE", "fast"),
         ("BULKWIRE_BSP_CHUNK", "0"),
         ("BULKWIRE_BSP_LEND", "sometimes"),
+        ("BULKWIRE_BSP_MCAST_MIN", "big"),
     ] {
         assert!(error(&[bad]).contains(bad.0), "{bad:?}");
     }

@@ -283,6 +283,10 @@ vars! {
         "a size in bytes (suffixes K, M, G) or off",
         "8M",
         "A superstep's puts to a process of the same host, over shared memory, are read by that process straight out of the sender's memory (process_vm_readv) when they come to this many bytes and average 4 KiB or more per put (bsp_hpput data is then read from its source); the values of get requests likewise. off sends everything through the transport.";
+    BSP_MCAST_MIN: Bsp, "BULKWIRE_BSP_MCAST_MIN",
+        "a size in bytes (suffixes K, M, G) or off",
+        "32K",
+        "Where the job has a multicast group (BULKWIRE_MCAST) and three processes or more, a superstep in which a process puts or sends the same data to every other process, at least this many bytes to each, sends it once over the group instead of once per destination. off sends it to each destination.";
     STATS: Bsp, "BULKWIRE_STATS",
         "on or off (also 1/0, true/false, yes/no)",
         "off",

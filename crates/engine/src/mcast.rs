@@ -54,6 +54,10 @@ impl McastGroup {
     /// Longest a receiver waits, after its data, for the root's word that all have it.
     pub const LINGER: Duration = Duration::from_millis(20);
 
+    /// Longest a call sleeps on the group between turns (and between calls of the
+    /// caller's `serve`, see [`McastGroup::broadcast_serving`]).
+    pub const SERVE_EVERY: Duration = Duration::from_millis(1);
+
     /// The group of `link`, checked with `integrity` and the job's `cookie`, with faults
     /// injected on receive when `faults` is active (tests, experiments), and the state
     /// machine's settings `cfg` (its `frag` is set from the link's datagram size).
@@ -114,6 +118,19 @@ impl McastGroup {
     /// the deadline: the root once every other receiver has the data, a receiver when
     /// the root falls silent.
     pub fn broadcast(&mut self, root: Rank, buf: &mut [u8]) -> Result<(), Error> {
+        self.broadcast_serving(root, buf, &mut || Ok(()))
+    }
+
+    /// [`McastGroup::broadcast`] that calls `serve` between turns, at least every
+    /// [`McastGroup::SERVE_EVERY`]: a caller that holds its point-to-point transport
+    /// meanwhile (the BSP layer's sync) keeps it answering peers, which may be waiting
+    /// on it to reach this broadcast. An error of `serve` ends the call with it.
+    pub fn broadcast_serving(
+        &mut self,
+        root: Rank,
+        buf: &mut [u8],
+        serve: &mut dyn FnMut() -> Result<(), Error>,
+    ) -> Result<(), Error> {
         let Some(slot) = self.next_id.get_mut(root as usize) else {
             return Err(Error::Config(format!("no rank {root} in the group")));
         };
@@ -124,11 +141,13 @@ impl McastGroup {
             self.proto
                 .send(now, id, bytes::Bytes::copy_from_slice(buf))
                 .map_err(|e| Error::Config(e.to_string()))?;
-            let dead =
-                match self.run(|e| matches!(e, McastEvent::Delivered { id: d, .. } if *d == id))? {
-                    McastEvent::Delivered { dead, .. } => dead,
-                    _ => Vec::new(),
-                };
+            let dead = match self.run(
+                serve,
+                |e| matches!(e, McastEvent::Delivered { id: d, .. } if *d == id),
+            )? {
+                McastEvent::Delivered { dead, .. } => dead,
+                _ => Vec::new(),
+            };
             let named = std::mem::take(&mut self.dead);
             if let Some(&peer) = dead.first() {
                 let d = named.into_iter().find(|d| d.peer == peer);
@@ -141,7 +160,7 @@ impl McastGroup {
         }
         self.proto.expect(now, root, id);
         let len = buf.len();
-        let got = match self.run(|e| match e {
+        let got = match self.run(serve, |e| match e {
             McastEvent::Received { root: r, id: d, .. }
             | McastEvent::Abandoned { root: r, id: d } => *r == root && *d == id,
             _ => false,
@@ -163,6 +182,7 @@ impl McastGroup {
         let until = Instant::now() + Self::LINGER;
         let _ = self.run_until(
             until,
+            serve,
             |e| matches!(e, McastEvent::Finished { root: r, id: d } if *r == root && *d == id),
         );
         Ok(())
@@ -170,8 +190,12 @@ impl McastGroup {
 
     /// Serves the group until `want` picks an event, and returns it; fails on a death
     /// that concerns us.
-    fn run(&mut self, want: impl Fn(&McastEvent) -> bool) -> Result<McastEvent, Error> {
-        match self.run_until(Instant::now() + Duration::from_secs(1 << 20), want)? {
+    fn run(
+        &mut self,
+        serve: &mut dyn FnMut() -> Result<(), Error>,
+        want: impl Fn(&McastEvent) -> bool,
+    ) -> Result<McastEvent, Error> {
+        match self.run_until(Instant::now() + Duration::from_secs(1 << 20), serve, want)? {
             Some(e) => Ok(e),
             None => Err(Error::Timeout(Duration::from_secs(1 << 20))),
         }
@@ -181,6 +205,7 @@ impl McastGroup {
     fn run_until(
         &mut self,
         until: Instant,
+        serve: &mut dyn FnMut() -> Result<(), Error>,
         want: impl Fn(&McastEvent) -> bool,
     ) -> Result<Option<McastEvent>, Error> {
         if let Some(i) = self.held.iter().position(&want) {
@@ -188,6 +213,7 @@ impl McastGroup {
         }
         loop {
             self.pump()?;
+            serve()?;
             while let Some(e) = self.proto.poll_event() {
                 if want(&e) {
                     return Ok(Some(e));
@@ -213,7 +239,7 @@ impl McastGroup {
                 .poll_timeout()
                 .map(|t| t.saturating_sub(self.now()))
                 .map_or(Duration::from_millis(10), Duration::from_nanos);
-            let wait = next.min(until - now).min(Duration::from_millis(10));
+            let wait = next.min(until - now).min(Self::SERVE_EVERY);
             if self.pending.is_empty() {
                 self.link.wait(Some(wait))?;
             }

@@ -1,0 +1,302 @@
+//! Broadcasts of supersteps over the job's IP multicast group: three BSP processes of a
+//! job, as threads that pretend to run on three hosts, over this machine's loopback
+//! interface (where multicast loops back to the group's members). A superstep in which a
+//! process puts or sends the same data to every other goes out once by multicast (the
+//! group's counters show one transmission, the transport's almost nothing), also with
+//! datagrams lost on receive and beside ordinary puts; a superstep whose messages differ
+//! by a put goes by the transport. The results are the same without the group. Every wait
+//! is bounded by the job's deadline.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bulkwire_bsp::{Bsp, Config};
+use bulkwire_launch::{Control, JobEnv, Server, ServerConfig};
+use bulkwire_link::{FaultConfig, McastMode};
+use bulkwire_protocol::mcast::McastStats;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn pattern(n: usize, seed: usize) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i * 31 + seed * 7 + i / 251) as u8)
+        .collect()
+}
+
+/// Runs `body` as each of `n` BSP processes on hosts of their own, with the multicast
+/// `mode` and `faults` on receive (none for "").
+fn job<T: Send>(
+    n: u32,
+    mode: McastMode,
+    faults: &str,
+    body: impl Fn(&mut Bsp) -> T + Sync,
+) -> Vec<T> {
+    let secret = bulkwire_launch::Secret::generate();
+    let mut cfg = ServerConfig::new(n, secret.clone());
+    cfg.timeout = Some(LIMIT);
+    let server = Server::bind(SocketAddr::from(([127, 0, 0, 1], 0)), cfg).unwrap();
+    let addr = server.local_addr();
+    let srv = std::thread::spawn(move || server.run());
+    let out = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..n)
+            .map(|r| {
+                let (secret, body) = (secret.clone(), &body);
+                s.spawn(move || {
+                    let mut env = JobEnv::bulkwire(r, n, secret, 7, addr);
+                    env.host_id = Some(format!("host{r}"));
+                    let ctl = Control::join(&env).unwrap();
+                    let mut c = Config::default();
+                    c.job.mcast.mode = mode;
+                    c.job.dead_after = 10_000_000_000;
+                    if !faults.is_empty() {
+                        c.job.faults = faults.parse::<FaultConfig>().unwrap();
+                    }
+                    let mut bsp = Bsp::join(ctl, n, c).unwrap();
+                    let t = body(&mut bsp);
+                    bsp.end().unwrap();
+                    t
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let _ = srv.join();
+    out
+}
+
+fn no_multicast_on_loopback() -> bool {
+    let g = "239.192.200.9:31989".parse().unwrap();
+    let s = bulkwire_link::McastSettings::default();
+    match bulkwire_link::McastLink::open(g, std::net::Ipv4Addr::LOCALHOST, 0, 1, &s) {
+        Ok(_) => false,
+        Err(e) => {
+            eprintln!("skipped: no multicast on the loopback interface here ({e})");
+            true
+        }
+    }
+}
+
+/// What one superstep cost a process: the group's counters and the payload bytes its
+/// transport sent, as differences over the superstep.
+#[derive(Clone, Copy, Debug, Default)]
+struct Cost {
+    mcast: McastStats,
+    unicast_bytes: u64,
+}
+
+fn cost(bsp: &Bsp) -> Cost {
+    let p = bsp.nprocs();
+    Cost {
+        mcast: bsp
+            .runtime()
+            .mcast_stats()
+            .map(|(s, _)| s)
+            .unwrap_or_default(),
+        unicast_bytes: bsp
+            .runtime()
+            .with_transport(|t| (0..p).map(|d| t.peer_stats(d).bytes_sent).sum())
+            .unwrap(),
+    }
+}
+
+fn minus(a: Cost, b: Cost) -> Cost {
+    let (x, y) = (a.mcast, b.mcast);
+    Cost {
+        mcast: McastStats {
+            data_sent: x.data_sent - y.data_sent,
+            bytes_sent: x.bytes_sent - y.bytes_sent,
+            repairs_group: x.repairs_group - y.repairs_group,
+            repairs_unicast: x.repairs_unicast - y.repairs_unicast,
+            data_received: x.data_received - y.data_received,
+            ..McastStats::default()
+        },
+        unicast_bytes: a.unicast_bytes - b.unicast_bytes,
+    }
+}
+
+const BIG: usize = 1 << 20;
+const MID: usize = 96 << 10;
+
+/// Four supersteps at p = 3, every area checked after each; the cost of each superstep.
+///
+/// 1. pid 0 puts 1 MiB to everyone (itself too): a broadcast.
+/// 2. Two roots and ordinary puts: pid 1 sends a 96 KiB message to both others (BSMP),
+///    pid 2 hpputs 96 KiB of its `h` into both others' `a` at 0; pid 0 puts 10 bytes into pid 1's
+///    `a` at 0 (overlapped by pid 2's broadcast, which wins: higher pid) and 96 KiB into
+///    pid 2's `b`, and gets 16 bytes of pid 2's `a`.
+/// 3. pid 0 puts 96 KiB to both others and 10 bytes more to pid 1 only: not one message.
+/// 4. pid 1 puts 96 KiB to pid 0 only: not everyone.
+fn exercise(bsp: &mut Bsp) -> Vec<Cost> {
+    let me = bsp.pid() as usize;
+    let p = bsp.nprocs();
+    assert_eq!(p, 3);
+    let a = bsp.push_reg(vec![0u8; BIG]);
+    let b = bsp.push_reg(vec![0u8; MID]);
+    let got = bsp.push_reg(vec![0u8; 16]);
+    let h = bsp.push_reg(vec![0u8; MID]);
+    bsp.set_tagsize(4);
+    bsp.sync().unwrap();
+    let mut costs = Vec::new();
+
+    // 1: a broadcast by bsp_put.
+    let c0 = cost(bsp);
+    if me == 0 {
+        let data = pattern(BIG, 1);
+        for d in 0..p {
+            bsp.put(d, &data, &a, 0).unwrap();
+        }
+    }
+    bsp.sync().unwrap();
+    costs.push(minus(cost(bsp), c0));
+    assert!(
+        bsp.area(&a) == &pattern(BIG, 1)[..],
+        "pid {me}: superstep 1"
+    );
+
+    // 2: two roots, ordinary puts and a get.
+    let c0 = cost(bsp);
+    let hp = pattern(MID, 2);
+    match me {
+        0 => {
+            bsp.put(1, b"ten bytes!", &a, 0).unwrap();
+            bsp.put(2, &pattern(MID, 3), &b, 0).unwrap();
+            bsp.get(2, &a, 0, &got, 0, 16).unwrap();
+        }
+        1 => {
+            let msg = pattern(MID, 4);
+            for d in [0, 2] {
+                bsp.send(d, b"tag1", &msg).unwrap();
+            }
+        }
+        _ => {
+            // Read at the sync.
+            bsp.area_mut(&h).copy_from_slice(&hp);
+            for d in [0, 1] {
+                bsp.hpput(d, &h, 0, &a, 0, MID).unwrap();
+            }
+        }
+    }
+    bsp.sync().unwrap();
+    costs.push(minus(cost(bsp), c0));
+    let mut want_a = pattern(BIG, 1);
+    if me != 2 {
+        want_a[..MID].copy_from_slice(&hp);
+    }
+    assert!(bsp.area(&a) == &want_a[..], "pid {me}: superstep 2, a");
+    if me == 2 {
+        assert!(
+            bsp.area(&b) == &pattern(MID, 3)[..],
+            "pid 2: superstep 2, b"
+        );
+    }
+    if me == 0 {
+        // Read before any put of the superstep was written.
+        assert_eq!(bsp.area(&got), &pattern(BIG, 1)[..16], "pid 0: the get");
+    }
+    if me == 1 {
+        assert_eq!(bsp.qsize(), (0, 0));
+    } else {
+        assert_eq!(bsp.qsize(), (1, MID));
+        let (len, tag) = bsp.get_tag().unwrap();
+        assert_eq!((len, &tag[..]), (MID, &b"tag1"[..]));
+        let mut m = vec![0u8; MID];
+        assert_eq!(bsp.move_message(&mut m), Some(MID));
+        assert!(m == pattern(MID, 4), "pid {me}: the message");
+    }
+
+    // 3: the root sends one destination more.
+    let c0 = cost(bsp);
+    if me == 0 {
+        let data = pattern(MID, 5);
+        bsp.put(1, &data, &b, 0).unwrap();
+        bsp.put(2, &data, &b, 0).unwrap();
+        bsp.put(1, b"0123456789", &b, 100).unwrap();
+    }
+    bsp.sync().unwrap();
+    costs.push(minus(cost(bsp), c0));
+    if me != 0 {
+        let mut want = pattern(MID, 5);
+        if me == 1 {
+            want[100..110].copy_from_slice(b"0123456789");
+        }
+        assert!(bsp.area(&b) == &want[..], "pid {me}: superstep 3");
+    }
+
+    // 4: a put to only one of the two others.
+    let c0 = cost(bsp);
+    if me == 1 {
+        bsp.put(0, &pattern(MID, 6), &b, 0).unwrap();
+    }
+    bsp.sync().unwrap();
+    costs.push(minus(cost(bsp), c0));
+    if me == 0 {
+        assert!(bsp.area(&b) == &pattern(MID, 6)[..], "pid 0: superstep 4");
+    }
+    costs
+}
+
+/// The first superstep's 1 MiB left its root once, by multicast: the group carried its
+/// bytes once (not once per receiver) and the transport far less than one copy.
+fn check_one_transmission(costs: &[Vec<Cost>]) {
+    let root = costs[0][0];
+    assert!(
+        root.mcast.bytes_sent >= BIG as u64 && root.mcast.bytes_sent < BIG as u64 + 64,
+        "{root:?}"
+    );
+    assert!(root.unicast_bytes < 16 << 10, "{root:?}");
+    for c in &costs[1..] {
+        assert_eq!(c[0].mcast.bytes_sent, 0, "{c:?}");
+        assert!(c[0].mcast.data_received >= root.mcast.data_sent, "{c:?}");
+    }
+}
+
+#[test]
+fn a_superstep_broadcast_goes_out_once_by_multicast() {
+    if no_multicast_on_loopback() {
+        return;
+    }
+    let costs = job(3, McastMode::On, "", exercise);
+    check_one_transmission(&costs);
+    // Superstep 2: pids 1 and 2 multicast their 96 KiB; pid 0's puts differ per
+    // destination and take the transport.
+    assert_eq!(costs[0][1].mcast.bytes_sent, 0);
+    for r in [1, 2] {
+        let c = costs[r][1];
+        assert!(c.mcast.bytes_sent >= MID as u64, "pid {r}: {c:?}");
+        assert!(c.unicast_bytes < 16 << 10, "pid {r}: {c:?}");
+    }
+    assert!(costs[0][1].unicast_bytes >= MID as u64);
+    // Supersteps 3 and 4 take the transport.
+    for (r, c) in costs.iter().enumerate() {
+        assert_eq!(c[2].mcast.bytes_sent + c[3].mcast.bytes_sent, 0, "pid {r}");
+    }
+    assert!(costs[0][2].unicast_bytes >= 2 * MID as u64);
+    assert!(costs[1][3].unicast_bytes >= MID as u64);
+}
+
+#[test]
+fn lost_datagrams_of_a_broadcast_are_repaired() {
+    if no_multicast_on_loopback() {
+        return;
+    }
+    let costs = job(3, McastMode::On, "loss=0.01,seed=1", exercise);
+    check_one_transmission(&costs);
+    let repairs: u64 = costs
+        .iter()
+        .flatten()
+        .map(|c| c.mcast.repairs_group + c.mcast.repairs_unicast)
+        .sum();
+    assert!(repairs > 0, "{costs:?}");
+}
+
+#[test]
+fn without_the_group_the_same_supersteps_take_the_transport() {
+    let costs = job(3, McastMode::Off, "", exercise);
+    // pid 0's megabyte went to each of the two others.
+    assert!(
+        costs[0][0].unicast_bytes >= 2 * BIG as u64,
+        "{:?}",
+        costs[0]
+    );
+    assert_eq!(costs[0][0].mcast.bytes_sent, 0);
+}

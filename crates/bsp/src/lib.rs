@@ -28,7 +28,7 @@ pub mod stats;
 mod wire;
 
 pub use api::{Area, Bsp, Message, Pod, init};
-pub use config::{Config, PACED_CHUNK, Schedule};
+pub use config::{Config, DEFAULT_MCAST_MIN, PACED_CHUNK, Schedule};
 pub use direct::DirectGet;
 pub use error::BspError;
 pub use runtime::{Runtime, abort_job, say};

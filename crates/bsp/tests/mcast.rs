@@ -300,3 +300,170 @@ fn without_the_group_the_same_supersteps_take_the_transport() {
     );
     assert_eq!(costs[0][0].mcast.bytes_sent, 0);
 }
+
+/// Needs root and `ip` for network namespaces; says why not.
+fn no_namespaces() -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("network namespaces need root".into());
+    }
+    let ok = std::process::Command::new("ip")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    (!ok).then(|| "no `ip`".into())
+}
+
+/// Runs `f` on a thread inside the network namespace `ns`.
+fn in_ns<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    use std::os::fd::AsRawFd;
+    let path = format!("/var/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).expect("the namespace's file");
+        // SAFETY: setns on a namespace descriptor we opened; it moves only this thread.
+        let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(r, 0, "setns {path}: {}", std::io::Error::last_os_error());
+        f()
+    })
+}
+
+/// A BSP computation of one process per host of `f`, each a thread in its host's
+/// namespace, with the rendezvous on host 0, the group as `BULKWIRE_MCAST=auto` finds
+/// it, broadcasts by multicast from `mcast_min` bytes, and `faults` on receive at the
+/// last host only.
+fn fabric_job<T: Send + 'static>(
+    f: &bulkwire_launch::testing::Fabric,
+    faults: &'static str,
+    mcast_min: usize,
+    body: fn(&mut Bsp) -> T,
+) -> Vec<T> {
+    let n = f.names.len() as u32;
+    let secret = bulkwire_launch::Secret::generate();
+    let mut cfg = ServerConfig::new(n, secret.clone());
+    cfg.timeout = Some(LIMIT);
+    let at: SocketAddr = format!("{}:0", f.addrs[0]).parse().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let srv = in_ns(&f.names[0], move || {
+        let server = Server::bind(at, cfg).unwrap();
+        tx.send(server.local_addr()).unwrap();
+        server.run()
+    });
+    let addr = rx.recv().unwrap();
+    let hs: Vec<_> = (0..n)
+        .map(|r| {
+            let secret = secret.clone();
+            in_ns(&f.names[r as usize], move || {
+                let mut env = JobEnv::bulkwire(r, n, secret, 9, addr);
+                // Threads of one process: each says it is its namespace's host.
+                env.host_id = Some(format!("ns{r}"));
+                let ctl = Control::join(&env).unwrap();
+                let mut c = Config {
+                    mcast_min,
+                    ..Config::default()
+                };
+                c.job.mcast.mode = McastMode::Auto;
+                c.job.dead_after = 10_000_000_000;
+                if r == n - 1 && !faults.is_empty() {
+                    c.job.faults = faults.parse::<FaultConfig>().unwrap();
+                }
+                let mut bsp = Bsp::join(ctl, n, c).unwrap();
+                let t = body(&mut bsp);
+                bsp.end().unwrap();
+                t
+            })
+        })
+        .collect();
+    let out = hs.into_iter().map(|h| h.join().unwrap()).collect();
+    let _ = srv.join();
+    out
+}
+
+/// Three hosts as network namespaces on a Linux bridge, which forwards multicast to
+/// every port as a switch does: the supersteps' broadcasts take the group, also with
+/// 1 % of datagrams dropped at one receiver.
+#[test]
+fn over_a_bridge_between_namespaces() {
+    use bulkwire_launch::testing::{Fabric, FabricSpec};
+    if let Some(why) = no_namespaces() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let f = Fabric::new(FabricSpec::unshaped(3, 1500)).expect("the fabric");
+    let min = bulkwire_bsp::DEFAULT_MCAST_MIN;
+    check_one_transmission(&fabric_job(&f, "", min, exercise));
+    check_one_transmission(&fabric_job(&f, "loss=0.01,seed=1", min, exercise));
+}
+
+/// Milliseconds, at pid 0, from the end of an empty superstep to the end of the empty
+/// superstep after one in which pid 0 puts `BIG` bytes (`BIG - 64` in odd rounds, under
+/// the threshold [`measure_on_a_shaped_switch`] sets, so they take the transport) into
+/// every process, in each of `rounds` rounds of each kind, alternating: the medians of
+/// the multicast rounds and of the transport's.
+fn alternate(bsp: &mut Bsp, rounds: usize) -> (f64, f64) {
+    let a = bsp.push_reg(vec![0u8; BIG]);
+    bsp.sync().unwrap();
+    let data = pattern(BIG, 1);
+    let mut t = [Vec::new(), Vec::new()];
+    for i in 0..2 * rounds {
+        let p2p = i % 2 == 1;
+        let n = if p2p { BIG - 64 } else { BIG };
+        bsp.sync().unwrap();
+        let t0 = std::time::Instant::now();
+        if bsp.pid() == 0 {
+            for d in 0..bsp.nprocs() {
+                bsp.put(d, &data[..n], &a, 0).unwrap();
+            }
+        }
+        bsp.sync().unwrap();
+        // Until everyone has everything: the root's sync ends when its data has left
+        // it, not when it has arrived.
+        bsp.sync().unwrap();
+        t[p2p as usize].push(t0.elapsed().as_secs_f64() * 1e3);
+        assert!(bsp.area(&a)[..n] == data[..n]);
+    }
+    let med = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    (med(&mut t[0]), med(&mut t[1]))
+}
+
+/// Figures for `docs/performance.md`: on a switch of `BW_MCAST_HOSTS` (default 8) hosts
+/// with 100 Mb/s ports and 64 KiB port buffers, a superstep in which pid 0 puts 1 MiB
+/// into every process, by multicast against the same by the transport, in alternating
+/// rounds of one job (the transport's rounds put 64 bytes less, under the threshold).
+/// `cargo test -p bulkwire-bsp --test mcast -- --ignored --nocapture
+/// measure_on_a_shaped_switch` as root; `BW_MCAST_FAULTS` injects faults on receive at
+/// the last host.
+#[test]
+#[ignore = "a measurement: run by hand as root"]
+fn measure_on_a_shaped_switch() {
+    use bulkwire_launch::testing::{Fabric, FabricSpec};
+    if let Some(why) = no_namespaces() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let hosts = std::env::var("BW_MCAST_HOSTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8);
+    let faults: &'static str =
+        std::env::var("BW_MCAST_FAULTS").map_or("", |v| Box::leak(v.into_boxed_str()));
+    let f = Fabric::new(FabricSpec::shaped(hosts, 1500, 100_000_000, 64 << 10)).unwrap();
+    let out = fabric_job(&f, faults, BIG, |bsp| alternate(bsp, 7));
+    // One transmission of 1 MiB: 1408-byte payloads in 1518-byte frames (with the
+    // preamble and gap, 1538 bytes of wire time) at 100 Mb/s.
+    let frames = BIG.div_ceil(1500 - 28 - 64) as f64;
+    let wire = frames * 1538.0 * 8.0 / 1e8 * 1e3;
+    let (m, u) = out[0];
+    println!(
+        "hosts {hosts}, faults {faults:?}: BSP broadcast of 1 MiB by bsp_put: multicast \
+         {m:.1} ms, transport {u:.1} ms (ratio {:.2}); one transmission's wire time \
+         {wire:.1} ms (ratio {:.2})",
+        m / u,
+        m / wire
+    );
+}

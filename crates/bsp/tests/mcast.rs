@@ -99,6 +99,14 @@ fn cost(bsp: &Bsp) -> Cost {
     }
 }
 
+/// The cost of a superstep since `c0`, once an empty superstep has followed it: a
+/// process's sync may end when its data has left it, not when it has arrived (the
+/// transport may not have sent all of it yet).
+fn settle(bsp: &mut Bsp, c0: Cost, costs: &mut Vec<Cost>) {
+    bsp.sync().unwrap();
+    costs.push(minus(cost(bsp), c0));
+}
+
 fn minus(a: Cost, b: Cost) -> Cost {
     let (x, y) = (a.mcast, b.mcast);
     Cost {
@@ -117,7 +125,8 @@ fn minus(a: Cost, b: Cost) -> Cost {
 const BIG: usize = 1 << 20;
 const MID: usize = 96 << 10;
 
-/// Four supersteps at p = 3, every area checked after each; the cost of each superstep.
+/// Four supersteps at p = 3, every area checked after each; the cost of each superstep
+/// (with an empty one after it, see [`settle`]).
 ///
 /// 1. pid 0 puts 1 MiB to everyone (itself too): a broadcast.
 /// 2. Two roots and ordinary puts: pid 1 sends a 96 KiB message to both others (BSMP),
@@ -147,11 +156,11 @@ fn exercise(bsp: &mut Bsp) -> Vec<Cost> {
         }
     }
     bsp.sync().unwrap();
-    costs.push(minus(cost(bsp), c0));
     assert!(
         bsp.area(&a) == &pattern(BIG, 1)[..],
         "pid {me}: superstep 1"
     );
+    settle(bsp, c0, &mut costs);
 
     // 2: two roots, ordinary puts and a get.
     let c0 = cost(bsp);
@@ -177,7 +186,6 @@ fn exercise(bsp: &mut Bsp) -> Vec<Cost> {
         }
     }
     bsp.sync().unwrap();
-    costs.push(minus(cost(bsp), c0));
     let mut want_a = pattern(BIG, 1);
     if me != 2 {
         want_a[..MID].copy_from_slice(&hp);
@@ -203,6 +211,7 @@ fn exercise(bsp: &mut Bsp) -> Vec<Cost> {
         assert_eq!(bsp.move_message(&mut m), Some(MID));
         assert!(m == pattern(MID, 4), "pid {me}: the message");
     }
+    settle(bsp, c0, &mut costs);
 
     // 3: the root sends one destination more.
     let c0 = cost(bsp);
@@ -213,7 +222,6 @@ fn exercise(bsp: &mut Bsp) -> Vec<Cost> {
         bsp.put(1, b"0123456789", &b, 100).unwrap();
     }
     bsp.sync().unwrap();
-    costs.push(minus(cost(bsp), c0));
     if me != 0 {
         let mut want = pattern(MID, 5);
         if me == 1 {
@@ -221,6 +229,7 @@ fn exercise(bsp: &mut Bsp) -> Vec<Cost> {
         }
         assert!(bsp.area(&b) == &want[..], "pid {me}: superstep 3");
     }
+    settle(bsp, c0, &mut costs);
 
     // 4: a put to only one of the two others.
     let c0 = cost(bsp);
@@ -228,10 +237,10 @@ fn exercise(bsp: &mut Bsp) -> Vec<Cost> {
         bsp.put(0, &pattern(MID, 6), &b, 0).unwrap();
     }
     bsp.sync().unwrap();
-    costs.push(minus(cost(bsp), c0));
     if me == 0 {
         assert!(bsp.area(&b) == &pattern(MID, 6)[..], "pid 0: superstep 4");
     }
+    settle(bsp, c0, &mut costs);
     costs
 }
 
@@ -383,7 +392,8 @@ fn fabric_job<T: Send + 'static>(
 
 /// Three hosts as network namespaces on a Linux bridge, which forwards multicast to
 /// every port as a switch does: the supersteps' broadcasts take the group, also with
-/// 1 % of datagrams dropped at one receiver.
+/// 1 % of datagrams dropped at one receiver; with multicast kept from one port, the job
+/// goes without the group and the supersteps take the transport.
 #[test]
 fn over_a_bridge_between_namespaces() {
     use bulkwire_launch::testing::{Fabric, FabricSpec};
@@ -395,6 +405,51 @@ fn over_a_bridge_between_namespaces() {
     let min = bulkwire_bsp::DEFAULT_MCAST_MIN;
     check_one_transmission(&fabric_job(&f, "", min, exercise));
     check_one_transmission(&fabric_job(&f, "loss=0.01,seed=1", min, exercise));
+
+    // The switch floods multicast to every port but host 2's: the job starts without
+    // the group, and the same supersteps take the transport.
+    let sw = f.switch.clone();
+    let ip = |args: &[&str]| {
+        let ok = std::process::Command::new("ip")
+            .args(args)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "ip {args:?}");
+    };
+    ip(&[
+        "-n",
+        &sw,
+        "link",
+        "set",
+        "br0",
+        "type",
+        "bridge",
+        "mcast_snooping",
+        "0",
+    ]);
+    ip(&[
+        "-n",
+        &sw,
+        "link",
+        "set",
+        "p2",
+        "type",
+        "bridge_slave",
+        "mcast_flood",
+        "off",
+    ]);
+    let out = fabric_job(&f, "", min, |bsp| {
+        let grouped = bsp.runtime().mcast_stats().is_some();
+        (grouped, exercise(bsp))
+    });
+    for (grouped, _) in &out {
+        assert!(!grouped, "the group was kept");
+    }
+    assert!(
+        out[0].1[0].unicast_bytes >= 2 * BIG as u64,
+        "{:?}",
+        out[0].1
+    );
 }
 
 /// Milliseconds, at pid 0, from the end of an empty superstep to the end of the empty

@@ -18,6 +18,8 @@
 //!    destination at a time: the next is handed to the transport only when the previous
 //!    one has left it (`queued_bytes`), so the protocol's round-robin cannot undo the
 //!    schedule; an optional rate cap spaces the chunks.
+//!    A message that is the same to every other process (a broadcast) goes once, by the
+//!    job's multicast group, when the job has one (`broadcast_len`, `Core::multicast`).
 //! 5. **Completion.** A process continues when every announced byte has arrived and every
 //!    get it asked for has been answered. Get requests are served as they arrive, before
 //!    any put of the superstep is written: get results, then puts, are written only once

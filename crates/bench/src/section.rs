@@ -695,9 +695,10 @@ pub fn spread_cell(s: Option<Spread>, unit: fn(f64) -> String) -> String {
 /// The note every table of spreads carries: how to read its cells.
 pub const SPREAD_NOTE: &str = "Each cell: the best, the median and the 90th percentile of \
      the single operations, the slowest process's where there are several (of rates: the \
-     highest, the median and the rate 90 % of the operations reach). A median far from the \
-     best says most operations are slow, a p90 far from the median that a few are; the \
-     other tables and the targets take the medians.";
+     highest, the median and the rate 90 % of the operations reach; of fewer than ten \
+     operations, the p90 is the worst). A median far from the best says most operations \
+     are slow, a p90 far from the median that a few are; the other tables and the targets \
+     take the medians.";
 
 /// Formats seconds as microseconds.
 pub fn us(x: f64) -> String {

@@ -165,7 +165,7 @@ impl Experiment for Bandwidth {
             gbs,
             format!(
                 "{SPREAD_NOTE} A repetition: one window of messages and its acknowledgement \
-                 ({} per size); the p90 is the rate 90 % of the repetitions reach.",
+                 ({} per size).",
                 p.reps
             ),
         );

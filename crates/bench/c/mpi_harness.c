@@ -29,8 +29,8 @@ static double median_of(double *s, int n) {
 }
 
 /* Prints: RESULT kind size p n min mean max std median [best median p90], the last three
- * of the m single operations in `one` when given (a batch mean hides how they spread). */
-static void report_steps(const char *kind, long size, double *s, int n, double *one, int m) {
+ * when `spread` is given. Sorts s. */
+static void result(const char *kind, long size, double *s, int n, const double *spread) {
     double sum = 0, sq = 0;
     double med = median_of(s, n);
     for (int i = 0; i < n; i++) sum += s[i];
@@ -39,17 +39,34 @@ static void report_steps(const char *kind, long size, double *s, int n, double *
     double sd = n > 1 ? sqrt(sq / (n - 1)) : 0;
     printf("RESULT %s %ld %d %d %.9e %.9e %.9e %.9e %.9e", kind, size, nprocs, n, s[0], mean,
            s[n - 1], sd, med);
-    if (one && m > 0) {
-        double om = median_of(one, m);
-        printf(" %.9e %.9e %.9e", one[0], om, p90(one, m));
-    }
+    if (spread) printf(" %.9e %.9e %.9e", spread[0], spread[1], spread[2]);
     printf("\n");
     fflush(stdout);
 }
 
-/* Prints: RESULT kind size p n min mean max std median */
+/* The summary of s, with the best, median and 90th percentile of the m single operations
+ * in `one` (a batch mean hides how they spread). Sorts both. */
+static void report_steps(const char *kind, long size, double *s, int n, double *one, int m) {
+    double om = median_of(one, m);
+    double spread[3] = {one[0], om, p90(one, m)};
+    result(kind, size, s, n, spread);
+}
+
+/* Each sample a single operation's time: the spread is the samples'. */
 static void report(const char *kind, long size, double *s, int n) {
-    report_steps(kind, size, s, n, NULL, 0);
+    report_steps(kind, size, s, n, s, n);
+}
+
+/* Rates (bytes per second; higher is better), each a single repetition's: the best is
+ * the highest, the p90 the rate 90 % of the repetitions reach (nearest rank from the fast
+ * end). */
+static void report_rates(const char *kind, long size, double *s, int n) {
+    double *neg = malloc(sizeof(double) * n);
+    for (int i = 0; i < n; i++) neg[i] = -s[i];
+    double nm = median_of(neg, n);
+    double spread[3] = {-neg[0], -nm, -p90(neg, n)};
+    free(neg);
+    result(kind, size, s, n, spread);
 }
 
 static char *buf(long n) {
@@ -103,7 +120,7 @@ static void bandwidth(long size, int window, int warmup, int reps, int own) {
             MPI_Send(&ack, 1, MPI_BYTE, 0, 3, MPI_COMM_WORLD);
         }
     }
-    if (rank == 0) report(own ? "bandwidth-own" : "bandwidth", size, s, reps);
+    if (rank == 0) report_rates(own ? "bandwidth-own" : "bandwidth", size, s, reps);
     if (own) free(rb);
     free(s); free(rq); free(b);
 }

@@ -43,8 +43,11 @@ pub struct MpiPoint {
     pub max: f64,
     pub std_dev: f64,
     pub median: f64,
-    /// The single operations' spread, where the harness times each (supersteps, total
-    /// exchanges): the figures above are over batch means.
+    /// The single operations' best, median and 90th percentile (of rates: the highest,
+    /// the median and the slow tail). For supersteps and total exchanges the figures above
+    /// are over batch means and these over the single supersteps; for the other kinds the
+    /// samples are single operations already, and these are theirs. None for figures the
+    /// harness did not time (OSU's own output).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub steps: Option<Spread>,
 }

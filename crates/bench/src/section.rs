@@ -9,10 +9,10 @@ use crate::coll::CollResult;
 use crate::errors::ErrorCurve;
 use crate::group::GroupResult;
 use crate::mpi::MpiPoint;
-use crate::pair::{PairResult, Stack};
+use crate::pair::{Measure, PairResult, Stack};
 use crate::rounds::Rounds;
 use crate::simexp::SimRounds;
-use crate::stats::{Summary, hockney};
+use crate::stats::{Spread, Summary, hockney};
 
 /// A table: a header row and rows of cells, already formatted.
 #[derive(Clone, Debug, Serialize)]
@@ -45,6 +45,29 @@ impl Table {
             rows: Vec::new(),
             note: String::new(),
         }
+    }
+
+    /// A table of `series`' single operations per size, each cell "best / median / p90"
+    /// ([`spread_cell`]) in the unit `unit` formats; a series with no spread at any size
+    /// (one aggregate per run) is left out.
+    pub fn spreads_by_size(
+        title: impl Into<String>,
+        series: &[Series],
+        sizes: &[usize],
+        unit: fn(f64) -> String,
+        note: impl Into<String>,
+    ) -> Table {
+        let mut t = Table::by_size(title, "stack", sizes);
+        t.note = note.into();
+        for s in series {
+            if sizes.iter().all(|&n| s.spread_at(n).is_none()) {
+                continue;
+            }
+            let mut row = vec![s.label.clone()];
+            row.extend(sizes.iter().map(|&n| spread_cell(s.spread_at(n), unit)));
+            t.rows.push(row);
+        }
+        t
     }
 
     pub fn markdown(&self) -> String {
@@ -81,11 +104,31 @@ pub struct Stat {
     pub median: f64,
     /// Bandwidth: fraction of the bytes sent that arrived.
     pub delivered: Option<f64>,
+    /// The single operations' best, median and 90th percentile (of rates: the highest,
+    /// the median and the slow tail), where the harness times each; none for a figure
+    /// that is one aggregate (a simulation's, a derived one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spread: Option<Spread>,
 }
 
 impl Stat {
-    /// The summary of `xs` at `size`; `None` for no sample.
+    /// The summary of `xs`, single operations' times in seconds, at `size`; `None` for no
+    /// sample.
     pub fn of(size: usize, xs: &[f64], delivered: Option<f64>) -> Option<Stat> {
+        Stat::summarise(size, xs, delivered, Spread::of(xs))
+    }
+
+    /// [`Stat::of`] for rates (bytes per second), whose best is the highest.
+    pub fn of_rates(size: usize, xs: &[f64], delivered: Option<f64>) -> Option<Stat> {
+        Stat::summarise(size, xs, delivered, Spread::of_rates(xs))
+    }
+
+    fn summarise(
+        size: usize,
+        xs: &[f64],
+        delivered: Option<f64>,
+        spread: Option<Spread>,
+    ) -> Option<Stat> {
         if xs.is_empty() {
             return None;
         }
@@ -99,6 +142,7 @@ impl Stat {
             std_dev: s.std_dev,
             median: s.median,
             delivered,
+            spread,
         })
     }
 
@@ -113,6 +157,7 @@ impl Stat {
             std_dev: 0.0,
             median: v,
             delivered: None,
+            spread: None,
         }
     }
 }
@@ -128,6 +173,7 @@ impl From<&MpiPoint> for Stat {
             std_dev: p.std_dev,
             median: p.median,
             delivered: None,
+            spread: p.steps,
         }
     }
 }
@@ -160,7 +206,10 @@ impl Series {
             points: r
                 .points
                 .iter()
-                .filter_map(|p| Stat::of(p.size, &p.samples, p.delivered))
+                .filter_map(|p| match r.spec.measure {
+                    Measure::Bandwidth { .. } => Stat::of_rates(p.size, &p.samples, p.delivered),
+                    _ => Stat::of(p.size, &p.samples, p.delivered),
+                })
                 .collect(),
         }
     }
@@ -180,6 +229,14 @@ impl Series {
             .iter()
             .find(|p| p.size == size)
             .map(|p| p.median)
+    }
+
+    /// The single operations' spread at `size`, if the harness timed each.
+    pub fn spread_at(&self, size: usize) -> Option<Spread> {
+        self.points
+            .iter()
+            .find(|p| p.size == size)
+            .and_then(|p| p.spread)
     }
 
     /// For a bandwidth series: the bandwidth at the largest size, and n_1/2 of the Hockney
@@ -625,6 +682,24 @@ pub fn named_once(label: &str, error: &str) -> String {
     format!("{prefix}{}", parts.join("; "))
 }
 
+/// A spread's cell: "best / median / p90" in the unit `unit` formats (of rates: the
+/// highest, the median and the slow tail), or "-" when the operations were not timed
+/// one by one.
+pub fn spread_cell(s: Option<Spread>, unit: fn(f64) -> String) -> String {
+    match s.filter(Spread::is_measured) {
+        Some(s) => format!("{} / {} / {}", unit(s.best), unit(s.median), unit(s.p90)),
+        None => "-".into(),
+    }
+}
+
+/// The note every table of spreads carries: how to read its cells.
+pub const SPREAD_NOTE: &str = "Each cell: the best, the median and the 90th percentile of \
+     the single operations, the slowest process's where there are several (of rates: the \
+     highest, the median and the rate 90 % of the operations reach; of fewer than ten \
+     operations, the p90 is the worst). A median far from the best says most operations \
+     are slow, a p90 far from the median that a few are; the other tables and the targets \
+     take the medians.";
+
 /// Formats seconds as microseconds.
 pub fn us(x: f64) -> String {
     format!("{:.2}", x * 1e6)
@@ -751,6 +826,44 @@ mod tests {
         assert_eq!(time_label(1e-4), "100 us");
         assert_eq!(rate_label(1.25e10), "12.5 GB/s");
         assert_eq!(rate_label(5e8), "500 MB/s");
+        let sp = Spread {
+            best: 1e-6,
+            median: 1.5e-6,
+            p90: 4e-6,
+        };
+        assert_eq!(spread_cell(Some(sp), us), "1.00 / 1.50 / 4.00");
+        assert_eq!(spread_cell(None, us), "-");
+        assert_eq!(spread_cell(Some(Spread::default()), us), "-");
+    }
+
+    #[test]
+    fn a_spread_table_shows_only_series_timed_one_by_one() {
+        let timed = Series {
+            label: "timed".into(),
+            group: Group::Bulkwire,
+            points: vec![Stat::of(8, &[3e-6, 1e-6, 2e-6], None).unwrap()],
+        };
+        let once = Series {
+            label: "one figure".into(),
+            group: Group::Bulkwire,
+            points: vec![Stat::single(8, 1, 1e-6)],
+        };
+        let rates = Series {
+            label: "rates".into(),
+            group: Group::Bulkwire,
+            points: vec![Stat::of_rates(8, &[3e9, 1e9, 2e9], None).unwrap()],
+        };
+        let t = Table::spreads_by_size("t", &[timed, once], &[8, 16], us, SPREAD_NOTE);
+        assert_eq!(
+            t.rows,
+            vec![vec![
+                "timed".to_string(),
+                "1.00 / 2.00 / 3.00".into(),
+                "-".into()
+            ]]
+        );
+        let r = Table::spreads_by_size("r", &[rates], &[8], gbs, "");
+        assert_eq!(r.rows[0][1], "3.000 / 2.000 / 1.000");
     }
 
     #[test]

@@ -48,6 +48,8 @@ impl Summary {
 /// How single timed operations spread (seconds, like every time the harnesses report):
 /// the best, the median and the 90th percentile. A mean over a batch hides whether most
 /// operations took the best time and a few took far longer, or all took about the mean.
+/// Of rates (bytes per second, [`Spread::of_rates`]) the best is the highest and the p90
+/// the rate that 90 % of the operations reach: the slow tail either way.
 #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Spread {
     pub best: f64,
@@ -59,6 +61,24 @@ impl Spread {
     /// The spread of a sample (none when it is empty).
     pub fn of(xs: &[f64]) -> Option<Spread> {
         (!xs.is_empty()).then(|| Spread::from(Summary::of(xs)))
+    }
+
+    /// The spread of rates, where higher is better: the best is the highest, the p90 the
+    /// rate of the operation at the 90th percentile of their times (none when empty).
+    pub fn of_rates(xs: &[f64]) -> Option<Spread> {
+        // The same nearest ranks as for times, counted from the fast end.
+        let neg: Vec<f64> = xs.iter().map(|x| -x).collect();
+        Spread::of(&neg).map(|s| s.scaled(-1.0))
+    }
+
+    /// A spread of times per operation as the rates of `bytes` per operation: the best
+    /// time gives the best (highest) rate, the p90 time the p90 rate.
+    pub fn as_rates(self, bytes: f64) -> Spread {
+        Spread {
+            best: bytes / self.best,
+            median: bytes / self.median,
+            p90: bytes / self.p90,
+        }
     }
 
     /// Whether it holds a measurement (every figure finite, the best above zero).
@@ -200,6 +220,12 @@ mod tests {
         assert_eq!((sp.best, sp.median, sp.p90), (1.0, 5.5, 9.0));
         assert!(sp.is_measured() && !Spread::default().is_measured());
         assert!(Spread::of(&[]).is_none());
+        // Rates: the best is the highest, the p90 the slow tail.
+        let r = Spread::of_rates(&ten).unwrap();
+        assert_eq!((r.best, r.median, r.p90), (10.0, 5.5, 2.0));
+        assert!(r.is_measured() && Spread::of_rates(&[]).is_none());
+        let t = Spread::of(&[1.0, 2.0, 4.0]).unwrap().as_rates(8.0);
+        assert_eq!((t.best, t.median, t.p90), (8.0, 4.0, 2.0));
     }
 
     #[test]

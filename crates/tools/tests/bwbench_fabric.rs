@@ -89,7 +89,7 @@ fn smoke_run_on_a_switch_writes_drops_and_cpu_use_and_cleans_up() {
         .map(|t| t["title"].as_str().unwrap())
         .collect();
     assert!(titles[0].starts_with("Total exchange of 60 KB per pair at 4 hosts, 100 Mb/s"));
-    assert_eq!(titles.len(), 9, "{titles:?}");
+    assert_eq!(titles.len(), 10, "{titles:?}");
     assert!(titles[3].starts_with("Incast: 3 senders"), "{titles:?}");
     assert!(titles[4].starts_with("Two-to-one"), "{titles:?}");
     // Two senders of 256 KiB into one 100 Mb/s port: no faster than 512 KiB on its wire
@@ -120,7 +120,21 @@ fn smoke_run_on_a_switch_writes_drops_and_cpu_use_and_cleans_up() {
     {
         assert!(titles[5 + i].starts_with(t), "{titles:?}");
     }
-    for t in tables {
+    // The last table: every row's single supersteps or calls, best / median / p90, each
+    // cell in that order (the two-host streams' rates from the highest down).
+    assert!(
+        titles[9].starts_with("Single supersteps and calls"),
+        "{titles:?}"
+    );
+    let spreads = tables[9]["rows"].as_array().unwrap();
+    assert!(!spreads.is_empty());
+    for r in spreads {
+        let cell = r[2].as_str().unwrap();
+        let x: Vec<f64> = cell.split(" / ").map(|v| v.parse().unwrap()).collect();
+        let ordered = x[0] <= x[1] && x[1] <= x[2] || x[0] >= x[1] && x[1] >= x[2];
+        assert!(x.len() == 3 && x[0] > 0.0 && ordered, "{r:?}");
+    }
+    for t in &tables[..9] {
         let header: Vec<&str> = t["header"]
             .as_array()
             .unwrap()

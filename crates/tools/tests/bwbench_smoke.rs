@@ -186,6 +186,46 @@ fn smoke_suite_writes_a_complete_report() {
             .collect();
         assert!(x[0] > 0.0 && x[0] <= x[1] && x[1] <= x[2], "{r:?}");
     }
+    // Every section that times single operations shows their best / median / p90, in a
+    // table of its own or in a column, each cell in that order (the BSP section's table
+    // is checked above; scale's figures are means in virtual time).
+    for s in sections {
+        let name = s["name"].as_str().unwrap();
+        if name == "bsp" || name == "scale" {
+            continue;
+        }
+        let cells: Vec<String> = s["tables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|t| {
+                let header = t["header"].as_array().unwrap();
+                let whole = t["title"].as_str().unwrap().contains("best / median / p90");
+                let cols: Vec<usize> = (0..header.len())
+                    .filter(|&i| {
+                        whole && i > 0 || header[i].as_str().unwrap().contains("best / median")
+                    })
+                    .collect();
+                t["rows"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .flat_map(move |r| {
+                        cols.iter()
+                            .map(|&i| r[i].as_str().unwrap().to_string())
+                            .collect::<Vec<_>>()
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .filter(|c| c.matches(" / ").count() == 2)
+            .collect();
+        assert!(!cells.is_empty(), "{name}: no best / median / p90");
+        for c in &cells {
+            let x: Vec<f64> = c.split(" / ").map(|v| v.parse().unwrap()).collect();
+            let ordered = x[0] <= x[1] && x[1] <= x[2] || x[0] >= x[1] && x[1] >= x[2];
+            assert!(x[0] > 0.0 && ordered, "{name}: {c}");
+        }
+    }
     let mut all = Vec::new();
     figures(&json, "", &mut all);
     assert!(all.len() > 50, "only {} figures", all.len());

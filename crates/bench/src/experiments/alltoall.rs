@@ -7,10 +7,11 @@ use crate::group::{GroupResult, GroupSpec, Schedule};
 use crate::mpi::{MpiJob, MpiNet};
 use crate::plan::{Done, Job, Plan};
 use crate::section::{
-    Axis, Baseline, Chart, Finding, Group, Scale, Section, Series, Stat, Table, short_mpi,
+    Axis, Baseline, Chart, Finding, Group, SPREAD_NOTE, Scale, Section, Series, Stat, Table,
+    short_mpi,
 };
 use crate::stack::{Protocol, Transport};
-use crate::stats::Summary;
+use crate::stats::{Spread, Summary};
 use crate::suite::Suite;
 
 pub struct Alltoall;
@@ -169,6 +170,7 @@ impl Experiment for Alltoall {
                             std_dev: 0.0,
                             median: bw(m.median),
                             delivered: None,
+                            spread: m.steps.map(|x| x.as_rates(bw(1.0))),
                         });
                     }
                     sec.mpi.extend_from_slice(v);
@@ -181,8 +183,9 @@ impl Experiment for Alltoall {
             }
         }
         let host = host_table(&sec, &p);
+        let spreads = spread_table(&sec, &p);
         let (sim_series, sim) = simulated(&mut sec, done, &p);
-        sec.tables = vec![host, sim];
+        sec.tables = vec![host, spreads, sim];
         sec.charts.push(Chart {
             file: "alltoall.svg".into(),
             title: "All-to-all: per-process bandwidth against p (60 KiB messages)".into(),
@@ -229,6 +232,26 @@ fn host_table(sec: &Section, p: &Params) -> Table {
         }
         t.rows.push(row);
     }
+    t
+}
+
+/// The rounds' per-process bandwidth on this host, best / median / p90, per p.
+fn spread_table(sec: &Section, p: &Params) -> Table {
+    let procs: Vec<usize> = p.procs.iter().map(|&n| n as usize).collect();
+    let mut t = Table::spreads_by_size(
+        "All-to-all on this host: per-process bandwidth of single rounds, best / median / \
+         p90 (MB/s)",
+        &sec.series,
+        &procs,
+        |x| format!("{:.0}", x / 1e6),
+        format!(
+            "{SPREAD_NOTE} A round: every process sends 60 KiB to every other, the slowest \
+             process timed; MPI: one MPI_Alltoall call."
+        ),
+    );
+    t.header = std::iter::once("stack".to_string())
+        .chain(p.procs.iter().map(|n| format!("p={n}")))
+        .collect();
     t
 }
 
@@ -302,6 +325,7 @@ fn group_stat(r: &GroupResult) -> Option<Stat> {
         std_dev: 0.0,
         median: r.per_process_bandwidth(),
         delivered: None,
+        spread: Some(Spread::from(s).as_rates(per(1.0))),
     })
 }
 

@@ -10,8 +10,8 @@ use crate::pair::{Measure, PairSpec, window_for};
 use crate::plan::{Done, Job, Outcome, Plan};
 use crate::rounds::Rounds;
 use crate::section::{
-    Axis, Baseline, Chart, Finding, Group, Scale, Section, Series, Table, Target, gbs, in_gbs,
-    ratio, size_label, us,
+    Axis, Baseline, Chart, Finding, Group, SPREAD_NOTE, Scale, Section, Series, Table, Target, gbs,
+    in_gbs, ratio, size_label, us,
 };
 use crate::stack::{Faults, Protocol, RawLink, Stack, Transport};
 use crate::stats::hockney;
@@ -158,8 +158,20 @@ impl Experiment for Bandwidth {
                 Tag::UdpTarget | Tag::LossTarget | Tag::ShmTarget => {}
             }
         }
+        let spreads = Table::spreads_by_size(
+            "Streaming bandwidth of single repetitions per size: best / median / p90 (GB/s)",
+            &sec.series,
+            &p.sizes,
+            gbs,
+            format!(
+                "{SPREAD_NOTE} A repetition: one window of messages and its acknowledgement \
+                 ({} per size).",
+                p.reps
+            ),
+        );
         sec.tables = vec![
             per_size_table(&sec, &p),
+            spreads,
             hockney_table(&sec),
             utopia_share_table(&sec, &p),
         ];

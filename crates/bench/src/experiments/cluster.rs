@@ -28,9 +28,12 @@ use crate::jobs::Across;
 use crate::mpi::{MpiAcross, MpiJob, MpiNet, MpiPoint};
 use crate::pair::{self, Measure, PairResult, PairSpec, window_for};
 use crate::plan::{Done, Job, Outcome, OwnJob, Plan};
-use crate::section::{Section, Table, Target, gbs, in_gbs, in_us, ratio, short_mpi, us};
+use crate::section::{
+    SPREAD_NOTE, Section, Table, Target, gbs, in_gbs, in_us, ratio, short_mpi, size_label,
+    spread_cell, us,
+};
 use crate::stack::{CollAlgo, Faults, Protocol, RawLink, Stack, Transport};
-use crate::stats::Summary;
+use crate::stats::{Spread, Summary};
 use crate::suite::Suite;
 
 pub struct Cluster;
@@ -236,9 +239,18 @@ impl Experiment for Cluster {
             sec.tables.push(path_table(info));
         }
         for mtu in MTUS {
-            pair_tables(&mut sec, &p, done, mtu);
-            bsp_table(&mut sec, done, mtu);
-            coll_table(&mut sec, done, mtu);
+            let mut sp = Table::new(
+                format!("Single operations at MTU {mtu}: best / median / p90"),
+                &["figure", "stack", "best / median / p90"],
+                format!(
+                    "{SPREAD_NOTE} The operations of this MTU's tables above; streaming: \
+                     every repetition, complete or not."
+                ),
+            );
+            pair_tables(&mut sec, &p, done, mtu, &mut sp);
+            bsp_table(&mut sec, done, mtu, &mut sp);
+            coll_table(&mut sec, done, mtu, &mut sp);
+            sec.tables.push(sp);
         }
         for d in done {
             if let Tag::Target(goal) = d.tag {
@@ -760,7 +772,7 @@ fn row(label: &str, xs: &[f64], base: Option<&[f64]>, unit: fn(f64) -> String) -
 }
 
 /// Latency and bandwidth per stack at `mtu`, and Open MPI's.
-fn pair_tables(sec: &mut Section, p: &Params, done: &[Done<Tag>], mtu: u32) {
+fn pair_tables(sec: &mut Section, p: &Params, done: &[Done<Tag>], mtu: u32, sp: &mut Table) {
     let mpi_lat = mpi_medians(done, mtu, "latency");
     let mpi_bw = mpi_medians(done, mtu, "bandwidth");
     let mut lat = Table::by_size(
@@ -799,6 +811,10 @@ fn pair_tables(sec: &mut Section, p: &Params, done: &[Done<Tag>], mtu: u32) {
                     .collect();
                 lat.rows
                     .push(row(&stack.label(), &med, mpi_lat.as_deref(), us));
+                for x in &r.points {
+                    let what = format!("half round trip {} (us)", size_label(x.size));
+                    spread_row(sp, &what, &stack.label(), Spread::of(&x.samples), us);
+                }
             }
             Kind::Bandwidth => {
                 let best: Vec<f64> = r
@@ -813,6 +829,10 @@ fn pair_tables(sec: &mut Section, p: &Params, done: &[Done<Tag>], mtu: u32) {
                     stack.label()
                 };
                 bw.rows.push(row(&label, &best, mpi_bw.as_deref(), gbs));
+                for x in &r.points {
+                    let what = format!("streaming {} (GB/s)", size_label(x.size));
+                    spread_row(sp, &what, &label, Spread::of_rates(&x.samples), gbs);
+                }
             }
         }
         sec.results.push(r.clone());
@@ -824,6 +844,17 @@ fn pair_tables(sec: &mut Section, p: &Params, done: &[Done<Tag>], mtu: u32) {
     if let Some(m) = &mpi_bw {
         bw.rows
             .push(row("Open MPI over TCP", m, mpi_bw.as_deref(), gbs));
+    }
+    for (kind, what, unit) in [
+        ("latency", "half round trip", us as fn(f64) -> String),
+        ("bandwidth", "streaming", gbs),
+    ] {
+        let v = find(done, Tag::Mpi { mtu, kind }).and_then(|d| d.own::<Vec<MpiPoint>>());
+        for x in v.into_iter().flatten() {
+            let unit_name = if kind == "latency" { "us" } else { "GB/s" };
+            let what = format!("{what} {} ({unit_name})", size_label(x.size));
+            spread_row(sp, &what, "Open MPI over TCP", x.steps, unit);
+        }
     }
     for d in done {
         let m = match d.tag {
@@ -871,7 +902,7 @@ fn recovery(r: &PairResult) -> String {
 }
 
 /// The BSP parameters at p = 2 beside MPI_Barrier.
-fn bsp_table(sec: &mut Section, done: &[Done<Tag>], mtu: u32) {
+fn bsp_table(sec: &mut Section, done: &[Done<Tag>], mtu: u32, sp: &mut Table) {
     let mut t = Table::new(
         format!("BSP at p = 2, MTU {mtu} (us)"),
         &[
@@ -895,13 +926,20 @@ fn bsp_table(sec: &mut Section, done: &[Done<Tag>], mtu: u32) {
             format!("{:.2} ({})", r.empty_us, ratio(r.empty_us * 1e-6, barrier)),
             us(barrier),
         ]);
+        let stack = "bulkwire BSP (holefill/udp)";
+        spread_row(sp, "empty superstep (us)", stack, r.empty_steps, us);
+        spread_row(sp, "total exchange (us)", stack, r.exchange_steps, us);
         sec.bsp.push((format!("MTU {mtu}"), r.clone()));
+    }
+    let barrier = find(done, Tag::Barrier { mtu }).and_then(|d| d.own::<Vec<MpiPoint>>());
+    if let Some(x) = barrier.and_then(|v| v.first()) {
+        spread_row(sp, "MPI_Barrier (us)", "Open MPI over TCP", x.steps, us);
     }
     sec.tables.push(t);
 }
 
 /// The collectives at p = 2 beside Open MPI's.
-fn coll_table(sec: &mut Section, done: &[Done<Tag>], mtu: u32) {
+fn coll_table(sec: &mut Section, done: &[Done<Tag>], mtu: u32, sp: &mut Table) {
     let mut t = Table::by_size(
         format!(
             "Collectives at p = 2, MTU {mtu}: median latency (us), and ratio to Open MPI over TCP"
@@ -926,10 +964,28 @@ fn coll_table(sec: &mut Section, done: &[Done<Tag>], mtu: u32) {
                 .collect();
             let base = mpi_medians(done, mtu, k);
             t.rows.push(row(k, &med, base.as_deref(), us));
+            let theirs =
+                find(done, Tag::Mpi { mtu, kind: k }).and_then(|d| d.own::<Vec<MpiPoint>>());
+            for (i, &n) in COLL_SIZES.iter().enumerate() {
+                let what = format!("{k} {} (us)", size_label(n));
+                let ours = r.points.iter().find(|p| p.kind == k && p.size == n);
+                let ours = ours.and_then(|p| Spread::of(&p.seconds));
+                spread_row(sp, &what, "bulkwire (holefill/udp)", ours, us);
+                let x = theirs.and_then(|v| v.get(i)).and_then(|x| x.steps);
+                spread_row(sp, &what, "Open MPI over TCP", x, us);
+            }
         }
         sec.colls.push((format!("MTU {mtu}"), r.clone()));
     }
     sec.tables.push(t);
+}
+
+/// A row of a table of single operations' spreads, when there is a spread.
+fn spread_row(sp: &mut Table, what: &str, stack: &str, s: Option<Spread>, unit: fn(f64) -> String) {
+    if s.is_some_and(|s| s.is_measured()) {
+        sp.rows
+            .push(vec![what.into(), stack.into(), spread_cell(s, unit)]);
+    }
 }
 
 /// The report's network line, `here` being this host's: where the cluster section ran,
@@ -1031,7 +1087,11 @@ mod tests {
                 max: median,
                 std_dev: 0.0,
                 median,
-                steps: None,
+                steps: Some(Spread {
+                    best: median / 2.0,
+                    median,
+                    p90: median * 2.0,
+                }),
             })
             .collect()
     }
@@ -1172,10 +1232,11 @@ mod tests {
         let plan = plan_runs(&s, Ok("Open MPI 4.1.4".into()));
         let sec = Cluster.report(&s, &done(plan, &p));
         let titles: Vec<&str> = sec.tables.iter().map(|t| t.title.as_str()).collect();
-        assert_eq!(titles.len(), 1 + 4 * MTUS.len(), "{titles:?}");
+        assert_eq!(titles.len(), 1 + 5 * MTUS.len(), "{titles:?}");
         assert_eq!(titles[0], "The path");
         assert!(titles[1].starts_with("Median half round trip at MTU 1500"));
-        assert!(titles[5].starts_with("Median half round trip at MTU 9000"));
+        assert!(titles[5].starts_with("Single operations at MTU 1500"));
+        assert!(titles[6].starts_with("Median half round trip at MTU 9000"));
         for t in &sec.tables {
             assert!(t.rows.iter().all(|r| r.len() == t.header.len()), "{t:?}");
         }
@@ -1195,7 +1256,23 @@ mod tests {
             bw.note
         );
         // At MTU 9000 the figures are 6 times those at 1500.
-        assert_eq!(sec.tables[5].rows[0][1], "18.00 (3.00x)");
+        assert_eq!(sec.tables[6].rows[0][1], "18.00 (3.00x)");
+        // The single operations: ping-pongs of 2, 3 and 4 us; repetitions of 1, 2 and 4
+        // GB/s, the best the highest; MPI's from its harness.
+        let sp = &sec.tables[5];
+        assert_eq!(
+            sp.rows[0],
+            ["half round trip 8 B (us)", "raw UDP", "2.00 / 3.00 / 4.00"]
+        );
+        assert!(
+            sp.rows
+                .iter()
+                .any(|r| r[0].starts_with("streaming") && r[2] == "4.000 / 2.000 / 1.000"),
+            "{sp:?}"
+        );
+        assert!(sp.rows.iter().any(|r| r[0] == "MPI_Barrier (us)"
+            && r[1] == "Open MPI over TCP"
+            && r[2] == "2.50 / 5.00 / 10.00"));
         // BSP: the empty superstep 3 us against MPI_Barrier's 5.
         assert_eq!(sec.tables[3].rows[0][3], "3.00 (0.60x)");
         assert_eq!(sec.tables[4].rows.len(), KINDS.len());

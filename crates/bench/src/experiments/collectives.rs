@@ -10,10 +10,11 @@ use crate::mpi::{MpiJob, MpiNet};
 use crate::plan::{Done, Job, Outcome, Plan, Round};
 use crate::rounds::Rounds;
 use crate::section::{
-    Axis, Baseline, Chart, Finding, Group, Scale, Section, Series, Stat, Table, Target, ratio,
-    size_label, us,
+    Axis, Baseline, Chart, Finding, Group, SPREAD_NOTE, Scale, Section, Series, Stat, Table,
+    Target, ratio, size_label, spread_cell, us,
 };
 use crate::stack::{CollAlgo, Protocol, Stack, Transport};
+use crate::stats::Spread;
 use crate::suite::{Level, Suite};
 
 pub struct Collectives;
@@ -254,9 +255,15 @@ impl Experiment for Collectives {
                 .find(|r| r.0 == stack && r.1 == n && r.2 == k)
                 .and_then(|r| r.3.at(size))
         };
+        let spread = |stack: &str, n: u32, k: &str, size: usize| {
+            rows.iter()
+                .find(|r| r.0 == stack && r.1 == n && r.2 == k)
+                .and_then(|r| r.3.spread_at(size))
+        };
         for &n in &p.procs {
             sec.tables
                 .push(table(&p, n, &columns, mpi_name.as_deref(), &find));
+            sec.tables.push(spread_table(&p, n, &columns, &spread));
         }
         for d in done {
             match d.tag {
@@ -344,6 +351,36 @@ fn table(p: &Params, n: u32, columns: &[String], mpi: Option<&str>, find: &Find<
     }
     t
 }
+
+/// The single calls of [`table`]'s cells at p = `n`: best / median / p90.
+fn spread_table(p: &Params, n: u32, columns: &[String], spread: &SpreadOf<'_>) -> Table {
+    let mut header = vec!["collective".to_string(), "size".to_string()];
+    header.extend(columns.iter().cloned());
+    let mut t = Table {
+        title: format!("Single calls at p = {n}: best / median / p90 (us)"),
+        header,
+        rows: Vec::new(),
+        note: format!(
+            "{SPREAD_NOTE} The calls of the table above ({} per cell), each the slowest \
+             process's time.",
+            p.iters
+        ),
+    };
+    for &k in &p.kinds {
+        for &size in &p.sizes {
+            let mut row = vec![k.to_string(), size_label(size)];
+            row.extend(
+                columns
+                    .iter()
+                    .map(|c| spread_cell(spread(c, n, k, size), us)),
+            );
+            t.rows.push(row);
+        }
+    }
+    t
+}
+
+type SpreadOf<'a> = dyn Fn(&str, u32, &str, usize) -> Option<Spread> + 'a;
 
 /// Median seconds per call by (collective, size), over one side's jobs of a round.
 fn medians(side: &[Outcome]) -> Vec<((String, usize), f64)> {

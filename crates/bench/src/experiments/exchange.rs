@@ -5,9 +5,9 @@
 use super::Experiment;
 use crate::group::{GroupSpec, Schedule};
 use crate::plan::{Done, Job, Plan};
-use crate::section::{Section, Table, ratio, us};
+use crate::section::{SPREAD_NOTE, Section, Table, ratio, spread_cell, us};
 use crate::stack::{Protocol, Transport};
-use crate::stats::Summary;
+use crate::stats::{Spread, Summary};
 use crate::suite::Suite;
 
 pub struct Exchange;
@@ -109,38 +109,64 @@ impl Experiment for Exchange {
              paper. On one host there is no switch to congest, so the factor is small; the \
              simulated network has one (virtual time).",
         );
-        let median = |xs: &[f64]| (!xs.is_empty()).then(|| Summary::of(xs).median);
+        let mut spreads = Table::new(
+            "Single total exchanges: best / median / p90 (us)",
+            &["where", "message", "latin square", "pid order"],
+            format!(
+                "{SPREAD_NOTE} The exchanges of the table above; on the simulated switch, \
+                 in virtual time."
+            ),
+        );
+        let mut add =
+            |place: String, name: &str, latin: Option<Vec<f64>>, pid: Option<Vec<f64>>| {
+                let median = |xs: &Option<Vec<f64>>| {
+                    xs.as_ref()
+                        .filter(|v| !v.is_empty())
+                        .map(|v| Summary::of(v).median)
+                };
+                t.rows
+                    .push(row(place.clone(), name, median(&latin), median(&pid)));
+                let cell =
+                    |xs: &Option<Vec<f64>>| spread_cell(xs.as_deref().and_then(Spread::of), us);
+                spreads
+                    .rows
+                    .push(vec![place, name.into(), cell(&latin), cell(&pid)]);
+            };
         for (i, (name, _)) in MESSAGES.iter().enumerate() {
-            let mut time = |schedule| {
+            let time = |schedule| {
                 let d = done.iter().find(|d| {
                     matches!(d.tag, Tag::Host { message, schedule: s } if message == i && s == schedule)
                 })?;
-                let r = d.group()?;
-                sec.groups.push(r.clone());
-                median(&r.seconds)
+                d.group()
             };
             let (latin, pid) = (time(Schedule::Latin), time(Schedule::PidOrder));
-            t.rows
-                .push(row(format!("this host, p={}", p.p), name, latin, pid));
+            sec.groups
+                .extend([latin, pid].into_iter().flatten().cloned());
+            add(
+                format!("this host, p={}", p.p),
+                name,
+                latin.map(|r| r.seconds.clone()),
+                pid.map(|r| r.seconds.clone()),
+            );
         }
         for (i, (name, _)) in MESSAGES.iter().enumerate() {
-            let mut time = |schedule| {
+            let time = |schedule| {
                 let d = done.iter().find(|d| {
                     matches!(d.tag, Tag::Sim { message, schedule: s } if message == i && s == schedule)
                 })?;
-                let r = d.sim()?;
-                sec.simulated.push(r.clone());
-                median(&r.seconds)
+                d.sim()
             };
             let (latin, pid) = (time(Schedule::Latin), time(Schedule::PidOrder));
-            t.rows.push(row(
+            sec.simulated
+                .extend([latin, pid].into_iter().flatten().cloned());
+            add(
                 format!("simulated switch, p={}", p.sim_p),
                 name,
-                latin,
-                pid,
-            ));
+                latin.map(|r| r.seconds.clone()),
+                pid.map(|r| r.seconds.clone()),
+            );
         }
-        sec.tables = vec![t];
+        sec.tables = vec![t, spreads];
         sec
     }
 }

@@ -40,9 +40,9 @@ use crate::jobs::Across;
 use crate::mpi::{MpiAcross, MpiPoint};
 use crate::pair::{self, Measure, PairResult, PairSpec, window_for};
 use crate::plan::{Done, Job, OwnJob, Plan};
-use crate::section::{Section, Table, short_mpi, size_label};
+use crate::section::{SPREAD_NOTE, Section, Table, gbs, short_mpi, size_label, spread_cell, us};
 use crate::stack::{CollAlgo, Faults, Protocol, RawLink, Stack, Transport};
-use crate::stats::Summary;
+use crate::stats::{Spread, Summary};
 use crate::suite::Suite;
 use crate::xchg::{self, XchgResult, XchgSpec};
 
@@ -134,6 +134,9 @@ pub struct FabRun {
     /// Two-host rows, per size: the median half round trip in seconds, or the best
     /// streaming rate in bytes per second (empty for the other rows).
     pub points: Vec<f64>,
+    /// The single supersteps' or calls' best, median and 90th percentile (two-host rows:
+    /// the first size's operations).
+    pub steps: Option<Spread>,
 }
 
 /// The level's sizes of things.
@@ -431,6 +434,10 @@ impl Experiment for FabricExperiment {
                 sec.tables.push(t);
             }
         }
+        let t = spread_table(&p, mpi.as_deref(), done);
+        if !t.rows.is_empty() {
+            sec.tables.push(t);
+        }
         sec
     }
 }
@@ -526,7 +533,7 @@ fn job(row: Row, mbit: u64, p: &Params) -> Job {
         let spec = FabricSpec::shaped(row.hosts, MTU, mbit * MBIT, DEFAULT_BUFFER);
         let fab = Fabric::new(spec).map_err(|e| format!("no fabric ({e})"))?;
         let (ports0, cpu0) = (fab.ports()?, CpuTimes::read());
-        let (median, worst, points) = run_row(s, &fab, &row, warmup, steps, &two)?;
+        let (median, worst, points, spread) = run_row(s, &fab, &row, warmup, steps, &two)?;
         let cpu = CpuTimes::read().since(&cpu0);
         let ports = fab.ports()?;
         let switch = PortCounters::sum(
@@ -547,6 +554,7 @@ fn job(row: Row, mbit: u64, p: &Params) -> Job {
             host_drops,
             cpu,
             points,
+            steps: spread,
         })
     }))
 }
@@ -606,8 +614,8 @@ fn pair_points(r: &PairResult, stream: bool) -> Vec<f64> {
         .collect()
 }
 
-/// Runs `row` on `fab`: the median and worst superstep (or call), in seconds, and the
-/// two-host rows' figures per size.
+/// Runs `row` on `fab`: the median and worst superstep (or call), in seconds, the
+/// two-host rows' figures per size, and the single operations' spread.
 fn run_row(
     s: &Suite,
     fab: &Fabric,
@@ -615,8 +623,9 @@ fn run_row(
     warmup: usize,
     steps: usize,
     two: &Two,
-) -> Result<(f64, f64, Vec<f64>), String> {
+) -> Result<(f64, f64, Vec<f64>, Option<Spread>), String> {
     let n = row.hosts as u32;
+    let spread;
     let (median, worst) = match &row.what {
         What::Pair { stack, stream } => {
             let spec = PairSpec {
@@ -627,7 +636,13 @@ fn run_row(
             let r = pair::run_on(s.exe(), &spec, PAIR_TIMEOUT, Some(&across(s, fab)))?;
             let v = pair_points(&r, *stream);
             let first = v.first().copied().unwrap_or(f64::NAN);
-            return Ok((first, first, v));
+            let xs = r.points.first().map_or(&[][..], |p| &p.samples[..]);
+            let spread = if *stream {
+                Spread::of_rates(xs)
+            } else {
+                Spread::of(xs)
+            };
+            return Ok((first, first, v, spread));
         }
         What::Contend {
             protocol: Some(protocol),
@@ -641,6 +656,7 @@ fn run_row(
             let over = Transport::udp(*protocol);
             let r: XchgResult =
                 xchg::run_on(s.exe(), n, &spec, over, &[], TIMEOUT, Some(&across(s, fab)))?;
+            spread = Spread::of(&r.seconds);
             (r.median(), r.worst())
         }
         What::Contend { protocol: None } => {
@@ -651,6 +667,7 @@ fn run_row(
             // Open MPI's TCP set-up between namespaces fails now and then: one more try.
             let v: Vec<MpiPoint> = run().or_else(|_| run())?;
             let pt = v.first().ok_or("no result")?;
+            spread = pt.steps;
             (pt.median, pt.max)
         }
         What::MpiPair { stream } => {
@@ -664,9 +681,10 @@ fn run_row(
             let run = || m.run_across(kind, 2, w, k, window, sizes, PAIR_TIMEOUT, &a);
             // Open MPI's TCP set-up between namespaces fails now and then: one more try.
             let v: Vec<MpiPoint> = run().or_else(|_| run())?;
+            let spread = v.first().and_then(|p| p.steps);
             let v: Vec<f64> = v.iter().map(|p| p.median).collect();
             let first = v.first().copied().unwrap_or(f64::NAN);
-            return Ok((first, first, v));
+            return Ok((first, first, v, spread));
         }
 
         What::Bsp {
@@ -684,6 +702,7 @@ fn run_row(
             let over = Transport::udp(*protocol);
             let r: XchgResult =
                 xchg::run_on(s.exe(), n, &spec, over, env, limit, Some(&across(s, fab)))?;
+            spread = Spread::of(&r.seconds);
             (r.median(), r.worst())
         }
         What::Coll { kind } => {
@@ -701,6 +720,7 @@ fn run_row(
                 coll::run_with(s.exe(), n, &spec, TIMEOUT, Some(&across(s, fab)), &[])?;
             let pt = r.points.first().ok_or("no result")?;
             let worst = pt.seconds.iter().copied().fold(f64::NAN, f64::max);
+            spread = Spread::of(&pt.seconds);
             (pt.summary().median, worst)
         }
         What::Mpi { kind } => {
@@ -710,10 +730,46 @@ fn run_row(
             // Open MPI's TCP set-up between namespaces fails now and then: one more try.
             let v: Vec<MpiPoint> = run().or_else(|_| run())?;
             let pt = v.first().ok_or("no result")?;
+            spread = pt.steps;
             (pt.median, pt.max)
         }
     };
-    Ok((median, worst, Vec::new()))
+    Ok((median, worst, Vec::new(), spread))
+}
+
+/// Every row's single supersteps or calls, best / median / p90, from its median round:
+/// one table for all parts, so that the parts' own tables keep their columns.
+fn spread_table(p: &Params, mpi: Option<&str>, done: &[Done<Tag>]) -> Table {
+    let mut t = Table::new(
+        "Single supersteps and calls: best / median / p90",
+        &["table", "row", "best / median / p90"],
+        format!(
+            "{SPREAD_NOTE} Of the round whose median the tables above show; two-host rows: \
+             the first size's ping-pongs (us) or repetitions (GB/s), the others in ms."
+        ),
+    );
+    for part in parts(p) {
+        let rows = rows(part, p, mpi);
+        let first = table(part, p, &rows, done).title;
+        for (i, r) in rows.iter().enumerate() {
+            let Some(f) = combine(&runs_of(done, part, i)) else {
+                continue;
+            };
+            let unit: fn(f64) -> String = match r.what {
+                What::Pair { stream: true, .. } | What::MpiPair { stream: true } => gbs,
+                What::Pair { .. } | What::MpiPair { .. } => us,
+                _ => ms,
+            };
+            if f.steps.is_some_and(|s| s.is_measured()) {
+                t.rows.push(vec![
+                    first.clone(),
+                    r.label.clone(),
+                    spread_cell(f.steps, unit),
+                ]);
+            }
+        }
+    }
+    t
 }
 
 /// One rank on each host; the launcher in the first host, the others' ranks through
@@ -1231,6 +1287,7 @@ mod tests {
                             drops: 10,
                         },
                         host_drops: 0,
+                        steps: None,
                         cpu: CpuUse {
                             busy: 0.9,
                             steal: 0.0,

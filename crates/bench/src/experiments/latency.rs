@@ -8,8 +8,8 @@ use crate::pair::{Measure, PairResult};
 use crate::plan::{Done, Job, Outcome, Plan};
 use crate::rounds::Rounds;
 use crate::section::{
-    Axis, Baseline, Chart, Finding, Scale, Section, Series, Table, Target, in_us, ratio,
-    size_label, us,
+    Axis, Baseline, Chart, Finding, SPREAD_NOTE, Scale, Section, Series, Table, Target, in_us,
+    ratio, size_label, us,
 };
 use crate::stack::{Protocol, RawLink, Stack, Transport};
 use crate::suite::Suite;
@@ -183,7 +183,22 @@ impl Experiment for Latency {
                 Tag::UdpTarget | Tag::ShmTarget => {}
             }
         }
-        sec.tables = vec![first_size_table(&sec, &p), per_size_table(&sec, &p)];
+        let spreads = Table::spreads_by_size(
+            "Single half round trips per size: best / median / p90 (us)",
+            &sec.series,
+            &p.sizes,
+            us,
+            format!(
+                "{SPREAD_NOTE} Each ping-pong of the tables above timed on its own ({} per \
+                 size), bulkwire's harness and MPI's alike.",
+                p.iters
+            ),
+        );
+        sec.tables = vec![
+            first_size_table(&sec, &p),
+            per_size_table(&sec, &p),
+            spreads,
+        ];
         sec.charts.push(Chart {
             file: "latency.svg".into(),
             title: "Half round trip against message size".into(),

@@ -11,10 +11,11 @@ use crate::pair::Measure;
 use crate::plan::{Done, Job, Outcome, Plan};
 use crate::rounds::Rounds;
 use crate::section::{
-    Baseline, Finding, Section, Series, Table, Target, gbs, in_gbs, short_mpi, size_label, us,
+    Baseline, Finding, Section, Series, Table, Target, gbs, in_gbs, short_mpi, size_label,
+    spread_cell, us,
 };
 use crate::stack::{CollAlgo, Protocol, RawLink, Stack, Transport};
-use crate::stats::{Summary, hockney};
+use crate::stats::{Spread, Summary, hockney};
 use crate::suite::Suite;
 
 pub struct Layers;
@@ -164,18 +165,26 @@ impl Experiment for Layers {
             let lat_v = lat
                 .and_then(|r| r.points.first())
                 .and_then(|x| median(&x.samples));
+            let lat_s = lat
+                .and_then(|r| r.points.first())
+                .and_then(|x| Spread::of(&x.samples));
             let bw_v = bw.map(|r| Series::from_pair(r).throughput_and_n_half());
             for r in [lat, bw].into_iter().flatten() {
                 sec.series.push(Series::from_pair(r));
                 sec.results.push(r.clone());
             }
-            row(&mut t, name.to_string(), lat_v, bw_v);
+            row(&mut t, name.to_string(), (lat_v, lat_s), bw_v);
         }
         if let Some(r) = find(done, |t| matches!(t, Tag::Bsp)).and_then(|d| d.bsp()) {
             // Latency = l + g (one word), r_inf = 8 / g, N/2 = 8 l / g bytes.
             let bw = (r.g_us > 0.0).then(|| (8e6 / r.g_us, 8.0 * r.l_us / r.g_us));
             let name = "BSP (holefill/UDP, p=2; one-word superstep)";
-            row(&mut t, name.into(), Some((r.l_us + r.g_us) * 1e-6), bw);
+            row(
+                &mut t,
+                name.into(),
+                (Some((r.l_us + r.g_us) * 1e-6), None),
+                bw,
+            );
             sec.bsp.push(("holefill/udp".into(), r.clone()));
         }
         for (i, (name, _)) in colls().iter().enumerate() {
@@ -193,10 +202,15 @@ impl Experiment for Layers {
             let top = med.last().map(|&(n, t)| n / t);
             let fit = med.get(1..).and_then(hockney);
             let lat = med.first().map(|m| m.1);
+            let spread = r
+                .points
+                .iter()
+                .find(|x| !x.seconds.is_empty())
+                .and_then(|x| Spread::of(&x.seconds));
             row(
                 &mut t,
                 name.to_string(),
-                lat,
+                (lat, spread),
                 top.map(|t| (t, fit.map_or(f64::NAN, |h| h.n_half))),
             );
             sec.colls.push((name.to_string(), r.clone()));
@@ -327,6 +341,9 @@ fn plan_target(plan: &mut Plan<Tag>, s: &Suite, p: &Params, name: &str) {
     plan.alternate(what, Tag::Target, s.target_rounds(), vec![base], vec![cand]);
 }
 
+/// A latency: the median, and the single operations' spread where the harness timed each.
+type Lat = (Option<f64>, Option<Spread>);
+
 fn find<T>(done: &[Done<T>], f: impl Fn(&T) -> bool) -> Option<&Done<T>> {
     done.iter().find(|d| f(&d.tag))
 }
@@ -357,12 +374,14 @@ fn mpi_rows(sec: &mut Section, t: &mut Table, s: &Suite, done: &[Done<Tag>]) -> 
             |t| matches!(t, Tag::MpiStream { net: n, own: false } if *n == net),
         )
         .and_then(|d| d.mpi());
-        let lat_v = lat.and_then(|v| v.first()).map(|p| p.median);
+        let lat_v = lat
+            .and_then(|v| v.first())
+            .map(|p| (Some(p.median), p.steps));
         let bw_v = osu.map(|v| Series::from_mpi(label.clone(), v).throughput_and_n_half());
         for v in [lat, osu].into_iter().flatten() {
             sec.mpi.extend_from_slice(v);
         }
-        row(t, label.clone(), lat_v, bw_v);
+        row(t, label.clone(), lat_v.unwrap_or_default(), bw_v);
         if net != MpiNet::Shm {
             continue;
         }
@@ -372,7 +391,7 @@ fn mpi_rows(sec: &mut Section, t: &mut Table, s: &Suite, done: &[Done<Tag>]) -> 
         if let Some(v) = own {
             let label = format!("{label}, a receive buffer per message");
             let s = Series::from_mpi(label.clone(), v);
-            row(t, label, None, Some(s.throughput_and_n_half()));
+            row(t, label, (None, None), Some(s.throughput_and_n_half()));
             sec.mpi.extend_from_slice(v);
         }
     }
@@ -385,11 +404,14 @@ fn table(p: &Params) -> Table {
         &[
             "level",
             "latency, 8 B half round trip (us)",
+            "single half round trips, best / median / p90 (us)",
             "throughput at the largest size (GB/s)",
             "N/2 (Hockney)",
         ],
         format!(
-            "Two processes on this host. Latency: median of {} ping-pongs. Throughput and N/2: \
+            "Two processes on this host. Latency: median of {} ping-pongs, and their best, \
+             median and 90th percentile (a collective: the slowest process's single calls; \
+             BSP: none, its l and g are fits). Throughput and N/2: \
              OSU streaming over {} to {}, Hockney fit. BSP: latency l + g of a superstep \
              carrying one 8-byte put, throughput 8 B / g, N/2 = 8 l / g (bspbench fit). \
              Collectives: an 8-byte broadcast from one process to the other (the slowest \
@@ -408,10 +430,13 @@ fn table(p: &Params) -> Table {
     )
 }
 
-fn row(t: &mut Table, name: String, lat: Option<f64>, bw: Option<(f64, f64)>) {
+/// One level's row: its latency's median and single operations' spread, its throughput
+/// and N/2.
+fn row(t: &mut Table, name: String, lat: Lat, bw: Option<(f64, f64)>) {
     t.rows.push(vec![
         name,
-        lat.map_or("-".into(), us),
+        lat.0.map_or("-".into(), us),
+        spread_cell(lat.1, us),
         bw.map_or("-".into(), |(r, _)| gbs(r)),
         bw.map_or("-".into(), |(_, n)| size_label(n.round().max(0.0) as usize)),
     ]);

@@ -4,8 +4,11 @@
 use super::Experiment;
 use crate::errors::{ErrorCurve, ErrorRateConfig};
 use crate::plan::{Done, Job, Plan};
-use crate::section::{Axis, Chart, Group, Scale, Section, Series, Stat, Table};
+use crate::section::{
+    Axis, Chart, Group, SPREAD_NOTE, Scale, Section, Series, Stat, Table, spread_cell, us,
+};
 use crate::stack::Protocol;
+use crate::stats::Spread;
 use crate::suite::{Level, Suite};
 
 pub struct Loss;
@@ -112,6 +115,7 @@ impl Experiment for Loss {
         }
         sec.tables = vec![
             wait_table(&sec.curves, &p.cfg),
+            spread_table(&sec.curves, &p.cfg),
             threshold_table(&sec.curves),
         ];
         // Charts plot x = bit-error rate scaled to an integer axis: errors per 10^12 bits.
@@ -152,6 +156,30 @@ fn wait_table(curves: &[ErrorCurve], cfg: &ErrorRateConfig) -> Table {
                     .map_or("none".into(), |w| format!("{:.1}", w.mean * 1e6)),
                 None => "-".into(),
             });
+        }
+        t.rows.push(row);
+    }
+    t
+}
+
+/// The single waits of [`wait_table`]: best / median / p90 per rate.
+fn spread_table(curves: &[ErrorCurve], cfg: &ErrorRateConfig) -> Table {
+    let mut header = vec!["bit-error rate".to_string()];
+    header.extend(curves.iter().map(|c| c.stack.clone()));
+    let mut t = Table {
+        title: "Single client waits per request: best / median / p90 (us)".into(),
+        header,
+        rows: Vec::new(),
+        note: format!(
+            "{SPREAD_NOTE} The requests of the table above: the mean counts each resent \
+             request's timeout, the median and p90 say how many requests met one."
+        ),
+    };
+    for ber in &cfg.bers {
+        let mut row = vec![format!("{ber:.0e}")];
+        for c in curves {
+            let w = c.points.iter().find(|p| p.ber == *ber).and_then(|p| p.wait);
+            row.push(spread_cell(w.map(Spread::from), us));
         }
         t.rows.push(row);
     }
@@ -199,6 +227,7 @@ fn series(c: &ErrorCurve) -> Series {
                     std_dev: w.std_dev,
                     median: w.mean,
                     delivered: None,
+                    spread: Some(w.into()),
                 })
             })
             .collect(),

@@ -264,7 +264,10 @@ impl Experiment for Osu {
                 note: format!(
                     "OSU's own figures ({what}), each the median of {rounds} alternating \
                      round{} (the MPI that starts a round rotates); Open MPI over shared \
-                     memory (vader), MPICH with its defaults, bulkwire under bsprun.",
+                     memory (vader), MPICH with its defaults, bulkwire under bsprun. OSU \
+                     prints one aggregate per size and round (its average over its \
+                     iterations), so this section has no best / median / p90 of single \
+                     operations: the other sections' harnesses time each one.",
                     if rounds == 1 { "" } else { "s" }
                 ),
             };

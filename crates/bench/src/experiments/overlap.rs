@@ -7,7 +7,8 @@ use crate::mpi::MpiJob;
 use crate::pair::Measure;
 use crate::plan::{Done, Plan};
 use crate::section::{
-    Axis, Baseline, Chart, Finding, Group, Scale, Section, Series, Table, size_label, us,
+    Axis, Baseline, Chart, Finding, Group, SPREAD_NOTE, Scale, Section, Series, Table, size_label,
+    us,
 };
 use crate::stack::{Protocol, Stack, Transport};
 use crate::suite::Suite;
@@ -151,7 +152,17 @@ impl Experiment for Overlap {
             }
             t.rows.push(row);
         }
-        sec.tables = vec![t];
+        let spreads = Table::spreads_by_size(
+            format!(
+                "Single waits after {} ms of computation: best / median / p90 (us)",
+                p.compute_ms
+            ),
+            &sec.series,
+            &p.sizes,
+            us,
+            SPREAD_NOTE,
+        );
+        sec.tables = vec![t, spreads];
         sec.charts.push(Chart {
             file: "overlap.svg".into(),
             title: "Wait after a long computation against message size".into(),

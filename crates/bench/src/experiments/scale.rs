@@ -163,7 +163,10 @@ impl Experiment for ScaleExperiment {
             ],
             note: "Virtual time: each process runs the real bsp_sync over holefill and the \
                    engine; only the network and the CPU cost per datagram and per message \
-                   are modelled."
+                   are modelled. The figures are means over the timed supersteps of one \
+                   seeded run, the same in every run: this section has no best / median / \
+                   p90 of single supersteps (the machine's noise, which they measure \
+                   elsewhere, does not reach virtual time)."
                 .into(),
         });
         let points = points(&params, done);

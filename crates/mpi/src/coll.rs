@@ -227,7 +227,7 @@ unsafe fn bcast(
     let d = call.dt(dt, "datatype")?;
     let root = call.root(root)?;
     let a = Arg::new(buf.cast(), n, &d);
-    if req.is_none() {
+    if req.is_none() && !bcast_by_p2p(call.p(), n * d.size()) {
         // SAFETY: the caller's contract.
         if let Some(r) = unsafe { world::bcast(&call.c, &a, root) } {
             return r.map_err(|(e, m)| call.err(e, m));
@@ -235,6 +235,28 @@ unsafe fn bcast(
     }
     // SAFETY: the caller's contract: the buffer stays valid until completion.
     call.finish(unsafe { plan::bcast(&call.env(), &a, root) }, req)
+}
+
+/// Broadcasts with a single reader go by point-to-point from this many bytes (p2p's
+/// single-copy size)...
+const BCAST_P2P_MIN: usize = 16 << 10;
+/// ... up to this many: at 1 MiB the cache's two copies, pipelined on two cores, beat a
+/// single copy on a quiet machine (`docs/collectives.md`, "Single copy, on request").
+const BCAST_P2P_MAX: usize = 512 << 10;
+
+/// Whether a blocking broadcast skips the collectives layer for the schedule of
+/// point-to-point messages: with a single reader (p = 2), the reader copies the root's
+/// buffer once (p2p's single-copy rendezvous, as Open MPI's vader does with CMA) where the
+/// network cache copies it twice, into the cache and out, and pipelines the copies only
+/// while both processes hold a core (`docs/performance.md`, "MPI programs: the OSU
+/// micro-benchmarks"). Where `BULKWIRE_COLL_DIRECT` makes the cache's broadcast a single
+/// copy itself, the cache stays. Every input is the same on every process (MPI requires
+/// the same number of bytes everywhere; the settings are the job's), so all take the
+/// same path.
+fn bcast_by_p2p(p: u32, bytes: usize) -> bool {
+    p == 2
+        && (BCAST_P2P_MIN..=BCAST_P2P_MAX).contains(&bytes)
+        && bytes < runtime::coll_config().thresholds.netcache_direct
 }
 
 /// Which way a rooted collective moves its blocks.

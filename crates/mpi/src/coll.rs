@@ -31,7 +31,7 @@ use self::sched::Sched;
 use crate::comm::{self, Communicator};
 use crate::datatype::{self, Datatype};
 use crate::error::*;
-use crate::handle::Raw;
+use crate::handle::{Raw, Ref};
 use crate::op::{self, Op};
 use crate::request;
 use crate::runtime;
@@ -48,7 +48,7 @@ pub(crate) fn fail_world(code: c_int, what: impl Display) -> c_int {
 /// the handler returned.
 struct Call {
     h: Raw,
-    c: Arc<Communicator>,
+    c: Ref<Communicator>,
     what: &'static str,
 }
 
@@ -56,7 +56,7 @@ type R<T> = Result<T, c_int>;
 
 impl Call {
     fn new(h: Raw, what: &'static str) -> R<Call> {
-        match comm::lookup(h) {
+        match comm::lookup_ref(h) {
             Ok(c) => {
                 // Intercommunicators take `inter`'s path before this; what reaches here
                 // on one (scans, neighbourhood collectives) is not defined on them.
@@ -97,7 +97,12 @@ impl Call {
     }
 
     fn dt(&self, h: Raw, name: &str) -> R<Arc<Datatype>> {
-        match datatype::lookup(h) {
+        self.dt_ref(h, name).map(|d| d.arc())
+    }
+
+    /// [`Call::dt`] lending a predefined type.
+    fn dt_ref(&self, h: Raw, name: &str) -> R<Ref<Datatype>> {
+        match datatype::lookup_ref(h) {
             Ok(d) if d.committed() => Ok(d),
             Ok(_) => Err(self.err(MPI_ERR_TYPE, format_args!("{name} {h:#x} is not committed"))),
             Err(e) => Err(self.err(e, format_args!("{name} {h:#x} is not a datatype"))),
@@ -116,6 +121,17 @@ impl Call {
 
     fn op(&self, h: Raw) -> R<Arc<Op>> {
         op::lookup(h).map_err(|e| self.err(e, format_args!("{h:#x} is not an operation")))
+    }
+
+    /// Checks that the operation is defined on the type, without making the reduction
+    /// (the collectives layer's path needs none).
+    fn reduction_ok(&self, o: &Op, oh: Raw, d: &Datatype, dh: Raw) -> R<()> {
+        plan::reduction_ok(o, d).map_err(|e| {
+            self.err(
+                e,
+                format_args!("operation {oh:#x} is not defined on datatype {dh:#x}"),
+            )
+        })
     }
 
     fn reduction(&self, o: &Arc<Op>, oh: Raw, d: &Arc<Datatype>, dh: Raw) -> R<sched::Reduction> {
@@ -163,7 +179,7 @@ impl Call {
                     .map_err(|e| self.err(e, "the collective failed"))
             }
             Some(r) => {
-                let h = request::start_operation(Box::new(nonblocking::start(self.c.clone(), s)));
+                let h = request::start_operation(Box::new(nonblocking::start(self.c.arc(), s)));
                 // SAFETY: checked non-null by `request_ptr`; the caller's contract.
                 unsafe { *r = h };
                 Ok(())
@@ -227,7 +243,7 @@ unsafe fn bcast(
     let d = call.dt(dt, "datatype")?;
     let root = call.root(root)?;
     let a = Arg::new(buf.cast(), n, &d);
-    if req.is_none() {
+    if req.is_none() && !bcast_by_p2p(call.p(), n * d.size()) {
         // SAFETY: the caller's contract.
         if let Some(r) = unsafe { world::bcast(&call.c, &a, root) } {
             return r.map_err(|(e, m)| call.err(e, m));
@@ -235,6 +251,28 @@ unsafe fn bcast(
     }
     // SAFETY: the caller's contract: the buffer stays valid until completion.
     call.finish(unsafe { plan::bcast(&call.env(), &a, root) }, req)
+}
+
+/// Broadcasts with a single reader go by point-to-point from this many bytes (p2p's
+/// single-copy size)...
+const BCAST_P2P_MIN: usize = 16 << 10;
+/// ... up to this many: at 1 MiB the cache's two copies, pipelined on two cores, beat a
+/// single copy on a quiet machine (`docs/collectives.md`, "Single copy, on request").
+const BCAST_P2P_MAX: usize = 512 << 10;
+
+/// Whether a blocking broadcast skips the collectives layer for the schedule of
+/// point-to-point messages: with a single reader (p = 2), the reader copies the root's
+/// buffer once (p2p's single-copy rendezvous, as Open MPI's vader does with CMA) where the
+/// network cache copies it twice, into the cache and out, and pipelines the copies only
+/// while both processes hold a core (`docs/performance.md`, "MPI programs: the OSU
+/// micro-benchmarks"). Where `BULKWIRE_COLL_DIRECT` makes the cache's broadcast a single
+/// copy itself, the cache stays. Every input is the same on every process (MPI requires
+/// the same number of bytes everywhere; the settings are the job's), so all take the
+/// same path.
+fn bcast_by_p2p(p: u32, bytes: usize) -> bool {
+    p == 2
+        && (BCAST_P2P_MIN..=BCAST_P2P_MAX).contains(&bytes)
+        && bytes < runtime::coll_config().thresholds.netcache_direct
 }
 
 /// Which way a rooted collective moves its blocks.
@@ -588,9 +626,9 @@ unsafe fn reduce(
     let call = Call::new(comm, what)?;
     let req = req.map(|r| call.request_ptr(r)).transpose()?.flatten();
     let n = call.count(count, "count")?;
-    let d = call.dt(dt, "datatype")?;
+    let d = call.dt_ref(dt, "datatype")?;
     let o = call.op(oh)?;
-    let red = call.reduction(&o, oh, &d, dt)?;
+    call.reduction_ok(&o, oh, &d, dt)?;
     let root = match kind {
         Red::Reduce(r) => Some(call.root(r)?),
         _ => None,
@@ -609,6 +647,7 @@ unsafe fn reduce(
         }
     }
     let e = call.env();
+    let red = call.reduction(&o, oh, &d.arc(), dt)?;
     // SAFETY: the caller's contract.
     let s = unsafe {
         match kind {

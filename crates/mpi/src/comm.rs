@@ -24,7 +24,7 @@ use bulkwire_p2p::{ReqId, Source, Tag};
 
 use crate::error::*;
 use crate::group::{self, Group, put, tri};
-use crate::handle::{Kind, Raw, Table};
+use crate::handle::{Kind, Raw, Ref, Table};
 use crate::net::Net;
 use crate::predef::*;
 use crate::runtime::{code_of, fail, p2p, put_str};
@@ -274,21 +274,32 @@ fn mark(bits: &mut [u8; BITMAP_BYTES], ctx: u16, on: bool) {
 
 /// The communicator of a handle.
 pub fn lookup(h: Raw) -> Result<Arc<Communicator>, c_int> {
+    lookup_ref(h).map(|r| r.arc())
+}
+
+/// [`lookup`] lending `MPI_COMM_WORLD` and `MPI_COMM_SELF` instead of sharing them.
+pub fn lookup_ref(h: Raw) -> Result<Ref<Communicator>, c_int> {
     match h {
-        MPI_COMM_WORLD => WORLD_COMM.get().cloned().ok_or(MPI_ERR_COMM),
-        MPI_COMM_SELF => SELF_COMM.get().cloned().ok_or(MPI_ERR_COMM),
+        MPI_COMM_WORLD => WORLD_COMM.get().map(Ref::Static).ok_or(MPI_ERR_COMM),
+        MPI_COMM_SELF => SELF_COMM.get().map(Ref::Static).ok_or(MPI_ERR_COMM),
         _ => COMMS
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(h)
             .cloned()
+            .map(Ref::Shared)
             .ok_or(MPI_ERR_COMM),
     }
 }
 
 /// [`lookup`] for `call`, reporting an invalid handle through `MPI_COMM_WORLD`'s handler.
 pub fn get(call: &str, h: Raw) -> Result<Arc<Communicator>, c_int> {
-    lookup(h).map_err(|e| {
+    get_ref(call, h).map(|r| r.arc())
+}
+
+/// [`get`] lending `MPI_COMM_WORLD` and `MPI_COMM_SELF`.
+pub fn get_ref(call: &str, h: Raw) -> Result<Ref<Communicator>, c_int> {
+    lookup_ref(h).map_err(|e| {
         let what = if h == MPI_COMM_NULL {
             format!("{call}: the communicator is MPI_COMM_NULL")
         } else {

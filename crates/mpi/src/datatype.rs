@@ -928,14 +928,26 @@ static TYPES: Mutex<Table<Arc<Datatype>>> = Mutex::new(Table::new(Kind::Datatype
 /// The type behind a handle, predefined or derived; `MPI_ERR_TYPE` for anything else
 /// (`MPI_DATATYPE_NULL`, a freed type, a handle of another kind).
 pub fn lookup(h: Raw) -> Result<Arc<Datatype>, c_int> {
+    lookup_ref(h).map(|r| r.arc())
+}
+
+/// [`lookup`] lending a predefined type instead of sharing it.
+pub fn lookup_ref(h: Raw) -> Result<handle::Ref<Datatype>, c_int> {
     if handle::is_predefined(h) {
         return h
             .checked_sub(PREDEF_BASE)
             .and_then(|i| predefined_table().get(i))
-            .and_then(|t| t.clone())
+            .and_then(|t| t.as_ref())
+            .map(handle::Ref::Static)
             .ok_or(MPI_ERR_TYPE);
     }
-    TYPES.lock().unwrap().get(h).cloned().ok_or(MPI_ERR_TYPE)
+    TYPES
+        .lock()
+        .unwrap()
+        .get(h)
+        .cloned()
+        .map(handle::Ref::Shared)
+        .ok_or(MPI_ERR_TYPE)
 }
 
 /// A new handle for `t`.

@@ -18,7 +18,7 @@ use crate::comm::{self, Communicator};
 use crate::dt::{self, Datatype};
 use crate::error::*;
 use crate::group::{put, tri};
-use crate::handle::{Kind, Raw, Table};
+use crate::handle::{Kind, Raw, Ref, Table};
 use crate::predef::*;
 use crate::request::{self, Body, MpiStatus, Unpack, status_of};
 use crate::runtime::{code_of, fail, p2p};
@@ -33,9 +33,9 @@ enum Mode {
 
 /// A checked send or receive: what the calls share.
 struct Args {
-    comm: Arc<Communicator>,
+    comm: Ref<Communicator>,
     comm_h: Raw,
-    dt: Arc<Datatype>,
+    dt: Ref<Datatype>,
     buf: *mut u8,
     count: usize,
     /// World rank of the peer; `None`: `MPI_PROC_NULL` (or `MPI_ANY_SOURCE` for receives
@@ -69,7 +69,7 @@ fn check(
     comm_h: Raw,
     recv: bool,
 ) -> Result<Args, c_int> {
-    let comm = comm::get(call, comm_h)?;
+    let comm = comm::get_ref(call, comm_h)?;
     if count < 0 {
         return Err(fail(
             comm_h,
@@ -78,8 +78,8 @@ fn check(
         ));
     }
     // Nothing moves to or from MPI_PROC_NULL: its datatype may be MPI_DATATYPE_NULL.
-    let dt = match dt::lookup(datatype) {
-        Err(_) if peer == MPI_PROC_NULL && datatype == MPI_DATATYPE_NULL => dt::lookup(0x247)?,
+    let dt = match dt::lookup_ref(datatype) {
+        Err(_) if peer == MPI_PROC_NULL && datatype == MPI_DATATYPE_NULL => dt::lookup_ref(0x247)?,
         r => r.map_err(|e| fail(comm_h, e, format!("{call}: invalid datatype {datatype:#x}")))?,
     };
     let any_tag = recv && tag == MPI_ANY_TAG;
@@ -298,7 +298,7 @@ fn start_send(call: &str, a: &Args, mode: Mode) -> Result<Body, c_int> {
     .map_err(|e| p2p_err(call, a.comm_h, &e))?;
     Ok(Body::P2p {
         id,
-        comm: a.comm.clone(),
+        comm: a.comm.arc(),
         recv: false,
         send_stage: stage,
         unpack: None,
@@ -328,7 +328,7 @@ fn start_recv(call: &str, a: &Args) -> Result<Body, c_int> {
             data: v,
             buf: a.buf,
             count: a.count,
-            dt: a.dt.clone(),
+            dt: a.dt.arc(),
         };
         (ptr, a.bytes(), Some(u))
     };
@@ -338,7 +338,7 @@ fn start_recv(call: &str, a: &Args) -> Result<Body, c_int> {
         .map_err(|e| p2p_err(call, a.comm_h, &e))?;
     Ok(Body::P2p {
         id,
-        comm: a.comm.clone(),
+        comm: a.comm.arc(),
         recv: true,
         send_stage: None,
         unpack,
@@ -617,8 +617,8 @@ pub unsafe extern "C" fn MPI_Sendrecv_replace(
     // SAFETY: the caller's contract.
     unsafe { s.dt.pack(s.buf, s.count, &mut out) };
     let mut inbox = vec![0u8; r.bytes()];
-    let byte = tri!(dt::lookup(0x247));
-    let (user_buf, user_dt, user_count) = (r.buf, r.dt.clone(), r.count);
+    let byte = tri!(dt::lookup_ref(0x247));
+    let (user_buf, user_dt, user_count) = (r.buf, r.dt.arc(), r.count);
     r.buf = inbox.as_mut_ptr();
     r.dt = byte.clone();
     r.count = inbox.len();
@@ -768,7 +768,7 @@ fn matched_probe(
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(Message {
                     claim,
-                    comm: a.comm.clone(),
+                    comm: a.comm.arc(),
                     comm_h: comm,
                 });
             // SAFETY: the caller's contract.
@@ -873,7 +873,7 @@ fn start_mrecv(
                 data: v,
                 buf: a.buf,
                 count: a.count,
-                dt: a.dt.clone(),
+                dt: a.dt.arc(),
             }),
         )
     };

@@ -31,7 +31,8 @@ use crate::runtime::{code_of, p2p};
 /// The call on `h` if `h` is an intercommunicator (`None`: an intra-communicator, or not
 /// a communicator at all, which the intra-communicator path reports).
 pub(super) fn call(h: Raw, what: &'static str) -> Option<Call> {
-    match comm::lookup(h) {
+    // Borrowed first: most calls are on intracommunicators, and this costs them nothing.
+    match comm::lookup_ref(h) {
         Ok(c) if c.is_inter() => Some(Call { h, c, what }),
         _ => None,
     }

@@ -8,9 +8,10 @@
 //! [`PERIOD`] while any is in flight and sleeps otherwise: a collective whose process does
 //! not call MPI advances a round per period instead of never. The program's own calls
 //! stay the fast path (they progress the schedule directly, and the thread only tries a
-//! schedule nobody else holds).
+//! schedule that no call has moved on since its last look, and that nobody else holds).
 
 use std::os::raw::c_int;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Once, Weak};
 use std::time::Duration;
 
@@ -24,6 +25,11 @@ pub const PERIOD: Duration = Duration::from_micros(200);
 struct Shared {
     comm: Arc<Communicator>,
     sched: Mutex<Sched>,
+    /// Set each time the program's own calls move the schedule on; the thread then leaves
+    /// it alone for a period. Taking its lock (and p2p's) while the program polls it made
+    /// the two threads contend, and a thread preempted holding the lock on a loaded core
+    /// stalled the program's wait for a whole time slice.
+    driven: AtomicBool,
 }
 
 /// A non-blocking collective as the request table holds it.
@@ -31,6 +37,7 @@ pub struct Pending(Arc<Shared>);
 
 impl Operation for Pending {
     fn progress(&mut self) -> Option<Result<(), c_int>> {
+        self.0.driven.store(true, Ordering::Relaxed);
         let net = self.0.comm.net();
         self.0
             .sched
@@ -57,6 +64,7 @@ pub fn start(comm: Arc<Communicator>, mut s: Sched) -> Pending {
     let shared = Arc::new(Shared {
         comm,
         sched: Mutex::new(s),
+        driven: AtomicBool::new(false),
     });
     ACTIVE
         .list
@@ -86,6 +94,9 @@ fn run() {
         };
         for s in &live {
             // A schedule someone is moving on already needs nothing from here.
+            if s.driven.swap(false, Ordering::Relaxed) {
+                continue;
+            }
             if let Ok(mut g) = s.sched.try_lock()
                 && !g.is_done()
             {

@@ -85,6 +85,16 @@ unsafe fn snapshot(s: &mut Sched, a: &Arg) -> Slice {
 
 /// Checks that `op` is defined on `dt`, and makes the schedule's reduction.
 pub fn reduction(op: &Arc<Op>, dt: &Arc<Datatype>, dth: Raw) -> Result<Reduction, c_int> {
+    reduction_ok(op, dt)?;
+    Ok(Reduction {
+        op: op.clone(),
+        dt: dt.clone(),
+        dth,
+    })
+}
+
+/// Whether `op` is defined on `dt`: `MPI_ERR_OP` if not.
+pub fn reduction_ok(op: &Op, dt: &Datatype) -> Result<(), c_int> {
     if let Some(p) = op.predefined() {
         match dt.basic() {
             Some((b, _)) => op::check(p, b)?,
@@ -92,11 +102,7 @@ pub fn reduction(op: &Arc<Op>, dt: &Arc<Datatype>, dth: Raw) -> Result<Reduction
             None => return Err(MPI_ERR_OP),
         }
     }
-    Ok(Reduction {
-        op: op.clone(),
-        dt: dt.clone(),
-        dth,
-    })
+    Ok(())
 }
 
 pub fn barrier(e: &Env) -> Sched {

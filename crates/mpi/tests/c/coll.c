@@ -67,6 +67,20 @@ static void suite(MPI_Comm comm, int nb) {
     else OK(MPI_Bcast(out, N, MPI_INT, root, comm));
     for (int i = 0; i < N; i++) CHECK(out[i] == val(root, i), "bcast[%d] = %d", i, out[i]);
 
+    /* a broadcast past 16 KiB from rank 0 (at p = 2 a blocking one skips the network cache
+       for point-to-point), then a small one through it again */
+    enum { WIDE = 5000 };
+    int *wide = malloc(sizeof(int) * WIDE);
+    for (int i = 0; i < WIDE; i++) wide[i] = me == 0 ? val(0, i) : 0;
+    if (nb) { OK(MPI_Ibcast(wide, WIDE, MPI_INT, 0, comm, &rq)); wait_if(nb, &rq); }
+    else OK(MPI_Bcast(wide, WIDE, MPI_INT, 0, comm));
+    for (int i = 0; i < WIDE; i++) CHECK(wide[i] == val(0, i), "wide bcast[%d] = %d", i, wide[i]);
+    free(wide);
+    for (int i = 0; i < N; i++) out[i] = me == root ? val(root, i) : 0;
+    if (nb) { OK(MPI_Ibcast(out, N, MPI_INT, root, comm, &rq)); wait_if(nb, &rq); }
+    else OK(MPI_Bcast(out, N, MPI_INT, root, comm));
+    for (int i = 0; i < N; i++) CHECK(out[i] == val(root, i), "bcast again[%d] = %d", i, out[i]);
+
     /* gather / scatter at root p/2, in place at the root */
     root = p / 2;
     memset(all, 0, sizeof(int) * N * p);

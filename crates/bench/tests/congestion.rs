@@ -83,7 +83,7 @@ fn total_exchange_on_a_100_mbit_switch() {
 ///   remedy): 1.05x, no packet lost;
 /// - hosts whose own egress runs at the link rate, as on the emulated switch of `bwbench
 ///   fabric`, with no pacing: 1.01x, no packet lost (one superstep of five at 1.74x,
-///   repairing packets that only waited in the host's queue).
+///   resending packets that were only queued).
 ///
 /// Limits, at the fixed seed: the default within 1.5x and under 55 % lost; each of the
 /// other two within 1.1x and under 0.5 % lost.

@@ -56,6 +56,8 @@ pub struct Cluster {
     pub protocol: String,
     /// Congestion control (`BULKWIRE_CC`).
     pub cc: bool,
+    /// `BULKWIRE_CC=all` (with `cc`): the controller's experimental parts as well.
+    pub cc_all: bool,
     pub seed: u64,
 }
 
@@ -77,6 +79,7 @@ impl Cluster {
             topology: Topology::OneSwitch,
             protocol: "holefill".into(),
             cc: true,
+            cc_all: false,
             seed: 1,
         }
     }
@@ -98,6 +101,18 @@ impl Cluster {
             protocol: protocol.into(),
             cc,
             ..Cluster::ethernet25()
+        }
+    }
+
+    /// This cluster with each host's uplink at the switch ports' rate and a 16 MiB send
+    /// queue, as the emulated switch of `bwbench fabric` shapes each host's egress
+    /// (`bulkwire_launch::testing::Fabric`): a host's packets leave one at a time at the
+    /// link rate, in the order it sent them, instead of reaching the port as a burst.
+    pub fn hosts_at_line_rate(self) -> Cluster {
+        Cluster {
+            uplink_gbps: self.link_gbps,
+            nic_queue: 16 << 20,
+            ..self
         }
     }
 
@@ -181,6 +196,7 @@ impl Cluster {
         }
         let mut s = SimSetup::new(net, &self.protocol);
         s.protocols.cc = self.cc;
+        s.protocols.cc_all = self.cc_all;
         s.cpu_per_message = self.cpu_per_message;
         // A rank's stack holds the BSP calls and a program's locals: 256 KiB is ample,
         // and thousands of ranks then reserve little.
@@ -681,7 +697,18 @@ impl Steps {
 /// default schedule, the latin square, no pacing), every pair's bytes in its own place
 /// and checked after each superstep.
 pub fn exchange_steps(cluster: &Cluster, p: u32, size: usize, steps: u32) -> Result<Steps, String> {
-    steps_of(cluster, p, size, steps, |me, p| {
+    exchange_steps_with(cluster, &Config::default(), p, size, steps)
+}
+
+/// [`exchange_steps`] with the BSP layer's configuration `bsp` (schedule, pacing).
+pub fn exchange_steps_with(
+    cluster: &Cluster,
+    bsp: &Config,
+    p: u32,
+    size: usize,
+    steps: u32,
+) -> Result<Steps, String> {
+    steps_of(cluster, bsp, p, size, steps, |me, p| {
         (0..p).filter(|&d| d != me).collect()
     })
     .map(|mut s| {
@@ -693,7 +720,7 @@ pub fn exchange_steps(cluster: &Cluster, p: u32, size: usize, steps: u32) -> Res
 /// `steps` supersteps in which every process but pid 0 puts `size` bytes into pid 0
 /// (a gather: p - 1 senders into one switch port), checked.
 pub fn incast_steps(cluster: &Cluster, p: u32, size: usize, steps: u32) -> Result<Steps, String> {
-    steps_of(cluster, p, size, steps, |me, _| {
+    steps_of(cluster, &Config::default(), p, size, steps, |me, _| {
         if me == 0 { Vec::new() } else { vec![0] }
     })
     .map(|mut s| {
@@ -706,13 +733,14 @@ pub fn incast_steps(cluster: &Cluster, p: u32, size: usize, steps: u32) -> Resul
 /// pattern to each of `dests(me, p)`, at `me`'s place in the destination's area.
 fn steps_of(
     cluster: &Cluster,
+    bsp: &Config,
     p: u32,
     size: usize,
     steps: u32,
     dests: impl Fn(u32, u32) -> Vec<u32> + Sync,
 ) -> Result<Steps, String> {
     let out = run(cluster, p, |t| {
-        let mut b = Proc::new(t, Config::default());
+        let mut b = Proc::new(t, bsp.clone());
         let (me, p) = (b.pid(), b.core.nprocs());
         let area = vec![0u8; p as usize * size];
         b.push_reg(&area);

@@ -5,6 +5,7 @@
 //! reproduced as they collapse. Deterministic: each run is a function of its seed.
 
 use bulkwire_bench::scale::{self, Cluster, Steps};
+use bulkwire_bsp::Config;
 
 /// 60 KB per pair, as in the RMPP paper's all-to-all and the switch.
 const SIZE: usize = 60_000;
@@ -65,6 +66,47 @@ fn total_exchange_on_a_100_mbit_switch() {
                 assert!(off.median() >= 2.0 * on.median(), "{both}");
             }
         }
+    }
+}
+
+/// Why holefill takes 1.39x the bound on this switch, and what holds it near 1.0x.
+///
+/// Its own window (256 packets, 4 MiB) takes every message whole, so the BSP layer hands
+/// all seven messages of the latin square to it at once and a host sending at 10 Gb/s
+/// puts them on the wire within 0.4 ms: every port receives seven senders' bursts
+/// together (about 290 packets against 43 of buffer) and drops half of them, whatever
+/// order the schedule gave. Hole reports repair that within the superstep (1.39x, 49 %
+/// of the data packets lost, at this seed). The schedule works when the sender's
+/// packets leave at the link rate, one destination after the other:
+///
+/// - paced by the BSP layer at the link rate (`BULKWIRE_BSP_RATE`, the BSPlib paper's
+///   remedy): 1.05x, no packet lost;
+/// - hosts whose own egress runs at the link rate, as on the emulated switch of `bwbench
+///   fabric`, with no pacing: 1.01x, no packet lost (one superstep of five at 1.74x,
+///   resending packets that were only queued).
+///
+/// Limits, at the fixed seed: the default within 1.5x and under 55 % lost; each of the
+/// other two within 1.1x and under 0.5 % lost.
+#[test]
+fn holefill_holds_the_bound_when_its_packets_leave_at_the_link_rate() {
+    let c = Cluster::switched(0.1, "holefill", true);
+    let burst = exchange("holefill", true, 8, 0.1, 5);
+    let paced = scale::exchange_steps_with(&c, &Config::default().with_rate(c.pace()), 8, SIZE, 5)
+        .unwrap_or_else(|e| panic!("paced: {e}"));
+    let line = scale::exchange_steps(&c.clone().hosts_at_line_rate(), 8, SIZE, 5)
+        .unwrap_or_else(|e| panic!("hosts at line rate: {e}"));
+    let all = format!(
+        "{}\n{}\n{}",
+        show("10 Gb/s hosts", &burst),
+        show("paced", &paced),
+        show("hosts at line rate", &line)
+    );
+    eprintln!("holefill:\n{all}");
+    assert!(burst.median() <= 1.5 * burst.bound_ns, "{all}");
+    assert!(burst.drop_rate() < 0.55, "{all}");
+    for s in [&paced, &line] {
+        assert!(s.median() <= 1.1 * s.bound_ns, "{all}");
+        assert!(s.drop_rate() < 0.005, "{all}");
     }
 }
 
@@ -131,15 +173,32 @@ fn runs_are_functions_of_their_seed() {
 #[ignore = "prints the table of docs/performance.md; slow"]
 fn table() {
     println!(
-        "| protocol | nodes | link | cc | median superstep | vs bound | worst | drops / data packets |"
+        "| protocol | nodes | link | hosts | cc | median superstep | vs bound | worst | drops / data packets |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
-    for (p, gbps) in [(8, 0.1), (16, 0.1), (8, 1.0), (16, 1.0)] {
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for (p, gbps, hosts) in [
+        (8, 0.1, ""),
+        (16, 0.1, ""),
+        (8, 1.0, ""),
+        (16, 1.0, ""),
+        (8, 0.1, "line rate"),
+        (16, 0.1, "line rate"),
+        (8, 1.0, "line rate"),
+        (8, 0.1, "paced"),
+        (16, 0.1, "paced"),
+        (8, 1.0, "paced"),
+    ] {
         for protocol in ["holefill", "gbn", "rmpp"] {
             for cc in [true, false] {
                 let steps = 5;
-                let c = Cluster::switched(gbps, protocol, cc);
-                let row = match scale::exchange_steps(&c, p, SIZE, steps) {
+                let mut c = Cluster::switched(gbps, protocol, cc);
+                let mut bsp = Config::default();
+                match hosts {
+                    "line rate" => c = c.hosts_at_line_rate(),
+                    "paced" => bsp = bsp.with_rate(c.pace()),
+                    _ => {}
+                }
+                let row = match scale::exchange_steps_with(&c, &bsp, p, SIZE, steps) {
                     Ok(s) => format!(
                         "{:.1} ms | {:.2}x | {:.1} ms | {} / {} ({:.2} %)",
                         s.median() / 1e6,
@@ -152,8 +211,9 @@ fn table() {
                     Err(e) => format!("failed: {e} | | |"),
                 };
                 println!(
-                    "| {protocol} | {p} | {} Mb/s | {} | {row} |",
+                    "| {protocol} | {p} | {} Mb/s | {} | {} | {row} |",
                     gbps * 1000.0,
+                    if hosts.is_empty() { "10 Gb/s" } else { hosts },
                     if cc { "on" } else { "off" }
                 );
             }

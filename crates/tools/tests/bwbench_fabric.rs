@@ -90,7 +90,12 @@ fn smoke_run_on_a_switch_writes_drops_and_cpu_use_and_cleans_up() {
         .map(|t| t["title"].as_str().unwrap())
         .collect();
     assert!(titles[0].starts_with("Total exchange of 60 KB per pair at 4 hosts, 100 Mb/s"));
-    assert_eq!(titles.len(), 12, "{titles:?}");
+    // The lossy multicast table needs iptables; without it the plan says so.
+    let iptables = Command::new("iptables")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert_eq!(titles.len(), if iptables { 12 } else { 11 }, "{titles:?}");
     assert!(titles[3].starts_with("Incast: 3 senders"), "{titles:?}");
     assert!(titles[4].starts_with("Two-to-one"), "{titles:?}");
     // Two senders of 256 KiB into one 100 Mb/s port: no faster than 512 KiB on its wire
@@ -183,15 +188,20 @@ fn smoke_run_on_a_switch_writes_drops_and_cpu_use_and_cleans_up() {
         ),
         "{titles:?}"
     );
+    let last = titles.len() - 1;
     assert!(
-        titles[10].ends_with("1 % of frames lost on arrival (ms)"),
+        titles[last].starts_with("Broadcast of 1 MiB against p"),
         "{titles:?}"
     );
-    assert!(
-        titles[11].starts_with("Broadcast of 1 MiB against p"),
-        "{titles:?}"
-    );
-    for (i, lossy) in [(9, false), (10, true)] {
+    let mut multicast = vec![(9, false)];
+    if iptables {
+        assert!(
+            titles[10].ends_with("1 % of frames lost on arrival (ms)"),
+            "{titles:?}"
+        );
+        multicast.push((10, true));
+    }
+    for (i, lossy) in multicast {
         let rows = tables[i]["rows"].as_array().unwrap();
         assert_eq!(rows.len(), 4, "{rows:?}");
         let cell = |r: &Value, k: usize| r[k].as_str().unwrap().to_string();
@@ -218,7 +228,10 @@ fn smoke_run_on_a_switch_writes_drops_and_cpu_use_and_cleans_up() {
     for k in sec["skipped"].as_array().unwrap() {
         let k = k.as_str().unwrap();
         assert!(
-            k.starts_with("Open MPI") || k.starts_with("MPICH") || k.starts_with("BSP over utopia"),
+            k.starts_with("Open MPI")
+                || k.starts_with("MPICH")
+                || k.starts_with("BSP over utopia")
+                || (!iptables && k.starts_with("Broadcast and allgather with 1 %")),
             "{k}"
         );
     }

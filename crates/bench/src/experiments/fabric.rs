@@ -27,8 +27,9 @@
 //! Every row shows the switch's drops and the frames it forwarded (`tc -s`, summed over
 //! its ports, over the whole job), and rows are measured in alternating rounds. Each job
 //! makes a fabric of its own and removes it when it ends. Needs root, `ip netns`, `tc`,
-//! and `netns-rsh` beside the bwbench binary; the plan says which is missing. Not part of
-//! `bwbench all` unless `--hosts` is given.
+//! and `netns-rsh` beside the bwbench binary, and `iptables` for the lossy multicast
+//! table; the plan says which is missing. Not part of `bwbench all` unless `--hosts` is
+//! given. `--only` runs some of the tables ([`PARTS`]).
 
 use std::process::Command;
 use std::time::Duration;
@@ -538,7 +539,7 @@ impl Experiment for FabricExperiment {
             plan.skip(format!("everything: {why}"));
             return plan;
         }
-        plan_runs(s, open_mpi(s))
+        plan_runs(s, open_mpi(s), iptables())
     }
 
     fn report(&self, s: &Suite, done: &[Done<Tag>]) -> Section {
@@ -559,8 +560,21 @@ impl Experiment for FabricExperiment {
     }
 }
 
-/// Every run, given MPI's short name (or why it is left out).
-fn plan_runs(s: &Suite, mpi: Result<String, String>) -> Plan<Tag> {
+/// Whether `iptables` runs here, which [`Fabric::drop_on_arrival`] needs.
+fn iptables() -> Result<(), String> {
+    match Command::new("iptables").arg("-V").output() {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(format!(
+            "iptables -V: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        )),
+        Err(e) => Err(format!("no `iptables` ({e})")),
+    }
+}
+
+/// Every run, given MPI's short name (or why it is left out) and whether frames can be
+/// dropped on arrival (`iptables`, or why not).
+fn plan_runs(s: &Suite, mpi: Result<String, String>, lossy: Result<(), String>) -> Plan<Tag> {
     let p = params(s);
     let mut plan = Plan::default();
     let mpi = match mpi {
@@ -590,7 +604,7 @@ fn plan_runs(s: &Suite, mpi: Result<String, String>) -> Plan<Tag> {
              exchange here) its job ends at the first lost frame, saying so",
         );
     }
-    let todo = chosen(s, &p);
+    let mut todo = chosen(s, &p);
     if todo.len() < parts(&p).len() {
         let left: Vec<&str> = PARTS
             .iter()
@@ -598,6 +612,15 @@ fn plan_runs(s: &Suite, mpi: Result<String, String>) -> Plan<Tag> {
             .filter(|n| !todo.iter().any(|p| p.name() == *n))
             .collect();
         plan.skip(format!("{}: left out by --only", left.join(", ")));
+    }
+    if let Err(why) = lossy {
+        let loss = Part::Mcast { loss: true };
+        if todo.contains(&loss) {
+            todo.retain(|&p| p != loss);
+            plan.skip(format!(
+                "Broadcast and allgather with 1 % of frames lost: {why}"
+            ));
+        }
     }
     for part in todo {
         let rows = rows(part, &p, mpi.as_deref());
@@ -1567,7 +1590,7 @@ mod tests {
                 Part::McastHosts
             ]
         );
-        let plan = plan_runs(&s, Err("none".into()));
+        let plan = plan_runs(&s, Err("none".into()), Ok(()));
         assert!(
             plan.skipped
                 .iter()
@@ -1577,6 +1600,16 @@ mod tests {
         );
         // Every run is one of the multicast tables', without MPI: 2 rows per collective.
         assert_eq!(plan.runs.len(), (2 * 2 * 2 + 2 * 3) * p.rounds);
+        // Without iptables, the lossy table is left out and the plan says why.
+        let plan = plan_runs(&s, Err("none".into()), Err("no `iptables`".into()));
+        assert_eq!(plan.runs.len(), (2 * 2 + 2 * 3) * p.rounds);
+        assert!(
+            plan.skipped
+                .iter()
+                .any(|k| k == "Broadcast and allgather with 1 % of frames lost: no `iptables`"),
+            "{:?}",
+            plan.skipped
+        );
     }
 
     #[test]
@@ -1602,7 +1635,7 @@ mod tests {
         for level in [Level::Smoke, Level::Quick, Level::Full] {
             let s = suite(level);
             let p = params(&s);
-            let plan = plan_runs(&s, Ok("Open MPI 4.1.4".into()));
+            let plan = plan_runs(&s, Ok("Open MPI 4.1.4".into()), Ok(()));
             let per_round: usize = parts(&p)
                 .iter()
                 .map(|&part| rows(part, &p, Some("Open MPI 4.1.4")).len())

@@ -51,6 +51,9 @@ pub struct CollPoint {
     pub kind: String,
     pub size: usize,
     pub seconds: Vec<f64>,
+    /// The algorithm of the last timed call (`Coll::last_algorithm`, e.g. `Multicast`).
+    #[serde(default)]
+    pub algorithm: String,
 }
 
 impl CollPoint {
@@ -70,6 +73,25 @@ pub struct CollResult {
     /// The transport protocol under p2p.
     pub protocol: String,
     pub points: Vec<CollPoint>,
+    /// The multicast group's counters over the whole job, summed over the processes;
+    /// `None` when the job had no group.
+    #[serde(default)]
+    pub mcast: Option<McastCounts>,
+    /// Why the job went without its multicast group, where it tried one.
+    #[serde(default)]
+    pub mcast_off: Option<String>,
+}
+
+/// What the job's reliable multicast did, summed over its processes (warm-up included).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct McastCounts {
+    /// Data packets the roots multicast the first time.
+    pub data_sent: u64,
+    /// Packets the roots sent again, to the group or to one receiver.
+    pub repairs: u64,
+    /// NACKs the receivers sent, and those they kept back because another's came first.
+    pub nacks: u64,
+    pub nacks_suppressed: u64,
 }
 
 /// Runs `spec` as a job of `n` processes of `exe` (which passes `__coll` arguments to
@@ -177,37 +199,69 @@ fn measure(
     let mut points = Vec::new();
     for kind in &spec.kinds {
         for &size in &spec.sizes {
+            let (seconds, algorithm) = time(&c, kind, size, spec, &mut b)?;
             points.push(CollPoint {
                 kind: kind.clone(),
                 size,
-                seconds: time(&c, kind, size, spec, &mut b)?,
+                seconds,
+                algorithm,
             });
         }
     }
     let netcache = c.uses_netcache();
+    let mcast = mcast_counts(&c)?;
     Ok(CollResult {
         spec: spec.clone(),
         nprocs: p as u32,
         netcache,
         protocol: comm.protocol_name().to_string(),
         points,
+        mcast,
+        mcast_off: comm.mcast_off().map(str::to_string),
     })
 }
 
-/// `spec.iters` timed calls of `kind` with `size` after `spec.warmup` untimed ones.
+/// The multicast group's counters summed over the processes (at rank 0), if the job has
+/// a group: every process has one or none, so the reduction is collective.
+fn mcast_counts(c: &Coll) -> Result<Option<McastCounts>, String> {
+    let Some((s, _)) = c.comm().mcast_stats() else {
+        return Ok(None);
+    };
+    let mine = [
+        s.data_sent as f64,
+        (s.repairs_group + s.repairs_unicast) as f64,
+        s.nacks_sent as f64,
+        s.nacks_suppressed as f64,
+    ];
+    let mut sum = [0.0f64; 4];
+    c.reduce(&mine, &mut sum, &Op::Sum, 0)
+        .map_err(|e| e.to_string())?;
+    Ok(Some(McastCounts {
+        data_sent: sum[0] as u64,
+        repairs: sum[1] as u64,
+        nacks: sum[2] as u64,
+        nacks_suppressed: sum[3] as u64,
+    }))
+}
+
+/// `spec.iters` timed calls of `kind` with `size` after `spec.warmup` untimed ones, and
+/// the algorithm of the last.
 fn time(
     c: &Coll,
     kind: &str,
     size: usize,
     spec: &CollSpec,
     b: &mut Bufs,
-) -> Result<Vec<f64>, String> {
+) -> Result<(Vec<f64>, String), String> {
     let mut seconds = Vec::with_capacity(spec.iters);
+    let mut algorithm = String::new();
     for i in 0..spec.warmup + spec.iters {
         c.barrier().map_err(|e| e.to_string())?;
         let t0 = Instant::now();
         call(c, kind, size, b)?;
         let dt = [t0.elapsed().as_secs_f64()];
+        // Before the reduce below, which is a collective call of its own.
+        algorithm = format!("{:?}", c.last_algorithm());
         let mut worst = [0.0f64];
         c.reduce(&dt, &mut worst, &Op::Max, 0)
             .map_err(|e| e.to_string())?;
@@ -215,5 +269,5 @@ fn time(
             seconds.push(worst[0]);
         }
     }
-    Ok(seconds)
+    Ok((seconds, algorithm))
 }

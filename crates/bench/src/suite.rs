@@ -35,6 +35,7 @@ pub struct Suite {
     work: PathBuf,
     mpi: OnceLock<Result<Mpi, String>>,
     osu: Option<PathBuf>,
+    only: Option<Vec<String>>,
 }
 
 impl Suite {
@@ -47,6 +48,7 @@ impl Suite {
             work,
             mpi: OnceLock::new(),
             osu: None,
+            only: None,
         }
     }
 
@@ -55,6 +57,17 @@ impl Suite {
     pub fn with_osu(mut self, dir: PathBuf) -> Suite {
         self.osu = Some(dir);
         self
+    }
+
+    /// Runs only the named parts of an experiment that has parts (`bwbench fabric --only`).
+    pub fn with_only(mut self, parts: Vec<String>) -> Suite {
+        self.only = Some(parts);
+        self
+    }
+
+    /// The parts given to [`Suite::with_only`]; `None`: every part.
+    pub fn only(&self) -> Option<&[String]> {
+        self.only.as_deref()
     }
 
     /// The directory given to [`Suite::with_osu`].

@@ -145,3 +145,49 @@ fn a_switch_port_holds_a_flow_to_its_rate_and_drops_an_overload() {
         .collect();
     assert!(left.is_empty(), "namespaces left: {left:?}");
 }
+
+/// `drop_on_arrival` loses about the share asked of the datagrams reaching a host, and
+/// counts them; without `iptables` it says so and the test skips.
+#[test]
+fn frames_are_dropped_on_arrival_at_the_share_asked() {
+    if let Some(why) = missing() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let f = Fabric::new(FabricSpec::unshaped(2, 1500)).expect("the fabric");
+    if let Err(e) = f.drop_on_arrival(0.2) {
+        eprintln!("skipped: {e}");
+        return;
+    }
+    assert!(f.drop_on_arrival(1.5).is_err());
+    let u: SocketAddr = format!("{}:5003", f.addrs[1]).parse().unwrap();
+    let sink = in_ns(&f.names[1], move || UdpSocket::bind(u).unwrap())
+        .join()
+        .unwrap();
+    sink.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    const N: u64 = 2000;
+    let rx = std::thread::spawn(move || {
+        let mut buf = [0u8; 64];
+        let mut got = 0u64;
+        while sink.recv(&mut buf).is_ok() {
+            got += 1;
+        }
+        got
+    });
+    in_ns(&f.names[0], move || {
+        let s = UdpSocket::bind("0.0.0.0:0").unwrap();
+        for _ in 0..N {
+            s.send_to(&[1u8; 32], u).unwrap();
+            // Slowly enough that the receiver's socket buffer never overflows.
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    })
+    .join()
+    .unwrap();
+    let got = rx.join().unwrap();
+    let dropped = f.dropped_on_arrival().unwrap();
+    // 20 % of 2000: 400, with a standard deviation of 18.
+    assert!((300..500).contains(&dropped), "dropped {dropped}");
+    assert_eq!(got + dropped, N, "received {got}, dropped {dropped}");
+}

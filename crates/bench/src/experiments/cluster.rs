@@ -1132,6 +1132,7 @@ mod tests {
                         kind: k.to_string(),
                         size,
                         seconds: vec![5e-6],
+                        algorithm: String::new(),
                     })
                     .collect();
                 own(CollResult {
@@ -1140,6 +1141,8 @@ mod tests {
                     netcache: false,
                     protocol: "holefill".into(),
                     points,
+                    mcast: None,
+                    mcast_off: None,
                 })
             }
             Tag::Target(_) => own(Some(1e-6)),

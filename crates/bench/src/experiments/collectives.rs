@@ -635,8 +635,11 @@ mod tests {
                         kind: k.to_string(),
                         size: 8,
                         seconds: vec![t],
+                        algorithm: String::new(),
                     })
                     .collect(),
+                mcast: None,
+                mcast_off: None,
             })
         };
         let theirs = || {

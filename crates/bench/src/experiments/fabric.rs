@@ -18,12 +18,18 @@
 //! - Two hosts at 100 Mb/s and 1 Gb/s: half round trip and streaming bandwidth per stack
 //!   (raw UDP and TCP, holefill, gbn and rmpp over UDP) by the pair harness, beside Open
 //!   MPI's ping-pong and window over TCP; streaming as a share of the link rate.
+//! - The RTFC paper's network cache across hosts: `bulkwire.h`'s broadcast of 1 MiB and
+//!   allgather of 128 KiB blocks over the job's IP multicast group and over its
+//!   point-to-point algorithms (`BULKWIRE_MCAST=off`), beside Open MPI's `MPI_Bcast` and
+//!   `MPI_Allgather` over TCP, without and with 1 % of frames dropped on their way into
+//!   every host, with the multicast repairs and NACKs counted; and the broadcast against p.
 //!
 //! Every row shows the switch's drops and the frames it forwarded (`tc -s`, summed over
 //! its ports, over the whole job), and rows are measured in alternating rounds. Each job
 //! makes a fabric of its own and removes it when it ends. Needs root, `ip netns`, `tc`,
-//! and `netns-rsh` beside the bwbench binary; the plan says which is missing. Not part of
-//! `bwbench all` unless `--hosts` is given.
+//! and `netns-rsh` beside the bwbench binary, and `iptables` for the lossy multicast
+//! table; the plan says which is missing. Not part of `bwbench all` unless `--hosts` is
+//! given. `--only` runs some of the tables ([`PARTS`]).
 
 use std::process::Command;
 use std::time::Duration;
@@ -35,7 +41,7 @@ use bulkwire_launch::testing::{
 
 use super::Experiment;
 use super::cluster::{open_mpi, prerequisites, rsh_of};
-use crate::coll::{self, CollResult, CollSpec};
+use crate::coll::{self, CollResult, CollSpec, McastCounts};
 use crate::jobs::Across;
 use crate::mpi::{MpiAcross, MpiPoint};
 use crate::pair::{self, Measure, PairResult, PairSpec, window_for};
@@ -61,6 +67,15 @@ const MBIT: u64 = 1_000_000;
 /// A job of bulkwire's is given this long (gbn and rmpp take seconds per superstep).
 const TIMEOUT: Duration = Duration::from_secs(240);
 const MPI_TIMEOUT: Duration = Duration::from_secs(120);
+/// The broadcast of the multicast tables: the issue's 1 MiB.
+pub const BCAST: usize = 1 << 20;
+/// Each process's block of the multicast tables' allgather.
+pub const GATHER: usize = 128 << 10;
+/// The share of frames the lossy multicast table drops on their way into every host.
+pub const LOSS: f64 = 0.01;
+/// Bytes on the wire around each frame beyond the MTU: Ethernet's header and frame check
+/// sequence (18), preamble (8) and inter-frame gap (12).
+const ETHERNET: usize = 38;
 /// A two-host row is given this long: gbn and rmpp lose most of a 64 MiB stream's
 /// windows to the switch's 64 KiB buffer and wait out their timeouts.
 const PAIR_TIMEOUT: Duration = Duration::from_secs(90);
@@ -81,6 +96,31 @@ pub enum Part {
     /// Two hosts at a link rate in Mb/s: half round trip (`stream` false) or streaming
     /// bandwidth per stack.
     Pair { mbit: u64, stream: bool },
+    /// Broadcast and allgather over multicast, point-to-point and Open MPI at 100 Mb/s;
+    /// `loss`: with [`LOSS`] of the frames dropped on arrival at every host.
+    Mcast { loss: bool },
+    /// The broadcast of [`Part::Mcast`] against p.
+    McastHosts,
+}
+
+/// The parts' names for `--only`, in the order they run.
+pub const PARTS: &[&str] = &[
+    "exchange", "coll", "fig3", "incast", "contend", "pair", "mcast",
+];
+
+impl Part {
+    /// The part's name among [`PARTS`].
+    pub fn name(self) -> &'static str {
+        match self {
+            Part::Exchange { .. } => "exchange",
+            Part::Coll => "coll",
+            Part::Fig3 => "fig3",
+            Part::Incast => "incast",
+            Part::Contend => "contend",
+            Part::Pair { .. } => "pair",
+            Part::Mcast { .. } | Part::McastHosts => "mcast",
+        }
+    }
 }
 
 /// What a run is: a row of a part's table, in a round.
@@ -100,10 +140,15 @@ enum What {
         env: Vec<(String, String)>,
         incast: bool,
     },
-    /// Open MPI's collective `kind` over TCP.
-    Mpi { kind: &'static str },
-    /// bulkwire.h's collective `kind` over holefill.
-    Coll { kind: &'static str },
+    /// Open MPI's collective `kind` of `size` bytes (per process) over TCP.
+    Mpi { kind: &'static str, size: usize },
+    /// bulkwire.h's collective `kind` of `size` bytes over holefill; `mcast`: with
+    /// `BULKWIRE_MCAST=auto` (the default) or `off`, or as the environment says (`None`).
+    Coll {
+        kind: &'static str,
+        size: usize,
+        mcast: Option<bool>,
+    },
     /// Two-to-one over `protocol`, or Open MPI's `MPI_Gather` over TCP when `None`.
     Contend { protocol: Option<Protocol> },
     /// The pair harness over `stack`: ping-pong, or a stream when `stream`.
@@ -120,7 +165,7 @@ struct Row {
 }
 
 /// What one job measured.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct FabRun {
     pub hosts: usize,
     /// Seconds per superstep or call (the slowest process's), median and worst.
@@ -137,6 +182,12 @@ pub struct FabRun {
     /// The single supersteps' or calls' best, median and 90th percentile (two-host rows:
     /// the first size's operations).
     pub steps: Option<Spread>,
+    /// Frames dropped on arrival at the hosts on purpose ([`Fabric::drop_on_arrival`]).
+    pub arrival_drops: u64,
+    /// `bulkwire.h` rows: the algorithm of the last call, and the multicast group's
+    /// counters summed over the processes (`None`: the job had no group).
+    pub algorithm: String,
+    pub mcast: Option<McastCounts>,
 }
 
 /// The level's sizes of things.
@@ -159,6 +210,8 @@ struct Params {
     /// window of 64 messages: 64 MiB at 1 MiB, 5.4 s at 100 Mb/s).
     bw_sizes: Vec<usize>,
     bw: (usize, usize),
+    /// Hosts of the broadcast against p.
+    mcast_hosts: Vec<usize>,
 }
 
 fn params(s: &Suite) -> Params {
@@ -175,6 +228,8 @@ fn params(s: &Suite) -> Params {
         contend: s.pick(2, 5, 10),
         bw_sizes: s.pick(vec![65536], vec![65536, 1 << 20], vec![65536, 1 << 20]),
         bw: s.pick((0, 1), (0, 1), (1, 3)),
+        // The smoke level's 2 hosts check that a job too small for the group still runs.
+        mcast_hosts: s.pick(vec![2], vec![2, 4, 8], vec![2, 4, 8, 16]),
     }
 }
 
@@ -253,7 +308,10 @@ fn rows(part: Part, p: &Params, mpi: Option<&str>) -> Vec<Row> {
                 v.push(Row {
                     label: format!("{m} MPI_Alltoall over TCP"),
                     hosts: h,
-                    what: What::Mpi { kind: "alltoall" },
+                    what: What::Mpi {
+                        kind: "alltoall",
+                        size: SIZE,
+                    },
                 });
             }
         }
@@ -262,13 +320,17 @@ fn rows(part: Part, p: &Params, mpi: Option<&str>) -> Vec<Row> {
                 v.push(Row {
                     label: format!("bulkwire.h {kind}, holefill"),
                     hosts: h,
-                    what: What::Coll { kind },
+                    what: What::Coll {
+                        kind,
+                        size: SIZE,
+                        mcast: None,
+                    },
                 });
                 if let Some(m) = mpi {
                     v.push(Row {
                         label: format!("{m} MPI_{} over TCP", capital(kind)),
                         hosts: h,
-                        what: What::Mpi { kind },
+                        what: What::Mpi { kind, size: SIZE },
                     });
                 }
             }
@@ -285,7 +347,10 @@ fn rows(part: Part, p: &Params, mpi: Option<&str>) -> Vec<Row> {
                 v.push(Row {
                     label: format!("{m} MPI_Gather over TCP"),
                     hosts: h,
-                    what: What::Mpi { kind: "gather" },
+                    what: What::Mpi {
+                        kind: "gather",
+                        size: SIZE,
+                    },
                 });
             }
         }
@@ -330,6 +395,16 @@ fn rows(part: Part, p: &Params, mpi: Option<&str>) -> Vec<Row> {
                 });
             }
         }
+        Part::Mcast { .. } => {
+            for (kind, size) in [("bcast", BCAST), ("allgather", GATHER)] {
+                v.extend(mcast_rows(h, kind, size, mpi));
+            }
+        }
+        Part::McastHosts => {
+            for &n in &p.mcast_hosts {
+                v.extend(mcast_rows(n, "bcast", BCAST, mpi));
+            }
+        }
         Part::Fig3 => {
             let protos: &[Protocol] = if p.fig3_all {
                 &[Protocol::Holefill, Protocol::Gbn, Protocol::Rmpp]
@@ -344,11 +419,43 @@ fn rows(part: Part, p: &Params, mpi: Option<&str>) -> Vec<Row> {
                     v.push(Row {
                         label: format!("{m} MPI_Alltoall over TCP"),
                         hosts: n,
-                        what: What::Mpi { kind: "alltoall" },
+                        what: What::Mpi {
+                            kind: "alltoall",
+                            size: SIZE,
+                        },
                     });
                 }
             }
         }
+    }
+    v
+}
+
+/// `kind` of `size` bytes at `hosts`: over multicast (the default settings), over the
+/// point-to-point algorithms, and by MPI.
+fn mcast_rows(hosts: usize, kind: &'static str, size: usize, mpi: Option<&str>) -> Vec<Row> {
+    let name = if kind == "bcast" { "broadcast" } else { kind };
+    let mut v = Vec::new();
+    for (mcast, how) in [
+        (true, "multicast (default)"),
+        (false, "unicast (BULKWIRE_MCAST=off)"),
+    ] {
+        v.push(Row {
+            label: format!("bulkwire.h {name}, {how}"),
+            hosts,
+            what: What::Coll {
+                kind,
+                size,
+                mcast: Some(mcast),
+            },
+        });
+    }
+    if let Some(m) = mpi {
+        v.push(Row {
+            label: format!("{m} MPI_{} over TCP", capital(kind)),
+            hosts,
+            what: What::Mpi { kind, size },
+        });
     }
     v
 }
@@ -376,13 +483,31 @@ fn parts(p: &Params) -> Vec<Part> {
             v.push(Part::Pair { mbit, stream });
         }
     }
+    v.extend([
+        Part::Mcast { loss: false },
+        Part::Mcast { loss: true },
+        Part::McastHosts,
+    ]);
     v
+}
+
+/// The parts the suite asks for (`--only`), in order.
+fn chosen(s: &Suite, p: &Params) -> Vec<Part> {
+    parts(p)
+        .into_iter()
+        .filter(|part| s.only().is_none_or(|o| o.iter().any(|n| n == part.name())))
+        .collect()
 }
 
 fn mbit_of(part: Part) -> u64 {
     match part {
         Part::Exchange { mbit } | Part::Pair { mbit, .. } => mbit,
-        Part::Coll | Part::Fig3 | Part::Incast | Part::Contend => 100,
+        Part::Coll
+        | Part::Fig3
+        | Part::Incast
+        | Part::Contend
+        | Part::Mcast { .. }
+        | Part::McastHosts => 100,
     }
 }
 
@@ -417,7 +542,7 @@ impl Experiment for FabricExperiment {
             plan.skip(format!("everything: {why}"));
             return plan;
         }
-        plan_runs(s, open_mpi(s))
+        plan_runs(s, open_mpi(s), iptables())
     }
 
     fn report(&self, s: &Suite, done: &[Done<Tag>]) -> Section {
@@ -428,7 +553,7 @@ impl Experiment for FabricExperiment {
              TCP",
         );
         let mpi = s.mpi().ok().map(|m| short_mpi(&m.version));
-        for part in parts(&p) {
+        for part in chosen(s, &p) {
             let t = table(part, &p, &rows(part, &p, mpi.as_deref()), done);
             if !t.rows.is_empty() {
                 sec.tables.push(t);
@@ -442,8 +567,21 @@ impl Experiment for FabricExperiment {
     }
 }
 
-/// Every run, given MPI's short name (or why it is left out).
-fn plan_runs(s: &Suite, mpi: Result<String, String>) -> Plan<Tag> {
+/// Whether `iptables` runs here, which [`Fabric::drop_on_arrival`] needs.
+fn iptables() -> Result<(), String> {
+    match Command::new("iptables").arg("-V").output() {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(format!(
+            "iptables -V: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        )),
+        Err(e) => Err(format!("no `iptables` ({e})")),
+    }
+}
+
+/// Every run, given MPI's short name (or why it is left out) and whether frames can be
+/// dropped on arrival (`iptables`, or why not).
+fn plan_runs(s: &Suite, mpi: Result<String, String>, lossy: Result<(), String>) -> Plan<Tag> {
     let p = params(s);
     let mut plan = Plan::default();
     let mpi = match mpi {
@@ -458,13 +596,40 @@ fn plan_runs(s: &Suite, mpi: Result<String, String>) -> Plan<Tag> {
         .output()
         .is_ok()
     {
-        plan.skip("MPICH: only Open MPI's mpirun is driven across the fabric's hosts");
+        // Tried by hand with hydra (-launcher rsh -launcher-exec netns-rsh): it starts, but
+        // Debian's MPICH 4.0 (ch4:ucx) moved a 1 MiB MPI_Bcast in 0.1 ms with 3 KB on the
+        // wire, and with UCX_TLS=tcp,self its address exchange failed ("Destination is
+        // unreachable").
+        plan.skip(
+            "MPICH: only Open MPI's mpirun is driven across the fabric's hosts (MPICH's \
+             ch4:ucx device finds the namespaces on one machine and carries their messages \
+             by shared memory, off the switch; restricted to TCP, UCX finds no route \
+             between them)",
+        );
         plan.skip(
             "BSP over utopia: it has no recovery, so on a switch that drops (every 100 Mb/s \
              exchange here) its job ends at the first lost frame, saying so",
         );
     }
-    for part in parts(&p) {
+    let mut todo = chosen(s, &p);
+    if todo.len() < parts(&p).len() {
+        let left: Vec<&str> = PARTS
+            .iter()
+            .copied()
+            .filter(|n| !todo.iter().any(|p| p.name() == *n))
+            .collect();
+        plan.skip(format!("{}: left out by --only", left.join(", ")));
+    }
+    if let Err(why) = lossy {
+        let loss = Part::Mcast { loss: true };
+        if todo.contains(&loss) {
+            todo.retain(|&p| p != loss);
+            plan.skip(format!(
+                "Broadcast and allgather with 1 % of frames lost: {why}"
+            ));
+        }
+    }
+    for part in todo {
         let rows = rows(part, &p, mpi.as_deref());
         // Alternating rounds: every row once per round, so that a slow spell of the
         // machine falls on every row alike.
@@ -474,6 +639,7 @@ fn plan_runs(s: &Suite, mpi: Result<String, String>) -> Plan<Tag> {
                     Part::Pair { stream: true, .. } => "stream, ",
                     Part::Pair { stream: false, .. } => "ping-pong, ",
                     Part::Contend => "two-to-one, ",
+                    Part::Mcast { loss: true } => "1 % lost, ",
                     _ => "",
                 };
                 let label = format!(
@@ -488,15 +654,21 @@ fn plan_runs(s: &Suite, mpi: Result<String, String>) -> Plan<Tag> {
                     row: i,
                     round,
                 };
-                plan.add(label, tag, job(r.clone(), mbit_of(part), &p));
+                let loss = if part == (Part::Mcast { loss: true }) {
+                    LOSS
+                } else {
+                    0.0
+                };
+                plan.add(label, tag, job(r.clone(), mbit_of(part), loss, &p));
             }
         }
     }
     plan
 }
 
-/// The job of `row` on a fabric of its own at `mbit` Mb/s.
-fn job(row: Row, mbit: u64, p: &Params) -> Job {
+/// The job of `row` on a fabric of its own at `mbit` Mb/s, dropping `loss` of the frames
+/// on their way into every host.
+fn job(row: Row, mbit: u64, loss: f64, p: &Params) -> Job {
     let (warmup, steps) = (p.warmup, p.steps);
     let bound = link_bound(row.hosts, mbit);
     let two = Two {
@@ -526,15 +698,27 @@ fn job(row: Row, mbit: u64, p: &Params) -> Job {
             };
             k * bound * (1 + p.contend) as f64 / (warmup + steps) as f64
         }
+        // Open MPI's broadcast takes about 6x one transmission, the others less.
+        What::Coll { kind, size, .. } | What::Mpi { kind, size } if *size != SIZE => {
+            6.0 * wire_time(kind, row.hosts)
+        }
         _ => 3.0 * bound,
     };
     let estimate = 1.0 + 0.2 * row.hosts as f64 + per_step * (warmup + steps) as f64;
     Job::Own(OwnJob::new(estimate, move |s: &Suite| {
         let spec = FabricSpec::shaped(row.hosts, MTU, mbit * MBIT, DEFAULT_BUFFER);
         let fab = Fabric::new(spec).map_err(|e| format!("no fabric ({e})"))?;
+        if loss > 0.0 {
+            fab.drop_on_arrival(loss)?;
+        }
         let (ports0, cpu0) = (fab.ports()?, CpuTimes::read());
-        let (median, worst, points, spread) = run_row(s, &fab, &row, warmup, steps, &two)?;
+        let run = run_row(s, &fab, &row, warmup, steps, &two)?;
         let cpu = CpuTimes::read().since(&cpu0);
+        let arrival_drops = if loss > 0.0 {
+            fab.dropped_on_arrival()?
+        } else {
+            0
+        };
         let ports = fab.ports()?;
         let switch = PortCounters::sum(
             &ports
@@ -548,13 +732,11 @@ fn job(row: Row, mbit: u64, p: &Params) -> Job {
             .sum::<Result<u64, String>>()?;
         Ok(FabRun {
             hosts: row.hosts,
-            median,
-            worst,
             switch,
             host_drops,
             cpu,
-            points,
-            steps: spread,
+            arrival_drops,
+            ..run
         })
     }))
 }
@@ -615,7 +797,8 @@ fn pair_points(r: &PairResult, stream: bool) -> Vec<f64> {
 }
 
 /// Runs `row` on `fab`: the median and worst superstep (or call), in seconds, the
-/// two-host rows' figures per size, and the single operations' spread.
+/// two-host rows' figures per size, the single operations' spread, and the collectives'
+/// algorithm and multicast counters.
 fn run_row(
     s: &Suite,
     fab: &Fabric,
@@ -623,7 +806,14 @@ fn run_row(
     warmup: usize,
     steps: usize,
     two: &Two,
-) -> Result<(f64, f64, Vec<f64>, Option<Spread>), String> {
+) -> Result<FabRun, String> {
+    let only = |median: f64, worst: f64, points: Vec<f64>, steps: Option<Spread>| FabRun {
+        median,
+        worst,
+        points,
+        steps,
+        ..FabRun::default()
+    };
     let n = row.hosts as u32;
     let spread;
     let (median, worst) = match &row.what {
@@ -642,7 +832,7 @@ fn run_row(
             } else {
                 Spread::of(xs)
             };
-            return Ok((first, first, v, spread));
+            return Ok(only(first, first, v, spread));
         }
         What::Contend {
             protocol: Some(protocol),
@@ -684,7 +874,7 @@ fn run_row(
             let spread = v.first().and_then(|p| p.steps);
             let v: Vec<f64> = v.iter().map(|p| p.median).collect();
             let first = v.first().copied().unwrap_or(f64::NAN);
-            return Ok((first, first, v, spread));
+            return Ok(only(first, first, v, spread));
         }
 
         What::Bsp {
@@ -705,10 +895,10 @@ fn run_row(
             spread = Spread::of(&r.seconds);
             (r.median(), r.worst())
         }
-        What::Coll { kind } => {
+        What::Coll { kind, size, mcast } => {
             let spec = CollSpec {
                 kinds: vec![kind.to_string()],
-                sizes: vec![SIZE],
+                sizes: vec![*size],
                 warmup,
                 iters: steps,
                 stack: Stack::Coll {
@@ -716,17 +906,41 @@ fn run_row(
                     algo: CollAlgo::P2p,
                 },
             };
+            // Set either way, so that the row measures what it names whatever the shell
+            // exports.
+            let env: Vec<(String, String)> = mcast
+                .map(|on| {
+                    let v = if on { "auto" } else { "off" };
+                    ("BULKWIRE_MCAST".to_string(), v.to_string())
+                })
+                .into_iter()
+                .collect();
             let r: CollResult =
-                coll::run_with(s.exe(), n, &spec, TIMEOUT, Some(&across(s, fab)), &[])?;
+                coll::run_with(s.exe(), n, &spec, TIMEOUT, Some(&across(s, fab)), &env)?;
             let pt = r.points.first().ok_or("no result")?;
             let worst = pt.seconds.iter().copied().fold(f64::NAN, f64::max);
-            spread = Spread::of(&pt.seconds);
-            (pt.summary().median, worst)
+            if *mcast == Some(true) && r.mcast.is_none() {
+                // Measured, but not what the row names: the report must not pass it off.
+                return Err(format!(
+                    "the job went without its multicast group ({})",
+                    r.mcast_off.as_deref().unwrap_or("no reason given")
+                ));
+            }
+            return Ok(FabRun {
+                algorithm: pt.algorithm.clone(),
+                mcast: r.mcast,
+                ..only(
+                    pt.summary().median,
+                    worst,
+                    Vec::new(),
+                    Spread::of(&pt.seconds),
+                )
+            });
         }
-        What::Mpi { kind } => {
+        What::Mpi { kind, size } => {
             let m = s.mpi().map_err(|e| format!("MPI: {e}"))?;
             let a = mpi_across(s, fab);
-            let run = || m.run_across(kind, n, warmup, steps, 0.0, &[SIZE], MPI_TIMEOUT, &a);
+            let run = || m.run_across(kind, n, warmup, steps, 0.0, &[*size], MPI_TIMEOUT, &a);
             // Open MPI's TCP set-up between namespaces fails now and then: one more try.
             let v: Vec<MpiPoint> = run().or_else(|_| run())?;
             let pt = v.first().ok_or("no result")?;
@@ -734,7 +948,7 @@ fn run_row(
             (pt.median, pt.max)
         }
     };
-    Ok((median, worst, Vec::new(), spread))
+    Ok(only(median, worst, Vec::new(), spread))
 }
 
 /// Every row's single supersteps or calls, best / median / p90, from its median round:
@@ -822,6 +1036,24 @@ pub fn network_line(sections: &[Section], here: &str) -> String {
     } else {
         here.into()
     }
+}
+
+/// Frames of `bytes` over the multicast group: each carries the MTU less the IP, UDP and
+/// bulkwire headers.
+fn frames(bytes: usize) -> usize {
+    bytes.div_ceil(MTU as usize - 28 - bulkwire_protocol::wire::HEADER_LEN)
+}
+
+/// Seconds of one transmission at 100 Mb/s of the multicast tables' `kind` at `hosts`:
+/// the broadcast's 1 MiB, or the allgather's p blocks of 128 KiB one after the other (a
+/// rotating sender), in full frames with preamble and gap.
+pub fn wire_time(kind: &str, hosts: usize) -> f64 {
+    let n = if kind == "bcast" {
+        frames(BCAST)
+    } else {
+        hosts * frames(GATHER)
+    };
+    (n * (MTU as usize + ETHERNET) * 8) as f64 / (100 * MBIT) as f64
 }
 
 /// Seconds to carry (p-1) x 60 KB into one port at `mbit` Mb/s: no exchange is faster.
@@ -912,6 +1144,9 @@ fn drops_cell(r: &FabRun) -> String {
     if r.host_drops > 0 {
         s += &format!(", {} in hosts' queues", r.host_drops);
     }
+    if r.arrival_drops > 0 {
+        s += &format!(", {} on arrival", r.arrival_drops);
+    }
     s
 }
 
@@ -929,7 +1164,9 @@ fn table(part: Part, p: &Params, rows: &[Row], done: &[Done<Tag>]) -> Table {
     let mpi_of = |kind: &str, hosts: usize| {
         rows.iter()
             .zip(&figures)
-            .find(|(r, _)| r.hosts == hosts && matches!(r.what, What::Mpi { kind: k } if k == kind))
+            .find(|(r, _)| {
+                r.hosts == hosts && matches!(r.what, What::Mpi { kind: k, .. } if k == kind)
+            })
             .and_then(|(_, f)| f.as_ref().map(|f| f.median))
     };
     let common = format!(
@@ -999,7 +1236,7 @@ fn table(part: Part, p: &Params, rows: &[Row], done: &[Done<Tag>]) -> Table {
             for (r, f) in rows.iter().zip(&figures) {
                 let Some(f) = f else { continue };
                 let kind = match r.what {
-                    What::Coll { kind } | What::Mpi { kind } => kind,
+                    What::Coll { kind, .. } | What::Mpi { kind, .. } => kind,
                     What::Bsp { .. }
                     | What::Pair { .. }
                     | What::MpiPair { .. }
@@ -1046,6 +1283,9 @@ fn table(part: Part, p: &Params, rows: &[Row], done: &[Done<Tag>]) -> Table {
             t
         }
         Part::Pair { mbit, stream } => pair_table(mbit, stream, p, rows, &figures),
+        Part::Mcast { .. } | Part::McastHosts => {
+            mcast_table(part, p, rows, &figures, done, &common)
+        }
         Part::Contend => {
             let bound = 2.0 * CONTEND as f64 * 8.0 / (100 * MBIT) as f64;
             let mut t = Table::new(
@@ -1127,6 +1367,159 @@ fn table(part: Part, p: &Params, rows: &[Row], done: &[Done<Tag>]) -> Table {
             t
         }
     }
+}
+
+/// The figures of the row of `rows` at `hosts` doing `kind` as `pick` says.
+fn base_of(
+    rows: &[Row],
+    figures: &[Option<FabRun>],
+    hosts: usize,
+    kind: &str,
+    pick: impl Fn(&What) -> bool,
+) -> Option<f64> {
+    rows.iter()
+        .zip(figures)
+        .find(|(r, _)| {
+            r.hosts == hosts
+                && matches!(r.what, What::Coll { kind: k, .. } | What::Mpi { kind: k, .. } if k == kind)
+                && pick(&r.what)
+        })
+        .and_then(|(_, f)| f.as_ref().map(|f| f.median))
+}
+
+/// The multicast tables: broadcast and allgather at the level's hosts (with or without
+/// loss), or the broadcast against p; each row against one transmission's wire time, MPI
+/// and the point-to-point algorithms.
+fn mcast_table(
+    part: Part,
+    p: &Params,
+    rows: &[Row],
+    figures: &[Option<FabRun>],
+    done: &[Done<Tag>],
+    common: &str,
+) -> Table {
+    let loss = part == Part::Mcast { loss: true };
+    let sweep = part == Part::McastHosts;
+    let mut header = vec![
+        "stack",
+        "median",
+        "worst",
+        "x wire time",
+        "x MPI",
+        "x unicast",
+    ];
+    if sweep {
+        header.insert(0, "p");
+    }
+    if loss {
+        header.push("x lossless");
+    }
+    header.extend(["switch drops", "repairs / NACKs", "algorithm", "CPU"]);
+    let title = if sweep {
+        "Broadcast of 1 MiB against p over IP multicast, 100 Mb/s ports (ms)".to_string()
+    } else {
+        format!(
+            "Broadcast of 1 MiB and allgather of 128 KiB blocks over IP multicast at {} hosts, \
+             100 Mb/s ports{} (ms)",
+            p.hosts,
+            if loss {
+                format!(", {:.0} % of frames lost on arrival", LOSS * 100.0)
+            } else {
+                String::new()
+            }
+        )
+    };
+    let lossy = if loss {
+        format!(
+            " Loss: every host drops {:.0} % of the frames that reach it from the switch, at \
+             random, whatever they carry (an iptables statistic rule in its INPUT chain), so \
+             MPI's TCP loses as many as bulkwire's datagrams; the drops column counts them \
+             (\"on arrival\"). x lossless: against the same row of the table without loss.",
+            LOSS * 100.0
+        )
+    } else {
+        String::new()
+    };
+    let note = if sweep {
+        format!(
+            "The broadcast of the first multicast table at each p: 1 MiB from rank 0, \
+             {} ms of wire time. The group needs three processes: at p = 2 the \
+             collectives keep their point-to-point algorithms (the algorithm column says \
+             which). Columns as in that table. {common}",
+            ms(wire_time("bcast", 2)),
+        )
+    } else {
+        format!(
+            "bulkwire.h's broadcast (1 MiB from rank 0) and allgather (128 KiB per process), \
+             over the job's IP multicast group as the collectives take it by default \
+             (BULKWIRE_MCAST=auto: the job spans hosts and the group reaches them all; a \
+             rotating sender for the allgather), and over the point-to-point algorithms \
+             (BULKWIRE_MCAST=off), both over holefill/udp, beside Open MPI's MPI_Bcast and \
+             MPI_Allgather over TCP. Wire time: one transmission at 100 Mb/s in MTU-{MTU} \
+             frames of {} bytes of payload (IP, UDP and bulkwire's header taken off), {} \
+             bytes each on the wire with Ethernet's header, preamble and gap: {} ms for the \
+             broadcast, p x that of 128 KiB for the allgather ({} ms at {} hosts). Repairs / \
+             NACKs: packets the roots sent again and NACKs the receivers sent, summed over \
+             the processes and the whole job (warm-up included; \"-\": no multicast group). \
+             Algorithm: the collectives' choice for the last call.{lossy} {common}",
+            MTU as usize - 28 - bulkwire_protocol::wire::HEADER_LEN,
+            MTU as usize + ETHERNET,
+            ms(wire_time("bcast", p.hosts)),
+            ms(wire_time("allgather", p.hosts)),
+            p.hosts,
+        )
+    };
+    let mut t = Table::new(title, &header, note);
+    let clean: Vec<Option<FabRun>> = (0..rows.len())
+        .map(|i| combine(&runs_of(done, Part::Mcast { loss: false }, i)))
+        .collect();
+    for (i, (r, f)) in rows.iter().zip(figures).enumerate() {
+        let Some(f) = f else { continue };
+        let (What::Coll { kind, .. } | What::Mpi { kind, .. }) = r.what else {
+            continue;
+        };
+        let mpi = base_of(rows, figures, r.hosts, kind, |w| {
+            matches!(w, What::Mpi { .. })
+        });
+        let unicast = base_of(rows, figures, r.hosts, kind, |w| {
+            matches!(
+                w,
+                What::Coll {
+                    mcast: Some(false),
+                    ..
+                }
+            )
+        });
+        let mut cells = Vec::new();
+        if sweep {
+            cells.push(r.hosts.to_string());
+        }
+        cells.extend([
+            r.label.clone(),
+            ms(f.median),
+            ms(f.worst),
+            format!("{:.2}x", f.median / wire_time(kind, r.hosts)),
+            ratio(f.median, mpi),
+            ratio(f.median, unicast),
+        ]);
+        if loss {
+            let base = clean.get(i).and_then(|c| c.as_ref().map(|c| c.median));
+            cells.push(ratio(f.median, base));
+        }
+        cells.extend([
+            drops_cell(f),
+            f.mcast
+                .map_or_else(|| "-".into(), |m| format!("{} / {}", m.repairs, m.nacks)),
+            if f.algorithm.is_empty() {
+                "-".into()
+            } else {
+                f.algorithm.clone()
+            },
+            cpu_cell(f.cpu),
+        ]);
+        t.rows.push(cells);
+    }
+    t
 }
 
 /// Two hosts at `mbit`: the half round trip, or the streaming rate as a share of the
@@ -1239,6 +1632,48 @@ mod tests {
     }
 
     #[test]
+    fn one_transmission_of_the_multicast_tables() {
+        // 745 frames of 1408 bytes, 1538 bytes each on the wire, at 100 Mb/s.
+        assert!((wire_time("bcast", 8) - 745.0 * 1538.0 * 8.0 / 1e8).abs() < 1e-12);
+        // 8 blocks of 94 frames.
+        assert!((wire_time("allgather", 8) - 752.0 * 1538.0 * 8.0 / 1e8).abs() < 1e-12);
+    }
+
+    #[test]
+    fn only_keeps_the_named_parts() {
+        let s = suite(Level::Quick).with_only(vec!["mcast".into()]);
+        let p = params(&s);
+        assert_eq!(
+            chosen(&s, &p),
+            [
+                Part::Mcast { loss: false },
+                Part::Mcast { loss: true },
+                Part::McastHosts
+            ]
+        );
+        let plan = plan_runs(&s, Err("none".into()), Ok(()));
+        assert!(
+            plan.skipped
+                .iter()
+                .any(|k| k.starts_with("exchange, coll, fig3") && k.ends_with("--only")),
+            "{:?}",
+            plan.skipped
+        );
+        // Every run is one of the multicast tables', without MPI: 2 rows per collective.
+        assert_eq!(plan.runs.len(), (2 * 2 * 2 + 2 * 3) * p.rounds);
+        // Without iptables, the lossy table is left out and the plan says why.
+        let plan = plan_runs(&s, Err("none".into()), Err("no `iptables`".into()));
+        assert_eq!(plan.runs.len(), (2 * 2 + 2 * 3) * p.rounds);
+        assert!(
+            plan.skipped
+                .iter()
+                .any(|k| k == "Broadcast and allgather with 1 % of frames lost: no `iptables`"),
+            "{:?}",
+            plan.skipped
+        );
+    }
+
+    #[test]
     fn the_link_bound_is_the_papers() {
         // 7 x 60 KB into a 100 Mb/s port: 33.6 ms.
         assert!((link_bound(8, 100) - 0.0336).abs() < 1e-9);
@@ -1261,7 +1696,7 @@ mod tests {
         for level in [Level::Smoke, Level::Quick, Level::Full] {
             let s = suite(level);
             let p = params(&s);
-            let plan = plan_runs(&s, Ok("Open MPI 4.1.4".into()));
+            let plan = plan_runs(&s, Ok("Open MPI 4.1.4".into()), Ok(()));
             let per_round: usize = parts(&p)
                 .iter()
                 .map(|&part| rows(part, &p, Some("Open MPI 4.1.4")).len())
@@ -1298,6 +1733,18 @@ mod tests {
                         } else {
                             vec![median, 2.0 * median]
                         },
+                        // The multicast rows repaired 3 packets on 2 NACKs.
+                        mcast: r.label.contains("multicast").then_some(McastCounts {
+                            repairs: 3,
+                            nacks: 2,
+                            ..McastCounts::default()
+                        }),
+                        algorithm: if r.label.contains("multicast") {
+                            "Multicast".into()
+                        } else {
+                            String::new()
+                        },
+                        ..FabRun::default()
                     };
                     Done {
                         label: r.label,
@@ -1356,6 +1803,27 @@ mod tests {
             assert_eq!(two.rows.len(), 4);
             assert_eq!(two.rows[0][3], "6.55 (1.05)");
             assert_eq!(two.rows[0][4], "0.50x");
+            // Multicast: 40 ms against one transmission of 1 MiB (91.7 ms), MPI's 80 ms and
+            // unicast's 40 ms; with loss, against the lossless row too.
+            let lossy = sec
+                .tables
+                .iter()
+                .find(|t| t.title.contains("1 % of frames lost on arrival"))
+                .unwrap();
+            assert_eq!(lossy.rows.len(), 6);
+            let r = &lossy.rows[0];
+            assert_eq!(r[0], "bulkwire.h broadcast, multicast (default)");
+            assert_eq!(&r[3..7], ["0.44x", "0.50x", "1.00x", "1.00x"]);
+            assert_eq!(r[8], "3 / 2");
+            assert_eq!(r[9], "Multicast");
+            assert_eq!(lossy.rows[1][8], "-");
+            let sweep = sec
+                .tables
+                .iter()
+                .find(|t| t.title.starts_with("Broadcast of 1 MiB against p"))
+                .unwrap();
+            assert_eq!(sweep.rows.len(), 3 * p.mcast_hosts.len());
+            assert_eq!(sweep.rows[0][0], p.mcast_hosts[0].to_string());
         }
     }
 }

@@ -308,8 +308,11 @@ mod tests {
                             kind: k.clone(),
                             size,
                             seconds: vec![5e-6],
+                            algorithm: String::new(),
                         })
                         .collect(),
+                    mcast: None,
+                    mcast_off: None,
                 }),
                 Job::Mpi(_) => return Err("no MPI in this test".into()),
                 Job::SimAlltoall {

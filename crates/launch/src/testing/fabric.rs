@@ -288,6 +288,61 @@ impl Fabric {
         ip_ok(&["-n", &self.names[i], "link", "set", &self.dev(i), "down"])
     }
 
+    /// Drops each frame that reaches a host from the switch with probability `p` (0 to 1),
+    /// whatever it carries, as a lossy link between the switch and every host: an
+    /// `iptables` rule of the `statistic` match in each host's INPUT chain (frames the
+    /// host's sockets would receive: unicast and multicast, UDP and TCP alike). Needs
+    /// `iptables`; the rules go with the namespaces.
+    pub fn drop_on_arrival(&self, p: f64) -> Result<(), String> {
+        if !(0.0..=1.0).contains(&p) {
+            return Err(format!("a drop probability is 0 to 1, not {p}"));
+        }
+        let p = format!("{p:.6}");
+        for i in 0..self.spec.hosts {
+            let dev = self.dev(i);
+            let rule = [
+                "netns",
+                "exec",
+                &self.names[i],
+                "iptables",
+                "-A",
+                "INPUT",
+                "-i",
+                &dev,
+                "-m",
+                "statistic",
+                "--mode",
+                "random",
+                "--probability",
+                &p,
+                "-j",
+                "DROP",
+            ];
+            ip_ok(&rule)?;
+        }
+        Ok(())
+    }
+
+    /// Frames [`Fabric::drop_on_arrival`] dropped so far, summed over the hosts (0 where
+    /// it was not called).
+    pub fn dropped_on_arrival(&self) -> Result<u64, String> {
+        let mut sum = 0;
+        for ns in &self.names {
+            let out = Command::new("ip")
+                .args([
+                    "netns", "exec", ns, "iptables", "-n", "-v", "-x", "-L", "INPUT",
+                ])
+                .output()
+                .map_err(|e| format!("iptables: {e}"))?;
+            if !out.status.success() {
+                // No iptables, or no rules were ever added in this host.
+                continue;
+            }
+            sum += parse_iptables_drops(&String::from_utf8_lossy(&out.stdout));
+        }
+        Ok(sum)
+    }
+
     /// Pids of the processes in host `i`.
     pub fn pids(&self, i: usize) -> Vec<u32> {
         netns_pids(&self.names[i])
@@ -367,6 +422,20 @@ pub fn parse_qdisc(json: &str) -> PortCounters {
         bytes: num("bytes"),
         drops: num("drops"),
     }
+}
+
+/// The packets of the DROP rules in `iptables -n -v -x -L CHAIN`'s listing (a rule's
+/// line starts with its packet and byte counts, then its target).
+pub fn parse_iptables_drops(listing: &str) -> u64 {
+    listing
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let pkts = w.next()?.parse::<u64>().ok()?;
+            w.next()?.parse::<u64>().ok()?;
+            (w.next()? == "DROP").then_some(pkts)
+        })
+        .sum()
 }
 
 impl Drop for Fabric {
@@ -490,6 +559,13 @@ mod tests {
         };
         assert_eq!(PortCounters::sum(&[a, b]).drops, 5);
         assert_eq!(b.since(&a).packets, 3);
+    }
+
+    #[test]
+    fn counts_the_drop_rules_packets() {
+        let l = "Chain INPUT (policy ACCEPT 5000 packets, 140000 bytes)\n    pkts      bytes target     prot opt in     out     source               destination\n      52     1508 DROP       0    --  v   *       0.0.0.0/0            0.0.0.0/0            statistic mode random probability 0.01\n       3       90 ACCEPT     0    --  *   *       0.0.0.0/0            0.0.0.0/0\n";
+        assert_eq!(parse_iptables_drops(l), 52);
+        assert_eq!(parse_iptables_drops(""), 0);
     }
 
     #[test]

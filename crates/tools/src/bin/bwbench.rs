@@ -69,6 +69,10 @@ struct Args {
     /// emulated switch; needs root, `ip netns`, `tc`, and netns-rsh beside bwbench).
     #[arg(long, global = true)]
     hosts: bool,
+    /// `fabric`: only these tables, comma-separated: exchange, coll, fig3, incast, contend,
+    /// pair, mcast (broadcast and allgather over IP multicast).
+    #[arg(long, global = true, value_name = "PARTS", value_delimiter = ',')]
+    only: Vec<String>,
 }
 
 /// `bwbench profile`'s own options.
@@ -350,6 +354,20 @@ fn main() -> ExitCode {
     }
     if let Some(dir) = &args.osu {
         suite = suite.with_osu(dir.clone());
+    }
+    if !args.only.is_empty() {
+        if let Some(bad) = args
+            .only
+            .iter()
+            .find(|p| !fabric::PARTS.contains(&p.as_str()))
+        {
+            eprintln!(
+                "bwbench: --only {bad}: not a part of fabric (one of {})",
+                fabric::PARTS.join(", ")
+            );
+            return ExitCode::FAILURE;
+        }
+        suite = suite.with_only(args.only.clone());
     }
     let plans: Vec<Box<dyn Prepared>> = chosen.iter().map(|e| e.prepare(&suite)).collect();
     if args.plan {

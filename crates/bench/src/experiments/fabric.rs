@@ -46,7 +46,7 @@ use crate::jobs::Across;
 use crate::mpi::{MpiAcross, MpiPoint};
 use crate::pair::{self, Measure, PairResult, PairSpec, window_for};
 use crate::plan::{Done, Job, OwnJob, Plan};
-use crate::section::{SPREAD_NOTE, Section, Table, gbs, short_mpi, size_label, spread_cell, us};
+use crate::section::{SPREAD_NOTE, Section, Table, short_mpi, size_label, spread_cell, us};
 use crate::stack::{CollAlgo, Faults, Protocol, RawLink, Stack, Transport};
 use crate::stats::{Spread, Summary};
 use crate::suite::Suite;
@@ -959,7 +959,7 @@ fn spread_table(p: &Params, mpi: Option<&str>, done: &[Done<Tag>]) -> Table {
         &["table", "row", "best / median / p90"],
         format!(
             "{SPREAD_NOTE} Of the round whose median the tables above show; two-host rows: \
-             the first size's ping-pongs (us) or repetitions (GB/s), the others in ms."
+             the first size's ping-pongs (us) or repetitions (MB/s: the links carry 12.5 or 125), the others in ms."
         ),
     );
     for part in parts(p) {
@@ -970,7 +970,7 @@ fn spread_table(p: &Params, mpi: Option<&str>, done: &[Done<Tag>]) -> Table {
                 continue;
             };
             let unit: fn(f64) -> String = match r.what {
-                What::Pair { stream: true, .. } | What::MpiPair { stream: true } => gbs,
+                What::Pair { stream: true, .. } | What::MpiPair { stream: true } => mbs,
                 What::Pair { .. } | What::MpiPair { .. } => us,
                 _ => ms,
             };
@@ -1059,6 +1059,11 @@ pub fn wire_time(kind: &str, hosts: usize) -> f64 {
 /// Seconds to carry (p-1) x 60 KB into one port at `mbit` Mb/s: no exchange is faster.
 pub fn link_bound(hosts: usize, mbit: u64) -> f64 {
     (hosts - 1) as f64 * SIZE as f64 * 8.0 / (mbit * MBIT) as f64
+}
+
+/// Bytes per second as MB/s: the fabric's links carry 12.5 MB/s or 125.
+fn mbs(x: f64) -> String {
+    format!("{:.2}", x / 1e6)
 }
 
 fn ms(x: f64) -> String {

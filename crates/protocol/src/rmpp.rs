@@ -1077,9 +1077,9 @@ impl Rmpp {
 
     /// Measures this host's delivery rate ([`Rmpp::ns_per_kib`]) from `bytes` of new
     /// data arriving at `now`, `busy` when it came soon after the previous arrival (an
-    /// idle gap restarts the measurement): over [`RATE_BYTES`] at a time; the least of
-    /// the recent measurements, as the rate the port drains at when it is busy, rising by
-    /// an eighth per measurement when this host's share slows.
+    /// idle gap restarts the measurement): over [`RATE_BYTES`] at a time, each
+    /// measurement moving the average a quarter of the way, as the rate the port drains
+    /// at when it is busy.
     fn note_rate(
         ns_per_kib: &mut Time,
         mark: &mut Option<(Time, u64)>,

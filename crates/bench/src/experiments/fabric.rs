@@ -22,7 +22,8 @@
 //!   allgather of 128 KiB blocks over the job's IP multicast group and over its
 //!   point-to-point algorithms (`BULKWIRE_MCAST=off`), beside Open MPI's `MPI_Bcast` and
 //!   `MPI_Allgather` over TCP, without and with 1 % of frames dropped on their way into
-//!   every host, with the multicast repairs and NACKs counted; and the broadcast against p.
+//!   every host, with the multicast repairs and NACKs counted; lossless at 1 Gb/s too
+//!   (default and full runs); and the broadcast against p.
 //!
 //! Every row shows the switch's drops and the frames it forwarded (`tc -s`, summed over
 //! its ports, over the whole job), and rows are measured in alternating rounds. Each job
@@ -96,16 +97,16 @@ pub enum Part {
     /// Two hosts at a link rate in Mb/s: half round trip (`stream` false) or streaming
     /// bandwidth per stack.
     Pair { mbit: u64, stream: bool },
-    /// Broadcast and allgather over multicast, point-to-point and Open MPI at 100 Mb/s;
-    /// `loss`: with [`LOSS`] of the frames dropped on arrival at every host.
-    Mcast { loss: bool },
+    /// Broadcast and allgather over multicast, point-to-point and Open MPI at a link rate
+    /// in Mb/s; `loss`: with [`LOSS`] of the frames dropped on arrival at every host.
+    Mcast { mbit: u64, loss: bool },
     /// The broadcast of [`Part::Mcast`] against p.
     McastHosts,
 }
 
 /// The parts' names for `--only`, in the order they run.
 pub const PARTS: &[&str] = &[
-    "exchange", "coll", "fig3", "incast", "contend", "pair", "mcast",
+    "exchange", "coll", "fig3", "incast", "contend", "pair", "mcast", "mcast1g",
 ];
 
 impl Part {
@@ -118,8 +119,15 @@ impl Part {
             Part::Incast => "incast",
             Part::Contend => "contend",
             Part::Pair { .. } => "pair",
+            Part::Mcast { mbit: 1000, .. } => "mcast1g",
             Part::Mcast { .. } | Part::McastHosts => "mcast",
         }
+    }
+
+    /// Whether `--only name` takes the part: its own name, or "mcast" for every multicast
+    /// table (1 Gb/s included; "mcast1g" takes that one alone).
+    fn chosen_by(self, name: &str) -> bool {
+        name == self.name() || name == "mcast" && matches!(self, Part::Mcast { .. })
     }
 }
 
@@ -484,10 +492,23 @@ fn parts(p: &Params) -> Vec<Part> {
         }
     }
     v.extend([
-        Part::Mcast { loss: false },
-        Part::Mcast { loss: true },
-        Part::McastHosts,
+        Part::Mcast {
+            mbit: 100,
+            loss: false,
+        },
+        Part::Mcast {
+            mbit: 100,
+            loss: true,
+        },
     ]);
+    // Lossless only: at 1 Gb/s the rows are about the CPUs more than the wire.
+    if p.gigabit {
+        v.push(Part::Mcast {
+            mbit: 1000,
+            loss: false,
+        });
+    }
+    v.push(Part::McastHosts);
     v
 }
 
@@ -495,19 +516,14 @@ fn parts(p: &Params) -> Vec<Part> {
 fn chosen(s: &Suite, p: &Params) -> Vec<Part> {
     parts(p)
         .into_iter()
-        .filter(|part| s.only().is_none_or(|o| o.iter().any(|n| n == part.name())))
+        .filter(|part| s.only().is_none_or(|o| o.iter().any(|n| part.chosen_by(n))))
         .collect()
 }
 
 fn mbit_of(part: Part) -> u64 {
     match part {
-        Part::Exchange { mbit } | Part::Pair { mbit, .. } => mbit,
-        Part::Coll
-        | Part::Fig3
-        | Part::Incast
-        | Part::Contend
-        | Part::Mcast { .. }
-        | Part::McastHosts => 100,
+        Part::Exchange { mbit } | Part::Pair { mbit, .. } | Part::Mcast { mbit, .. } => mbit,
+        Part::Coll | Part::Fig3 | Part::Incast | Part::Contend | Part::McastHosts => 100,
     }
 }
 
@@ -612,16 +628,22 @@ fn plan_runs(s: &Suite, mpi: Result<String, String>, lossy: Result<(), String>) 
         );
     }
     let mut todo = chosen(s, &p);
-    if todo.len() < parts(&p).len() {
+    let all = parts(&p);
+    if todo.len() < all.len() {
+        // The level's parts only: a level without 1 Gb/s has no "mcast1g" to leave out.
         let left: Vec<&str> = PARTS
             .iter()
             .copied()
+            .filter(|n| all.iter().any(|p| p.name() == *n))
             .filter(|n| !todo.iter().any(|p| p.name() == *n))
             .collect();
         plan.skip(format!("{}: left out by --only", left.join(", ")));
     }
     if let Err(why) = lossy {
-        let loss = Part::Mcast { loss: true };
+        let loss = Part::Mcast {
+            mbit: 100,
+            loss: true,
+        };
         if todo.contains(&loss) {
             todo.retain(|&p| p != loss);
             plan.skip(format!(
@@ -639,7 +661,7 @@ fn plan_runs(s: &Suite, mpi: Result<String, String>, lossy: Result<(), String>) 
                     Part::Pair { stream: true, .. } => "stream, ",
                     Part::Pair { stream: false, .. } => "ping-pong, ",
                     Part::Contend => "two-to-one, ",
-                    Part::Mcast { loss: true } => "1 % lost, ",
+                    Part::Mcast { loss: true, .. } => "1 % lost, ",
                     _ => "",
                 };
                 let label = format!(
@@ -654,7 +676,7 @@ fn plan_runs(s: &Suite, mpi: Result<String, String>, lossy: Result<(), String>) 
                     row: i,
                     round,
                 };
-                let loss = if part == (Part::Mcast { loss: true }) {
+                let loss = if matches!(part, Part::Mcast { loss: true, .. }) {
                     LOSS
                 } else {
                     0.0
@@ -700,7 +722,7 @@ fn job(row: Row, mbit: u64, loss: f64, p: &Params) -> Job {
         }
         // Open MPI's broadcast takes about 6x one transmission, the others less.
         What::Coll { kind, size, .. } | What::Mpi { kind, size } if *size != SIZE => {
-            6.0 * wire_time(kind, row.hosts)
+            6.0 * wire_time(kind, row.hosts, mbit)
         }
         _ => 3.0 * bound,
     };
@@ -1044,16 +1066,16 @@ fn frames(bytes: usize) -> usize {
     bytes.div_ceil(MTU as usize - 28 - bulkwire_protocol::wire::HEADER_LEN)
 }
 
-/// Seconds of one transmission at 100 Mb/s of the multicast tables' `kind` at `hosts`:
+/// Seconds of one transmission at `mbit` Mb/s of the multicast tables' `kind` at `hosts`:
 /// the broadcast's 1 MiB, or the allgather's p blocks of 128 KiB one after the other (a
 /// rotating sender), in full frames with preamble and gap.
-pub fn wire_time(kind: &str, hosts: usize) -> f64 {
+pub fn wire_time(kind: &str, hosts: usize, mbit: u64) -> f64 {
     let n = if kind == "bcast" {
         frames(BCAST)
     } else {
         hosts * frames(GATHER)
     };
-    (n * (MTU as usize + ETHERNET) * 8) as f64 / (100 * MBIT) as f64
+    (n * (MTU as usize + ETHERNET) * 8) as f64 / (mbit * MBIT) as f64
 }
 
 /// Seconds to carry (p-1) x 60 KB into one port at `mbit` Mb/s: no exchange is faster.
@@ -1403,8 +1425,9 @@ fn mcast_table(
     done: &[Done<Tag>],
     common: &str,
 ) -> Table {
-    let loss = part == Part::Mcast { loss: true };
+    let loss = matches!(part, Part::Mcast { loss: true, .. });
     let sweep = part == Part::McastHosts;
+    let mbit = mbit_of(part);
     let mut header = vec![
         "stack",
         "median",
@@ -1425,7 +1448,7 @@ fn mcast_table(
     } else {
         format!(
             "Broadcast of 1 MiB and allgather of 128 KiB blocks over IP multicast at {} hosts, \
-             100 Mb/s ports{} (ms)",
+             {mbit} Mb/s ports{} (ms)",
             p.hosts,
             if loss {
                 format!(", {:.0} % of frames lost on arrival", LOSS * 100.0)
@@ -1451,7 +1474,7 @@ fn mcast_table(
              {} ms of wire time. The group needs three processes: at p = 2 the \
              collectives keep their point-to-point algorithms (the algorithm column says \
              which). Columns as in that table. {common}",
-            ms(wire_time("bcast", 2)),
+            ms(wire_time("bcast", 2, mbit)),
         )
     } else {
         format!(
@@ -1460,7 +1483,7 @@ fn mcast_table(
              (BULKWIRE_MCAST=auto: the job spans hosts and the group reaches them all; a \
              rotating sender for the allgather), and over the point-to-point algorithms \
              (BULKWIRE_MCAST=off), both over holefill/udp, beside Open MPI's MPI_Bcast and \
-             MPI_Allgather over TCP. Wire time: one transmission at 100 Mb/s in MTU-{MTU} \
+             MPI_Allgather over TCP. Wire time: one transmission at {mbit} Mb/s in MTU-{MTU} \
              frames of {} bytes of payload (IP, UDP and bulkwire's header taken off), {} \
              bytes each on the wire with Ethernet's header, preamble and gap: {} ms for the \
              broadcast, p x that of 128 KiB for the allgather ({} ms at {} hosts). Repairs / \
@@ -1469,14 +1492,17 @@ fn mcast_table(
              Algorithm: the collectives' choice for the last call.{lossy} {common}",
             MTU as usize - 28 - bulkwire_protocol::wire::HEADER_LEN,
             MTU as usize + ETHERNET,
-            ms(wire_time("bcast", p.hosts)),
-            ms(wire_time("allgather", p.hosts)),
+            ms(wire_time("bcast", p.hosts, mbit)),
+            ms(wire_time("allgather", p.hosts, mbit)),
             p.hosts,
         )
     };
     let mut t = Table::new(title, &header, note);
     let clean: Vec<Option<FabRun>> = (0..rows.len())
-        .map(|i| combine(&runs_of(done, Part::Mcast { loss: false }, i)))
+        .map(|i| {
+            let clean = Part::Mcast { mbit, loss: false };
+            combine(&runs_of(done, clean, i))
+        })
         .collect();
     for (i, (r, f)) in rows.iter().zip(figures).enumerate() {
         let Some(f) = f else { continue };
@@ -1503,7 +1529,7 @@ fn mcast_table(
             r.label.clone(),
             ms(f.median),
             ms(f.worst),
-            format!("{:.2}x", f.median / wire_time(kind, r.hosts)),
+            format!("{:.2}x", f.median / wire_time(kind, r.hosts, mbit)),
             ratio(f.median, mpi),
             ratio(f.median, unicast),
         ]);
@@ -1639,22 +1665,48 @@ mod tests {
     #[test]
     fn one_transmission_of_the_multicast_tables() {
         // 745 frames of 1408 bytes, 1538 bytes each on the wire, at 100 Mb/s.
-        assert!((wire_time("bcast", 8) - 745.0 * 1538.0 * 8.0 / 1e8).abs() < 1e-12);
+        assert!((wire_time("bcast", 8, 100) - 745.0 * 1538.0 * 8.0 / 1e8).abs() < 1e-12);
+        assert!((wire_time("bcast", 8, 1000) - 745.0 * 1538.0 * 8.0 / 1e9).abs() < 1e-12);
         // 8 blocks of 94 frames.
-        assert!((wire_time("allgather", 8) - 752.0 * 1538.0 * 8.0 / 1e8).abs() < 1e-12);
+        assert!((wire_time("allgather", 8, 100) - 752.0 * 1538.0 * 8.0 / 1e8).abs() < 1e-12);
     }
 
     #[test]
     fn only_keeps_the_named_parts() {
         let s = suite(Level::Quick).with_only(vec!["mcast".into()]);
         let p = params(&s);
+        let gig = Part::Mcast {
+            mbit: 1000,
+            loss: false,
+        };
         assert_eq!(
             chosen(&s, &p),
             [
-                Part::Mcast { loss: false },
-                Part::Mcast { loss: true },
+                Part::Mcast {
+                    mbit: 100,
+                    loss: false
+                },
+                Part::Mcast {
+                    mbit: 100,
+                    loss: true
+                },
+                gig,
                 Part::McastHosts
             ]
+        );
+        // "mcast1g" takes the 1 Gb/s table alone; the smoke level has none.
+        let one = suite(Level::Quick).with_only(vec!["mcast1g".into()]);
+        assert_eq!(chosen(&one, &p), [gig]);
+        let smoke = suite(Level::Smoke).with_only(vec!["mcast".into()]);
+        assert!(!chosen(&smoke, &params(&smoke)).contains(&gig));
+        let plan = plan_runs(&one, Err("none".into()), Ok(()));
+        assert_eq!(plan.runs.len(), 2 * 2 * p.rounds);
+        assert!(
+            plan.skipped
+                .iter()
+                .any(|k| k.ends_with("pair, mcast: left out by --only")),
+            "{:?}",
+            plan.skipped
         );
         let plan = plan_runs(&s, Err("none".into()), Ok(()));
         assert!(
@@ -1665,10 +1717,10 @@ mod tests {
             plan.skipped
         );
         // Every run is one of the multicast tables', without MPI: 2 rows per collective.
-        assert_eq!(plan.runs.len(), (2 * 2 * 2 + 2 * 3) * p.rounds);
+        assert_eq!(plan.runs.len(), (3 * 2 * 2 + 2 * 3) * p.rounds);
         // Without iptables, the lossy table is left out and the plan says why.
         let plan = plan_runs(&s, Err("none".into()), Err("no `iptables`".into()));
-        assert_eq!(plan.runs.len(), (2 * 2 + 2 * 3) * p.rounds);
+        assert_eq!(plan.runs.len(), (2 * 2 * 2 + 2 * 3) * p.rounds);
         assert!(
             plan.skipped
                 .iter()
@@ -1829,6 +1881,16 @@ mod tests {
                 .unwrap();
             assert_eq!(sweep.rows.len(), 3 * p.mcast_hosts.len());
             assert_eq!(sweep.rows[0][0], p.mcast_hosts[0].to_string());
+            // At 1 Gb/s (not at smoke level): 40 ms against one transmission's 9.2 ms.
+            let gig = sec
+                .tables
+                .iter()
+                .find(|t| t.title.contains("multicast at 8 hosts, 1000 Mb/s"));
+            assert_eq!(gig.is_some(), p.gigabit);
+            if let Some(gig) = gig {
+                assert_eq!(gig.rows.len(), 6);
+                assert_eq!(&gig.rows[0][3..6], ["4.36x", "0.50x", "1.00x"]);
+            }
         }
     }
 }

@@ -70,7 +70,8 @@ struct Args {
     #[arg(long, global = true)]
     hosts: bool,
     /// `fabric`: only these tables, comma-separated: exchange, coll, fig3, incast, contend,
-    /// pair, mcast (broadcast and allgather over IP multicast).
+    /// pair, mcast (broadcast and allgather over IP multicast, every rate), mcast1g (the
+    /// 1 Gb/s multicast table alone; not at --smoke).
     #[arg(long, global = true, value_name = "PARTS", value_delimiter = ',')]
     only: Vec<String>,
 }

@@ -764,9 +764,22 @@ impl Server {
         match t {
             wire::T_EXCHANGE => self.on_exchange(i, rank, p),
             wire::T_ABORT => {
-                let msg = wire::text(p);
-                self.fail(Failure::Aborted { rank, message: msg });
+                let f = Failure::Aborted {
+                    rank,
+                    message: wire::text(p),
+                };
+                // Printed, then acknowledged, then told to the others: a notice to the
+                // others can end the process this server runs in (rank 0's, under
+                // mpiexec) before a later ack is written, and the aborter would then print
+                // the message a second time.
+                let first = self.fatal.is_none();
+                if first {
+                    self.say(&self.describe(&f));
+                }
                 self.send(i, Bytes::from(wire::ack(wire::ACK_ABORT)));
+                if first {
+                    self.spread(f);
+                }
             }
             wire::T_FINISH => {
                 let Some(status) = wire::Reader::new(p).i32() else {
@@ -924,6 +937,12 @@ impl Server {
             return;
         }
         self.say(&self.describe(&f));
+        self.spread(f);
+    }
+
+    /// The job's first failure `f`, already printed: tells every process that has not
+    /// finished, and sets the times to stop the job.
+    fn spread(&mut self, f: Failure) {
         let frame = Bytes::from(wire::failed(&f));
         for s in 0..self.slots.len() {
             if let Some(ci) = self.slots[s].conn

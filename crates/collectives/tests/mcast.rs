@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bulkwire_collectives::{Algorithm, Coll, Config};
+use bulkwire_launch::testing::{in_netns, namespaces_missing};
 use bulkwire_launch::{Control, JobEnv, Server, ServerConfig};
 use bulkwire_link::{FaultConfig, McastMode};
 use bulkwire_p2p::Comm;
@@ -194,35 +195,6 @@ fn a_receiver_that_stops_is_named_by_the_root_within_the_deadline() {
     assert_eq!(out[1].unwrap().0, Ok(()));
 }
 
-/// Needs root and `ip` for network namespaces; says why not.
-fn no_namespaces() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("network namespaces need root".into());
-    }
-    let ok = std::process::Command::new("ip")
-        .arg("-V")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    (!ok).then(|| "no `ip`".into())
-}
-
-/// Runs `f` on a thread inside the network namespace `ns`.
-fn in_ns<T: Send + 'static>(
-    ns: &str,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> std::thread::JoinHandle<T> {
-    use std::os::fd::AsRawFd;
-    let path = format!("/var/run/netns/{ns}");
-    std::thread::spawn(move || {
-        let file = std::fs::File::open(&path).expect("the namespace's file");
-        // SAFETY: setns on a namespace descriptor we opened; it moves only this thread.
-        let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-        assert_eq!(r, 0, "setns {path}: {}", std::io::Error::last_os_error());
-        f()
-    })
-}
-
 /// A job of one process per host of `f`, each a thread in its host's namespace, with the
 /// rendezvous on host 0; `faults` on receive at the last rank only.
 fn fabric_job<T: Send + 'static>(
@@ -246,7 +218,7 @@ fn fabric_job_with<T: Send + 'static>(
     cfg.timeout = Some(LIMIT);
     let at: SocketAddr = format!("{}:0", f.addrs[0]).parse().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
-    let srv = in_ns(&f.names[0], move || {
+    let srv = in_netns(&f.names[0], move || {
         let server = Server::bind(at, cfg).unwrap();
         tx.send(server.local_addr()).unwrap();
         server.run()
@@ -255,7 +227,7 @@ fn fabric_job_with<T: Send + 'static>(
     let hs: Vec<_> = (0..n)
         .map(|r| {
             let (secret, coll) = (secret.clone(), coll.clone());
-            in_ns(&f.names[r as usize], move || {
+            in_netns(&f.names[r as usize], move || {
                 let mut env = JobEnv::bulkwire(r, n, secret, 9, addr);
                 // Threads of one process: each says it is its namespace's host.
                 env.host_id = Some(format!("ns{r}"));
@@ -289,7 +261,7 @@ fn fabric_job_with<T: Send + 'static>(
 #[test]
 fn over_a_bridge_between_namespaces() {
     use bulkwire_launch::testing::{Fabric, FabricSpec};
-    if let Some(why) = no_namespaces() {
+    if let Some(why) = namespaces_missing() {
         eprintln!("skipped: {why}");
         return;
     }
@@ -380,7 +352,7 @@ fn alternate(c: &Coll, rounds: usize, mut op: impl FnMut(bool)) -> (f64, f64) {
 #[ignore = "a measurement: run by hand as root"]
 fn measure_on_a_shaped_switch() {
     use bulkwire_launch::testing::{Fabric, FabricSpec};
-    if let Some(why) = no_namespaces() {
+    if let Some(why) = namespaces_missing() {
         eprintln!("skipped: {why}");
         return;
     }

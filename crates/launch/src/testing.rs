@@ -219,7 +219,7 @@ pub fn namespaces() -> Vec<String> {
 
 pub use fabric::{
     CPU_BOUND, CpuTimes, CpuUse, DEFAULT_BUFFER, Fabric, FabricSpec, HOST_QUEUE, MAX_HOSTS,
-    PortCounters, parse_qdisc,
+    PortCounters, in_netns, namespaces_missing, parse_qdisc,
 };
 
 /// A test bed of two "hosts" on one machine: a [`Fabric`] of two network namespaces on an

@@ -9,7 +9,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use bulkwire_launch::testing::{Fabric, FabricSpec};
+use bulkwire_launch::testing::{Fabric, FabricSpec, in_netns};
 
 const RATE: u64 = 100_000_000;
 const BUFFER: u32 = 32 * 1024;
@@ -31,22 +31,6 @@ fn missing() -> Option<String> {
     None
 }
 
-/// Runs `f` on a thread inside host `ns`'s network namespace.
-fn in_ns<T: Send + 'static>(
-    ns: &str,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> std::thread::JoinHandle<T> {
-    use std::os::fd::AsRawFd;
-    let path = format!("/var/run/netns/{ns}");
-    std::thread::spawn(move || {
-        let file = std::fs::File::open(&path).expect("the namespace's file");
-        // SAFETY: setns on a namespace descriptor we opened; it moves only this thread.
-        let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-        assert_eq!(r, 0, "setns {path}: {}", std::io::Error::last_os_error());
-        f()
-    })
-}
-
 #[test]
 fn a_switch_port_holds_a_flow_to_its_rate_and_drops_an_overload() {
     if let Some(why) = missing() {
@@ -59,7 +43,7 @@ fn a_switch_port_holds_a_flow_to_its_rate_and_drops_an_overload() {
     let b: SocketAddr = format!("{}:5001", f.addrs[1]).parse().unwrap();
 
     // A TCP stream from host 0 to host 1 for 2 s: the rate the receiver sees.
-    let listener = in_ns(&names[1], move || TcpListener::bind(b).unwrap())
+    let listener = in_netns(&names[1], move || TcpListener::bind(b).unwrap())
         .join()
         .unwrap();
     let rx = std::thread::spawn(move || {
@@ -75,7 +59,7 @@ fn a_switch_port_holds_a_flow_to_its_rate_and_drops_an_overload() {
         }
         n as f64 * 8.0 / t0.elapsed().as_secs_f64()
     });
-    in_ns(&names[0], move || {
+    in_netns(&names[0], move || {
         let mut s = TcpStream::connect_timeout(&b, Duration::from_secs(5)).unwrap();
         let buf = vec![7u8; 1 << 16];
         let t0 = Instant::now();
@@ -94,13 +78,13 @@ fn a_switch_port_holds_a_flow_to_its_rate_and_drops_an_overload() {
     // Hosts 0 and 2 flood host 1 with UDP: 200 Mb/s into a 100 Mb/s port.
     let before = f.port(1).unwrap();
     let u: SocketAddr = format!("{}:5002", f.addrs[1]).parse().unwrap();
-    let sink = in_ns(&names[1], move || UdpSocket::bind(u).unwrap())
+    let sink = in_netns(&names[1], move || UdpSocket::bind(u).unwrap())
         .join()
         .unwrap();
     let floods: Vec<_> = [0, 2]
         .into_iter()
         .map(|i| {
-            in_ns(&names[i], move || {
+            in_netns(&names[i], move || {
                 let s = UdpSocket::bind("0.0.0.0:0").unwrap();
                 let d = [1u8; 1400];
                 let t0 = Instant::now();
@@ -161,7 +145,7 @@ fn frames_are_dropped_on_arrival_at_the_share_asked() {
     }
     assert!(f.drop_on_arrival(1.5).is_err());
     let u: SocketAddr = format!("{}:5003", f.addrs[1]).parse().unwrap();
-    let sink = in_ns(&f.names[1], move || UdpSocket::bind(u).unwrap())
+    let sink = in_netns(&f.names[1], move || UdpSocket::bind(u).unwrap())
         .join()
         .unwrap();
     sink.set_read_timeout(Some(Duration::from_millis(500)))
@@ -175,7 +159,7 @@ fn frames_are_dropped_on_arrival_at_the_share_asked() {
         }
         got
     });
-    in_ns(&f.names[0], move || {
+    in_netns(&f.names[0], move || {
         let s = UdpSocket::bind("0.0.0.0:0").unwrap();
         for _ in 0..N {
             s.send_to(&[1u8; 32], u).unwrap();

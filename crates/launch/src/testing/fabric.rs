@@ -531,6 +531,36 @@ impl CpuTimes {
     }
 }
 
+/// Why network namespaces can't be made here (they need root and `ip`), or `None`.
+pub fn namespaces_missing() -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("network namespaces need root".into());
+    }
+    let ok = Command::new("ip")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    (!ok).then(|| "no `ip`".into())
+}
+
+/// Runs `f` on a thread of its own inside the network namespace `ns` (a host of a
+/// [`Fabric`]): setns moves only that thread, so a test's threads can be several hosts.
+pub fn in_netns<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    use std::os::fd::AsRawFd;
+    let path = format!("/var/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).expect("the namespace's file");
+        // SAFETY: setns on a namespace descriptor we opened; it moves only this thread.
+        let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(r, 0, "setns {path}: {}", std::io::Error::last_os_error());
+        f()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
